@@ -1,0 +1,148 @@
+"""`apex.amp.handle`: the O1 handle, `disable_casts` and `scale_loss` (apex_api.md §3, §7.1).
+
+`scale_loss` keeps Apex's protocol (stash grads, yield `loss.float() * S`, unscale and
+recombine at exit, update the scale at exit, skip the next step after an overflow) but runs on
+the tensor engine: nothing here reads a device value back. It also restores the stashed grads
+when the body raises, where Apex left `param.grad = None` behind.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import torch
+
+from ._amp_state import _amp_state
+from ._process_optimizer import arm_skip, restore_stashed_grads
+from .autocast_casts import AutocastCasts
+
+
+class AmpHandle:
+    """What `_amp_state.handle` holds while O1 casts are on."""
+
+    def __init__(self, casts: AutocastCasts, verbose: bool = False) -> None:
+        self._casts = casts
+        self._verbose = verbose
+        self._is_active = True
+        self._default_scaler = None
+
+    def is_active(self) -> bool:
+        return self._is_active and self._casts.active
+
+    @contextlib.contextmanager
+    def _disable_casts(self) -> Iterator[None]:
+        with self._casts.disabled():
+            yield
+
+    def _clear_cache(self) -> None:
+        self._casts.clear_cache()
+
+    def _deactivate(self) -> None:
+        self._casts.deactivate()
+        self._is_active = False
+
+    @property
+    def has_cache(self) -> bool:
+        return True
+
+    @property
+    def verbose(self) -> bool:
+        return self._verbose
+
+
+def _handle() -> AmpHandle | None:
+    handle = getattr(_amp_state, "handle", None)
+    return handle if handle is not None and handle.is_active() else None
+
+
+@contextlib.contextmanager
+def disable_casts() -> Iterator[None]:
+    """Run the block in fp32 under O1; a no-op context when O1 is not active."""
+    if not hasattr(_amp_state, "handle"):
+        raise AttributeError("'AmpState' object has no attribute 'handle'")
+    handle = _handle()
+    if handle is None:
+        yield
+        return
+    handle._is_active = False
+    try:
+        with handle._disable_casts():
+            yield
+    finally:
+        handle._is_active = True
+
+
+@contextlib.contextmanager
+def _casts_off_and_cleared(patch_torch_functions: bool) -> Iterator[None]:
+    handle = _handle() if patch_torch_functions else None
+    if handle is None:
+        yield
+        return
+    try:
+        with handle._disable_casts():
+            yield
+    finally:
+        handle._clear_cache()
+
+
+def _is_single_optimizer(obj: Any) -> bool:
+    return isinstance(obj, torch.optim.Optimizer) or type(obj).__name__ == "LARC"
+
+
+@contextlib.contextmanager
+def scale_loss(
+    loss: torch.Tensor,
+    optimizers: Any,
+    loss_id: int = 0,
+    model: Any = None,
+    delay_unscale: bool = False,
+    delay_overflow_check: bool = False,
+) -> Iterator[torch.Tensor]:
+    if not hasattr(_amp_state, "opt_properties"):
+        raise RuntimeError(
+            "Invoked 'with amp.scale_loss`, but internal Amp state has not been initialized.  "
+            "model, optimizer = amp.initialize(model, optimizer, opt_level=...) must be called "
+            "before `with amp.scale_loss`."
+        )
+    properties = _amp_state.opt_properties
+    if not properties.enabled:
+        yield loss
+        return
+
+    if _is_single_optimizer(optimizers):
+        optimizers = [optimizers]
+    loss_scaler = _amp_state.loss_scalers[loss_id]
+
+    with _casts_off_and_cleared(properties.patch_torch_functions):
+        if (not properties.master_weights and not loss_scaler.dynamic
+                and loss_scaler.loss_scale() == 1.0):
+            yield loss.float()
+            return
+
+        prepared = []
+        if not delay_unscale and isinstance(optimizers, list):
+            for optimizer in optimizers:
+                if not optimizer._amp_stash.params_have_scaled_gradients:
+                    optimizer._prepare_amp_backward()
+                    prepared.append(optimizer)
+        try:
+            yield loss_scaler.scaled(loss)
+        except BaseException:
+            for optimizer in prepared:
+                restore_stashed_grads(optimizer)
+            raise
+
+        if delay_unscale:
+            for optimizer in optimizers:
+                optimizer._amp_stash.params_have_scaled_gradients = True
+            return
+        loss_scaler.clear_overflow_state()
+        for optimizer in optimizers:
+            optimizer._post_amp_backward(loss_scaler)
+            optimizer._amp_stash.params_have_scaled_gradients = False
+        if delay_overflow_check:
+            return
+        found = loss_scaler.update_()
+        if loss_scaler.dynamic:
+            for optimizer in optimizers:
+                arm_skip(optimizer, loss_id, found)

@@ -24,12 +24,12 @@ def batches(n, blow_up_at=()):
         yield x, torch.randn(8, 4, generator=gen)
 
 
-def run_native(model, opt, data, clip=None, growth_interval=2000):
+def run_native(model, opt, data, clip=None, growth_interval=2000, dtype=torch.float16):
     scaler = torch.amp.GradScaler("cpu", growth_interval=growth_interval)
     losses, scales = [], []
     for x, y in data:
         opt.zero_grad()
-        with torch.autocast("cpu", dtype=torch.float16):
+        with torch.autocast("cpu", dtype=dtype):
             loss = F.mse_loss(model(x), y)
         scaler.scale(loss).backward()
         if clip is not None:
@@ -86,6 +86,20 @@ def test_o1_matches_autocast_and_grad_scaler_exactly(optimizer, clip):
     assert any(b < a for a, b in pairs) and any(b > a for a, b in pairs)  # backoff and growth
     for p, q in zip(shim_model.parameters(), ref_model.parameters()):
         assert torch.equal(p, q)
+
+
+def test_o1_with_amp_shim_dtype_bfloat16_matches_the_bfloat16_recipe(monkeypatch):
+    monkeypatch.setenv("AMP_SHIM_DTYPE", "bfloat16")
+    ref_model = make_model()
+    shim_model = copy.deepcopy(ref_model)
+    ref_losses, ref_scales = run_native(
+        ref_model, torch.optim.SGD(ref_model.parameters(), lr=0.05), batches(12), dtype=torch.bfloat16
+    )
+    shim_losses, shim_scales = run_shim(shim_model, torch.optim.SGD(shim_model.parameters(), lr=0.05), batches(12))
+    assert all(torch.equal(a, b) for a, b in zip(shim_losses, ref_losses))
+    assert shim_scales == ref_scales
+    assert all(torch.equal(p, q) for p, q in zip(shim_model.parameters(), ref_model.parameters()))
+    assert shim_model(torch.randn(2, 16)).dtype == torch.bfloat16
 
 
 def test_o1_forward_runs_in_float16_and_loss_in_float32():

@@ -1,0 +1,90 @@
+"""Diagnostics: what the codemod tells the user about a file, with stable codes.
+
+Every code is registered once, next to the rule that emits it, with the documentation that
+`docs/diagnostics.md` and `amp-migrate explain CODE` show (what it means, why, an example),
+in the manner of ruff's rule pages. Codes never change meaning once released.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+class Severity(str, enum.Enum):
+    INFO = "info"  # a fix was applied; a behaviour worth knowing changed
+    WARNING = "warning"  # the file fell back to the shim, or needs a manual look
+    ERROR = "error"  # the file could not be migrated at all
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Code:
+    code: str
+    name: str
+    severity: Severity
+    summary: str
+    why: str
+    before: str = ""
+    after: str = ""
+    falls_back: bool = False  # emitting it sends the file to the shim under --target auto
+
+
+CODES: dict[str, Code] = {}
+
+
+def define(code: str, name: str, severity: Severity, summary: str, why: str, *,
+           before: str = "", after: str = "", falls_back: bool = False) -> Code:
+    """Register a diagnostic code; rule modules call this at import time."""
+    if code in CODES and CODES[code].name != name:
+        raise ValueError(f"diagnostic code {code} registered twice ({CODES[code].name}, {name})")
+    entry = Code(code, name, severity, summary, why, before.strip("\n"), after.strip("\n"),
+                 falls_back)
+    CODES[code] = entry
+    return entry
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    code: str
+    severity: Severity
+    line: int
+    col: int
+    message: str
+    fixed: bool
+
+    @property
+    def falls_back(self) -> bool:
+        return CODES[self.code].falls_back
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["severity"] = str(self.severity)
+        return data
+
+    def format(self, path: str = "<string>") -> str:
+        return f"{path}:{self.line}:{self.col}: {self.code} {self.message}"
+
+
+PARSE_ERROR = define(
+    "AMP001", "parse-error", Severity.ERROR,
+    "The file is not valid Python, so it was left untouched.",
+    "The codemod rewrites syntax trees; a file that does not parse has none. Fix the syntax "
+    "error (or run the file's own Python version's parser on it) and run again.",
+)
+VERIFY_FAILED = define(
+    "AMP002", "verification-failed", Severity.ERROR,
+    "The rewrite failed the codemod's own checks, so the file was left untouched.",
+    "Every output is re-parsed, compiled, checked for names that do not resolve and migrated "
+    "a second time (which must change nothing). An output that fails is a bug in amp-migrate: "
+    "the file is kept as it was and the failure is reported; please report it with the file.",
+)
+NATIVE_IMPOSSIBLE = define(
+    "AMP003", "native-impossible", Severity.ERROR,
+    "`--target native` was asked for, but the file has Apex uses with no provably right "
+    "native form; it was left untouched.",
+    "Native output must train the way the Apex code did. The diagnostics before this one name "
+    "each use that blocks it; `--target auto` would migrate the file to the shim instead.",
+)

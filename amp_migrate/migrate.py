@@ -1,0 +1,114 @@
+"""`migrate_source`: the codemod as a pure function from source text to migrated text.
+
+parse → rules (native, or shim imports) → choose the target → verify (re-parse, compile,
+no new undefined names, a second run changes nothing). The CLI only discovers files, runs
+this in a pool, reports and writes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+
+from .diagnostics import NATIVE_IMPOSSIBLE, PARSE_ERROR, VERIFY_FAILED, Diagnostic
+from .options import Options, Target
+from .rules import NATIVE_RULES, SHIM_RULES
+from .rules.base import FileState
+from .verify import VerificationError, verify_output
+
+# Cheap text test: a file that never spells these cannot use Apex or torch's deprecated
+# `torch.cuda.amp` / `torch.cpu.amp`, and is returned without parsing.
+_MARKERS = ("apex", "cuda.amp", "cpu.amp")
+
+
+class MigrationError(Exception):
+    """The source could not be migrated at all (it does not parse)."""
+
+    def __init__(self, message: str, line: int = 0, col: int = 0) -> None:
+        super().__init__(f"{line}:{col}: {message}" if line else message)
+        self.message = message
+        self.line = line
+        self.col = col
+
+    def as_diagnostic(self) -> Diagnostic:
+        return Diagnostic(PARSE_ERROR.code, PARSE_ERROR.severity, self.line, self.col,
+                          self.message, False)
+
+
+@dataclass(frozen=True)
+class MigrationResult:
+    code: str
+    diagnostics: tuple[Diagnostic, ...]
+    target_used: Optional[str]  # "native" or "shim" when the code changed, else None
+    changed: bool = False
+
+
+def might_use_apex(text: str) -> bool:
+    return any(marker in text for marker in _MARKERS)
+
+
+def parse(text: str) -> cst.Module:
+    try:
+        return cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        raise MigrationError(f"syntax error: {exc.message}", exc.raw_line, exc.raw_column + 1) from None
+
+
+def _run(rules: Sequence[type], module: cst.Module, options: Options) -> tuple[cst.Module, FileState]:
+    state = FileState(options, original=module.code, current=module.code)
+    context = CodemodContext()
+    for rule in rules:
+        state.advance(module.code)
+        module = rule(context, state).transform_module(module)
+    return module, state
+
+
+def _sorted(diagnostics) -> tuple[Diagnostic, ...]:
+    return tuple(sorted(diagnostics, key=lambda d: (d.line, d.col, d.code)))
+
+
+def _transform(module: cst.Module, options: Options) -> tuple[str, tuple[Diagnostic, ...], Optional[str]]:
+    """The rewritten code, its diagnostics, and the target that produced it."""
+    original = module.code
+    if options.target == "shim":
+        shimmed, state = _run(SHIM_RULES, module, options)
+        return shimmed.code, _sorted(state.diagnostics), "shim"
+    native, state = _run(NATIVE_RULES, module, options)
+    if not state.falls_back:
+        return native.code, _sorted(state.diagnostics), "native"
+    reasons = [d for d in state.diagnostics if d.falls_back]
+    if options.target == "native":
+        return original, _sorted(reasons + [Diagnostic(
+            NATIVE_IMPOSSIBLE.code, NATIVE_IMPOSSIBLE.severity, 1, 1,
+            NATIVE_IMPOSSIBLE.summary, False)]), None
+    shimmed, shim_state = _run(SHIM_RULES, module, options)
+    return shimmed.code, _sorted(reasons + shim_state.diagnostics), "shim"
+
+
+def migrate_source(text: str, *, target: Target = "auto", device: str = "cuda",
+                   dtype: str = "float16") -> MigrationResult:
+    """Migrate one Python source text off Apex.
+
+    Raises `MigrationError` when the text does not parse. Never returns code that does not
+    parse, compile, resolve its names, or that a second run would change: such output is
+    dropped, the text is returned as given, and an AMP002 diagnostic says why.
+    """
+    options = Options(target, device, dtype)
+    if not might_use_apex(text):
+        return MigrationResult(text, (), None)
+    module = parse(text)
+    code, diagnostics, used = _transform(module, options)
+    if code == text:
+        return MigrationResult(text, diagnostics, None)
+    try:
+        after = verify_output(module, code)
+        again, _, _ = _transform(after, options)
+        if again != code:
+            raise VerificationError("a second run would change the output again")
+    except VerificationError as exc:
+        failed = Diagnostic(VERIFY_FAILED.code, VERIFY_FAILED.severity, 1, 1,
+                            f"{VERIFY_FAILED.summary} ({exc})", False)
+        return MigrationResult(text, _sorted(list(diagnostics) + [failed]), None)
+    return MigrationResult(code, diagnostics, used, True)

@@ -1,0 +1,29 @@
+"""What the user asked for: the target, and the device and dtype native code runs with."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Target = Literal["auto", "native", "shim"]
+TARGETS = ("auto", "native", "shim")
+DTYPES = ("float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class Options:
+    target: Target = "auto"
+    device: str = "cuda"
+    dtype: str = "float16"
+
+    def __post_init__(self) -> None:
+        if self.target not in TARGETS:
+            raise ValueError(f"target must be one of {', '.join(TARGETS)}, not {self.target!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
+        if not self.device or not self.device.replace("_", "").isalnum():
+            raise ValueError(f"device must be a device type such as 'cuda' or 'cpu', not {self.device!r}")
+
+    @property
+    def needs_loss_scaling(self) -> bool:
+        """bfloat16 has float32's range: gradients do not underflow, so no scaler is needed."""
+        return self.dtype == "float16"

@@ -1,0 +1,121 @@
+"""What every rule shares: the file's state, Apex name binding, diagnostics, and helpers.
+
+A rule is a libcst codemod command (one class per transform, as in libcst's own codemods)
+that reads like the recipe it implements. Rules run in order over one file; each sees the
+previous rule's output with fresh metadata. Imports are settled once, by the last rule, so the
+per-command import passes of `CodemodCommand.transform_module` are skipped here.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import ClassVar, Optional, Sequence
+
+import libcst as cst
+from libcst.codemod import Codemod, CodemodContext, VisitorBasedCodemodCommand
+from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
+
+from ..binding import ApexBinder
+from ..diagnostics import CODES, Code, Diagnostic
+from ..options import Options
+
+
+@dataclass
+class FileState:
+    """Everything the rules of one file share, besides the tree itself."""
+
+    options: Options
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    scratch: dict = field(default_factory=dict)  # cross-rule facts, keyed by the rule that owns them
+    original: str = ""
+    current: str = ""
+    _line_map: Optional[dict[int, int]] = None
+
+    @property
+    def falls_back(self) -> bool:
+        return any(d.falls_back for d in self.diagnostics)
+
+    def advance(self, code: str) -> None:
+        """The next rule sees `code`; positions it reports are mapped back to the original."""
+        if code != self.current:
+            self.current = code
+            self._line_map = None
+
+    def original_line(self, line: int) -> int:
+        """A line of the current text as a line of the original (for diagnostics)."""
+        if self.current == self.original or line <= 0:
+            return line
+        if self._line_map is None:
+            self._line_map = {}
+            old, new = self.original.splitlines(), self.current.splitlines()
+            matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+            for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+                for j in range(j1, j2):
+                    self._line_map[j + 1] = (i1 + (j - j1) if tag == "equal" else min(i1, max(i2 - 1, i1))) + 1
+        return self._line_map.get(line, line)
+
+
+class Rule(VisitorBasedCodemodCommand):
+    """Base class of the codemod's rules."""
+
+    METADATA_DEPENDENCIES: ClassVar[Sequence] = (
+        PositionProvider,
+        QualifiedNameProvider,
+        ParentNodeProvider,
+    )
+    #: Apex names (prefixes) the rule is about; the rule is skipped for files without them.
+    APEX_PREFIXES: ClassVar[tuple[str, ...]] = ("apex",)
+
+    def __init__(self, context: CodemodContext, state: FileState) -> None:
+        super().__init__(context)
+        self.state = state
+        self.options = state.options
+        self.apex: Optional[ApexBinder] = None
+
+    # -- running ---------------------------------------------------------------------------
+    def transform_module(self, tree: cst.Module) -> cst.Module:
+        return Codemod.transform_module(self, tree)
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        self.apex = ApexBinder(tree, self.get_metadata)
+        return super().transform_module_impl(tree)
+
+    # -- helpers for rules -----------------------------------------------------------------
+    def apex_name(self, node: cst.CSTNode) -> Optional[str]:
+        assert self.apex is not None
+        return self.apex.name_of(node)
+
+    def code_of(self, node: cst.CSTNode) -> str:
+        return cst.Module([]).code_for_node(node)
+
+    def position(self, node: cst.CSTNode) -> tuple[int, int]:
+        try:
+            start = self.get_metadata(PositionProvider, node).start
+        except KeyError:  # a node this rule built: no position
+            return (0, 0)
+        return start.line, start.column + 1
+
+    def report(self, node: cst.CSTNode, code: Code, message: Optional[str] = None, *,
+               fixed: bool = True) -> None:
+        line, col = self.position(node)
+        line = self.state.original_line(line)
+        diag = Diagnostic(code.code, code.severity, line, col, message or code.summary,
+                          fixed and not code.falls_back)
+        if diag not in self.state.diagnostics:
+            self.state.diagnostics.append(diag)
+
+    def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        try:
+            return self.get_metadata(ParentNodeProvider, node)
+        except KeyError:
+            return None
+
+    def ancestors(self, node: cst.CSTNode):
+        parent = self.parent(node)
+        while parent is not None:
+            yield parent
+            parent = self.parent(parent)
+
+
+def code_registered(code: str) -> bool:
+    return code in CODES

@@ -1,0 +1,204 @@
+"""Imports: point Apex imports at the shim, or, after a native rewrite, drop the dead ones.
+
+Shim target: `from apex import amp` becomes `from amp_shim import amp`, `import apex` becomes
+`import amp_shim as apex`; nothing else in the file moves, so behaviour cannot change.
+
+Native target: once the other rules have replaced every use, Apex imports that nothing reads
+are removed, together with the scaffolding that existed only to guard them
+(`try: from apex import amp / except ImportError: amp = None`, `if args.fp16: from apex import
+amp`), and `import torch` is added where a rule needs it. Any Apex use still left is reported
+and sends the file to the shim: native output never keeps an import of a package that no
+longer exists.
+"""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
+from libcst.helpers import get_full_name_for_node
+from libcst.metadata import ScopeProvider
+
+from ..binding import APEX, is_apex_name
+from ..diagnostics import Severity, define
+from .base import Rule
+
+SHIM = "amp_shim"
+
+UNSUPPORTED = define(
+    "AMP900", "apex-use-not-migrated", Severity.WARNING,
+    "This Apex use has no provably right native form; the file uses the shim.",
+    "Native output must train exactly as the Apex code did, or in the documented way it "
+    "differs. Uses that no rule understands (Apex internals such as `amp._amp_state`, "
+    "optimizers without a torch equivalent, code that passes Apex objects around) would need "
+    "judgement, so `--target auto` rewrites the file's imports to the shim instead, which "
+    "keeps Apex's behaviour. Migrate the named use by hand, then run amp-migrate again.",
+    before="from apex import amp\nscaler = amp._amp_state.loss_scalers[0]",
+    after="from amp_shim import amp\nscaler = amp._amp_state.loss_scalers[0]",
+    falls_back=True,
+)
+
+
+def shim_module_name(name: str) -> str:
+    return SHIM + name[len(APEX):]
+
+
+def _dotted(name: str) -> Union[cst.Name, cst.Attribute]:
+    return cst.parse_expression(name)  # type: ignore[return-value]
+
+
+class ShimImports(Rule):
+    """`apex` → `amp_shim` in import statements, and nowhere else."""
+
+    def leave_Import(self, original_node: cst.Import, updated_node: cst.Import) -> cst.Import:
+        names = []
+        for alias in updated_node.names:
+            full = get_full_name_for_node(alias.name) or ""
+            if not is_apex_name(full):
+                names.append(alias)
+                continue
+            if alias.asname is not None:
+                names.append(alias.with_changes(name=_dotted(shim_module_name(full))))
+            else:  # `import apex.amp` binds `apex`: bind the shim package to that name
+                names.append(alias.with_changes(
+                    name=cst.Name(SHIM), asname=cst.AsName(name=cst.Name(APEX))))
+        return updated_node.with_changes(names=names)
+
+    def leave_ImportFrom(self, original_node: cst.ImportFrom,
+                         updated_node: cst.ImportFrom) -> cst.ImportFrom:
+        if updated_node.relative or updated_node.module is None:
+            return updated_node
+        full = get_full_name_for_node(updated_node.module) or ""
+        if not is_apex_name(full):
+            return updated_node
+        return updated_node.with_changes(module=_dotted(shim_module_name(full)))
+
+
+def _apex_import(stmt: cst.CSTNode) -> bool:
+    if isinstance(stmt, cst.SimpleStatementLine):
+        return all(_apex_import(s) for s in stmt.body)
+    if isinstance(stmt, cst.Import):
+        return all(is_apex_name(get_full_name_for_node(a.name) or "") for a in stmt.names)
+    if isinstance(stmt, cst.ImportFrom):
+        return (not stmt.relative and stmt.module is not None
+                and is_apex_name(get_full_name_for_node(stmt.module) or ""))
+    return False
+
+
+_GUARD_HANDLER_STATEMENT = m.OneOf(
+    m.Pass(),
+    m.Raise(),
+    m.Expr(m.Call()),  # print(...), warnings.warn(...), logger.info(...)
+    m.Assign(value=m.OneOf(m.Name("None"), m.Name("False"), m.Name("True"))),
+)
+
+
+class SettleImports(Rule):
+    """Drop Apex imports nothing reads (and their guards), add the imports rules asked for."""
+
+    METADATA_DEPENDENCIES = Rule.METADATA_DEPENDENCIES + (ScopeProvider,)
+
+    def _unused(self, stmt: cst.CSTNode) -> bool:
+        """An Apex import statement none of whose bound names is read anywhere."""
+        if not _apex_import(stmt):
+            return False
+        body = stmt.body if isinstance(stmt, cst.SimpleStatementLine) else [stmt]
+        for small in body:
+            scope = self.get_metadata(ScopeProvider, small, None)
+            if scope is None or isinstance(small.names, cst.ImportStar):
+                return False
+            for alias in small.names:
+                bound = alias.evaluated_alias or alias.evaluated_name.split(".")[0]
+                for assignment in scope.assignments[bound]:
+                    if getattr(assignment, "node", None) is small and assignment.references:
+                        return False
+        return True
+
+    def _guard_names(self, stmts) -> set[str]:
+        names: set[str] = set()
+        for stmt in stmts:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar):
+                        for alias in small.names:
+                            names.add(alias.evaluated_alias or alias.evaluated_name.split(".")[0])
+        return names
+
+    def _only_guard(self, block: cst.BaseSuite, names: set[str]) -> bool:
+        for stmt in block.body:
+            if not isinstance(stmt, cst.SimpleStatementLine):
+                return False
+            for small in stmt.body:
+                if not m.matches(small, _GUARD_HANDLER_STATEMENT):
+                    return False
+                if isinstance(small, cst.Assign) and not all(
+                        m.matches(t.target, m.Name()) and t.target.value in names for t in small.targets):
+                    return False
+        return True
+
+    def _dead_guard(self, node: cst.CSTNode) -> bool:
+        """`try: <apex imports> except ImportError: ...` or `if cond: <apex imports>`, all unused."""
+        if isinstance(node, cst.Try):
+            if node.orelse or node.finalbody or not node.body.body:
+                return False
+            if not all(self._unused(s) for s in node.body.body):
+                return False
+            names = self._guard_names(node.body.body)
+            return all(self._only_guard(h.body, names) for h in node.handlers)
+        if isinstance(node, cst.If):
+            return (node.orelse is None and bool(node.body.body)
+                    and all(self._unused(s) for s in node.body.body))
+        return False
+
+    def on_leave(self, original_node, updated_node):
+        if isinstance(original_node, (cst.Try, cst.If)) and self._dead_guard(original_node):
+            return cst.RemoveFromParent()
+        if isinstance(original_node, cst.SimpleStatementLine) and self._unused(original_node):
+            return cst.RemoveFromParent()
+        return super().on_leave(original_node, updated_node)
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        tree = super().transform_module_impl(tree)
+        if AddImportsVisitor.CONTEXT_KEY in self.context.scratch:
+            tree = AddImportsVisitor(self.context).transform_module(tree)
+        return tree
+
+
+class RemainingApexUses(Rule):
+    """Whatever Apex use survived the native rules is not understood: fall back."""
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        for alias in node.names:
+            if is_apex_name(get_full_name_for_node(alias.name) or ""):
+                self.report(node, UNSUPPORTED,
+                            f"`import {get_full_name_for_node(alias.name)}` is still needed: "
+                            "a use of it has no native rule")
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        if node.module is not None and not node.relative:
+            name = get_full_name_for_node(node.module) or ""
+            if is_apex_name(name):
+                self.report(node, UNSUPPORTED,
+                            f"`from {name} import ...` is still needed: a use of it has no native rule")
+        return False
+
+    def visit_Name(self, node: cst.Name) -> Optional[bool]:
+        self._check(node)
+        return None
+
+    def visit_Attribute(self, node: cst.Attribute) -> Optional[bool]:
+        if self._check(node):
+            return False
+        return None
+
+    def _check(self, node: cst.CSTNode) -> bool:
+        name = self.apex_name(node)
+        if name is None:
+            return False
+        parent = self.parent(node)
+        if isinstance(parent, cst.Attribute) and parent.value is node and self.apex_name(parent):
+            return False  # reported at the outer attribute, which names more
+        self.report(node, UNSUPPORTED, f"`{name}` has no native equivalent amp-migrate can prove right")
+        return True

@@ -1,0 +1,59 @@
+"""Every golden case, for both targets: the exact output, a second run that changes nothing,
+output that compiles, and `--target auto` choosing native exactly when native is possible."""
+from __future__ import annotations
+
+import pytest
+
+from amp_migrate import migrate_source
+
+from .golden import UPDATE, Case, cases
+
+CASES = cases()
+
+
+def check(case: Case, target: str) -> str:
+    result = migrate_source(case.source, target=target, **case.options)
+    path = case.expected(target)
+    if UPDATE:
+        path.write_text(result.code)
+    assert path.exists(), f"missing golden file {path.name}"
+    assert result.code == path.read_text(), f"{case.id}: {target} output differs from {path.name}"
+    compile(result.code, str(path), "exec", dont_inherit=True)
+    again = migrate_source(result.code, target=target, **case.options)
+    assert again.code == result.code, f"{case.id}: a second {target} run changed the output"
+    return result
+
+
+def test_there_are_at_least_sixty_golden_cases():
+    assert len(CASES) >= 60, len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_native_output_matches_golden(case: Case):
+    result = check(case, "native")
+    if case.codes is not None:
+        assert {d.code for d in result.diagnostics} == case.codes
+    assert not any(d.code == "AMP002" for d in result.diagnostics), result.diagnostics
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_shim_output_matches_golden_and_only_touches_imports(case: Case):
+    result = check(case, "shim")
+    before, after = case.source.splitlines(), result.code.splitlines()
+    assert len(before) == len(after)
+    for old, new in zip(before, after):
+        if old != new:
+            assert "import" in old and "apex" in old and "amp_shim" in new, (old, new)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_auto_takes_native_when_possible_else_shim(case: Case):
+    native = migrate_source(case.source, target="native", **case.options)
+    auto = migrate_source(case.source, target="auto", **case.options)
+    if any(d.code == "AMP003" for d in native.diagnostics):
+        assert auto.code == case.expected("shim").read_text()
+        assert auto.target_used == "shim"
+        assert any(d.falls_back for d in auto.diagnostics)
+    else:
+        assert auto.code == native.code
+        assert auto.target_used == native.target_used

@@ -1,0 +1,63 @@
+"""`amp.state_dict()` / `amp.load_state_dict(sd)` → the GradScaler's own.
+
+What it does
+    Saves and restores the scaler's state instead of Apex's global loss scalers.
+
+Why
+    GradScaler's state (`scale`, `_growth_tracker`, and its constants) is what the native loop
+    needs to resume exactly. The formats differ: Apex wrote
+    `{"loss_scaler0": {"loss_scale": ..., "unskipped": ...}}`, so a checkpoint saved by the old
+    code must be converted once with `amp-migrate convert-checkpoint` (lossless) before the
+    migrated code loads it; each load site gets a warning that says so.
+
+Fix safety
+    Safe for new checkpoints; old checkpoints need the one-time conversion.
+
+Example
+    checkpoint = {"model": model.state_dict(), "amp": amp.state_dict()}
+    amp.load_state_dict(checkpoint["amp"])
+becomes
+    checkpoint = {"model": model.state_dict(), "amp": scaler.state_dict()}
+    scaler.load_state_dict(checkpoint["amp"])
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from ..diagnostics import Severity, define
+from .base import Rule
+from .training_plan import LOAD_STATE_DICT, STATE_DICT, TrainingPlan
+
+OLD_CHECKPOINTS = define(
+    "AMP310", "convert-old-checkpoints", Severity.WARNING,
+    "This load now expects GradScaler state; checkpoints saved by the Apex code need "
+    "`amp-migrate convert-checkpoint` first.",
+    "`amp.state_dict()` saved `{\"loss_scaler0\": {\"loss_scale\", \"unskipped\"}}`; "
+    "`GradScaler.load_state_dict` expects `{\"scale\", \"growth_factor\", \"backoff_factor\", "
+    "\"growth_interval\", \"_growth_tracker\"}`. `amp-migrate convert-checkpoint OLD.pt NEW.pt` "
+    "rewrites the entry losslessly and leaves the rest of the file alone.",
+    before='amp.load_state_dict(checkpoint["amp"])',
+    after='scaler.load_state_dict(checkpoint["amp"])  # after: amp-migrate convert-checkpoint',
+)
+
+
+class CheckpointToScaler(Rule):
+    def __init__(self, context, state) -> None:
+        super().__init__(context, state)
+        self.plan: Optional[TrainingPlan] = state.scratch.get("training")
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if self.plan is None:
+            return updated_node
+        name = self.apex_name(original_node.func)
+        if name == STATE_DICT:
+            method = "state_dict"
+        elif name == LOAD_STATE_DICT:
+            method = "load_state_dict"
+            self.report(original_node, OLD_CHECKPOINTS)
+        else:
+            return updated_node
+        return updated_node.with_changes(
+            func=cst.parse_expression(f"{self.plan.scaler}.{method}"))

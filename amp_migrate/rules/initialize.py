@@ -1,0 +1,144 @@
+"""`amp.initialize(...)` → one `torch.amp.GradScaler`, built where the plan puts it.
+
+What it does
+    Removes `amp.initialize` (or the old `amp.init()`), keeps what its assignment meant
+    (`initialize` returns the models and optimizers it was given, in the shape it was given),
+    and creates the scaler: `scaler = torch.amp.GradScaler("cuda")` as a local, a
+    `self.scaler` attribute, or a module-level global (see `training_plan`).
+
+Why
+    Native mixed precision has no global state to initialise: models and optimizers stay as
+    they are, and loss scaling is an object. O0 and `enabled=False` become
+    `enabled=False`; a run-time `opt_level` becomes `enabled=opt_level != "O0"`.
+
+Fix safety
+    Safe: the plan refuses options it cannot express. An `initialize` guarded by `if cond:`
+    becomes a scaler built with `enabled=cond` before the `if`, so code after the branch can
+    always reach it.
+
+Example
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+becomes
+    scaler = torch.amp.GradScaler("cuda")
+"""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import libcst as cst
+from libcst.codemod.visitors import AddImportsVisitor
+
+from .base import Rule
+from .training_plan import INIT, INITIALIZE, TrainingPlan, bind_arguments
+
+Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
+
+
+def _code(node: cst.CSTNode) -> str:
+    return "".join(cst.Module([]).code_for_node(node).split())
+
+
+def returned_value(call: cst.Call) -> Optional[cst.BaseExpression]:
+    """What `initialize` returns: its models, or `(models, optimizers)`; None for `amp.init()`."""
+    args = bind_arguments(call) or {}
+    models, optimizers = args.get("models"), args.get("optimizers")
+    if models is None:
+        return None
+    models = models.with_changes(lpar=[], rpar=[]) if hasattr(models, "lpar") else models
+    if optimizers is None:
+        return models
+    return cst.Tuple([cst.Element(models, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                      cst.Element(optimizers)], lpar=[], rpar=[])
+
+
+class InitializeToGradScaler(Rule):
+    def __init__(self, context, state) -> None:
+        super().__init__(context, state)
+        self.plan: Optional[TrainingPlan] = state.scratch.get("training")
+        self.created = False
+
+    def _creation(self, leading_lines=()) -> cst.SimpleStatementLine:
+        AddImportsVisitor.add_needed_import(self.context, "torch")
+        self.created = True
+        target = cst.parse_expression(self.plan.scaler)
+        return cst.SimpleStatementLine(
+            [cst.Assign([cst.AssignTarget(target)], self.plan.scaler_call)],
+            leading_lines=leading_lines)
+
+    def _is_init(self, node: Optional[cst.CSTNode]) -> bool:
+        return isinstance(node, cst.Call) and self.apex_name(node.func) in (INITIALIZE, INIT)
+
+    def _creates_here(self, statement: cst.CSTNode) -> bool:
+        """Module placement builds the scaler after the imports unless initialize is at top level."""
+        if self.plan.placement != "module":
+            return True
+        return not any(isinstance(p, cst.FunctionDef) for p in self.ancestors(statement))
+
+    def leave_SimpleStatementLine(self, original_node, updated_node):
+        if self.plan is None or len(original_node.body) != 1:
+            return updated_node
+        small = original_node.body[0]
+        value = getattr(small, "value", None)
+        if not self._is_init(value):
+            return updated_node
+        rest = self._rest(small, updated_node.body[0], value)
+        if self.plan.hoisted or not self._creates_here(original_node):
+            if rest is None:
+                return cst.RemoveFromParent()
+            return updated_node.with_changes(body=[rest])
+        creation = self._creation(original_node.leading_lines)
+        if rest is None:
+            return creation
+        return cst.FlattenSentinel([creation, updated_node.with_changes(body=[rest], leading_lines=())])
+
+    def _rest(self, original_small, updated_small, call: cst.Call):
+        """The statement without initialize, or None when nothing of it is left."""
+        value = returned_value(call)
+        if isinstance(original_small, cst.Expr):
+            return None
+        if isinstance(original_small, cst.Assign):
+            if value is None:
+                return None
+            targets = [t.target for t in original_small.targets]
+            if len(targets) == 1 and _code(targets[0]) == _code(value):
+                return None
+            return updated_small.with_changes(value=value)
+        if isinstance(original_small, (cst.Return, cst.AnnAssign)) and value is not None:
+            return updated_small.with_changes(value=value)
+        return updated_small.with_changes(value=value) if value is not None else None
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If):
+        if self.plan is None or not self.plan.hoisted or original_node.orelse is not None:
+            return updated_node
+        guarded = [s for s in original_node.body.body if isinstance(s, cst.SimpleStatementLine)
+                   and len(s.body) == 1 and self._is_init(getattr(s.body[0], "value", None))]
+        if not guarded:
+            return updated_node
+        if not self._creates_here(original_node):
+            creation = None
+        else:
+            creation = self._creation(original_node.leading_lines)
+        body = updated_node.body
+        if not body.body or all(isinstance(s, cst.SimpleStatementLine) and
+                                all(isinstance(x, cst.Pass) for x in s.body) for s in body.body):
+            return creation if creation is not None else cst.RemoveFromParent()
+        if creation is None:
+            return updated_node
+        return cst.FlattenSentinel([creation, updated_node.with_changes(leading_lines=())])
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        if self.plan is None or self.created:
+            return updated_node
+        body = list(updated_node.body)
+        at = 0
+        for i, stmt in enumerate(body):
+            if isinstance(stmt, cst.SimpleStatementLine) and all(
+                    isinstance(s, (cst.Import, cst.ImportFrom)) or
+                    (isinstance(s, cst.Expr) and isinstance(s.value, cst.SimpleString)) for s in stmt.body):
+                at = i + 1
+            elif isinstance(stmt, (cst.Try, cst.If)) and i == at:
+                at = i + 1  # import guards at the top (try: import apex ...)
+            else:
+                break
+        body.insert(at, self._creation())
+        return updated_node.with_changes(body=body)

@@ -1,0 +1,288 @@
+"""`with amp.scale_loss(loss, opt) as s: s.backward()` → autocast forward + `scaler.scale(loss)`.
+
+What it does
+    Rewrites each `scale_loss` block to `scaler.scale(loss).backward(...)` (or, when the body
+    does more than one backward, binds `s = scaler.scale(loss)` and keeps the body), and wraps
+    the forward pass in `with torch.autocast(...)`: the statements of the enclosing block from
+    the first one that uses a model returned by `initialize` to the last one that assigns the
+    loss (only the loss assignment when no model use is visible there).
+
+Why
+    Apex O1 patched torch functions globally from `initialize` on; native code says where
+    reduced precision applies. Backward must run outside autocast, so the region ends before
+    the `scale_loss` block. `loss_id` and `delay_unscale` have no native meaning: one scaler
+    scales every loss, and gradients are unscaled once, at `scaler.step` or `unscale_`.
+
+Fix safety
+    Safe when the loss is computed in the function that calls `scale_loss` (the plan falls
+    back otherwise). `delay_overflow_check` has no native equivalent and falls back.
+
+Example
+    out = model(x)
+    loss = crit(out, y)
+    with amp.scale_loss(loss, opt) as scaled_loss:
+        scaled_loss.backward()
+becomes
+    with torch.autocast("cuda", dtype=torch.float16):
+        out = model(x)
+        loss = crit(out, y)
+    scaler.scale(loss).backward()
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import libcst as cst
+import libcst.matchers as m
+
+from ..diagnostics import Severity, define
+from .base import Rule
+from .training_plan import ONE_SCALER, SCALE_LOSS, TrainingPlan, bind_arguments, literal
+
+SCALE_LOSS_ARGS = ("loss", "optimizers", "loss_id", "model", "delay_unscale", "delay_overflow_check")
+
+UNSUPPORTED_BLOCK = define(
+    "AMP201", "scale-loss-shape", Severity.WARNING,
+    "This `scale_loss` use has no native rewrite (no `as` name, several context managers in "
+    "one `with`, `delay_overflow_check`, or arguments given as `*args`/`**kwargs`).",
+    "The native form binds the scaled loss to the `as` name, and `delay_overflow_check=True` "
+    "(an undocumented switch, usually paired with manual `_amp_state` handling) has no "
+    "GradScaler counterpart, so the file keeps Apex's semantics through the shim.",
+    before="with amp.scale_loss(loss, opt, delay_overflow_check=True) as s:\n    s.backward()",
+    after="# unchanged, imports point at amp_shim",
+    falls_back=True,
+)
+LOSS_NOT_HERE = define(
+    "AMP202", "loss-computed-elsewhere", Severity.WARNING,
+    "The loss passed to `scale_loss` is not computed in this function, so there is no "
+    "forward pass to put under autocast.",
+    "Apex O1 cast inside every torch function from `initialize` on. Native autocast must "
+    "surround the forward pass, which happens somewhere this file does not show (the loss is "
+    "a parameter or an attribute). The file uses the shim; move the forward and the "
+    "`scale_loss` into one function to migrate it natively.",
+    before="def backward(self, loss):\n    with amp.scale_loss(loss, self.opt) as s:\n        s.backward()",
+    after="# unchanged, imports point at amp_shim",
+    falls_back=True,
+)
+LOSS_ONLY_REGION = define(
+    "AMP203", "autocast-covers-loss-only", Severity.INFO,
+    "No use of an `initialize`d model precedes the loss here; autocast covers only the loss "
+    "computation.",
+    "The autocast region starts at the first statement that uses a model returned by "
+    "`initialize`. None is visible in this block, so only the loss assignment runs under "
+    "autocast. If the forward pass happens in that statement (a helper call), that is right; "
+    "otherwise widen the `with torch.autocast(...)` block by hand.",
+)
+
+
+def _names(node: cst.CSTNode) -> set[str]:
+    """Names and dotted attributes an expression reads (`loss`, `self.loss`)."""
+    found = {n.value for n in m.findall(node, m.Name())}
+    for attr in m.findall(node, m.Attribute()):
+        found.add(cst.Module([]).code_for_node(attr))
+    return found
+
+
+def _assigned(stmt: cst.CSTNode) -> set[str]:
+    """Names a statement assigns anywhere inside it (not in nested functions or classes)."""
+    out: set[str] = set()
+    code = cst.Module([]).code_for_node
+
+    class Collect(cst.CSTVisitor):
+        def visit_FunctionDef(self, node) -> bool:
+            return False
+
+        def visit_ClassDef(self, node) -> bool:
+            return False
+
+        def _targets(self, target: cst.CSTNode) -> None:
+            if isinstance(target, (cst.Tuple, cst.List)):
+                for el in target.elements:
+                    self._targets(el.value)
+            elif isinstance(target, cst.StarredElement):
+                self._targets(target.value)
+            else:
+                out.add(code(target))
+
+        def visit_AssignTarget(self, node) -> None:
+            self._targets(node.target)
+
+        def visit_AugAssign(self, node) -> None:
+            self._targets(node.target)
+
+        def visit_AnnAssign(self, node) -> None:
+            if node.value is not None:
+                self._targets(node.target)
+
+        def visit_NamedExpr(self, node) -> None:
+            self._targets(node.target)
+
+        def visit_For(self, node) -> None:
+            self._targets(node.target)
+
+        def visit_WithItem(self, node) -> None:
+            if node.asname is not None:
+                self._targets(node.asname.name)
+
+    stmt.visit(Collect())
+    return out
+
+
+def _single_backward(stmt: cst.CSTNode, alias: str) -> Optional[cst.Call]:
+    """`alias.backward(...)` alone on its line, not otherwise reading `alias`."""
+    pattern = m.SimpleStatementLine(body=[m.Expr(m.Call(
+        func=m.Attribute(value=m.Name(alias), attr=m.Name("backward"))))])
+    if not m.matches(stmt, pattern):
+        return None
+    call = stmt.body[0].value
+    if any(alias in _names(a.value) for a in call.args):
+        return None
+    return call
+
+
+def _uses(stmt: cst.CSTNode, codes: set[str]) -> bool:
+    return bool(codes) and bool(_names(stmt) & codes)
+
+
+class ScaleLossToGradScaler(Rule):
+    def __init__(self, context, state) -> None:
+        super().__init__(context, state)
+        self.plan: Optional[TrainingPlan] = state.scratch.get("training")
+        self.withs: set[int] = set()  # original With nodes to rewrite
+        self.regions: dict[int, list[tuple[int, int]]] = {}  # original block -> [(first, last)]
+
+    # -- finding ----------------------------------------------------------------------------------
+    def _scale_loss_call(self, node: cst.With) -> Optional[cst.Call]:
+        for item in node.items:
+            if isinstance(item.item, cst.Call) and self.apex_name(item.item.func) in SCALE_LOSS:
+                return item.item
+        return None
+
+    def visit_With(self, node: cst.With) -> None:
+        if self.plan is None:
+            return
+        call = self._scale_loss_call(node)
+        if call is None:
+            return
+        args = bind_arguments(call, SCALE_LOSS_ARGS)
+        if args is None or "loss" not in args or len(node.items) != 1 or node.items[0].asname is None \
+                or not isinstance(node.items[0].asname.name, cst.Name) or node.asynchronous:
+            self.report(node, UNSUPPORTED_BLOCK)
+            return
+        if literal(args.get("delay_overflow_check")) not in (None, False):
+            self.report(args["delay_overflow_check"], UNSUPPORTED_BLOCK,
+                        "`delay_overflow_check` has no GradScaler equivalent")
+            return
+        if "loss_id" in args and literal(args["loss_id"]) != 0:
+            self.report(args["loss_id"], ONE_SCALER)
+        region = self._region(node, _names(args["loss"]))
+        if region is None:
+            self.report(node, LOSS_NOT_HERE)
+            return
+        block, first, last, saw_model = region
+        if not saw_model:
+            self.report(node, LOSS_ONLY_REGION)
+        self.withs.add(id(node))
+        spans = self.regions.setdefault(id(block), [])
+        spans.append((first, last))
+
+    def _region(self, node: cst.With, loss_names: set[str]):
+        """(block, first, last, saw_model): the statements of `block` to put under autocast."""
+        current: cst.CSTNode = node
+        while True:
+            block = self.parent(current)
+            if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+                return None
+            body = list(block.body)
+            at = next(i for i, stmt in enumerate(body) if stmt is current)
+            last = next((i for i in range(at - 1, -1, -1) if _assigned(body[i]) & loss_names), None)
+            if last is not None:
+                start = 0
+                for i in range(at - 1, -1, -1):
+                    if any(self._scale_loss_call(w) is not None for w in m.findall(body[i], m.With())):
+                        start = i + 1
+                        break
+                first = next((i for i in range(start, last + 1) if _uses(body[i], self.plan.models)), None)
+                return block, (last if first is None else first), last, first is not None
+            owner: Optional[cst.CSTNode] = block
+            while True:
+                owner = self.parent(owner)
+                if owner is None or isinstance(owner, (cst.For, cst.While, cst.FunctionDef,
+                                                       cst.ClassDef, cst.Lambda, cst.Module)):
+                    return None
+                if isinstance(owner, cst.BaseCompoundStatement) and \
+                        isinstance(self.parent(owner), (cst.IndentedBlock, cst.Module)):
+                    break
+            current = owner
+
+    # -- rewriting --------------------------------------------------------------------------------
+    def _replacement(self, updated: cst.With) -> list[cst.BaseStatement]:
+        call = updated.items[0].item
+        args = bind_arguments(call, SCALE_LOSS_ARGS)
+        loss = args["loss"]
+        scaled = cst.Call(cst.parse_expression(f"{self.plan.scaler}.scale"), [cst.Arg(loss)])
+        alias = updated.items[0].asname.name.value
+        body = updated.body
+        statements = list(body.body) if isinstance(body, cst.IndentedBlock) else [
+            cst.SimpleStatementLine(list(body.body))]
+        if isinstance(body, cst.SimpleStatementSuite):
+            statements[0] = statements[0].with_changes(
+                body=[s.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) if i == len(body.body) - 1 else s
+                      for i, s in enumerate(body.body)])
+        single = _single_backward(statements[0], alias) if len(statements) == 1 else None
+        if single is not None:
+            line = statements[0]
+            new_call = single.with_changes(func=cst.Attribute(scaled, cst.Name("backward")))
+            out = [line.with_changes(body=[line.body[0].with_changes(value=new_call)])]
+        else:
+            out = [cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(alias))], scaled)])] + statements
+        out[0] = out[0].with_changes(leading_lines=updated.leading_lines)
+        header = body.header if isinstance(body, cst.IndentedBlock) else body.trailing_whitespace
+        if header.comment is not None and isinstance(out[0], cst.SimpleStatementLine) \
+                and out[0].trailing_whitespace.comment is None:
+            out[0] = out[0].with_changes(trailing_whitespace=header)
+        return out
+
+    def _rebuild(self, original: Sequence[cst.CSTNode], updated: Sequence[cst.CSTNode], block_id: int):
+        spans = sorted(self.regions.get(block_id, []))
+        merged: list[list[int]] = []
+        for first, last in spans:
+            if merged and first <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], last)
+            else:
+                merged.append([first, last])
+        starts = {first: last for first, last in merged}
+        out: list[cst.BaseStatement] = []
+        i = 0
+        while i < len(updated):
+            if i in starts:
+                last = starts[i]
+                inner = list(updated[i:last + 1])
+                lead = inner[0].leading_lines
+                inner[0] = inner[0].with_changes(leading_lines=())
+                out.append(cst.With(
+                    items=[cst.WithItem(self.plan.autocast_call)],
+                    body=cst.IndentedBlock(body=inner),
+                    leading_lines=lead))
+                i = last + 1
+                continue
+            if id(original[i]) in self.withs:
+                out.extend(self._replacement(updated[i]))
+            else:
+                out.append(updated[i])
+            i += 1
+        return out
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
+        if not self.withs:
+            return updated_node
+        if len(original_node.body) != len(updated_node.body):
+            return updated_node
+        return updated_node.with_changes(
+            body=self._rebuild(original_node.body, updated_node.body, id(original_node)))
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        if not self.withs or len(original_node.body) != len(updated_node.body):
+            return updated_node
+        return updated_node.with_changes(
+            body=self._rebuild(original_node.body, updated_node.body, id(original_node)))

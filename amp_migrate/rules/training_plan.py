@@ -1,0 +1,464 @@
+"""The plan for a file's native training loop: one GradScaler, where it lives, how it is built.
+
+Apex keeps its loss scalers in process-global state, so `amp.initialize`, `amp.scale_loss`,
+`optimizer.step()` and `amp.state_dict()` may sit in different functions. Native code needs
+one `GradScaler` that every one of those places can reach (DESIGN.md §2):
+
+* a local, when they all share one function (or all run at module level);
+* `self.<name>`, when they are all methods of one class;
+* a module-level global otherwise, which needs `initialize`'s options to be literals.
+
+This rule changes nothing; it reads the original file, decides, and reports what cannot be
+made native (several `initialize` calls, options that are not literals where they would have
+to be, `scale_loss` with no `initialize` in the file, ...). The rules after it carry the plan
+out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import libcst as cst
+import libcst.matchers as m
+
+from ..diagnostics import Severity, define
+from .base import Rule
+
+INITIALIZE = "apex.amp.initialize"
+INIT = "apex.amp.init"
+SCALE_LOSS = ("apex.amp.scale_loss", "apex.amp.handle.scale_loss", "apex.amp.AmpHandle.scale_loss")
+MASTER_PARAMS = "apex.amp.master_params"
+STATE_DICT = "apex.amp.state_dict"
+LOAD_STATE_DICT = "apex.amp.load_state_dict"
+SCALER_NAMES = ("scaler", "grad_scaler", "amp_scaler")
+LEVELS = ("O0", "O1", "O2", "O3")
+INITIALIZE_ARGS = ("models", "optimizers", "enabled", "opt_level", "cast_model_type",
+                   "patch_torch_functions", "keep_batchnorm_fp32", "master_weights",
+                   "loss_scale", "cast_model_outputs", "num_losses", "verbosity",
+                   "min_loss_scale", "max_loss_scale")
+
+NO_PLACE = define(
+    "AMP101", "scaler-unreachable", Severity.WARNING,
+    "No single place for the GradScaler reaches every Apex call of this file.",
+    "Apex's loss scalers are process-global; a GradScaler is an object that `initialize`'s "
+    "replacement creates and that `scale_loss`, `step` and `state_dict` must reach. When they "
+    "are spread over functions that share neither a class nor literal options that a "
+    "module-level scaler could be built from, the file is migrated to the shim instead.",
+    before="def setup(args):\n    model, opt = amp.initialize(model, opt, opt_level=args.opt_level)\n"
+           "def train(model, opt):\n    with amp.scale_loss(loss, opt) as s:\n        s.backward()",
+    after="def setup(args):\n    model, opt = amp.initialize(model, opt, opt_level=args.opt_level)  # amp_shim",
+    falls_back=True,
+)
+INIT_COUNT = define(
+    "AMP102", "initialize-not-once", Severity.WARNING,
+    "The file calls `amp.initialize` (or `amp.init`) more than once, or uses `scale_loss` "
+    "without calling it.",
+    "The native rewrite turns the one `initialize` of a training script into the one "
+    "GradScaler of its loop. Several calls (one per fold, per branch) or none at all (the call "
+    "lives in another module) leave no single scaler to use, so the file keeps Apex's "
+    "semantics through the shim.",
+    falls_back=True,
+)
+OPTION_NOT_LITERAL = define(
+    "AMP103", "option-not-provable", Severity.WARNING,
+    "An `amp.initialize` option is computed at run time in a way native code cannot follow.",
+    "Options such as `opt_level=args.opt_level` are rewritten to an expression that is right "
+    "for every value (`enabled=args.opt_level != \"O0\"`). A run-time `loss_scale` (which may be "
+    "\"dynamic\" or a number), `**kwargs`, or an expression with side effects cannot be, so the "
+    "file uses the shim.",
+    before='amp.initialize(model, opt, loss_scale=args.loss_scale)',
+    after='# unchanged, imports point at amp_shim',
+    falls_back=True,
+)
+O2_O3 = define(
+    "AMP110", "fp16-weights-become-autocast", Severity.INFO,
+    "O2/O3 kept fp16 model weights (with fp32 masters at O2); native code keeps fp32 weights "
+    "and runs ops in reduced precision under autocast.",
+    "torch has no master-weights mode. Autocast with fp32 weights is the native recipe and is "
+    "numerically at least as good; memory use and speed differ from pure fp16 weights, and "
+    "checkpoints hold fp32 weights as they did with Apex.",
+    before='model, opt = amp.initialize(model, opt, opt_level="O2")',
+    after='scaler = torch.amp.GradScaler("cuda")\n# forward under torch.autocast("cuda", dtype=torch.float16)',
+)
+STATIC_SCALE = define(
+    "AMP111", "static-loss-scale", Severity.INFO,
+    "A static `loss_scale` becomes the initial scale of a dynamic GradScaler.",
+    "Apex's static scale never changed and never skipped a step, even on inf/NaN gradients. "
+    "GradScaler has no static mode: it starts at the given scale, skips steps whose gradients "
+    "are not finite and backs off, and grows after 2000 clean steps.",
+    before='amp.initialize(model, opt, opt_level="O1", loss_scale=128.0)',
+    after='scaler = torch.amp.GradScaler("cuda", init_scale=128.0)',
+)
+SCALE_BOUNDS = define(
+    "AMP112", "loss-scale-bounds", Severity.INFO,
+    "`min_loss_scale`/`max_loss_scale` have no GradScaler equivalent and were dropped.",
+    "GradScaler's scale is unbounded: it can back off below Apex's floor and grow above its "
+    "cap (2**24 by default, reached only after tens of thousands of clean steps).",
+    before='amp.initialize(model, opt, min_loss_scale=1.0)',
+    after='scaler = torch.amp.GradScaler("cuda")',
+)
+IGNORED_OPTIONS = define(
+    "AMP113", "option-without-native-meaning", Severity.INFO,
+    "An `amp.initialize` option with no native meaning was dropped "
+    "(`keep_batchnorm_fp32`, `master_weights`, `cast_model_type`, `patch_torch_functions`, "
+    "`cast_model_outputs`).",
+    "Native weights stay fp32 (BatchNorm included) and autocast chooses each op's dtype, so "
+    "these switches have nothing to act on. `cast_model_outputs` in particular: model outputs "
+    "now come back in whatever dtype autocast gave their last op.",
+)
+ONE_SCALER = define(
+    "AMP114", "one-scaler-for-all-losses", Severity.INFO,
+    "`num_losses`/`loss_id` per-loss scalers become one GradScaler.",
+    "PyTorch's recipe for several losses and optimizers uses one scaler: each loss is scaled "
+    "by it, each optimizer steps through it, and it is updated once per iteration. An overflow "
+    "in one loss now backs off the scale for all of them.",
+)
+BF16 = define(
+    "AMP115", "bfloat16-no-loss-scaling", Severity.INFO,
+    "With `--dtype bfloat16` autocast runs in bfloat16 and the GradScaler is disabled.",
+    "bfloat16 has float32's exponent range, so gradients do not underflow and loss scaling is "
+    "unnecessary; a disabled GradScaler passes losses and steps through unchanged, so the code "
+    "keeps its shape and can be switched back to float16.",
+)
+
+
+@dataclass
+class TrainingPlan:
+    scaler: str  # how code reaches it: "scaler" or "self.scaler"
+    placement: str  # "local" | "self" | "module"
+    scaler_call: cst.Call
+    autocast_call: cst.Call
+    models: set[str] = field(default_factory=set)
+    optimizers: set[str] = field(default_factory=set)
+    hoisted: bool = False  # built before the `if` that guarded `initialize`
+
+
+def literal(node: Optional[cst.BaseExpression]):
+    """A Python value for simple literals (strings, numbers, True/False/None), else a marker."""
+    if node is None:
+        return None
+    if isinstance(node, (cst.SimpleString, cst.Integer, cst.Float)):
+        return node.evaluated_value
+    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[node.value]
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        inner = literal(node.expression)
+        return -inner if isinstance(inner, (int, float)) else NOT_LITERAL
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Power):
+        base, exp = literal(node.left), literal(node.right)
+        if isinstance(base, (int, float)) and isinstance(exp, (int, float)):
+            return base ** exp
+    return NOT_LITERAL
+
+
+NOT_LITERAL = object()
+
+
+def pure(node: cst.BaseExpression) -> bool:
+    """Reading the expression twice gives the same value and does nothing else."""
+    if literal(node) is not NOT_LITERAL:
+        return True
+    if isinstance(node, cst.Name):
+        return True
+    if isinstance(node, cst.Attribute):
+        return pure(node.value)
+    if isinstance(node, cst.Subscript):
+        return pure(node.value) and all(
+            isinstance(e.slice, cst.Index) and pure(e.slice.value) for e in node.slice)
+    if isinstance(node, cst.Comparison):
+        return pure(node.left) and all(pure(c.comparator) for c in node.comparisons)
+    if isinstance(node, cst.BooleanOperation):
+        return pure(node.left) and pure(node.right)
+    if isinstance(node, cst.UnaryOperation):
+        return pure(node.expression)
+    return False
+
+
+def bind_arguments(call: cst.Call, names=INITIALIZE_ARGS) -> Optional[dict[str, cst.BaseExpression]]:
+    """Map a call's arguments to parameter names, or None when they cannot be (`*a`, `**k`)."""
+    bound: dict[str, cst.BaseExpression] = {}
+    for i, arg in enumerate(call.args):
+        if arg.star:
+            return None
+        if arg.keyword is None:
+            if i >= len(names):
+                return None
+            bound[names[i]] = arg.value
+        else:
+            bound[arg.keyword.value] = arg.value
+    return bound
+
+
+def expression_codes(node: Optional[cst.BaseExpression]) -> list[str]:
+    """`model` → ["model"]; `[netD, netG]` → ["netD", "netG"]; anything else → []."""
+    if node is None:
+        return []
+    if isinstance(node, (cst.List, cst.Tuple)):
+        out = []
+        for el in node.elements:
+            if isinstance(el, cst.StarredElement):
+                return []
+            out.extend(expression_codes(el.value))
+        return out
+    if isinstance(node, (cst.Name, cst.Attribute)) and pure(node):
+        return [cst.Module([]).code_for_node(node)]
+    return []
+
+
+def _and(left: Optional[cst.BaseExpression], right: Optional[cst.BaseExpression]):
+    if left is None:
+        return right
+    if right is None:
+        return left
+
+    def wrap(e):
+        if isinstance(e, cst.BooleanOperation) and isinstance(e.operator, cst.Or):
+            return e.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        return e
+    return cst.BooleanOperation(wrap(left), cst.And(), wrap(right))
+
+
+def _kw(name: str, value: cst.BaseExpression) -> cst.Arg:
+    return cst.Arg(value=value, keyword=cst.Name(name),
+                   equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+
+
+def _string(value: str) -> cst.SimpleString:
+    return cst.SimpleString(f'"{value}"')
+
+
+class PlanTraining(Rule):
+    """Read the file's Apex training calls and decide where its GradScaler lives."""
+
+    def __init__(self, context, state) -> None:
+        super().__init__(context, state)
+        self.inits: list[tuple[cst.Call, cst.CSTNode]] = []  # (call, statement)
+        self.sites: list[cst.CSTNode] = []  # every call that will reach the scaler
+        self.scale_losses: list[cst.Call] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = self.apex_name(node.func)
+        if name in (INITIALIZE, INIT):
+            self.inits.append((node, self._statement(node)))
+        elif name in SCALE_LOSS:
+            self.scale_losses.append(node)
+            self.sites.append(node)
+        elif name in (MASTER_PARAMS, STATE_DICT, LOAD_STATE_DICT):
+            self.sites.append(node)
+
+    def _statement(self, node: cst.CSTNode) -> cst.CSTNode:
+        for parent in self.ancestors(node):
+            if isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                return parent
+        return node
+
+    def scope_of(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
+        for parent in self.ancestors(node):
+            if isinstance(parent, (cst.FunctionDef, cst.Lambda)):
+                return parent if isinstance(parent, cst.FunctionDef) else None
+        return None
+
+    def class_of(self, function: cst.FunctionDef) -> Optional[cst.ClassDef]:
+        block = self.parent(function)
+        owner = self.parent(block) if block is not None else None
+        if isinstance(owner, cst.ClassDef) and function.params.params \
+                and function.params.params[0].name.value == "self":
+            return owner
+        return None
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        if not self.inits and not self.scale_losses:
+            return updated_node
+        if len(self.inits) != 1 or not self.scale_losses:
+            where = self.inits[1][0] if len(self.inits) > 1 else (
+                self.inits[0][0] if self.inits else self.scale_losses[0])
+            self.report(where, INIT_COUNT,
+                        "`amp.initialize` is called more than once in this file" if len(self.inits) > 1
+                        else "no `scale_loss` in this file uses the `amp.initialize` here" if self.inits
+                        else "`scale_loss` is used but `amp.initialize` is not called in this file")
+            return updated_node
+        call, statement = self.inits[0]
+        plan = self._plan(call, statement, original_node)
+        if plan is not None:
+            self.state.scratch["training"] = plan
+        return updated_node
+
+    # -- deciding ------------------------------------------------------------------------------
+    def _optimizer_codes(self) -> set[str]:
+        codes: set[str] = set()
+        for call in self.scale_losses:
+            bound = bind_arguments(call, ("loss", "optimizers", "loss_id", "model",
+                                          "delay_unscale", "delay_overflow_check"))
+            if bound is not None:
+                codes.update(expression_codes(bound.get("optimizers")))
+        return codes
+
+    def _step_sites(self, module: cst.Module, optimizers: set[str]) -> list[cst.Call]:
+        matcher = m.Call(func=m.Attribute(attr=m.Name("step")))
+        return [c for c in m.findall(module, matcher)
+                if self.code_of(c.func.value) in optimizers]
+
+    def _placement(self, init_statement: cst.CSTNode, sites: list[cst.CSTNode]) -> Optional[str]:
+        init_scope = self.scope_of(init_statement)
+        scopes = {self.scope_of(s) for s in sites} | {init_scope}
+        if len(scopes) == 1:
+            return "local"
+        if None not in scopes:
+            classes = {self.class_of(f) for f in scopes}
+            if len(classes) == 1 and None not in classes:
+                return "self"
+        return "module"
+
+    def _name(self, module: cst.Module, placement: str) -> str:
+        used = {n.value for n in m.findall(module, m.Name())}
+        for name in SCALER_NAMES:
+            if name not in used:
+                return name
+        i = 1
+        while f"scaler_{i}" in used:
+            i += 1
+        return f"scaler_{i}"
+
+    def _plan(self, call: cst.Call, statement: cst.CSTNode, module: cst.Module) -> Optional[TrainingPlan]:
+        is_init = self.apex_name(call.func) == INIT
+        names = ("enabled", "enable_caching", "verbose", "allow_banned") if is_init else INITIALIZE_ARGS
+        args = bind_arguments(call, names)
+        if args is None:
+            self.report(call, OPTION_NOT_LITERAL, "`amp.initialize` takes `*args`/`**kwargs` here")
+            return None
+        optimizers = self._optimizer_codes()
+        sites = self.sites + self._step_sites(module, optimizers)
+        placement = self._placement(statement, sites)
+
+        conditions: list[cst.BaseExpression] = []
+        ok = True
+        level = args.get("opt_level", None)
+        level_value = "O1" if level is None else literal(level)
+        if level_value is NOT_LITERAL:
+            if not pure(level):
+                self.report(level, OPTION_NOT_LITERAL, "`opt_level` is an expression with side effects")
+                ok = False
+            else:
+                conditions.append(cst.Comparison(level, [cst.ComparisonTarget(
+                    cst.NotEqual(), _string("O0"))]))
+        elif level_value not in LEVELS:
+            self.report(level, OPTION_NOT_LITERAL, f"`opt_level={level_value!r}` is not one of O0-O3")
+            ok = False
+        elif level_value == "O0":
+            conditions.append(cst.Name("False"))
+        elif level_value in ("O2", "O3"):
+            self.report(call, O2_O3, f"{level_value}: {O2_O3.summary}")
+
+        enabled = args.get("enabled")
+        enabled_value = literal(enabled)
+        if enabled_value is False:
+            conditions.append(cst.Name("False"))
+        elif enabled is not None and enabled_value is not True:
+            if enabled_value is NOT_LITERAL and pure(enabled):
+                conditions.append(enabled)
+            else:
+                self.report(enabled, OPTION_NOT_LITERAL, "`enabled` is not a plain expression")
+                ok = False
+
+        guard, nested = self._guard(statement)
+        if nested:
+            self.report(statement, NO_PLACE, "`amp.initialize` runs inside a loop or a branch "
+                        "with an `else`, so no scaler built there reaches the rest of the code")
+            ok = False
+        elif guard is not None:
+            if not pure(guard):
+                self.report(statement, OPTION_NOT_LITERAL,
+                            "`amp.initialize` runs under a condition with side effects")
+                ok = False
+            else:
+                conditions.insert(0, guard)
+
+        scaler_args: list[cst.Arg] = [cst.Arg(_string(self.options.device))]
+        loss_scale = args.get("loss_scale")
+        scale_value = literal(loss_scale)
+        if isinstance(scale_value, str) and scale_value != "dynamic":
+            try:
+                scale_value = float(scale_value)
+            except ValueError:
+                scale_value = NOT_LITERAL
+        if scale_value is NOT_LITERAL:
+            self.report(loss_scale, OPTION_NOT_LITERAL,
+                        "`loss_scale` is chosen at run time (it may be \"dynamic\" or a number)")
+            ok = False
+        elif isinstance(scale_value, (int, float)) and not isinstance(scale_value, bool):
+            scaler_args.append(_kw("init_scale", cst.Float(repr(float(scale_value)))))
+            self.report(loss_scale, STATIC_SCALE)
+        max_scale = literal(args.get("max_loss_scale"))
+        if isinstance(max_scale, (int, float)) and max_scale < 2.0**16 and scale_value in (None, "dynamic"):
+            scaler_args.append(_kw("init_scale", cst.Float(repr(float(max_scale)))))
+        for bound in ("min_loss_scale", "max_loss_scale"):
+            if bound in args and literal(args[bound]) is not None:
+                self.report(args[bound], SCALE_BOUNDS)
+        for option in ("keep_batchnorm_fp32", "master_weights", "cast_model_type",
+                       "patch_torch_functions", "cast_model_outputs"):
+            if option in args and literal(args[option]) is not None:
+                self.report(args[option], IGNORED_OPTIONS, f"`{option}` has no native meaning and was dropped")
+        losses = literal(args.get("num_losses"))
+        if "num_losses" in args and losses != 1:
+            self.report(args["num_losses"], ONE_SCALER)
+
+        enabled_expr: Optional[cst.BaseExpression] = None
+        for c in conditions:
+            enabled_expr = _and(enabled_expr, c)
+        if any(literal(c) is False for c in conditions):
+            enabled_expr = cst.Name("False")
+        if placement == "module" and enabled_expr is not None and literal(enabled_expr) is NOT_LITERAL:
+            self.report(call, NO_PLACE, "the scaler must be module-level here, but whether amp is "
+                        "enabled is only known inside the function that calls `initialize`")
+            ok = False
+        if not ok:
+            return None
+
+        name = self._name(module, placement)
+        scaler = f"self.{name}" if placement == "self" else name
+        fp16 = self.options.needs_loss_scaling
+        if not fp16:
+            self.report(call, BF16)
+            if enabled_expr is not None and literal(enabled_expr) is NOT_LITERAL and placement != "local":
+                self.report(call, NO_PLACE, "with bfloat16 the scaler is disabled, so autocast "
+                            "cannot follow it; whether amp is enabled is only known where `initialize` is")
+                return None
+        autocast_args = [cst.Arg(_string(self.options.device)),
+                         _kw("dtype", cst.parse_expression(f"torch.{self.options.dtype}"))]
+        if enabled_expr is not None:
+            if literal(enabled_expr) is False:
+                autocast_args.append(_kw("enabled", cst.Name("False")))
+                scaler_args.append(_kw("enabled", cst.Name("False")))
+            elif fp16:
+                scaler_args.append(_kw("enabled", enabled_expr))
+                autocast_args.append(_kw("enabled", cst.parse_expression(f"{scaler}.is_enabled()")))
+            else:
+                autocast_args.append(_kw("enabled", enabled_expr))
+        if not fp16 and not any(a.keyword and a.keyword.value == "enabled" for a in scaler_args):
+            scaler_args.append(_kw("enabled", cst.Name("False")))
+        return TrainingPlan(
+            scaler=scaler,
+            placement=placement,
+            scaler_call=cst.Call(cst.parse_expression("torch.amp.GradScaler"), scaler_args),
+            autocast_call=cst.Call(cst.parse_expression("torch.autocast"), autocast_args),
+            models=set(expression_codes(args.get("models"))),
+            optimizers=optimizers,
+            hoisted=guard is not None,
+        )
+
+    def _guard(self, statement: cst.CSTNode) -> tuple[Optional[cst.BaseExpression], bool]:
+        """The `if cond:` (without else) directly around `initialize`, and whether anything
+        else (a loop, another branch) stands between it and its function."""
+        block = self.parent(statement)
+        owner = self.parent(block) if block is not None else None
+        guard = None
+        start: cst.CSTNode = statement
+        if isinstance(owner, cst.If) and owner.body is block and owner.orelse is None:
+            guard, start = owner.test, owner
+        for parent in self.ancestors(start):
+            if isinstance(parent, (cst.FunctionDef, cst.Module)):
+                break
+            if isinstance(parent, (cst.For, cst.While, cst.If, cst.Else, cst.ExceptHandler,
+                                   cst.Match, cst.Lambda)):
+                return guard, True
+        return guard, False

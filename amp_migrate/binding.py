@@ -28,11 +28,17 @@ def is_apex_name(name: str) -> bool:
 class ApexBinder:
     """Answers "which Apex name is this expression?" for one metadata-resolved module."""
 
-    def __init__(self, module: cst.Module, get_metadata: GetMetadata) -> None:
+    def __init__(self, module: cst.Module, get_metadata: GetMetadata,
+                 known: Optional["ApexBinder"] = None) -> None:
+        """`known`: the binder of the file as first read. Rules delete the assignments that
+        proved a holder or a handle, so later rules keep the original file's facts."""
         self._get = get_metadata
         self.holders: dict[str, str] = {}  # self.<attr> -> apex name
         self.handles: set[str] = set()  # local names bound to amp.init()
-        self._scan(module)
+        if known is not None:
+            self.holders, self.handles = known.holders, known.handles
+        else:
+            self._scan(module)
 
     def _direct(self, node: cst.CSTNode) -> Optional[str]:
         names = self._get(QualifiedNameProvider, node, set())
@@ -42,16 +48,15 @@ class ApexBinder:
     def _scan(self, module: cst.Module) -> None:
         candidates: dict[str, set] = {}
         for assign in m.findall(module, m.Assign()):
-            value_name = self._direct(assign.value)
-            if value_name is None and m.matches(assign.value, m.Call()):
-                call_name = self._direct(assign.value.func)
-                if call_name == "apex.amp.init" and len(assign.targets) == 1:
+            if m.matches(assign.value, m.Call()) and self._direct(assign.value.func) == "apex.amp.init":
+                if len(assign.targets) == 1:
                     target = assign.targets[0].target
                     if m.matches(target, m.Name()):
                         self.handles.add(target.value)
                     elif m.matches(target, m.Attribute(value=m.Name("self"))):
                         candidates.setdefault(target.attr.value, set()).add(HANDLE)
-                    continue
+                continue
+            value_name = self._direct(assign.value)
             for t in assign.targets:
                 if m.matches(t.target, m.Attribute(value=m.Name("self"))):
                     candidates.setdefault(t.target.attr.value, set()).add(value_name)

@@ -61,7 +61,9 @@ def _run(rules: Sequence[type], module: cst.Module, options: Options) -> tuple[c
     context = CodemodContext()
     for rule in rules:
         state.advance(module.code)
-        module = rule(context, state).transform_module(module)
+        instance = rule(context, state)
+        if instance.applies():
+            module = instance.transform_module(module)
     return module, state
 
 

@@ -8,15 +8,17 @@ per-command import passes of `CodemodCommand.transform_module` are skipped here.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, Optional, Sequence
 
 import libcst as cst
 from libcst.codemod import Codemod, CodemodContext, VisitorBasedCodemodCommand
-from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
+from libcst.metadata import (MetadataWrapper, ParentNodeProvider, PositionProvider,
+                             QualifiedNameProvider)
 
 from ..binding import ApexBinder
-from ..diagnostics import CODES, Code, Diagnostic
+from ..diagnostics import Code, Diagnostic
 from ..options import Options
 
 
@@ -63,8 +65,9 @@ class Rule(VisitorBasedCodemodCommand):
         QualifiedNameProvider,
         ParentNodeProvider,
     )
-    #: Apex names (prefixes) the rule is about; the rule is skipped for files without them.
-    APEX_PREFIXES: ClassVar[tuple[str, ...]] = ("apex",)
+    #: Text the file must contain for the rule to have anything to do (any one of them);
+    #: files without it skip the rule's parse-tree passes entirely.
+    MARKERS: ClassVar[tuple[str, ...]] = ("apex",)
 
     def __init__(self, context: CodemodContext, state: FileState) -> None:
         super().__init__(context)
@@ -73,11 +76,28 @@ class Rule(VisitorBasedCodemodCommand):
         self.apex: Optional[ApexBinder] = None
 
     # -- running ---------------------------------------------------------------------------
+    def applies(self) -> bool:
+        """Cheap test, on the text, of whether the rule can find anything to do."""
+        return not self.MARKERS or any(marker in self.state.current for marker in self.MARKERS)
+
     def transform_module(self, tree: cst.Module) -> cst.Module:
         return Codemod.transform_module(self, tree)
 
+    @contextmanager
+    def _handle_metadata_reference(self, module: cst.Module):
+        # Every rule gets a tree no one else holds (the parse, or the previous rule's output),
+        # so the defensive deep copy libcst makes by default would only cost time.
+        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        with self.resolve(wrapper):
+            self.context = replace(self.context, wrapper=wrapper)
+            try:
+                yield wrapper.module
+            finally:
+                self.context = replace(self.context, wrapper=None)
+
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        self.apex = ApexBinder(tree, self.get_metadata)
+        self.apex = ApexBinder(tree, self.get_metadata, self.state.scratch.get("binding"))
+        self.state.scratch.setdefault("binding", self.apex)
         return super().transform_module_impl(tree)
 
     # -- helpers for rules -----------------------------------------------------------------
@@ -116,6 +136,3 @@ class Rule(VisitorBasedCodemodCommand):
             yield parent
             parent = self.parent(parent)
 
-
-def code_registered(code: str) -> bool:
-    return code in CODES

@@ -44,9 +44,14 @@ OLD_CHECKPOINTS = define(
 
 
 class CheckpointToScaler(Rule):
+    MARKERS = ("state_dict",)
+
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
         self.plan: Optional[TrainingPlan] = state.scratch.get("training")
+
+    def applies(self) -> bool:
+        return self.plan is not None and super().applies()
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if self.plan is None:

@@ -151,9 +151,34 @@ class SettleImports(Rule):
                     and all(self._unused(s) for s in node.body.body))
         return False
 
+    def _flag_only_try(self, node: cst.CSTNode):
+        """`try: <unused apex imports>; FLAG = True / except ImportError: FLAG = False`: the
+        imports go, and what is left cannot raise ImportError, so only the body stays."""
+        if not isinstance(node, cst.Try) or node.orelse or node.finalbody:
+            return None
+        imports = [s for s in node.body.body if _apex_import(s)]
+        rest = [s for s in node.body.body if not _apex_import(s)]
+        if not imports or not rest or not all(self._unused(s) for s in imports):
+            return None
+        constant = m.SimpleStatementLine(body=[m.Assign(
+            targets=[m.AssignTarget(m.Name())],
+            value=m.OneOf(m.Name("True"), m.Name("False"), m.Name("None"), m.Integer(), m.SimpleString()))])
+        if not all(m.matches(s, constant) for s in rest):
+            return None
+        import_errors = m.OneOf(m.Name("ImportError"), m.Name("ModuleNotFoundError"))
+        names = self._guard_names(imports) | {s.body[0].targets[0].target.value for s in rest}
+        if not all(h.type is not None and m.matches(h.type, import_errors)
+                   and self._only_guard(h.body, names) for h in node.handlers):
+            return None
+        rest[0] = rest[0].with_changes(leading_lines=node.leading_lines)
+        return cst.FlattenSentinel(rest)
+
     def on_leave(self, original_node, updated_node):
         if isinstance(original_node, (cst.Try, cst.If)) and self._dead_guard(original_node):
             return cst.RemoveFromParent()
+        flattened = self._flag_only_try(original_node)
+        if flattened is not None:
+            return flattened
         if isinstance(original_node, cst.SimpleStatementLine) and self._unused(original_node):
             return cst.RemoveFromParent()
         return super().on_leave(original_node, updated_node)
@@ -167,6 +192,10 @@ class SettleImports(Rule):
 
 class RemainingApexUses(Rule):
     """Whatever Apex use survived the native rules is not understood: fall back."""
+
+    def applies(self) -> bool:
+        # A file already falling back names its reasons; leftovers would only repeat them.
+        return not self.state.falls_back and super().applies()
 
     def visit_Import(self, node: cst.Import) -> bool:
         for alias in node.names:

@@ -52,6 +52,9 @@ def returned_value(call: cst.Call) -> Optional[cst.BaseExpression]:
 
 
 class InitializeToGradScaler(Rule):
+    def applies(self) -> bool:
+        return self.plan is not None
+
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
         self.plan: Optional[TrainingPlan] = state.scratch.get("training")
@@ -62,7 +65,7 @@ class InitializeToGradScaler(Rule):
         self.created = True
         target = cst.parse_expression(self.plan.scaler)
         return cst.SimpleStatementLine(
-            [cst.Assign([cst.AssignTarget(target)], self.plan.scaler_call)],
+            [cst.Assign([cst.AssignTarget(target)], self.plan.scaler_call.deep_clone())],
             leading_lines=leading_lines)
 
     def _is_init(self, node: Optional[cst.CSTNode]) -> bool:
@@ -140,5 +143,8 @@ class InitializeToGradScaler(Rule):
                 at = i + 1  # import guards at the top (try: import apex ...)
             else:
                 break
-        body.insert(at, self._creation())
+        creation = self._creation()
+        if at > 0:
+            creation = creation.with_changes(leading_lines=[cst.EmptyLine()])
+        body.insert(at, creation)
         return updated_node.with_changes(body=body)

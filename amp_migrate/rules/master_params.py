@@ -54,6 +54,8 @@ def params_of(optimizer: cst.BaseExpression) -> cst.GeneratorExp:
 
 
 class MasterParamsUnscale(Rule):
+    MARKERS = ("master_params",)
+
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
         self.plan: Optional[TrainingPlan] = state.scratch.get("training")
@@ -99,6 +101,9 @@ class MasterParamsUnscale(Rule):
         wanted = self.unscale_before.setdefault(id(statement), [])
         if optimizer not in wanted:
             wanted.append(optimizer)
+
+    def applies(self) -> bool:
+        return self.plan is not None and super().applies()
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if id(original_node) in self.calls:

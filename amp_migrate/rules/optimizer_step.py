@@ -54,6 +54,9 @@ LOOPS = (cst.For, cst.While, cst.FunctionDef, cst.Module)
 
 
 class OptimizerStepThroughScaler(Rule):
+    def applies(self) -> bool:
+        return self.plan is not None
+
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
         self.plan: Optional[TrainingPlan] = state.scratch.get("training")

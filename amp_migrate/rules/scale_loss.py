@@ -140,11 +140,26 @@ def _single_backward(stmt: cst.CSTNode, alias: str) -> Optional[cst.Call]:
     return call
 
 
+# Model methods that set a mode or clear grads rather than run the forward pass.
+HOUSEKEEPING = ("zero_grad", "train", "eval", "to", "cuda", "cpu", "requires_grad_")
+
+
 def _uses(stmt: cst.CSTNode, codes: set[str]) -> bool:
-    return bool(codes) and bool(_names(stmt) & codes)
+    """Does the statement run a model (anything but housekeeping calls on it)?"""
+    if not codes:
+        return False
+    code = cst.Module([]).code_for_node
+    housekeeping = m.Expr(m.Call(func=m.Attribute(attr=m.OneOf(*[m.Name(n) for n in HOUSEKEEPING]))))
+    if isinstance(stmt, cst.SimpleStatementLine) and all(
+            m.matches(s, housekeeping) and code(s.value.func.value) in codes for s in stmt.body):
+        return False
+    return bool(_names(stmt) & codes)
 
 
 class ScaleLossToGradScaler(Rule):
+    def applies(self) -> bool:
+        return self.plan is not None
+
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
         self.plan: Optional[TrainingPlan] = state.scratch.get("training")
@@ -202,6 +217,8 @@ class ScaleLossToGradScaler(Rule):
                     if any(self._scale_loss_call(w) is not None for w in m.findall(body[i], m.With())):
                         start = i + 1
                         break
+                if start > last:  # computed before an earlier scale_loss: inside its region
+                    return block, last, last, True
                 first = next((i for i in range(start, last + 1) if _uses(body[i], self.plan.models)), None)
                 return block, (last if first is None else first), last, first is not None
             owner: Optional[cst.CSTNode] = block
@@ -247,7 +264,7 @@ class ScaleLossToGradScaler(Rule):
         spans = sorted(self.regions.get(block_id, []))
         merged: list[list[int]] = []
         for first, last in spans:
-            if merged and first <= merged[-1][1]:
+            if merged and first <= merged[-1][1] + 1:
                 merged[-1][1] = max(merged[-1][1], last)
             else:
                 merged.append([first, last])
@@ -261,7 +278,7 @@ class ScaleLossToGradScaler(Rule):
                 lead = inner[0].leading_lines
                 inner[0] = inner[0].with_changes(leading_lines=())
                 out.append(cst.With(
-                    items=[cst.WithItem(self.plan.autocast_call)],
+                    items=[cst.WithItem(self.plan.autocast_call.deep_clone())],
                     body=cst.IndentedBlock(body=inner),
                     leading_lines=lead))
                 i = last + 1

@@ -230,6 +230,9 @@ def _string(value: str) -> cst.SimpleString:
 class PlanTraining(Rule):
     """Read the file's Apex training calls and decide where its GradScaler lives."""
 
+    MARKERS = ("initialize", "scale_loss", "init(")
+
+
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
         self.inits: list[tuple[cst.Call, cst.CSTNode]] = []  # (call, statement)
@@ -347,7 +350,7 @@ class PlanTraining(Rule):
         elif level_value == "O0":
             conditions.append(cst.Name("False"))
         elif level_value in ("O2", "O3"):
-            self.report(call, O2_O3, f"{level_value}: {O2_O3.summary}")
+            self.report(call, O2_O3)
 
         enabled = args.get("enabled")
         enabled_value = literal(enabled)

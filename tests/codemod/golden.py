@@ -7,7 +7,8 @@
     <case>.shim.py     the output of `--target shim`
 
 `AMP_MIGRATE_UPDATE_GOLDEN=1 pytest tests/codemod` rewrites the expected files from the
-current output; review the diff before committing it.
+current output (`AMP_MIGRATE_GOLDEN_DIRS=initialize,scale_loss` limits the run to those
+folders); review the diff before committing it.
 """
 from __future__ import annotations
 
@@ -51,5 +52,7 @@ class Case:
 
 
 def cases() -> list[Case]:
+    only = [d for d in os.environ.get("AMP_MIGRATE_GOLDEN_DIRS", "").split(",") if d]
     return [Case(p) for p in sorted(ROOT.glob("*/*.py"))
-            if not p.name.endswith((".native.py", ".shim.py"))]
+            if not p.name.endswith((".native.py", ".shim.py"))
+            and (not only or p.parent.name in only)]

@@ -2,6 +2,8 @@
 output that compiles, and `--target auto` choosing native exactly when native is possible."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from amp_migrate import migrate_source
@@ -11,15 +13,24 @@ from .golden import UPDATE, Case, cases
 CASES = cases()
 
 
-def check(case: Case, target: str) -> str:
-    result = migrate_source(case.source, target=target, **case.options)
+@functools.lru_cache(maxsize=None)
+def migrated(source: str, target: str, options: tuple):
+    return migrate_source(source, target=target, **dict(options))
+
+
+def run(case: Case, target: str):
+    return migrated(case.source, target, tuple(sorted(case.options.items())))
+
+
+def check(case: Case, target: str):
+    result = run(case, target)
     path = case.expected(target)
     if UPDATE:
         path.write_text(result.code)
     assert path.exists(), f"missing golden file {path.name}"
     assert result.code == path.read_text(), f"{case.id}: {target} output differs from {path.name}"
     compile(result.code, str(path), "exec", dont_inherit=True)
-    again = migrate_source(result.code, target=target, **case.options)
+    again = migrated(result.code, target, tuple(sorted(case.options.items())))
     assert again.code == result.code, f"{case.id}: a second {target} run changed the output"
     return result
 
@@ -32,7 +43,8 @@ def test_there_are_at_least_sixty_golden_cases():
 def test_native_output_matches_golden(case: Case):
     result = check(case, "native")
     if case.codes is not None:
-        assert {d.code for d in result.diagnostics} == case.codes
+        # AMP003 ("native refused") accompanies every fallback; the reasons are what is pinned.
+        assert {d.code for d in result.diagnostics} - {"AMP003"} == case.codes
     assert not any(d.code == "AMP002" for d in result.diagnostics), result.diagnostics
 
 
@@ -48,8 +60,8 @@ def test_shim_output_matches_golden_and_only_touches_imports(case: Case):
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_auto_takes_native_when_possible_else_shim(case: Case):
-    native = migrate_source(case.source, target="native", **case.options)
-    auto = migrate_source(case.source, target="auto", **case.options)
+    native = run(case, "native")
+    auto = run(case, "auto")
     if any(d.code == "AMP003" for d in native.diagnostics):
         assert auto.code == case.expected("shim").read_text()
         assert auto.target_used == "shim"

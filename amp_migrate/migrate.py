@@ -6,6 +6,7 @@ this in a pool, reports and writes.
 """
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -19,8 +20,9 @@ from .rules.base import FileState
 from .verify import VerificationError, verify_output
 
 # Cheap text test: a file that never spells these cannot use Apex or torch's deprecated
-# `torch.cuda.amp` / `torch.cpu.amp`, and is returned without parsing.
-_MARKERS = ("apex", "cuda.amp", "cpu.amp")
+# `torch.cuda.amp` / `torch.cpu.amp` (`from torch.cuda import amp` included), and is
+# returned without parsing.
+_MARKERS = ("apex", "cuda.amp", "cpu.amp", "torch.cuda import", "torch.cpu import")
 
 
 class MigrationError(Exception):
@@ -53,6 +55,13 @@ def parse(text: str) -> cst.Module:
     try:
         return cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
+        # Python's own parser names the place and the problem more precisely, when it agrees.
+        try:
+            ast.parse(text)
+        except SyntaxError as py:
+            raise MigrationError(f"syntax error: {py.msg}", py.lineno or 0, py.offset or 0) from None
+        except ValueError:  # e.g. NUL bytes
+            pass
         raise MigrationError(f"syntax error: {exc.message}", exc.raw_line, exc.raw_column + 1) from None
 
 

@@ -69,8 +69,8 @@ from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, QualifiedNameProvider, ScopeProvider
 
-from ..diagnostics import Severity, define
-from .base import Rule
+from ..diagnostics import Code, Severity, define
+from .base import FileState, Rule
 
 AUTOCAST_FIXED = define(
     "AMP601", "deprecated-autocast", Severity.INFO,
@@ -111,8 +111,8 @@ TYPE_REFERENCE_FIXED = define(
     "AMP604", "deprecated-amp-type-reference", Severity.INFO,
     "A deprecated autocast or GradScaler class used as a type became its `torch.amp` base "
     "class.",
-    "Once its constructions are migrated, an object is a `torch.amp.GradScaler` (or "
-    "`torch.autocast`), no longer an instance of the deprecated subclass, so annotations and "
+    "Migrated constructions build `torch.amp.GradScaler` (or `torch.autocast`) objects, which "
+    "are not instances of the deprecated subclasses, so annotations and "
     "`isinstance` checks must name the base class. The base class also matches objects of "
     "other devices; check the rewritten `isinstance` if the file tells devices apart that way.",
     before="def step(scaler: torch.cuda.amp.GradScaler): ...",
@@ -125,9 +125,11 @@ REFERENCE_KEPT = define(
     "The deprecated names still work (with a `FutureWarning`), so the file is correct as it "
     "is, but it was not finished. A name that is stored or passed instead of called "
     "(`ctx = torch.cuda.amp.autocast if amp else nullcontext`) may be called later with "
-    "positional arguments in the old order, which `torch.autocast` reads differently; calls "
-    "with `*args`/`**kwargs` hide which argument is which; and `torch` may mean something else "
-    "where the call is. Rewrite the named use by hand, e.g. with "
+    "positional arguments in the old order, which `torch.autocast` reads differently; autocast "
+    "calls with `*args`/`**kwargs` hide which argument is which; a name imported from either "
+    "API (`try: from torch.amp import GradScaler / except ImportError: from torch.cuda.amp "
+    "import GradScaler`) is called for both; and `torch` may mean something else where the "
+    "call is. Rewrite the named use by hand, e.g. with "
     "`functools.partial(torch.autocast, \"cuda\", dtype=torch.float16)` when it is only called "
     "with keyword arguments.",
     before="ctx = torch.cuda.amp.autocast if use_amp else contextlib.nullcontext",
@@ -170,6 +172,10 @@ DEPRECATED = _table()
 _AMBIGUOUS = Deprecated("", "", "")
 
 _TYPE_CHECK = m.Call(func=m.Name("isinstance") | m.Name("issubclass"))
+
+
+def _in_deprecated_module(name: str) -> bool:
+    return any(name == d or name.startswith(d + ".") for d in _DEPRECATED_MODULES)
 
 
 def _dotted(name: str) -> Union[cst.Name, cst.Attribute]:
@@ -229,9 +235,11 @@ class DeprecatedTorchAmp(Rule):
     """`torch.cuda.amp.*` / `torch.cpu.amp.*` → `torch.autocast` / `torch.amp.*`."""
 
     METADATA_DEPENDENCIES = Rule.METADATA_DEPENDENCIES + (ScopeProvider,)
-    APEX_PREFIXES = ()  # torch's own deprecated API: runs on files without Apex too
+    #: torch's own deprecated API, Apex or not; `from torch.cuda import amp` spells no
+    #: `cuda.amp`.
+    MARKERS = ("cuda.amp", "cpu.amp", "torch.cuda import", "torch.cpu import")
 
-    def __init__(self, context: CodemodContext, state) -> None:
+    def __init__(self, context: CodemodContext, state: FileState) -> None:
         super().__init__(context, state)
         self.changed = False
         self.imports: list[tuple[str, Optional[str], Optional[str]]] = []
@@ -241,12 +249,12 @@ class DeprecatedTorchAmp(Rule):
     def deprecated(self, node: cst.CSTNode) -> Optional[Deprecated]:
         """The deprecated object `node` names, `_AMBIGUOUS` if it may also be another, else None."""
         names = {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
-        ours = {DEPRECATED[n] for n in names if n in DEPRECATED}
+        ours = sorted((DEPRECATED[n] for n in names if n in DEPRECATED), key=lambda d: d.old)
         if not ours:
             return None
-        if len(ours) > 1 or len(names) > 1:
+        if len(ours) < len(names) or len({(d.kind, d.device) for d in ours}) > 1:
             return _AMBIGUOUS
-        return ours.pop()
+        return ours[0]
 
     def torch_is_module(self, node: cst.CSTNode) -> bool:
         """`torch` at `node` is the torch package, or unbound (then `import torch` is added)."""
@@ -255,7 +263,7 @@ class DeprecatedTorchAmp(Rule):
             return True
         return all(_binds_torch_module(a) for a in scope["torch"])
 
-    def fixed(self, node: cst.CSTNode, code, message: str) -> None:
+    def fixed(self, node: cst.CSTNode, code: Code, message: str) -> None:
         self.report(node, code, message)
         self.changed = True
 
@@ -266,7 +274,7 @@ class DeprecatedTorchAmp(Rule):
     def visit_Import(self, node: cst.Import) -> bool:
         for alias in node.names:
             name = get_full_name_for_node(alias.name) or ""
-            if name in _DEPRECATED_MODULES or name.startswith(tuple(f"{d}." for d in _DEPRECATED_MODULES)):
+            if _in_deprecated_module(name):
                 if alias.asname is None:
                     self.plain_imports.add(name)
                 else:
@@ -348,8 +356,11 @@ class DeprecatedTorchAmp(Rule):
         """The bare `@custom_fwd` / `@custom_bwd` becomes a call: `device_type` is required."""
         old = self.deprecated(original_node.decorator)
         if (old is None or old is _AMBIGUOUS or old.kind not in ("custom_fwd", "custom_bwd")
-                or not m.matches(original_node.decorator, m.Name() | m.Attribute())
-                or not self.torch_is_module(original_node)):
+                or not m.matches(original_node.decorator, m.Name() | m.Attribute())):
+            return updated_node
+        if not self.torch_is_module(original_node):
+            self.kept(original_node.decorator, f"`torch` here is not the torch package, so "
+                                               f"`@{old.old}` was left as it is")
             return updated_node
         self.fixed(original_node.decorator, CUSTOM_FWD_BWD_FIXED,
                    f'`@{old.old}` → `@torch.amp.{old.kind}(device_type="{old.device}")`')
@@ -378,7 +389,8 @@ class DeprecatedTorchAmp(Rule):
             return updated_node  # leave_Call
         if any(isinstance(a, (cst.Import, cst.ImportFrom)) for a in self.ancestors(original_node)):
             return updated_node
-        if isinstance(parent, cst.Decorator) and old is not _AMBIGUOUS and old.kind in ("custom_fwd", "custom_bwd"):
+        if (isinstance(parent, cst.Decorator) and old is not _AMBIGUOUS
+                and old.kind in ("custom_fwd", "custom_bwd")):
             return updated_node  # leave_Decorator
         spelled = get_full_name_for_node(original_node)
         if old is _AMBIGUOUS:
@@ -392,76 +404,146 @@ class DeprecatedTorchAmp(Rule):
                        f"`{spelled}` as a type → `{new}`, its base class (which also matches "
                        "other devices)")
             return _dotted(new)
-        self.kept(original_node, f"`{spelled}` ({old.old}) is used without being called; "
-                                 "it has no provably right rewrite and was left as it is")
+        meaning = "" if spelled == old.old else f" (`{old.old}`)"
+        self.kept(original_node, f"`{spelled}`{meaning} is used without being called; it has "
+                                 "no provably right rewrite and was left as it is")
         return updated_node
 
     def is_type_position(self, node: cst.CSTNode) -> bool:
         """In an annotation, or the class argument of `isinstance`/`issubclass`."""
-        child = node
-        for ancestor in self.ancestors(node):
-            if isinstance(ancestor, cst.Annotation):
-                return True
-            if isinstance(ancestor, cst.Arg):
-                call = self.parent(ancestor)
-                return (m.matches(call, _TYPE_CHECK) and len(call.args) == 2
-                        and call.args[1] is ancestor
-                        and (child is node or isinstance(child, cst.Tuple)))
-            if not isinstance(ancestor, (cst.Tuple, cst.Element)):
-                return False
-            if isinstance(ancestor, cst.Tuple):
-                child = ancestor
-        return False
+        if any(isinstance(a, cst.Annotation) for a in self.ancestors(node)):
+            return True
+        ancestor = self.parent(node)
+        while isinstance(ancestor, (cst.Element, cst.Tuple)):
+            ancestor = self.parent(ancestor)
+        if not isinstance(ancestor, cst.Arg):
+            return False
+        call = self.parent(ancestor)
+        return (m.matches(call, _TYPE_CHECK) and len(call.args) == 2
+                and call.args[1] is ancestor)
 
     # -- the whole file ---------------------------------------------------------------------
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         tree = super().transform_module_impl(tree)
         if not self.changed:
             return tree
+        if self.imports and not self.plain_imports and not _imports_torch(tree):
+            tree = _import_torch_before_deprecated_import(tree)
         AddImportsVisitor.add_needed_import(self.context, "torch")
         removals = CodemodContext()
         for module, obj, alias in self.imports:
             RemoveImportsVisitor.remove_unused_import(removals, module, obj, alias)
         if self.imports:
-            tree = RemoveImportsVisitor(removals).transform_module(tree)
+            tree = _RemoveUnusedImports(removals).transform_module(tree)
         if self.plain_imports and not _reads_deprecated_names(tree):
-            tree = tree.visit(_PlainImportsToTorch(self.plain_imports))
-        return tree
+            tree = tree.visit(_PlainImportsToTorch(self.plain_imports, _imports_torch(tree)))
+        # SettleImports only runs on files that mention Apex; this rule's files need not.
+        return AddImportsVisitor(self.context).transform_module(tree)
+
+
+_IMPORT_LINE = m.SimpleStatementLine(body=[m.AtLeastN(m.Import() | m.ImportFrom(), n=1)])
+
+
+class _RemoveUnusedImports(RemoveImportsVisitor):
+    """libcst's unused-import removal, without the blank line a function body would start
+    with when the import it started with goes."""
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock,
+                            updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
+        body = original_node.body
+        if (len(body) > 1 and updated_node.body
+                and m.matches(body[0], _IMPORT_LINE)
+                and updated_node.body[0].deep_equals(body[1])):
+            first = updated_node.body[0]
+            kept = [line for line in first.leading_lines if line.comment is not None]
+            return updated_node.with_changes(
+                body=[first.with_changes(leading_lines=kept), *updated_node.body[1:]])
+        return updated_node
 
 
 def _reads_deprecated_names(tree: cst.Module) -> bool:
     """Whether anything outside import statements still names `torch.{cuda,cpu}.amp`."""
-    wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
-    names = wrapper.resolve(QualifiedNameProvider)
-    imports = {id(n) for stmt in m.findall(wrapper.module, m.Import() | m.ImportFrom())
-               for n in m.findall(stmt, m.Name() | m.Attribute())}
-    for node, qualified in names.items():
-        if id(node) in imports:
-            continue
-        for q in qualified:
-            if any(q.name == d or q.name.startswith(d + ".") for d in _DEPRECATED_MODULES):
-                return True
-    return False
+    finder = _DeprecatedNameFinder()
+    MetadataWrapper(tree, unsafe_skip_copy=True).visit(finder)
+    return finder.found
+
+
+class _DeprecatedNameFinder(cst.CSTVisitor):
+    METADATA_DEPENDENCIES = (QualifiedNameProvider,)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found = False
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            for q in self.get_metadata(QualifiedNameProvider, node, set()):
+                if _in_deprecated_module(q.name):
+                    self.found = True
+        return not self.found and super().on_visit(node)
+
+
+def _is_deprecated_import(stmt: cst.CSTNode) -> bool:
+    if not m.matches(stmt, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()])):
+        return False
+    small = stmt.body[0]
+    if isinstance(small, cst.ImportFrom):
+        module = ("" if small.relative or small.module is None
+                  else get_full_name_for_node(small.module) or "")
+        names = [module] if isinstance(small.names, cst.ImportStar) else [
+            f"{module}.{a.evaluated_name}" for a in small.names]
+    else:
+        names = [get_full_name_for_node(a.name) or "" for a in small.names]
+    return any(_in_deprecated_module(n) for n in names)
+
+
+def _import_torch_before_deprecated_import(tree: cst.Module) -> cst.Module:
+    """`import torch` where the file's first deprecated AMP import is, so that it takes the
+    place of the import it replaces (removed afterwards if nothing reads it any more)."""
+    body = list(tree.body)
+    for index, stmt in enumerate(body):
+        if _is_deprecated_import(stmt):
+            torch_import = cst.SimpleStatementLine(
+                body=[cst.Import(names=[cst.ImportAlias(name=cst.Name("torch"))])],
+                leading_lines=stmt.leading_lines)
+            body[index:index + 1] = [torch_import, stmt.with_changes(leading_lines=[])]
+            return tree.with_changes(body=body)
+    return tree
+
+
+def _imports_torch(tree: cst.Module) -> bool:
+    """Whether the module's top level has `import torch`."""
+    return any(m.matches(stmt, m.SimpleStatementLine(body=[m.Import(names=[
+        m.ZeroOrMore(), m.ImportAlias(name=m.Name("torch"), asname=None), m.ZeroOrMore()])]))
+        for stmt in tree.body)
 
 
 class _PlainImportsToTorch(cst.CSTTransformer):
     """`import torch.cuda.amp` (which binds `torch`) → `import torch`, once nothing reads the
-    deprecated module; dropped where the statement already imports torch."""
+    deprecated module; dropped where the module imports torch already."""
 
-    def __init__(self, names: set[str]) -> None:
+    def __init__(self, names: set[str], imports_torch: bool) -> None:
         super().__init__()
         self.names = names
+        self.imports_torch = imports_torch
 
     def leave_Import(self, original_node: cst.Import,
                      updated_node: cst.Import) -> Union[cst.Import, cst.RemovalSentinel]:
         aliases: list[cst.ImportAlias] = []
         for alias in updated_node.names:
-            name = get_full_name_for_node(alias.name) or ""
-            if alias.asname is None and name in self.names:
+            if alias.asname is None and get_full_name_for_node(alias.name) in self.names:
+                if self.imports_torch or any(
+                        a.asname is None and m.matches(a.name, m.Name("torch")) for a in aliases):
+                    continue
                 alias = alias.with_changes(name=cst.Name("torch"))
-            if alias.asname is None and m.matches(alias.name, m.Name("torch")) and any(
-                    a.asname is None and m.matches(a.name, m.Name("torch")) for a in aliases):
-                continue
             aliases.append(alias)
+        if not aliases:
+            return cst.RemoveFromParent()
         aliases[-1] = aliases[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         return updated_node.with_changes(names=aliases)

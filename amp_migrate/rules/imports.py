@@ -97,6 +97,9 @@ _GUARD_HANDLER_STATEMENT = m.OneOf(
 class SettleImports(Rule):
     """Drop Apex imports nothing reads (and their guards), add the imports rules asked for."""
 
+    def applies(self) -> bool:
+        return AddImportsVisitor.CONTEXT_KEY in self.context.scratch or super().applies()
+
     METADATA_DEPENDENCIES = Rule.METADATA_DEPENDENCIES + (ScopeProvider,)
 
     def _unused(self, stmt: cst.CSTNode) -> bool:

@@ -14,7 +14,8 @@ from libcst.helpers import get_full_name_for_node
 from .golden import cases
 
 NATIVE_OUTPUTS = [c.expected("native") for c in cases() if c.expected("native").exists()]
-CHECKED_CALLS = {"torch.amp.GradScaler", "torch.autocast", "torch.amp.autocast"}
+CHECKED_CALLS = {"torch.amp.GradScaler", "torch.autocast", "torch.amp.autocast",
+                 "torch.amp.custom_fwd", "torch.amp.custom_bwd"}
 
 
 def resolve(dotted: str):
@@ -24,10 +25,17 @@ def resolve(dotted: str):
     return obj
 
 
+def _dotted(node: cst.CSTNode) -> bool:
+    """`torch.amp.GradScaler`, not `torch.nn.Linear(2, 2).half`."""
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
+
+
 def torch_names(module: cst.Module) -> set[str]:
     names = set()
     for node in m.findall(module, m.Attribute()):
-        full = get_full_name_for_node(node)
+        full = get_full_name_for_node(node) if _dotted(node) else None
         if full and full.startswith("torch."):
             names.add(full)
     return names

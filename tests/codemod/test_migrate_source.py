@@ -1,0 +1,132 @@
+"""`migrate_source` as an API: its guarantees beyond any one rule."""
+from __future__ import annotations
+
+import pytest
+
+import amp_migrate.rules as rules
+from amp_migrate import MigrationError, migrate_source
+from amp_migrate.rules.base import Rule
+
+LOOP = '''\
+from apex import amp
+
+model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+for x, y in data:
+    optimizer.zero_grad()
+    loss = criterion(model(x), y)
+    with amp.scale_loss(loss, optimizer) as scaled_loss:
+        scaled_loss.backward()
+    optimizer.step()
+'''
+
+
+def test_file_without_apex_comes_back_identical_and_unparsed():
+    text = "def f(x):\n    return x  # no mixed precision here\n"
+    result = migrate_source(text)
+    assert result.code is text
+    assert not result.changed and result.target_used is None and result.diagnostics == ()
+
+
+def test_invalid_python_without_apex_is_not_even_parsed():
+    assert migrate_source("def broken(:\n").code == "def broken(:\n"
+
+
+def test_invalid_python_with_apex_raises_migration_error_with_location():
+    with pytest.raises(MigrationError) as info:
+        migrate_source("from apex import amp\n\ndef broken(:\n    pass\n")
+    assert info.value.line == 3
+    assert info.value.col >= 1
+    assert "syntax error" in str(info.value)
+    assert info.value.as_diagnostic().code == "AMP001"
+
+
+@pytest.mark.parametrize("target", ["auto", "native", "shim"])
+def test_result_reports_whether_and_how_the_code_changed(target):
+    result = migrate_source(LOOP, target=target)
+    assert result.changed
+    assert result.target_used == ("shim" if target == "shim" else "native")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"target": "torch"}, "target must be one of"),
+    ({"dtype": "float32"}, "dtype must be one of"),
+    ({"device": "cuda:0"}, "device must be a device type"),
+])
+def test_bad_options_are_value_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        migrate_source(LOOP, **kwargs)
+
+
+def test_modern_syntax_parses_and_survives_byte_for_byte():
+    modern = '''\
+from apex import amp
+type Batch = tuple[int, int]
+
+
+def describe(command: str | None) -> str:
+    match command.split():
+        case ["go", direction]:
+            return f"going {direction!r:>10}"
+        case _:
+            return f"{(n := len(command))=}"
+
+
+model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+for x, y in data:
+    loss = criterion(model(x), y)
+    with amp.scale_loss(loss, optimizer) as scaled_loss:
+        scaled_loss.backward()
+    optimizer.step()
+'''
+    result = migrate_source(modern)
+    assert result.target_used == "native"
+    head = modern.split("\n\n\nmodel")[0].replace("from apex import amp\n", "")
+    assert head in result.code
+
+
+def test_output_with_an_undefined_name_is_refused_and_the_input_kept(monkeypatch):
+    import libcst as cst
+
+    class Sabotage(Rule):
+        """A rule with a bug: it introduces a name that nothing defines."""
+
+        MARKERS = ()
+
+        def leave_Module(self, original_node, updated_node):
+            return updated_node.with_changes(
+                body=list(updated_node.body) + [cst.parse_statement("undefined_helper()\n")])
+
+    monkeypatch.setattr(rules, "NATIVE_RULES", rules.NATIVE_RULES + [Sabotage])
+    import amp_migrate.migrate as migrate
+    monkeypatch.setattr(migrate, "NATIVE_RULES", rules.NATIVE_RULES)
+    result = migrate_source(LOOP, target="native")
+    assert result.code == LOOP and not result.changed
+    failed = [d for d in result.diagnostics if d.code == "AMP002"]
+    assert failed and "undefined_helper" in failed[0].message
+
+
+def test_output_that_a_second_run_would_change_is_refused(monkeypatch):
+    import libcst as cst
+
+    class Grows(Rule):
+        """A rule with a bug: every run appends another line."""
+
+        MARKERS = ()
+
+        def leave_Module(self, original_node, updated_node):
+            return updated_node.with_changes(
+                body=list(updated_node.body) + [cst.parse_statement("pass\n")])
+
+    import amp_migrate.migrate as migrate
+    monkeypatch.setattr(migrate, "NATIVE_RULES", rules.NATIVE_RULES + [Grows])
+    result = migrate_source(LOOP, target="native")
+    assert result.code == LOOP
+    assert any(d.code == "AMP002" and "second run" in d.message for d in result.diagnostics)
+
+
+def test_diagnostic_lines_point_into_the_original_file():
+    text = LOOP.replace('opt_level="O1")', 'opt_level="O1", num_losses=2)').replace(
+        "as scaled_loss", "as scaled_loss").replace("scale_loss(loss, optimizer)", "scale_loss(loss, optimizer, loss_id=1)")
+    result = migrate_source(text)
+    lines = sorted(d.line for d in result.diagnostics if d.code == "AMP114")
+    assert lines == [3, 7]

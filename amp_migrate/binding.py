@@ -56,7 +56,8 @@ class ApexBinder:
                     elif m.matches(target, m.Attribute(value=m.Name("self"))):
                         candidates.setdefault(target.attr.value, set()).add(HANDLE)
                 continue
-            value_name = self._direct(assign.value)
+            # `self.norm = FusedLayerNorm(d)` holds an instance, not the Apex object itself.
+            value_name = None if isinstance(assign.value, cst.Call) else self._direct(assign.value)
             for t in assign.targets:
                 if m.matches(t.target, m.Attribute(value=m.Name("self"))):
                     candidates.setdefault(t.target.attr.value, set()).add(value_name)

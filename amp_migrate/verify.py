@@ -8,6 +8,7 @@ from __future__ import annotations
 import builtins
 
 import libcst as cst
+import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, ScopeProvider
 
 _BUILTINS = set(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__loader__",
@@ -27,7 +28,13 @@ def undefined_names(module: cst.Module) -> set[str]:
                 continue
             if not access.referents:
                 missing.add(name)
-    return missing
+    # libcst's scope analysis misses names bound by a nested `for` when an `if` follows it
+    # (`[i for v in vs for i in v if i]`); comprehension targets are never "undefined".
+    return missing - _comprehension_targets(module)
+
+
+def _comprehension_targets(module: cst.Module) -> set[str]:
+    return {n.value for comp in m.findall(module, m.CompFor()) for n in m.findall(comp.target, m.Name())}
 
 
 def _compiles(code: str) -> bool:

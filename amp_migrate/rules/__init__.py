@@ -1,9 +1,15 @@
 """The rules, in the order they run. Each module is one Apex concern (DESIGN.md §2)."""
+from .casts import CastRegistrationToAutocast
 from .checkpoint import CheckpointToScaler
+from .deprecated_amp import DeprecatedTorchAmp
+from .fp16_utils import Fp16UtilsToTorch
 from .imports import RemainingApexUses, SettleImports, ShimImports
 from .initialize import InitializeToGradScaler
 from .master_params import MasterParamsUnscale
+from .normalization import FusedNormsToTorch
 from .optimizer_step import OptimizerStepThroughScaler
+from .optimizers import FusedOptimizersToTorch
+from .parallel import ApexParallelToTorch
 from .scale_loss import ScaleLossToGradScaler
 from .training_plan import PlanTraining
 
@@ -14,6 +20,12 @@ NATIVE_RULES = [
     MasterParamsUnscale,
     OptimizerStepThroughScaler,
     CheckpointToScaler,
+    DeprecatedTorchAmp,
+    CastRegistrationToAutocast,
+    Fp16UtilsToTorch,
+    FusedOptimizersToTorch,
+    ApexParallelToTorch,
+    FusedNormsToTorch,
     SettleImports,
     RemainingApexUses,
 ]

@@ -155,11 +155,8 @@ def {name}(device_type, dtype):
     """
 
     def eligible(value):
-        return isinstance(value, torch.Tensor) and value.is_floating_point() and value.device.type == device_type
-
-    def tensors(values):
-        for value in values:
-            yield from (value if type(value) in (list, tuple) else (value,))
+        return (isinstance(value, torch.Tensor) and value.is_floating_point()
+                and value.device.type == device_type)
 
     def cast(value, to):
         if eligible(value):
@@ -168,19 +165,26 @@ def {name}(device_type, dtype):
             return type(value)(cast(item, to) for item in value)
         return value
 
+    def widest(values):
+        dtypes = set()
+        for value in values:
+            for item in value if type(value) in (list, tuple) else (value,):
+                if eligible(item):
+                    dtypes.add(item.dtype)
+        return functools.reduce(torch.promote_types, dtypes) if dtypes else None
+
     def decorate(fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             if not torch.is_autocast_enabled(device_type):
                 return fn(*args, **kwargs)
-            to = dtype
-            if to == "widest":
-                found = [t.dtype for t in tensors((*args, *kwargs.values())) if eligible(t)]
-                to = functools.reduce(torch.promote_types, found) if found else None
+            to = widest((*args, *kwargs.values())) if dtype == "widest" else dtype
             with torch.autocast(device_type, enabled=False):
                 if to is None:
                     return fn(*args, **kwargs)
-                return fn(*[cast(a, to) for a in args], **{{k: cast(v, to) for k, v in kwargs.items()}})
+                args = [cast(a, to) for a in args]
+                kwargs = {{k: cast(v, to) for k, v in kwargs.items()}}
+                return fn(*args, **kwargs)
 
         return wrapper
 
@@ -237,8 +241,8 @@ def _leading_imports_end(module: cst.Module) -> int:
     for index, stmt in enumerate(module.body):
         if m.matches(stmt, m.SimpleStatementLine(body=[m.Expr(m.SimpleString())])) and index == 0:
             end = 1
-        elif m.matches(stmt, m.SimpleStatementLine(body=[m.AtLeastN(m.Import() | m.ImportFrom(), n=1)])) \
-                and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body):
+        elif isinstance(stmt, cst.SimpleStatementLine) and all(
+                isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body):
             end = index + 1
         elif isinstance(stmt, (cst.Try, cst.If)) and all(
                 m.matches(s, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()]))
@@ -251,6 +255,8 @@ def _leading_imports_end(module: cst.Module) -> int:
 
 class CastRegistrationToAutocast(Rule):
     """Apex's cast registry, cast decorators and `disable_casts` as native autocast code."""
+
+    MARKERS = ("_function", "disable_casts")
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -388,7 +394,13 @@ class CastRegistrationToAutocast(Rule):
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         """The call form of the decorators: `f = amp.half_function(f)`."""
-        kind = _DECORATOR.get(self._api(original_node.func) or "")
+        api = self._api(original_node.func) or ""
+        if api in _REGISTER and not isinstance(self.parent(original_node), cst.Expr):
+            self.report(original_node, REGISTRATION_NOT_UNDERSTOOD,
+                        f"`{self.code_of(original_node)}` is used as a value; only a registration "
+                        "statement can become an assignment; the file uses the shim")
+            return updated_node
+        kind = _DECORATOR.get(api)
         if kind is None:
             return updated_node
         if len(original_node.args) != 1 or original_node.args[0].keyword or original_node.args[0].star:

@@ -1,0 +1,329 @@
+"""fp16_utils: `apex.fp16_utils` helpers with an exact torch form; the rest goes to the shim.
+
+What it does
+    * `to_python_float(t)` becomes `t.item()`;
+    * `clip_grad_norm` becomes `torch.nn.utils.clip_grad_norm_` (Apex's name is that very
+      function on every torch newer than 0.4);
+    * `FP16_Optimizer`, the model converters (`network_to_half`, `FP16Model`, `tofp16`,
+      `BN_convert_float`, `convert_module`, `convert_network`), the manual master-weight
+      helpers (`prep_param_lists`, `model_grads_to_master_grads`,
+      `master_params_to_model_params`) and the legacy `LossScaler`/`DynamicLossScaler` are
+      reported, and the file uses the shim.
+
+    `from apex.fp16_utils import *` (Apex's ImageNet example) is understood too: a bare call
+    of one of the star import's names that the file does not define is that Apex function.
+    When every such use was rewritten the star import is removed (nothing else can tell that
+    it became unused); otherwise the names that still need it are reported and the file uses
+    the shim.
+
+Why
+    These helpers predate `torch.amp`. `to_python_float` existed for torch 0.3, whose tensors
+    had no `.item()`; `clip_grad_norm` is an alias. The other helpers implement a
+    pure-fp16 model with hand-managed fp32 master weights, whose native replacement (an fp32
+    model under autocast with a `GradScaler`) changes the training loop, the model's dtype and
+    its checkpoint keys (`network.` and `1.` prefixes); amp-migrate does not rewrite that
+    without proof, so the shim keeps the Apex behaviour.
+
+Fix safety
+    Safe. `to_python_float(t)` was `t.item()` whenever `t` has `.item()` (every tensor and
+    NumPy scalar); for other objects Apex returned `t[0]` (a list holding the number), which
+    the rewrite no longer does: such a call now raises `AttributeError`.
+
+Example
+    from apex.fp16_utils import *                 losses.update(reduced_loss.item(), n)
+    losses.update(to_python_float(reduced_loss), n)
+"""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.codemod.visitors import AddImportsVisitor
+from libcst.helpers import get_full_name_for_node
+from libcst.metadata import ScopeProvider
+
+from ..diagnostics import Code, Severity, define
+from .base import Rule
+
+TO_ITEM = define(
+    "AMP450", "to-python-float-to-item", Severity.INFO,
+    "`to_python_float(t)` became `t.item()`.",
+    "Apex's `to_python_float` returned `t.item()` when `t` has an `item` method and `t[0]` "
+    "otherwise, a fallback for torch 0.3 tensors. Every tensor and NumPy scalar has `.item()`, "
+    "so the call is exactly `t.item()`. Behaviour note: an argument without `.item()` (a list "
+    "holding the number) used to give its first element and now raises AttributeError.",
+    before="from apex.fp16_utils import to_python_float\nlosses.update(to_python_float(loss), n)",
+    after="losses.update(loss.item(), n)",
+)
+CLIP_GRAD_NORM = define(
+    "AMP451", "clip-grad-norm-to-torch", Severity.INFO,
+    "`apex.fp16_utils.clip_grad_norm` became `torch.nn.utils.clip_grad_norm_`.",
+    "On torch newer than 0.4 Apex defines `clip_grad_norm = torch.nn.utils.clip_grad_norm_`: "
+    "the same function object, so nothing changes but the name.",
+    before="from apex.fp16_utils import clip_grad_norm\nclip_grad_norm(model.parameters(), 1.0)",
+    after="import torch\ntorch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
+)
+FP16_OPTIMIZER = define(
+    "AMP460", "fp16-optimizer-not-migrated", Severity.WARNING,
+    "`FP16_Optimizer` has no provably right native form here; the file uses the shim.",
+    "`FP16_Optimizer` wraps an optimizer of an fp16 model with fp32 master weights and its own "
+    "loss scaler, and owns `backward`, `step`, `clip_master_grads` and a checkpoint format of "
+    "its own. Its native replacement (an fp32 model under `torch.autocast`, a "
+    "`torch.amp.GradScaler`, `scaler.scale(loss).backward()`, `scaler.step(opt)`) rewrites "
+    "the model construction, the training loop and the checkpoints together; until that is "
+    "proven for the file, the shim keeps Apex's behaviour.",
+    before="from apex.fp16_utils import FP16_Optimizer\n"
+           "optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)",
+    after="from amp_shim.fp16_utils import FP16_Optimizer\n"
+          "optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)",
+    falls_back=True,
+)
+MODEL_CONVERSION = define(
+    "AMP461", "fp16-model-conversion-not-migrated", Severity.WARNING,
+    "This Apex fp16 model conversion has no provably right native form here; the file uses "
+    "the shim.",
+    "`network_to_half`, `FP16Model`, `tofp16`, `BN_convert_float`, `convert_module` and "
+    "`convert_network` make a pure-fp16 model (affine BatchNorm kept in fp32), some of them "
+    "inside a wrapper module that adds `1.` or `network.` to every state-dict key. Native "
+    "mixed precision keeps the model in fp32 and casts per op under `torch.autocast`, which "
+    "also needs a loss scaler and different checkpoints; the rewrite is not local, so the "
+    "shim keeps Apex's behaviour.",
+    before="from apex.fp16_utils import network_to_half\nmodel = network_to_half(model)",
+    after="from amp_shim.fp16_utils import network_to_half\nmodel = network_to_half(model)",
+    falls_back=True,
+)
+MASTER_PARAMS = define(
+    "AMP462", "fp16-master-params-not-migrated", Severity.WARNING,
+    "Apex's manual master-weight helpers have no provably right native form here; the file "
+    "uses the shim.",
+    "`prep_param_lists`, `model_grads_to_master_grads` and `master_params_to_model_params` "
+    "implement fp32 master weights for an fp16 model by hand, around a loss scale the file "
+    "manages itself. The native recipe (fp32 model, autocast, GradScaler) removes the copies "
+    "altogether, which changes the training loop beyond these calls; the shim keeps Apex's "
+    "behaviour.",
+    before="from apex.fp16_utils import prep_param_lists\n"
+           "model_params, master_params = prep_param_lists(model)",
+    after="from amp_shim.fp16_utils import prep_param_lists\n"
+          "model_params, master_params = prep_param_lists(model)",
+    falls_back=True,
+)
+LEGACY_SCALER = define(
+    "AMP463", "fp16-loss-scaler-not-migrated", Severity.WARNING,
+    "Apex's legacy `LossScaler` / `DynamicLossScaler` have no provably right native form "
+    "here; the file uses the shim.",
+    "The legacy scalers of `apex.fp16_utils` differ from `torch.amp.GradScaler`: "
+    "`DynamicLossScaler` starts at 2**32, grows every 1000 steps and never goes below 1, and "
+    "the file itself decides when to skip a step from `has_overflow`. A GradScaler would skip "
+    "and rescale on its own terms, so the shim keeps Apex's arithmetic.",
+    before="from apex.fp16_utils import DynamicLossScaler\nscaler = DynamicLossScaler()",
+    after="from amp_shim.fp16_utils import DynamicLossScaler\nscaler = DynamicLossScaler()",
+    falls_back=True,
+)
+STAR_IMPORT_NEEDED = define(
+    "AMP464", "fp16-utils-star-import-still-needed", Severity.WARNING,
+    "`from apex.fp16_utils import *` still provides names the file uses; the file uses the "
+    "shim.",
+    "amp-migrate removes a star import of `apex.fp16_utils` only when every name the file "
+    "takes from it was rewritten. The names in the message were not (a helper with no native "
+    "form, a use other than a call, or a name such as `torch` that the star import happens to "
+    "provide), or the star import sits inside a `try:` or `if` block, which amp-migrate does "
+    "not restructure. Import the names explicitly, or migrate them by hand.",
+    before="from apex.fp16_utils import *\noptimizer = FP16_Optimizer(optimizer)",
+    after="from amp_shim.fp16_utils import *\noptimizer = FP16_Optimizer(optimizer)",
+    falls_back=True,
+)
+
+PACKAGE = "apex.fp16_utils"
+_SUBMODULES = ("fp16util", "fp16_optimizer", "loss_scaler")
+_TO_PYTHON_FLOAT = "apex.fp16_utils.to_python_float"
+_CLIP_GRAD_NORM = "apex.fp16_utils.clip_grad_norm"
+_FALLBACKS: dict[str, Code] = {
+    **dict.fromkeys(("FP16_Optimizer", "FP16_Module", "fp32_to_fp16", "fp16_to_fp32"), FP16_OPTIMIZER),
+    **dict.fromkeys(("network_to_half", "FP16Model", "tofp16", "BN_convert_float", "convert_module",
+                     "convert_network"), MODEL_CONVERSION),
+    **dict.fromkeys(("prep_param_lists", "model_grads_to_master_grads", "master_params_to_model_params"),
+                    MASTER_PARAMS),
+    **dict.fromkeys(("LossScaler", "DynamicLossScaler"), LEGACY_SCALER),
+}
+_FP16UTIL = {"BN_convert_float", "network_to_half", "prep_param_lists", "model_grads_to_master_grads",
+             "master_params_to_model_params", "tofp16", "to_python_float", "clip_grad_norm",
+             "convert_module", "convert_network", "FP16Model"}
+#: What `import *` binds: the public names, the submodules the package imports (and, for
+#: `fp16util`, the modules it imports itself), including names of older Apex releases.
+_STAR_EXPORTS = {
+    PACKAGE: _FP16UTIL | set(_FALLBACKS) | set(_SUBMODULES) | {"Fused_Weight_Norm"},
+    PACKAGE + ".fp16util": _FP16UTIL | {"torch", "nn", "Variable", "backwards_debug_hook"},
+}
+
+
+def _public(name: Optional[str]) -> Optional[str]:
+    """`apex.fp16_utils.fp16util.to_python_float` → `apex.fp16_utils.to_python_float`."""
+    if name is None:
+        return None
+    for sub in _SUBMODULES:
+        internal = f"{PACKAGE}.{sub}."
+        if name.startswith(internal):
+            return PACKAGE + "." + name[len(internal):]
+    return name
+
+
+def _only_argument(call: cst.Call) -> Optional[cst.BaseExpression]:
+    """The `t` of `to_python_float(t)` or `to_python_float(t=t)`, else None."""
+    if len(call.args) != 1:
+        return None
+    arg = call.args[0]
+    if arg.star or (arg.keyword is not None and arg.keyword.value != "t"):
+        return None
+    return arg.value
+
+
+def _receiver(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`expr` as the object of an attribute access, parenthesized unless it binds tightly."""
+    if expr.lpar or isinstance(expr, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+        return expr
+    return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def _star_module(node: cst.ImportFrom) -> Optional[str]:
+    if not isinstance(node.names, cst.ImportStar) or node.relative or node.module is None:
+        return None
+    name = get_full_name_for_node(node.module)
+    return name if name in _STAR_EXPORTS else None
+
+
+class Fp16UtilsToTorch(Rule):
+    """`apex.fp16_utils` helpers with an exact torch form, rewritten; the others reported."""
+
+    MARKERS = ("fp16_util",)
+
+    METADATA_DEPENDENCIES = Rule.METADATA_DEPENDENCIES + (ScopeProvider,)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._star_names: dict[int, str] = {}  # id(Name) -> name, for names a star import provides
+        self._still_needed: set[str] = set()
+        self._star_imports: list[cst.ImportFrom] = []
+        self._removed_star = False
+        self._guarded = False  # a star import under `try:`/`if`: removing it could empty the block
+
+    # -- star imports -----------------------------------------------------------------------
+    def visit_Module(self, node: cst.Module) -> None:
+        exported: set[str] = set()
+        for found in _find_star_imports(node):
+            self._star_imports.append(found)
+            exported |= _STAR_EXPORTS[_star_module(found) or ""]
+        if not exported:
+            return
+        scopes = {s for s in self.metadata[ScopeProvider].values() if s is not None}
+        for scope in scopes:
+            for access in scope.accesses:
+                name = access.node
+                if isinstance(name, cst.Name) and name.value in exported and not access.referents:
+                    self._star_names[id(name)] = name.value
+                    if not self._rewritable_star_use(name):
+                        self._still_needed.add(name.value)
+        top_level = {id(s) for stmt in node.body if isinstance(stmt, cst.SimpleStatementLine) for s in stmt.body}
+        self._guarded = any(id(found) not in top_level for found in self._star_imports)
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        tree = super().transform_module_impl(tree)
+        if self._removed_star and AddImportsVisitor.CONTEXT_KEY in self.context.scratch \
+                and "apex" not in tree.code:
+            # Later rules (SettleImports among them) skip a file that no longer mentions Apex,
+            # so the imports this rule asked for are added here.
+            tree = AddImportsVisitor(self.context).transform_module(tree)
+        return tree
+
+    def _rewritable_star_use(self, name: cst.Name) -> bool:
+        if name.value == "clip_grad_norm":
+            return True
+        parent = self.parent(name)
+        return (name.value == "to_python_float" and isinstance(parent, cst.Call)
+                and parent.func is name and _only_argument(parent) is not None)
+
+    def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom
+                         ) -> Union[cst.ImportFrom, cst.RemovalSentinel]:
+        if _star_module(original_node) is None:
+            return updated_node
+        if self._still_needed:
+            names = ", ".join(f"`{n}`" for n in sorted(self._still_needed))
+            self.report(original_node, STAR_IMPORT_NEEDED,
+                        f"`{self.code_of(original_node)}` is still needed for {names}; the file uses the shim")
+            return updated_node
+        if self._guarded:
+            self.report(original_node, STAR_IMPORT_NEEDED,
+                        f"`{self.code_of(original_node)}` sits inside a block, where amp-migrate does not "
+                        "remove it; the file uses the shim")
+            return updated_node
+        self._removed_star = True
+        return cst.RemoveFromParent()
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    # -- which fp16_utils name ------------------------------------------------------------------
+    def _fp16_name(self, node: cst.CSTNode) -> Optional[str]:
+        if isinstance(node, cst.Name) and id(node) in self._star_names:
+            return f"{PACKAGE}.{node.value}"
+        return _public(self.apex_name(node))
+
+    def _is_attr_name(self, node: cst.Name) -> bool:
+        parent = self.parent(node)
+        return isinstance(parent, cst.Attribute) and parent.attr is node
+
+    # -- fallbacks --------------------------------------------------------------------------
+    def visit_Name(self, node: cst.Name) -> None:
+        if not self._is_attr_name(node):
+            self._report_fallback(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._report_fallback(node)
+
+    def _report_fallback(self, node: Union[cst.Name, cst.Attribute]) -> None:
+        name = self._fp16_name(node)
+        if name is None or not name.startswith(PACKAGE + "."):
+            return
+        code = _FALLBACKS.get(name[len(PACKAGE) + 1:])
+        if code is not None:
+            self.report(node, code, f"`{self.code_of(node)}` ({name}) has no native form amp-migrate "
+                                    "can prove right; the file uses the shim")
+
+    # -- rewrites ---------------------------------------------------------------------------
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if self._fp16_name(original_node.func) != _TO_PYTHON_FLOAT:
+            return updated_node
+        if _only_argument(original_node) is None:
+            return updated_node  # RemainingApexUses (or the star import check) reports it
+        value = _only_argument(updated_node)
+        assert value is not None
+        self.report(original_node, TO_ITEM,
+                    f"`{self.code_of(original_node)}` became `.item()`; Apex's `t[0]` fallback for "
+                    "objects without `.item()` is gone")
+        return cst.Call(cst.Attribute(value=_receiver(value), attr=cst.Name("item")),
+                        lpar=updated_node.lpar, rpar=updated_node.rpar)
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        if self._is_attr_name(original_node):
+            return updated_node
+        return self._clip_grad_norm(original_node, updated_node)
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        return self._clip_grad_norm(original_node, updated_node)
+
+    def _clip_grad_norm(self, original_node: Union[cst.Name, cst.Attribute],
+                        updated_node: cst.BaseExpression) -> cst.BaseExpression:
+        if self._fp16_name(original_node) != _CLIP_GRAD_NORM:
+            return updated_node
+        AddImportsVisitor.add_needed_import(self.context, "torch")
+        self.report(original_node, CLIP_GRAD_NORM)
+        return cst.parse_expression("torch.nn.utils.clip_grad_norm_").with_changes(
+            lpar=updated_node.lpar, rpar=updated_node.rpar)
+
+
+def _find_star_imports(module: cst.Module) -> list[cst.ImportFrom]:
+    return [node for node in m.findall(module, m.ImportFrom(names=m.ImportStar()))
+            if _star_module(node) is not None]

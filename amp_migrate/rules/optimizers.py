@@ -1,0 +1,469 @@
+"""`apex.optimizers` → `torch.optim` with `fused=True`.
+
+What it does
+    Rewrites `FusedAdam(...)` to `torch.optim.AdamW(...)` (or `torch.optim.Adam(...)` when
+    `adam_w_mode=False`), `FusedSGD(...)` to `torch.optim.SGD(...)` and `FusedAdagrad(...)` to
+    `torch.optim.Adagrad(...)`, with `fused=True` when the target device is `cuda` or `cpu`
+    (torch has fused kernels for these four optimizers on both).
+
+Why
+    Apex's fused optimizers need Apex's compiled extensions. torch's fused optimizers run the
+    same update in one kernel, take `GradScaler`'s `found_inf`/`grad_scale` directly and need
+    nothing besides torch.
+
+Fix safety
+    The update math is Apex's (apex_api.md §10): FusedAdam's decoupled decay is AdamW's, its
+    L2 mode is Adam's, FusedSGD and FusedAdagrad match torch step for step. Every argument is
+    carried over by name; `weight_decay` is always passed to AdamW, whose default (1e-2)
+    differs from FusedAdam's (0). Arguments that only ever meant "as torch does it" are
+    dropped (`bias_correction=True`, `amsgrad=False`, `master_weights=False`,
+    `wd_after_momentum=False`, `adagrad_w_mode=False`, `set_grad_none=True`, and
+    `materialize_master_grads`, which only acted under amp O2, gone after a native
+    migration). What stays different is reported as info: torch cannot load an optimizer
+    state dict saved by FusedAdam or FusedAdagrad (they keep `step` in the param group), and
+    `zero_grad()` sets gradients to None where Apex's `set_grad_none=False` zeroed them.
+
+    Anything whose torch form is not provably the same leaves the call untouched and sends the
+    file to the shim: FusedLAMB, FusedNovoGrad and FusedMixedPrecisionLamb (no torch
+    equivalent), Apex-only arguments with a non-default value, values that decide the class
+    but are not literals (`adam_w_mode=flag`), `*args`/`**kwargs`, unknown keywords, and the
+    class used without being called (`opt_cls = FusedAdam`, `isinstance(o, FusedSGD)`): the
+    torch class needs `fused=True` and different defaults to behave the same, which a bare
+    class reference cannot carry.
+
+The small call-rewriting helpers at the end of this module are shared with the
+`parallel` and `normalization` rules.
+"""
+from __future__ import annotations
+
+import ast
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence, Union
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+from libcst.metadata import QualifiedNameProvider
+
+from ..binding import is_apex_name
+from ..diagnostics import Severity, define
+from .base import FileState, Rule
+
+CHECKPOINT_FORMAT = define(
+    "AMP500", "optimizer-checkpoint-format", Severity.INFO,
+    "The Apex optimizer became its torch.optim equivalent, whose state dict keeps `step` "
+    "per parameter.",
+    "FusedAdam and FusedAdagrad store the step count in each param group; torch.optim.Adam, "
+    "AdamW and Adagrad store it in each parameter's state, and their `load_state_dict` fails "
+    "with `KeyError: 'step'` on a state dict saved by Apex. Training from scratch is "
+    "unaffected. To resume from an old checkpoint, move `group['step']` into "
+    "`state[p]['step'] = torch.tensor(float(step))` for every parameter of the group before "
+    "loading it.",
+    before="from apex.optimizers import FusedAdam\nopt = FusedAdam(model.parameters(), lr=1e-3)",
+    after="import torch\nopt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0, fused=True)",
+)
+ZERO_GRAD_SETS_NONE = define(
+    "AMP501", "optimizer-zero-grad-sets-none", Severity.INFO,
+    "`zero_grad()` of the torch optimizer sets gradients to None; this Apex optimizer zeroed "
+    "them (`set_grad_none=False`).",
+    "Apex's `zero_grad()` takes no arguments and follows the constructor's `set_grad_none` "
+    "(False by default for FusedSGD). torch's `zero_grad()` sets gradients to None unless "
+    "called as `zero_grad(set_to_none=False)`. The step is the same for every parameter that "
+    "gets a gradient each iteration; a parameter that is skipped in an iteration is no "
+    "longer updated by momentum or weight decay alone, and code that reads `p.grad` right "
+    "after `zero_grad()` sees None. Pass `set_to_none=False` where that matters.",
+    before="opt = FusedSGD(params, lr=0.1, momentum=0.9)\nopt.zero_grad()",
+    after="opt = torch.optim.SGD(params, lr=0.1, momentum=0.9, fused=True)\nopt.zero_grad(set_to_none=False)",
+)
+NO_TORCH_OPTIMIZER = define(
+    "AMP502", "optimizer-without-torch-equivalent", Severity.WARNING,
+    "This Apex optimizer has no torch.optim equivalent; the file uses the shim.",
+    "torch.optim has no LAMB, NovoGrad or mixed-precision LAMB. The shim provides them with "
+    "Apex's arguments and numerics, so `--target auto` rewrites the file's imports to it. "
+    "To go native, choose a torch optimizer (and retune) by hand.",
+    before="from apex.optimizers import FusedLAMB\nopt = FusedLAMB(model.parameters(), lr=1e-3)",
+    after="from amp_shim.optimizers import FusedLAMB\nopt = FusedLAMB(model.parameters(), lr=1e-3)",
+    falls_back=True,
+)
+OPTIMIZER_ARGUMENT = define(
+    "AMP503", "optimizer-argument-not-mappable", Severity.WARNING,
+    "An argument of this Apex optimizer has no provably equal torch.optim form; the file "
+    "uses the shim.",
+    "Some Apex options change the update in ways torch cannot express "
+    "(`bias_correction=False`, `wd_after_momentum=True`, `adagrad_w_mode=True`, "
+    "`master_weights=True`); a non-literal `adam_w_mode` decides between two torch classes at "
+    "run time; `*args`, `**kwargs` and unknown keywords cannot be checked at all. The call is "
+    "left as it is and `--target auto` rewrites the file's imports to the shim, which keeps "
+    "Apex's behaviour.",
+    before="opt = FusedAdam(params, lr=1e-3, adam_w_mode=args.adamw)",
+    after="from amp_shim.optimizers import FusedAdam  # import rewritten, call unchanged",
+    falls_back=True,
+)
+OPTIMIZER_REFERENCE = define(
+    "AMP504", "optimizer-class-reference", Severity.WARNING,
+    "An Apex optimizer class is used without being called; the file uses the shim.",
+    "A bare class (`opt_cls = FusedAdam`, `isinstance(opt, FusedSGD)`) cannot carry what the "
+    "torch form needs to behave the same: `fused=True`, `weight_decay` passed explicitly, or "
+    "the choice between Adam and AdamW. Whoever calls the class later passes arguments this "
+    "codemod cannot see, so the file keeps Apex's class through the shim.",
+    before="OPTIMIZERS = {'adam': FusedAdam, 'sgd': FusedSGD}",
+    after="from amp_shim.optimizers import FusedAdam, FusedSGD  # imports rewritten only",
+    falls_back=True,
+)
+
+
+# -- helpers shared by the optimizers, parallel and normalization rules ----------------------
+
+NOT_LITERAL: Any = object()
+
+
+_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+               ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow}
+
+
+def _evaluate(node: ast.AST) -> Any:
+    """`ast.literal_eval`, plus arithmetic on numbers (`2**24`, `1024 * 1024`)."""
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+        left, right = _evaluate(node.left), _evaluate(node.right)
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (left, right))
+        if not numbers or isinstance(node.op, ast.Pow) and abs(right) > 64:
+            raise ValueError("not a small numeric expression")
+        return _ARITHMETIC[type(node.op)](left, right)
+    return ast.literal_eval(node)
+
+
+def literal(expr: Optional[cst.BaseExpression]) -> Any:
+    """The Python value of a literal expression (`True`, `-1e-8`, `(0.9, 0.99)`, `2**24`),
+    else NOT_LITERAL."""
+    if expr is None:
+        return NOT_LITERAL
+    try:
+        return _evaluate(ast.parse(cst.Module([]).code_for_node(expr).strip(), mode="eval").body)
+    except (ValueError, SyntaxError, TypeError, ZeroDivisionError, OverflowError, MemoryError,
+            RecursionError):
+        return NOT_LITERAL
+
+
+def dotted(name: str) -> Union[cst.Name, cst.Attribute]:
+    return cst.parse_expression(name)  # type: ignore[return-value]
+
+
+@dataclass
+class Bound:
+    """A call's arguments matched to a signature by parameter name."""
+
+    args: dict[str, cst.Arg] = field(default_factory=dict)
+    problem: Optional[str] = None  # why the call cannot be matched, if it cannot
+
+    def value(self, name: str) -> Optional[cst.BaseExpression]:
+        arg = self.args.get(name)
+        return None if arg is None else arg.value
+
+    def is_(self, name: str, *allowed: Any) -> bool:
+        """The argument is absent or a literal equal to one of `allowed`."""
+        if name not in self.args:
+            return True
+        value = literal(self.value(name))
+        return value is not NOT_LITERAL and any(_same(value, a) for a in allowed)
+
+
+def _same(value: Any, allowed: Any) -> bool:
+    """Flags compare by truth, as Apex reads them (`1 if adam_w_mode else 0`); numbers by value."""
+    if isinstance(allowed, bool):
+        return isinstance(value, (bool, int, float)) and bool(value) is allowed
+    if allowed is None or value is None:
+        return value is allowed
+    return not isinstance(value, bool) and value == allowed
+
+
+def bind(call: cst.Call, signature: Sequence[str]) -> Bound:
+    """Match `call`'s arguments to `signature` (positional-or-keyword names, in order)."""
+    bound = Bound()
+    for index, arg in enumerate(call.args):
+        if arg.star:
+            bound.problem = f"`{arg.star}` arguments cannot be checked"
+            return bound
+        if arg.keyword is None:
+            if index >= len(signature):
+                bound.problem = f"it takes at most {len(signature)} positional arguments"
+                return bound
+            name = signature[index]
+        else:
+            name = arg.keyword.value
+            if name not in signature:
+                bound.problem = f"`{name}` is not one of its arguments"
+                return bound
+        if name in bound.args:
+            bound.problem = f"`{name}` is given twice"
+            return bound
+        bound.args[name] = arg
+    return bound
+
+
+def as_keyword(arg: cst.Arg, name: str) -> cst.Arg:
+    if arg.keyword is not None and arg.keyword.value == name:
+        return arg
+    return arg.with_changes(keyword=cst.Name(name), equal=cst.AssignEqual(
+        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+
+
+def new_keyword(name: str, value: str) -> cst.Arg:
+    return as_keyword(cst.Arg(cst.parse_expression(value)), name)
+
+
+def rebuild_call(call: cst.Call, func: str, bound: Bound, signature: Sequence[str],
+                 keep: Sequence[str], extra: Sequence[cst.Arg] = ()) -> cst.Call:
+    """`call` as a call of `func`: the arguments named in `keep`, in their original order, then
+    `extra`. A positional argument stays positional only where `signature` (the new callee's)
+    has it at the same place; commas, line breaks and comments of the kept arguments stay."""
+    position = {id(arg): i for i, arg in enumerate(call.args)}
+    kept = sorted((bound.args[n] for n in keep if n in bound.args), key=lambda a: position[id(a)])
+    args: list[cst.Arg] = []
+    positional = True
+    for arg in kept:
+        name = next(n for n, a in bound.args.items() if a is arg)
+        if arg.keyword is None and positional and len(args) < len(signature) and signature[len(args)] == name:
+            args.append(arg)
+            continue
+        positional = False
+        args.append(as_keyword(arg, name))
+    args.extend(extra)
+    if not args:
+        return call.with_changes(func=dotted(func), args=())
+    last = call.args[-1] if call.args else None
+    separator = next((a.comma for a in call.args[:-1] if isinstance(a.comma, cst.Comma)),
+                     cst.MaybeSentinel.DEFAULT)
+    out = []
+    for i, arg in enumerate(args):
+        if i == len(args) - 1:
+            arg = arg.with_changes(
+                comma=last.comma if last is not None else cst.MaybeSentinel.DEFAULT,
+                whitespace_after_arg=last.whitespace_after_arg if last is not None else cst.SimpleWhitespace(""))
+        elif (last is not None and arg.value is last.value) or not isinstance(arg.comma, cst.Comma):
+            arg = arg.with_changes(comma=separator, whitespace_after_arg=cst.SimpleWhitespace(""))
+        out.append(arg)
+    return call.with_changes(func=dotted(func), args=out)
+
+
+class ApexClassRule(Rule):
+    """A rule that rewrites calls of some Apex callables and judges their bare references."""
+
+    #: Apex qualified names this rule is about.
+    HANDLED: frozenset = frozenset()
+
+    def __init__(self, context: CodemodContext, state: FileState) -> None:
+        super().__init__(context, state)
+        self.replacements: dict[int, str] = {}  # id(original node) -> torch name
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._forget_held_instances(node)
+
+    def _forget_held_instances(self, module: cst.Module) -> None:
+        """`self.norm = FusedLayerNorm(d)` holds an instance, but the binder records `norm` as
+        holding the class (it names a call by its callee), and later rules would report every
+        `self.norm(x)` as an Apex use left behind. This rule replaces those calls, so it
+        withdraws the attributes that only ever hold an instance of a class it handles."""
+        assert self.apex is not None
+        for assign in m.findall(module, m.Assign(value=m.Call())):
+            name = self.handled_name(assign.value.func)
+            if name is None or not self.direct(assign.value.func):
+                continue
+            for target in assign.targets:
+                if (m.matches(target.target, m.Attribute(value=m.Name("self")))
+                        and self.apex.holders.get(target.target.attr.value) == name):
+                    del self.apex.holders[target.target.attr.value]
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def handled_name(self, node: cst.CSTNode) -> Optional[str]:
+        name = self.apex_name(node)
+        return name if name in self.HANDLED else None
+
+    def direct(self, node: cst.CSTNode) -> bool:
+        """`node` names the Apex object through an import. The binder also resolves
+        `self.<attr>` when every assignment to it is Apex-valued, but it cannot tell a held
+        class (`self.norm_cls = FusedLayerNorm`) from a held instance
+        (`self.norm = FusedLayerNorm(d)`); the assignment is judged instead, where the class is
+        named directly."""
+        names = self.get_metadata(QualifiedNameProvider, node, set())
+        return any(is_apex_name(q.name) for q in names)
+
+    def use_torch(self) -> None:
+        AddImportsVisitor.add_needed_import(self.context, "torch")
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        name = self.handled_name(original_node.func)
+        if name is None or not self.direct(original_node.func):
+            return updated_node
+        replaced = self.rewrite_call(original_node, updated_node, name)
+        if replaced is not updated_node:
+            self.use_torch()
+        return replaced
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            name = self.handled_name(node)
+            if name is not None and self.direct(node):
+                parent = self.parent(node)
+                if not (isinstance(parent, cst.Call) and parent.func is node):
+                    self.bare_reference(node, name)
+                return False
+        return super().on_visit(node)
+
+    def on_leave(self, original_node, updated_node):
+        replacement = self.replacements.get(id(original_node))
+        if replacement is not None:
+            self.use_torch()
+            return dotted(replacement)
+        return super().on_leave(original_node, updated_node)
+
+    def reference_context(self, node: cst.CSTNode) -> str:
+        """'check' for isinstance/issubclass arguments and class bases, else 'value'."""
+        parent = self.parent(node)
+        while isinstance(parent, (cst.Element, cst.Tuple)):
+            parent = self.parent(parent)
+        if isinstance(parent, cst.Arg):
+            owner = self.parent(parent)
+            if isinstance(owner, cst.ClassDef):
+                return "check"
+            if isinstance(owner, cst.Call) and m.matches(owner.func, m.Name("isinstance") | m.Name("issubclass")):
+                return "check"
+        return "value"
+
+    # -- what subclasses implement ---------------------------------------------------------
+    def rewrite_call(self, original: cst.Call, updated: cst.Call, name: str) -> cst.BaseExpression:
+        raise NotImplementedError
+
+    def bare_reference(self, node: cst.CSTNode, name: str) -> None:
+        raise NotImplementedError
+
+
+# -- the rule ---------------------------------------------------------------------------------
+
+_MODULES = {"FusedAdam": "fused_adam", "FusedSGD": "fused_sgd", "FusedAdagrad": "fused_adagrad",
+            "FusedLAMB": "fused_lamb", "FusedNovoGrad": "fused_novograd",
+            "FusedMixedPrecisionLamb": "fused_mixed_precision_lamb"}
+
+
+def _names(cls: str) -> set[str]:
+    return {f"apex.optimizers.{cls}", f"apex.optimizers.{_MODULES[cls]}.{cls}"}
+
+
+ADAM = _names("FusedAdam")
+SGD = _names("FusedSGD")
+ADAGRAD = _names("FusedAdagrad")
+WITHOUT_EQUIVALENT = _names("FusedLAMB") | _names("FusedNovoGrad") | _names("FusedMixedPrecisionLamb")
+
+ADAM_SIGNATURE = ("params", "lr", "bias_correction", "betas", "eps", "adam_w_mode", "weight_decay",
+                  "amsgrad", "set_grad_none", "capturable", "master_weights")
+SGD_SIGNATURE = ("params", "lr", "momentum", "dampening", "weight_decay", "nesterov",
+                 "wd_after_momentum", "materialize_master_grads", "set_grad_none")
+ADAGRAD_SIGNATURE = ("params", "lr", "eps", "weight_decay", "set_grad_none", "adagrad_w_mode")
+
+TORCH_ADAM = ("params", "lr", "betas", "eps", "weight_decay", "amsgrad")
+TORCH_SGD = ("params", "lr", "momentum", "dampening", "weight_decay", "nesterov")
+TORCH_ADAGRAD = ("params", "lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps")
+
+FUSED_DEVICES = ("cuda", "cpu")
+
+
+class FusedOptimizersToTorch(ApexClassRule):
+    """FusedAdam/FusedSGD/FusedAdagrad → torch.optim with the same arguments, fused."""
+
+    MARKERS = ("optimizers",)
+
+    HANDLED = frozenset(ADAM | SGD | ADAGRAD | WITHOUT_EQUIVALENT)
+
+    def _short(self, name: str) -> str:
+        return name.rsplit(".", 1)[1]
+
+    def _fused(self) -> list[cst.Arg]:
+        return [new_keyword("fused", "True")] if self.options.device in FUSED_DEVICES else []
+
+    def _refuse(self, call: cst.Call, name: str, why: str) -> cst.Call:
+        self.report(call, OPTIMIZER_ARGUMENT, f"`{self._short(name)}(...)` kept: {why}")
+        return call
+
+    def rewrite_call(self, original: cst.Call, updated: cst.Call, name: str) -> cst.BaseExpression:
+        short = self._short(name)
+        if name in WITHOUT_EQUIVALENT:
+            self.report(original, NO_TORCH_OPTIMIZER, f"`{short}` has no torch.optim equivalent")
+            return updated
+        if name in ADAM:
+            return self._adam(original, updated, name)
+        if name in SGD:
+            return self._sgd(original, updated, name)
+        return self._adagrad(original, updated, name)
+
+    def _unmappable(self, bound: Bound, defaults: dict[str, tuple]) -> Optional[str]:
+        if bound.problem:
+            return bound.problem
+        for arg, allowed in defaults.items():
+            if not bound.is_(arg, *allowed):
+                return f"`{self.code_of(bound.value(arg))}` for `{arg}` has no torch equivalent"
+        return None
+
+    def _zero_grad(self, call: cst.Call, bound: Bound, short: str, default: bool) -> None:
+        if bound.is_("set_grad_none", True) and ("set_grad_none" in bound.args or default):
+            return
+        self.report(call, ZERO_GRAD_SETS_NONE,
+                    f"`{short}` zeroed gradients in `zero_grad()`; torch's sets them to None "
+                    "(call `zero_grad(set_to_none=False)` to keep zeros)")
+
+    def _adam(self, original: cst.Call, updated: cst.Call, name: str) -> cst.BaseExpression:
+        bound = bind(updated, ADAM_SIGNATURE)
+        why = self._unmappable(bound, {"bias_correction": (True,), "amsgrad": (False,),
+                                       "master_weights": (False,)})
+        if why is None and not bound.is_("adam_w_mode", True, False):
+            why = "`adam_w_mode` is not a literal, so Adam or AdamW cannot be chosen"
+        if why is not None:
+            return self._refuse(updated, name, why)
+        decoupled = bound.is_("adam_w_mode", True)
+        torch_cls = "torch.optim.AdamW" if decoupled else "torch.optim.Adam"
+        extra = []
+        if decoupled and "weight_decay" not in bound.args:
+            extra.append(new_keyword("weight_decay", "0.0"))
+        keep = ("params", "lr", "betas", "eps", "weight_decay", "capturable")
+        self._zero_grad(original, bound, "FusedAdam", True)
+        self.report(original, CHECKPOINT_FORMAT,
+                    f"FusedAdam → {torch_cls}: state dicts saved by FusedAdam need `step` moved "
+                    "into each parameter's state before loading")
+        return rebuild_call(updated, torch_cls, bound, TORCH_ADAM, keep, extra + self._fused())
+
+    def _sgd(self, original: cst.Call, updated: cst.Call, name: str) -> cst.BaseExpression:
+        bound = bind(updated, SGD_SIGNATURE)
+        why = self._unmappable(bound, {"wd_after_momentum": (False,)})
+        if why is None and "lr" not in bound.args:
+            why = "FusedSGD requires `lr`"
+        if why is not None:
+            return self._refuse(updated, name, why)
+        self._zero_grad(original, bound, "FusedSGD", False)
+        keep = ("params", "lr", "momentum", "dampening", "weight_decay", "nesterov")
+        return rebuild_call(updated, "torch.optim.SGD", bound, TORCH_SGD, keep, self._fused())
+
+    def _adagrad(self, original: cst.Call, updated: cst.Call, name: str) -> cst.BaseExpression:
+        bound = bind(updated, ADAGRAD_SIGNATURE)
+        why = self._unmappable(bound, {"adagrad_w_mode": (False,)})
+        if why is not None:
+            return self._refuse(updated, name, why)
+        self._zero_grad(original, bound, "FusedAdagrad", True)
+        self.report(original, CHECKPOINT_FORMAT,
+                    "FusedAdagrad → torch.optim.Adagrad: state dicts saved by FusedAdagrad need "
+                    "`step` moved into each parameter's state before loading")
+        keep = ("params", "lr", "eps", "weight_decay")
+        return rebuild_call(updated, "torch.optim.Adagrad", bound, TORCH_ADAGRAD, keep, self._fused())
+
+    def bare_reference(self, node: cst.CSTNode, name: str) -> None:
+        short = self._short(name)
+        if name in WITHOUT_EQUIVALENT:
+            self.report(node, NO_TORCH_OPTIMIZER, f"`{short}` has no torch.optim equivalent")
+            return
+        self.report(node, OPTIMIZER_REFERENCE,
+                    f"`{short}` is used without being called; its torch form needs arguments "
+                    "a bare class cannot carry")

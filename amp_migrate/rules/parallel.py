@@ -1,0 +1,277 @@
+"""`apex.parallel` → `torch.nn.parallel.DistributedDataParallel` and `torch.nn.SyncBatchNorm`.
+
+What it does
+    `apex.parallel.DistributedDataParallel(model, ...)` becomes
+    `torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False, ...)`,
+    `convert_syncbn_model(model)` becomes `torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)`
+    and `apex.parallel.SyncBatchNorm(...)` becomes `torch.nn.SyncBatchNorm(...)`.
+
+Why
+    Apex deprecated its DDP and SyncBatchNorm in favour of torch's, which need no compiled
+    extension (apex_api.md §11).
+
+Fix safety
+    DDP: both average gradients over ranks with an allreduce after backward, and both
+    broadcast rank 0's parameters when wrapping. `device_ids` is left out on purpose: Apex
+    never moved inputs, and torch DDP without `device_ids` does not either (and works for CPU
+    modules). Apex never synchronised buffers; torch does at wrap time and before every
+    forward unless `broadcast_buffers=False`, which is therefore passed (torch 2.13 deprecates
+    the flag in favour of `forward_sync_buffers`, which still syncs at wrap time; its warning
+    recommends keeping `broadcast_buffers=False` for exactly this case). `message_size`
+    (elements) becomes `bucket_cap_mb` (MiB of fp32). Options that only change when or on which
+    stream the allreduce runs are dropped with an info diagnostic (`delay_allreduce`,
+    `allreduce_trigger_params`, `retain_allreduce_buffers`, `num_allreduce_streams`,
+    `allreduce_communicators`, `prof`); `gradient_average_split_factor` was never read by
+    Apex. Options that change the reduced values (`allreduce_always_fp32=True`,
+    `gradient_average=False`, a `gradient_predivide_factor` other than 1) would need a comm
+    hook: the file falls back to the shim, as it does when it calls Apex-only DDP methods such
+    as `disable_allreduce()`.
+
+    SyncBatchNorm: the arguments torch has are passed as they are; `channel_last=True` and
+    `fuse_relu=True` have no equivalent and fall back. torch's SyncBatchNorm cannot train on
+    CPU, so with `--device cpu` these fall back too (the shim has a CPU implementation).
+
+    A bare `apex.parallel.SyncBatchNorm` used as a value (`norm_layer=SyncBatchNorm`) becomes
+    `torch.nn.SyncBatchNorm`: both take the same first six arguments with the same defaults.
+    In `isinstance`/`issubclass` checks and class bases, and for the DDP class or
+    `convert_syncbn_model` used without a call, the meaning would change for objects this file
+    does not create, so the file falls back. `Reducer`, `LARC` and
+    `create_syncbn_process_group` have no torch equivalent and fall back.
+"""
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from ..diagnostics import Severity, define
+from .optimizers import ApexClassRule, Bound, bind, literal, new_keyword, rebuild_call
+
+DDP_REPLACED = define(
+    "AMP520", "apex-ddp-to-torch", Severity.INFO,
+    "apex.parallel.DistributedDataParallel became torch's DistributedDataParallel.",
+    "Gradients are averaged over ranks as before, and parameters are broadcast from rank 0 "
+    "when wrapping. One behaviour is stricter: torch DDP raises in the next iteration when a "
+    "parameter that requires grad got no gradient (Apex skipped it). If the model has such "
+    "parameters, pass `find_unused_parameters=True`. `broadcast_buffers=False` keeps Apex's "
+    "per-rank buffers.",
+    before="from apex.parallel import DistributedDataParallel as DDP\nmodel = DDP(model)",
+    after="import torch\nmodel = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)",
+)
+DDP_ARGUMENT_DROPPED = define(
+    "AMP521", "apex-ddp-argument-dropped", Severity.INFO,
+    "An Apex DDP option that only affects communication timing was dropped.",
+    "`delay_allreduce`, `allreduce_trigger_params`, `retain_allreduce_buffers`, "
+    "`num_allreduce_streams`, `allreduce_communicators` and `prof` decide when, on which "
+    "stream or with which profiling ranges Apex ran its allreduces. torch DDP buckets and "
+    "overlaps on its own (tune it with `bucket_cap_mb`); the averaged gradients are the same.",
+    before="model = DDP(model, delay_allreduce=True)",
+    after="model = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)",
+)
+DDP_ARGUMENT = define(
+    "AMP522", "apex-ddp-argument-not-mappable", Severity.WARNING,
+    "An Apex DDP option changes the reduced gradients in a way torch DDP does not by "
+    "default; the file uses the shim.",
+    "`allreduce_always_fp32=True`, `gradient_average=False` and a `gradient_predivide_factor` "
+    "other than 1 change the values that are allreduced; torch needs a custom comm hook "
+    "(`register_comm_hook`) for each. Non-literal values, `**kwargs` and unknown arguments "
+    "cannot be checked. The file keeps Apex's DDP through the shim; write the comm hook by "
+    "hand to go native.",
+    before="model = DDP(model, gradient_predivide_factor=8.0)",
+    after="from amp_shim.parallel import DistributedDataParallel as DDP  # import rewritten only",
+    falls_back=True,
+)
+DDP_METHOD = define(
+    "AMP523", "apex-ddp-only-attribute", Severity.WARNING,
+    "The file uses an attribute only Apex's DDP has; the file uses the shim.",
+    "`enable_allreduce()`/`disable_allreduce()` (gradient accumulation without allreduce), "
+    "`allreduce_buffers` and Apex's bucket internals do not exist on torch DDP. The usual "
+    "replacement for `disable_allreduce()` is `with model.no_sync():` around the "
+    "accumulation steps, which changes the code's structure, so it is left to you.",
+    before="model.disable_allreduce()\nloss.backward()\nmodel.enable_allreduce()",
+    after="with model.no_sync():\n    loss.backward()",
+    falls_back=True,
+)
+SYNCBN_ARGUMENT = define(
+    "AMP524", "syncbn-argument-not-mappable", Severity.WARNING,
+    "An argument of Apex's SyncBatchNorm has no torch equivalent; the file uses the shim.",
+    "`channel_last=True` and `fuse_relu=True` select Apex's fused NHWC kernels (and the "
+    "residual input `z` of its forward); torch's SyncBatchNorm has neither. Non-literal "
+    "values, `**kwargs` and unknown arguments cannot be checked.",
+    before="model = convert_syncbn_model(model, channel_last=True)",
+    after="from amp_shim.parallel import convert_syncbn_model  # import rewritten only",
+    falls_back=True,
+)
+NO_TORCH_PARALLEL = define(
+    "AMP525", "parallel-without-torch-equivalent", Severity.WARNING,
+    "This apex.parallel helper has no torch equivalent; the file uses the shim.",
+    "`Reducer` (manual gradient allreduce), `LARC` (layer-wise adaptive rate clipping around "
+    "an optimizer) and `create_syncbn_process_group` have no one-line torch form. The shim "
+    "provides them unchanged.",
+    before="from apex.parallel import LARC\nopt = LARC(opt)",
+    after="from amp_shim.parallel import LARC\nopt = LARC(opt)",
+    falls_back=True,
+)
+PARALLEL_REFERENCE = define(
+    "AMP526", "parallel-class-reference", Severity.WARNING,
+    "An apex.parallel class or function is used without being called in a way whose torch "
+    "form is not provably the same; the file uses the shim.",
+    "`isinstance(m, apex.parallel.DistributedDataParallel)` would become true for torch DDP "
+    "models this file never wrapped; a bare DDP class or `convert_syncbn_model` is called "
+    "elsewhere with arguments this codemod cannot see and map.",
+    before="if isinstance(model, apex.parallel.DistributedDataParallel):\n    model = model.module",
+    after="import amp_shim as apex  # import rewritten only",
+    falls_back=True,
+)
+SYNCBN_CPU = define(
+    "AMP527", "syncbn-on-cpu", Severity.WARNING,
+    "torch.nn.SyncBatchNorm cannot train on CPU; with `--device cpu` the file uses the shim.",
+    "torch's SyncBatchNorm synchronises statistics only for accelerator tensors and raises "
+    "for CPU input in training. The shim's SyncBatchNorm works on CPU over gloo.",
+    before="# amp-migrate --device cpu\nmodel = convert_syncbn_model(model)",
+    after="from amp_shim.parallel import convert_syncbn_model  # import rewritten only",
+    falls_back=True,
+)
+SYNCBN_REFERENCE = define(
+    "AMP528", "syncbn-class-reference", Severity.INFO,
+    "apex.parallel.SyncBatchNorm used as a value became torch.nn.SyncBatchNorm.",
+    "Both classes take `num_features, eps, momentum, affine, track_running_stats, "
+    "process_group` in that order with the same defaults, so a caller that passes those "
+    "builds the same layer. Callers that pass `channel_last`/`fuse_relu`, or call the layer "
+    "with a residual `z`, must drop them.",
+    before="block = Block(norm_layer=SyncBatchNorm)",
+    after="block = Block(norm_layer=torch.nn.SyncBatchNorm)",
+)
+
+TORCH_DDP = "torch.nn.parallel.DistributedDataParallel"
+CONVERT = "torch.nn.SyncBatchNorm.convert_sync_batchnorm"
+TORCH_SYNCBN = "torch.nn.SyncBatchNorm"
+
+DDP_NAMES = {"apex.parallel.DistributedDataParallel", "apex.parallel.distributed.DistributedDataParallel"}
+CONVERT_NAMES = {"apex.parallel.convert_syncbn_model"}
+SYNCBN_NAMES = {"apex.parallel.SyncBatchNorm", "apex.parallel.optimized_sync_batchnorm.SyncBatchNorm",
+                "apex.parallel.sync_batchnorm.SyncBatchNorm"}
+WITHOUT_EQUIVALENT = {"apex.parallel.Reducer", "apex.parallel.distributed.Reducer",
+                      "apex.parallel.LARC", "apex.parallel.LARC.LARC",
+                      "apex.parallel.create_syncbn_process_group"}
+
+DDP_SIGNATURE = ("module", "message_size", "delay_allreduce", "shared_param",
+                 "allreduce_trigger_params", "retain_allreduce_buffers", "allreduce_always_fp32",
+                 "num_allreduce_streams", "allreduce_communicators", "gradient_average",
+                 "gradient_predivide_factor", "gradient_average_split_factor", "prof")
+#: Apex DDP options that change only timing, streams or profiling, with their no-op value.
+DDP_TIMING_ONLY = {"delay_allreduce": False, "allreduce_trigger_params": None,
+                   "retain_allreduce_buffers": False, "num_allreduce_streams": 1,
+                   "allreduce_communicators": None, "prof": False}
+#: Apex DDP options that change the reduced values, with the only value torch matches.
+DDP_VALUE_CHANGING = {"shared_param": None, "allreduce_always_fp32": False,
+                      "gradient_average": True, "gradient_predivide_factor": 1.0}
+DDP_ONLY_ATTRIBUTES = ("enable_allreduce", "disable_allreduce", "allreduce_buffers",
+                       "allreduce_fallback", "sync_bucket_structure", "needs_refresh")
+
+CONVERT_SIGNATURE = ("module", "process_group", "channel_last")
+SYNCBN_SIGNATURE = ("num_features", "eps", "momentum", "affine", "track_running_stats",
+                    "process_group", "channel_last", "fuse_relu")
+TORCH_SYNCBN_ARGS = SYNCBN_SIGNATURE[:6]
+FP32_BYTES = 4
+
+
+def bucket_cap_mb(message_size: cst.BaseExpression) -> str:
+    """Apex's bucket size counts fp32 elements; torch's counts MiB."""
+    value = literal(message_size)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        mib = round(value * FP32_BYTES / 2**20, 2)
+        return str(int(mib)) if mib == int(mib) else repr(mib)
+    code = cst.Module([]).code_for_node(message_size)
+    if not isinstance(message_size, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+        code = f"({code})"
+    return f"{code} * {FP32_BYTES} / 2**20"
+
+
+class ApexParallelToTorch(ApexClassRule):
+    """apex.parallel DDP, SyncBatchNorm and convert_syncbn_model → torch's."""
+
+    MARKERS = ("parallel",)
+
+    HANDLED = frozenset(DDP_NAMES | CONVERT_NAMES | SYNCBN_NAMES | WITHOUT_EQUIVALENT)
+
+    def visit_Module(self, node: cst.Module) -> None:
+        super().visit_Module(node)
+        self._ddp_only = [a for a in m.findall(node, m.Attribute(attr=m.OneOf(
+            *(m.Name(n) for n in DDP_ONLY_ATTRIBUTES)))) if self.apex_name(a) is None]
+
+    def _short(self, name: str) -> str:
+        return name.rsplit(".", 1)[1]
+
+    def rewrite_call(self, original: cst.Call, updated: cst.Call, name: str) -> cst.BaseExpression:
+        if name in WITHOUT_EQUIVALENT:
+            self.report(original, NO_TORCH_PARALLEL, f"`{self._short(name)}` has no torch equivalent")
+            return updated
+        if name in DDP_NAMES:
+            return self._ddp(original, updated)
+        if self.options.device == "cpu":
+            self.report(original, SYNCBN_CPU)
+            return updated
+        if name in CONVERT_NAMES:
+            return self._convert(original, updated)
+        bound = bind(updated, SYNCBN_SIGNATURE)
+        if not self._syncbn_arguments_map(original, bound, "SyncBatchNorm"):
+            return updated
+        return rebuild_call(updated, TORCH_SYNCBN, bound, TORCH_SYNCBN_ARGS, TORCH_SYNCBN_ARGS)
+
+    def _syncbn_arguments_map(self, call: cst.Call, bound: Bound, short: str) -> bool:
+        why = bound.problem
+        for flag in ("channel_last", "fuse_relu"):
+            if why is None and not bound.is_(flag, False):
+                why = f"`{flag}={self.code_of(bound.value(flag))}` has no torch equivalent"
+        if why is not None:
+            self.report(call, SYNCBN_ARGUMENT, f"`{short}(...)` kept: {why}")
+            return False
+        return True
+
+    def _convert(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        bound = bind(updated, CONVERT_SIGNATURE)
+        if not self._syncbn_arguments_map(original, bound, "convert_syncbn_model"):
+            return updated
+        return rebuild_call(updated, CONVERT, bound, ("module", "process_group"),
+                            ("module", "process_group"))
+
+    def _ddp(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        bound = bind(updated, DDP_SIGNATURE)
+        why = bound.problem
+        for arg, allowed in DDP_VALUE_CHANGING.items():
+            if why is None and not bound.is_(arg, allowed):
+                why = f"`{arg}={self.code_of(bound.value(arg))}` changes the reduced gradients"
+        if why is not None:
+            self.report(original, DDP_ARGUMENT, f"`DistributedDataParallel(...)` kept: {why}")
+            return updated
+        for attribute in self._ddp_only:
+            self.report(attribute, DDP_METHOD,
+                        f"`.{attribute.attr.value}` exists only on Apex's DistributedDataParallel")
+        dropped = [arg for arg, noop in DDP_TIMING_ONLY.items() if not bound.is_(arg, noop)]
+        if dropped:
+            self.report(original, DDP_ARGUMENT_DROPPED,
+                        "dropped " + ", ".join(f"`{a}`" for a in dropped) + ": "
+                        + ("it changes" if len(dropped) == 1 else "they change")
+                        + " only when or how the allreduce runs, not the averaged gradients")
+        self.report(original, DDP_REPLACED,
+                    "apex.parallel.DistributedDataParallel → torch's, with Apex's per-rank "
+                    "buffers; pass `find_unused_parameters=True` if some parameters get no "
+                    "gradient in an iteration")
+        extra = [new_keyword("broadcast_buffers", "False")]
+        size = bound.value("message_size")
+        if size is not None:
+            extra.append(new_keyword("bucket_cap_mb", bucket_cap_mb(size)))
+        return rebuild_call(updated, TORCH_DDP, bound, ("module",), ("module",), extra)
+
+    def bare_reference(self, node: cst.CSTNode, name: str) -> None:
+        short = self._short(name)
+        if name in WITHOUT_EQUIVALENT:
+            self.report(node, NO_TORCH_PARALLEL, f"`{short}` has no torch equivalent")
+        elif name not in SYNCBN_NAMES or self.reference_context(node) == "check":
+            self.report(node, PARALLEL_REFERENCE,
+                        f"`{short}` used without a call cannot be mapped provably")
+        elif self.options.device == "cpu":
+            self.report(node, SYNCBN_CPU)
+        else:
+            self.report(node, SYNCBN_REFERENCE)
+            self.replacements[id(node)] = TORCH_SYNCBN

@@ -129,6 +129,9 @@ def fused_step_to_torch(state: MutableMapping) -> int:
     for group in state["param_groups"]:
         if "step" not in group:
             continue
+        # torch takes group options from the checkpoint: without this the fused optimizer the
+        # migrated code builds would fall back to the loop implementation after a resume.
+        group.setdefault("fused", True)
         step = group.pop("step")
         value = float(step.item() if isinstance(step, torch.Tensor) else step)
         for index in group.get("params", []):
@@ -163,7 +166,7 @@ def _to_torch_entry(name: str, value: Any, index: Optional[int], out: dict, chan
         moved = fused_step_to_torch(value)
         if moved:
             changes.append(Change(where, f"fused optimizer state: `step` moved from the param groups "
-                                         f"into {moved} parameter states (torch's layout)"))
+                                         f"into {moved} parameter states (torch's layout), `fused` kept"))
         return value
     if isinstance(value, Mapping) and _FP16_OPTIMIZER_KEYS <= set(value):
         optimizer_state = value["optimizer_state_dict"]

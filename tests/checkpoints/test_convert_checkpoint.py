@@ -95,7 +95,8 @@ def fused_adam_layout(torch_state):
     """What FusedAdam saved: `step` once per param group, not per parameter (apex_api.md §10)."""
     state = {"state": {k: {n: v.clone() for n, v in s.items() if n != "step"}
                        for k, s in torch_state["state"].items()},
-             "param_groups": [dict(g) for g in torch_state["param_groups"]]}
+             "param_groups": [{k: g[k] for k in ("lr", "betas", "eps", "weight_decay", "amsgrad", "params")}
+                              | {"bias_correction": True} for g in torch_state["param_groups"]]}
     for group in state["param_groups"]:
         group["step"] = int(torch_state["state"][group["params"][0]]["step"].item())
     return state
@@ -109,6 +110,11 @@ def test_fused_adam_state_loads_into_torch_adamw_after_conversion():
     after, changes = convert({"optimizer": apex_state})
     assert "2 parameter states" in changes[0].what
     assert fused_step_to_torch(after["optimizer"]) == 0  # already torch's layout
+    assert all(group["fused"] is True for group in after["optimizer"]["param_groups"])
+    resumed = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(3, 2)), torch.nn.Parameter(torch.zeros(2))],
+                                fused=True)
+    resumed.load_state_dict(after["optimizer"])
+    assert resumed.param_groups[0]["fused"] is True
     for k, s in opt.state_dict()["state"].items():
         for name, value in s.items():
             assert torch.equal(after["optimizer"]["state"][k][name], value), name

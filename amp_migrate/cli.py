@@ -1,28 +1,261 @@
-"""The `amp-migrate` command line."""
+"""The `amp-migrate` command line: click commands only; the work is in discover, runner and
+report.
+
+`amp-migrate PATH...` is short for `amp-migrate migrate PATH...`, as `ruff check`/`black`
+users expect a path to be enough.
+"""
 from __future__ import annotations
 
+import json
 import os
-import subprocess
 import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, Optional
 
 import click
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from . import __version__
 
+EXIT_OK, EXIT_CHANGES, EXIT_ERRORS, EXIT_INTERRUPTED = 0, 1, 2, 130
+_PROGRESS_FROM = 20  # files; fewer finish before a bar would be worth drawing
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class _PathsOrCommand(click.Group):
+    """Sends `amp-migrate PATH...` (a first argument that names no subcommand) to `migrate`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names \
+                and args[0] != "--version":
+            args = ["migrate", *args]
+        return super().parse_args(ctx, args)
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage(ctx.command_path, "[MIGRATE OPTIONS] PATH...")
+        formatter.write_usage(ctx.command_path, "COMMAND [ARGS]...", prefix="   or: ")
+
+
+@click.group(cls=_PathsOrCommand, no_args_is_help=True,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="amp-migrate")
 def main() -> None:
-    """Move PyTorch code off NVIDIA Apex mixed precision (apex.amp, fp16_utils, parallel)."""
+    """Move PyTorch code off NVIDIA Apex mixed precision (apex.amp, fp16_utils, parallel).
+
+    `amp-migrate PATH...` migrates files in place (the `migrate` command);
+    `amp-migrate migrate --help` lists its options. Exit codes: 0 ok, 1 `--check` found
+    files to change, 2 errors (usage, or files that could not be migrated), 130 interrupted.
+    """
+
+
+def _stdin_is_terminal() -> bool:
+    return sys.stdin.isatty()
+
+
+def _existing(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    for value in values:
+        if not os.path.lexists(value):
+            raise click.BadParameter(f"'{value}' does not exist.", ctx, param)
+    return values
+
+
+@contextmanager
+def _progress(total: int, enabled: bool) -> Iterator[Callable[[], None]]:
+    if not enabled:
+        yield lambda: None
+        return
+    columns = (TextColumn("migrating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("migrating", total=total)
+        yield lambda: progress.advance(task)
+
+
+def _review(results: list, console: Console) -> list:
+    """Ask about each changed file, as bowler does: y apply, n skip, a apply all, q quit."""
+    from . import report, runner
+
+    reviewed, answer = [], "n"
+    for result in results:
+        if result.changed and result.error is None and answer not in ("a", "q"):
+            console.print(Text(result.path, style="bold"))
+            report.print_diff(console, result.diff)
+            answer = click.prompt("Apply this change? [y]es, [n]o, [a]ll, [q]uit",
+                                  type=click.Choice(["y", "n", "a", "q"]), show_choices=False)
+        if result.changed and result.error is None and answer in ("y", "a"):
+            result = runner.write(result)
+        reviewed.append(result)
+    return reviewed
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, callback=_existing,
+                type=click.Path(path_type=str))
+@click.option("--target", type=click.Choice(["auto", "native", "shim"]),
+              help="native torch.amp, the amp_shim runtime, or native where provably right "
+                   "and the shim otherwise.  [default: auto]")
+@click.option("--device", help="Device type the native code autocasts on.  [default: cuda]")
+@click.option("--dtype", type=click.Choice(["float16", "bfloat16"]),
+              help="Autocast dtype of the native code.  [default: float16]")
+@click.option("--diff", "--dry-run", "diff", is_flag=True,
+              help="Write nothing; print a unified diff per file and a summary.")
+@click.option("-i", "--interactive", is_flag=True,
+              help="Show each file's diff and ask: apply, skip, apply all, quit.")
+@click.option("--check", is_flag=True,
+              help="Write nothing; exit 1 if any file would change (for CI and pre-commit).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="json: one document on stdout for tools (docs/cli.md).")
+@click.option("--exclude", multiple=True, metavar="GLOB",
+              help="Skip files and folders matching GLOB (repeatable).")
+@click.option("--include", multiple=True, metavar="GLOB",
+              help="Only take files matching GLOB (repeatable).")
+@click.option("--force-exclude", is_flag=True,
+              help="Apply excludes to files named on the command line too (for pre-commit).")
+@click.option("--no-gitignore", is_flag=True, help="Do not skip files that git ignores.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1),
+              help="Worker processes.  [default: CPU count]")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary.")
+@click.option("--no-color", is_flag=True, help="Plain text even on a terminal.")
+def migrate(paths: tuple[str, ...], target: Optional[str], device: Optional[str],
+            dtype: Optional[str], diff: bool, interactive: bool, check: bool, fmt: str,
+            exclude: tuple[str, ...], include: tuple[str, ...], force_exclude: bool,
+            no_gitignore: bool, jobs: Optional[int], quiet: bool, no_color: bool) -> None:
+    """Rewrite Apex-using Python files and notebooks under PATHS in place."""
+    from . import config, discover, report, runner
+    from .options import Options
+
+    if interactive and (diff or check or fmt == "json"):
+        raise click.UsageError("--interactive cannot be combined with --diff, --check or --format json")
+    if interactive and not _stdin_is_terminal():
+        raise click.UsageError("--interactive asks questions, but stdin is not a terminal")
+    try:
+        settings = config.find(paths)
+    except config.ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        options = Options(target or settings.target or "auto", device or settings.device or "cuda",
+                          dtype or settings.dtype or "float16")
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    mode = "interactive" if interactive else "check" if check else "diff" if diff else "fix"
+    filters = discover.Filters(
+        exclude=tuple(discover.Glob(g, settings.folder) for g in settings.exclude)
+        + tuple(discover.Glob(g) for g in exclude),
+        include=tuple(discover.Glob(g) for g in include)
+        or tuple(discover.Glob(g, settings.folder) for g in settings.include),
+        gitignore=not no_gitignore, force_exclude=force_exclude)
+    files = discover.discover(paths, filters)
+    console = Console(file=sys.stdout, no_color=True if no_color else None, highlight=False,
+                      soft_wrap=True, emoji=False)
+    show_progress = not quiet and sys.stderr.isatty() and len(files) >= _PROGRESS_FROM
+    jobs_ = [runner.Job(f.path, f.kind, options, want_diff=diff or interactive) for f in files]
+
+    start, results = time.perf_counter(), []
+    try:
+        with runner.Workers(jobs or runner.default_jobs(), len(jobs_)) as workers, \
+                _progress(len(jobs_), show_progress) as advance:
+            for result in workers.results(jobs_):
+                results.append(runner.write(result) if mode == "fix" else result)
+                advance()
+        results.sort(key=lambda r: r.path)
+        if interactive:
+            results = _review(results, console)
+    except (KeyboardInterrupt, click.Abort):
+        written = sum(r.written for r in results)
+        click.echo(f"\nInterrupted: {written} file(s) written in full; every other file is as "
+                   "it was.", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+
+    summary = report.Summary.of(results, time.perf_counter() - start)
+    if summary.failed:
+        code = EXIT_ERRORS
+    elif check and summary.changed:
+        code = EXIT_CHANGES
+    else:
+        code = EXIT_OK
+    if fmt == "json":
+        document = report.json_document(results, summary, mode=mode, options=options,
+                                        include_diff=diff, exit_code=code)
+        click.echo(json.dumps(document, indent=2))
+    else:
+        report.print_report(console, results, summary, mode=mode, show_diff=diff, quiet=quiet)
+    sys.exit(code)
+
+
+@main.command()
+@click.argument("code", required=False)
+def explain(code: Optional[str]) -> None:
+    """Say what diagnostic CODE means, why, with a before/after example (no CODE: list all)."""
+    from . import docs, report
+    from .diagnostics import CODES
+
+    docs._register_all_codes()
+    console = Console(highlight=False, soft_wrap=False)
+    if code is None:
+        console.print(report.code_table())
+        return
+    if code.upper() not in CODES:
+        raise click.BadParameter(f"no diagnostic {code!r}; `amp-migrate explain` lists them",
+                                 param_hint="CODE")
+    report.explain(console, code.upper())
+
+
+@main.command("convert-checkpoint")
+@click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("target", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--key", default="amp", show_default=True,
+              help="Entry that holds amp.state_dict(); other entries are searched too.")
+@click.option("--to", "to", type=click.Choice(["torch", "apex"]), default="torch", show_default=True,
+              help="torch: Apex formats → what migrated code loads; apex: GradScaler state → Apex's.")
+@click.option("--index", type=click.IntRange(min=0), default=None,
+              help="With num_losses > 1: which loss scaler becomes the GradScaler.")
+@click.option("--in-place", is_flag=True, help="Allow TARGET to be SOURCE.")
+@click.option("--unsafe-load", is_flag=True,
+              help="Unpickle Python objects beyond tensors (FP16_Optimizer's state): runs code from the file.")
+def convert_checkpoint(source: Path, target: Path, key: str, to: str, index: Optional[int],
+                       in_place: bool, unsafe_load: bool) -> None:
+    """Convert a checkpoint saved by Apex code so the migrated code can resume from it.
+
+    Rewrites Apex amp scaler state to torch.amp.GradScaler state (or back with --to apex),
+    FusedAdam/FusedAdagrad optimizer state to torch's layout, and FP16_Optimizer state to the
+    wrapped optimizer's; every other entry is written back untouched, atomically.
+    """
+    from . import checkpoints  # torch is imported only by this command
+
+    console = Console(stderr=True)
+    if source.resolve() == target.resolve() and not in_place:
+        raise click.UsageError("TARGET is SOURCE; pass --in-place to overwrite it")
+    try:
+        loaded = checkpoints.load(source, unsafe=unsafe_load)
+        converted, changes = checkpoints.convert(loaded, key=key, to=to, index=index)
+    except checkpoints.CheckpointError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        sys.exit(2)
+    if not changes:
+        click.echo(f"{source}: nothing to convert (no Apex state found); {target} not written", err=True)
+        sys.exit(1)
+    checkpoints.save_atomically(converted, target)
+    for change in changes:
+        click.echo(f"{source}{change.where}: {change.what}", err=True)
+    click.echo(f"wrote {target}", err=True)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--force", is_flag=True, help="Use the shim even where a real Apex is installed.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def run(force: bool, command: tuple[str, ...]) -> None:
-    """Run a legacy Apex script unchanged on the shim: amp-migrate run -- python train.py ARGS."""
-    program = os.path.basename(command[0])
-    if not program.startswith("python") or len(command) < 2 or command[1].startswith("-"):
-        raise click.UsageError("run takes a Python script: amp-migrate run -- python SCRIPT [ARGS]...")
-    args = [command[0], "-m", "amp_shim"] + (["--force"] if force else []) + list(command[1:])
-    sys.exit(subprocess.call(args))
+    """Run legacy Apex code unchanged on the shim: amp-migrate run -- python train.py ARGS.
+
+    Any command works (`torchrun --nproc-per-node 2 train.py`, `python -m pkg.train`): it runs
+    as written, and every Python process it starts imports `apex` as the shim.
+    """
+    from amp_shim.launch import run_command
+
+    sys.exit(run_command(list(command), force=force))
+
+
+if __name__ == "__main__":
+    main(prog_name="amp-migrate")

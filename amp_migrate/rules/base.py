@@ -14,6 +14,7 @@ from typing import ClassVar, Optional, Sequence
 
 import libcst as cst
 from libcst.codemod import Codemod, CodemodContext, VisitorBasedCodemodCommand
+from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import (MetadataWrapper, ParentNodeProvider, PositionProvider,
                              QualifiedNameProvider)
 
@@ -136,3 +137,23 @@ class Rule(VisitorBasedCodemodCommand):
             yield parent
             parent = self.parent(parent)
 
+
+
+def add_requested_imports(context: CodemodContext, tree: cst.Module) -> cst.Module:
+    """Run libcst's AddImportsVisitor for what rules asked, minus plain `import X` already bound
+    at module level. (AddImportsVisitor looks only at the leading import block, so an
+    `import torch` after a `sys.path.insert(...)` would otherwise be added a second time.)"""
+    requested = context.scratch.get(AddImportsVisitor.CONTEXT_KEY, [])
+    if not requested:
+        return tree
+    bound = {alias.evaluated_alias or alias.evaluated_name
+             for stmt in tree.body if isinstance(stmt, cst.SimpleStatementLine)
+             for small in stmt.body if isinstance(small, cst.Import)
+             for alias in small.names}
+    context.scratch[AddImportsVisitor.CONTEXT_KEY] = [
+        item for item in requested
+        if not (item.obj_name is None and item.alias is None and not item.relative
+                and item.module_name in bound)]
+    tree = AddImportsVisitor(context).transform_module(tree)
+    context.scratch[AddImportsVisitor.CONTEXT_KEY] = []
+    return tree

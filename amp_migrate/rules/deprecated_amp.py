@@ -70,7 +70,7 @@ from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, QualifiedNameProvider, ScopeProvider
 
 from ..diagnostics import Code, Severity, define
-from .base import FileState, Rule
+from .base import FileState, Rule, add_requested_imports
 
 AUTOCAST_FIXED = define(
     "AMP601", "deprecated-autocast", Severity.INFO,
@@ -438,7 +438,7 @@ class DeprecatedTorchAmp(Rule):
         if self.plain_imports and not _reads_deprecated_names(tree):
             tree = tree.visit(_PlainImportsToTorch(self.plain_imports, _imports_torch(tree)))
         # SettleImports only runs on files that mention Apex; this rule's files need not.
-        return AddImportsVisitor(self.context).transform_module(tree)
+        return add_requested_imports(self.context, tree)
 
 
 _IMPORT_LINE = m.SimpleStatementLine(body=[m.AtLeastN(m.Import() | m.ImportFrom(), n=1)])

@@ -44,7 +44,7 @@ from libcst.helpers import get_full_name_for_node
 from libcst.metadata import ScopeProvider
 
 from ..diagnostics import Code, Severity, define
-from .base import Rule
+from .base import Rule, add_requested_imports
 
 TO_ITEM = define(
     "AMP450", "to-python-float-to-item", Severity.INFO,
@@ -232,7 +232,7 @@ class Fp16UtilsToTorch(Rule):
                 and "apex" not in tree.code:
             # Later rules (SettleImports among them) skip a file that no longer mentions Apex,
             # so the imports this rule asked for are added here.
-            tree = AddImportsVisitor(self.context).transform_module(tree)
+            tree = add_requested_imports(self.context, tree)
         return tree
 
     def _rewritable_star_use(self, name: cst.Name) -> bool:

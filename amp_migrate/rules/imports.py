@@ -22,7 +22,7 @@ from libcst.metadata import ScopeProvider
 
 from ..binding import APEX, is_apex_name
 from ..diagnostics import Severity, define
-from .base import Rule
+from .base import Rule, add_requested_imports
 
 SHIM = "amp_shim"
 
@@ -98,7 +98,7 @@ class SettleImports(Rule):
     """Drop Apex imports nothing reads (and their guards), add the imports rules asked for."""
 
     def applies(self) -> bool:
-        return AddImportsVisitor.CONTEXT_KEY in self.context.scratch or super().applies()
+        return bool(self.context.scratch.get(AddImportsVisitor.CONTEXT_KEY)) or super().applies()
 
     METADATA_DEPENDENCIES = Rule.METADATA_DEPENDENCIES + (ScopeProvider,)
 
@@ -189,7 +189,7 @@ class SettleImports(Rule):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         tree = super().transform_module_impl(tree)
         if AddImportsVisitor.CONTEXT_KEY in self.context.scratch:
-            tree = AddImportsVisitor(self.context).transform_module(tree)
+            tree = add_requested_imports(self.context, tree)
         return tree
 
 

@@ -202,3 +202,47 @@ def test_shim_checkpoint_resumes_in_the_migrated_native_program_bit_for_bit(tmp_
         assert got["amp"]["scale"] == 2.0**15  # the overflow at step 3 halved it
     else:
         assert got["amp"] == {}  # a disabled GradScaler saves nothing
+
+
+# The command ---------------------------------------------------------------------------------
+
+def test_convert_checkpoint_command_writes_the_converted_file_and_says_what_changed(tmp_path):
+    from click.testing import CliRunner
+
+    from amp_migrate.cli import main
+
+    source, target = tmp_path / "old.pt", tmp_path / "new.pt"
+    torch.save(checkpoint(), source)
+    result = CliRunner().invoke(main, ["convert-checkpoint", str(source), str(target)])
+    assert result.exit_code == 0, result.output
+    assert "['amp']: Apex amp scaler state → GradScaler state" in result.output
+    assert torch.load(target, weights_only=True)["amp"]["_growth_tracker"] == 17
+    assert torch.load(source, weights_only=True)["amp"] == APEX_STATE  # the source is untouched
+
+
+def test_convert_checkpoint_refuses_to_overwrite_its_input_unless_in_place(tmp_path):
+    from click.testing import CliRunner
+
+    from amp_migrate.cli import main
+
+    source = tmp_path / "old.pt"
+    torch.save(checkpoint(), source)
+    refused = CliRunner().invoke(main, ["convert-checkpoint", str(source), str(source)])
+    assert refused.exit_code == 2 and "--in-place" in refused.output
+    assert torch.load(source, weights_only=True)["amp"] == APEX_STATE
+    done = CliRunner().invoke(main, ["convert-checkpoint", str(source), str(source), "--in-place"])
+    assert done.exit_code == 0 and torch.load(source, weights_only=True)["amp"]["scale"] == 32768.0
+
+
+def test_convert_checkpoint_errors_exit_2_and_write_nothing(tmp_path):
+    from click.testing import CliRunner
+
+    from amp_migrate.cli import main
+
+    source, target = tmp_path / "old.pt", tmp_path / "new.pt"
+    state = OrderedDict([("loss_scaler0", {"loss_scale": 8.0, "unskipped": 1}),
+                         ("loss_scaler1", {"loss_scale": 4.0, "unskipped": 2})])
+    torch.save({"amp": state}, source)
+    result = CliRunner().invoke(main, ["convert-checkpoint", str(source), str(target)])
+    assert result.exit_code == 2 and "--index" in result.output and not target.exists()
+    assert CliRunner().invoke(main, ["convert-checkpoint", str(source), str(target), "--index", "0"]).exit_code == 0

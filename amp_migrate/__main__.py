@@ -1,0 +1,4 @@
+"""`python -m amp_migrate`: the `amp-migrate` command, where no console script is installed."""
+from .cli import main
+
+main(prog_name="amp-migrate")

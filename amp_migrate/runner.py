@@ -1,0 +1,132 @@
+"""One file's job, and running many in a process pool.
+
+A job never raises: whatever goes wrong with a file (unreadable, undecodable, not Python, a
+bug in a rule) becomes that file's result, so the run goes on and the file stays untouched.
+Workers only compute; the parent alone writes, one atomic rename per file, so that Ctrl-C
+(which the workers ignore) stops the run between two files and never inside one.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+from dataclasses import dataclass, replace
+from typing import Iterable, Iterator, Optional
+
+from . import notebook
+from .file_result import FileResult, Finding
+from .migrate import MigrationError, might_use_apex, migrate_source
+from .options import Options
+from .report import unified_diff
+from .source_file import SourceError, decode, read_bytes, write_atomic
+
+
+@dataclass(frozen=True)
+class Job:
+    path: str
+    kind: str  # "python" or "notebook"
+    options: Options
+    want_diff: bool = False
+
+
+def _migrate_python(job: Job, data: bytes) -> FileResult:
+    source = decode(data)
+    result = FileResult(job.path, "python", scanned=True)
+    try:
+        migrated = migrate_source(source.text, target=job.options.target,
+                                  device=job.options.device, dtype=job.options.dtype)
+    except MigrationError as exc:
+        return replace(result, findings=(Finding(exc.as_diagnostic()),))
+    result = replace(result, findings=tuple(Finding(d) for d in migrated.diagnostics))
+    if not migrated.changed:
+        return result
+    diff = unified_diff(source.text, migrated.code, job.path) if job.want_diff else ""
+    return replace(result, changed=True, target_used=migrated.target_used,
+                   new_bytes=source.to_bytes(migrated.code), diff=diff)
+
+
+def process(job: Job) -> FileResult:
+    """Read and migrate one file; never raises."""
+    try:
+        data = read_bytes(job.path)
+    except SourceError as exc:
+        return FileResult(job.path, job.kind, error=str(exc))
+    # Source encodings are ASCII-compatible, so the markers read the same in latin-1.
+    if not might_use_apex(data.decode("latin-1")):
+        return FileResult(job.path, job.kind)
+    try:
+        if job.kind == "notebook":
+            return notebook.migrate(job.path, data, job.options, job.want_diff)
+        return _migrate_python(job, data)
+    except SourceError as exc:
+        return FileResult(job.path, job.kind, scanned=True, error=str(exc))
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # a bug in the codemod: report it, keep the file, go on
+        return FileResult(job.path, job.kind, scanned=True,
+                          error=f"internal error, please report it: {type(exc).__name__}: {exc}")
+
+
+def write(result: FileResult) -> FileResult:
+    """Write a changed file in place; a failure becomes the file's error."""
+    if not result.changed or result.new_bytes is None or result.error is not None:
+        return result
+    try:
+        write_atomic(result.path, result.new_bytes)
+    except SourceError as exc:
+        return result.with_error(str(exc))
+    return replace(result, written=True)
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def default_jobs() -> int:
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+class Workers:
+    """A process pool (or none, for one job or one worker) that yields results as they come.
+
+    Enter it before starting anything that runs a thread (rich's progress bar): the pool
+    forks on Linux.
+    """
+
+    def __init__(self, jobs: int, files: int) -> None:
+        self.size = max(1, min(jobs, files))
+        self.pool: Optional[multiprocessing.pool.Pool] = None
+
+    def __enter__(self) -> "Workers":
+        if self.size > 1:
+            method = "fork" if sys.platform.startswith("linux") else None
+            context = multiprocessing.get_context(method)
+            # Forked workers inherit "ignore SIGINT" from the start; the initializer covers
+            # spawned ones.
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            try:
+                self.pool = context.Pool(self.size, initializer=_ignore_sigint)
+            finally:
+                signal.signal(signal.SIGINT, previous)
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if self.pool is None:
+            return
+        if kind is None:
+            self.pool.close()
+        else:
+            self.pool.terminate()
+        self.pool.join()
+
+    def results(self, jobs: Iterable[Job]) -> Iterator[FileResult]:
+        """Results in completion order; callers sort."""
+        if self.pool is None:
+            for job in jobs:
+                yield process(job)
+            return
+        yield from self.pool.imap_unordered(process, jobs, chunksize=1)

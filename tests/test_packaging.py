@@ -81,7 +81,19 @@ def test_wheel_leaves_out_tests_fixtures_and_repo_tooling(wheel):
     ]
     assert not shipped, shipped
     top_level = {name.split("/")[0] for name in wheel.namelist()}
-    assert top_level == {"amp_shim", "amp_migrate"} | {n for n in top_level if n.endswith(".dist-info")}
+    # amp_shim_alias.pth: the start-up hook that carries the apex alias into child processes.
+    assert top_level == {"amp_shim", "amp_migrate", "amp_shim_alias.pth"} | {
+        n for n in top_level if n.endswith(".dist-info")
+    }
+
+
+def test_wheel_ships_the_alias_start_up_hook_at_its_root(wheel):
+    """A .pth runs only from site-packages itself; it acts only when AMP_SHIM_ALIAS is set."""
+    from amp_shim._pth_build import PTH_CONTENT
+
+    assert wheel.read("amp_shim_alias.pth").decode() == PTH_CONTENT
+    (record,) = [n for n in wheel.namelist() if n.endswith(".dist-info/RECORD")]
+    assert any(line.startswith("amp_shim_alias.pth,sha256=") for line in wheel.read(record).decode().splitlines())
 
 
 def test_installed_package_finds_the_cuda_sources_through_importlib_resources():

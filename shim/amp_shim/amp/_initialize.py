@@ -168,17 +168,11 @@ def _patch_forward(model: torch.nn.Module, input_caster, output_caster) -> None:
     model.forward = new_fwd
 
 
-def _activate_o1(models: list, device: torch.device, verbose: bool) -> AmpHandle:
-    previous = getattr(_amp_state, "handle", None)
-    if previous is not None:
-        previous._deactivate()  # Apex stacked a second set of patches on the first
-    casts = AutocastCasts(device.type, shim_dtype(device.type))
-    casts.activate()
-    for model in models:
-        casts.cover_forward(model)
-    handle = AmpHandle(casts, verbose=verbose)
-    _amp_state.handle = handle
-    return handle
+def _activate_o1(models: list, device: torch.device, verbose: bool, loss_scale="dynamic") -> AmpHandle:
+    """Apex's `amp_init(loss_scale=..., verbose=...)` at O1: autocast on, registrations applied."""
+    from .amp import _activate
+
+    return _activate(device.type, models=models, loss_scale=loss_scale, verbose=verbose)
 
 
 def _initialize(models, optimizers, properties, num_losses: int = 1, cast_model_outputs=None):
@@ -244,7 +238,8 @@ def _initialize(models, optimizers, properties, num_losses: int = 1, cast_model_
     ]
 
     if properties.patch_torch_functions:
-        _activate_o1(models, device, verbose=(_amp_state.verbosity == 2))
+        _activate_o1(models, device, verbose=(_amp_state.verbosity == 2),
+                     loss_scale=properties.loss_scale)
 
     if optimizers_was_list:
         return (models, optimizers) if models_was_list else (models[0], optimizers)

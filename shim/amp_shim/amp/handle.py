@@ -12,42 +12,126 @@ from typing import Any, Iterator
 
 import torch
 
+from ..engine.distributed import all_reduce_found_inf_
 from ._amp_state import _amp_state
 from ._process_optimizer import arm_skip, restore_stashed_grads
 from .autocast_casts import AutocastCasts
+from .opt import OptimWrapper
+from .scaler import LossScaler
+
+
+OLD_API_MESSAGE = (
+    "The old Amp API is no longer supported.  Please move to the new API, "
+    "documented here:  https://nvidia.github.io/apex/amp.html.  Transition guide:  "
+    "https://nvidia.github.io/apex/amp.html#transition-guide-for-old-api-users"
+)
 
 
 class AmpHandle:
-    """What `_amp_state.handle` holds while O1 casts are on."""
+    """What `_amp_state.handle` holds while O1 casts are on; `amp.init()` returns it (§8).
 
-    def __init__(self, casts: AutocastCasts, verbose: bool = False) -> None:
+    Apex's handle owned its function patches; this one owns the autocast activation
+    (`AutocastCasts`) plus the wrappers of registered and banned functions, and puts the
+    originals back on `_deactivate()`.
+    """
+
+    def __init__(self, loss_scale: Any = "dynamic", enable_caching: bool = True,
+                 verbose: bool = False, *, casts: AutocastCasts | None = None) -> None:
+        if casts is None:
+            from .autocast_casts import shim_dtype
+            device_type = "cuda" if torch.cuda.is_available() else "cpu"
+            casts = AutocastCasts(device_type, shim_dtype(device_type))
         self._casts = casts
+        self._enable_caching = enable_caching
         self._verbose = verbose
         self._is_active = True
-        self._default_scaler = None
+        self._all_wrappers: list = []
+        self._default_scaler = LossScaler(loss_scale, device=casts.device_type)
 
     def is_active(self) -> bool:
         return self._is_active and self._casts.active
 
     @contextlib.contextmanager
     def _disable_casts(self) -> Iterator[None]:
-        with self._casts.disabled():
-            yield
+        was_active = self._is_active
+        self._is_active = False
+        try:
+            with self._casts.disabled():
+                yield
+        finally:
+            self._is_active = was_active
+
+    def wrap_optimizer(self, optimizer, num_loss: int = 1):
+        self._default_scaler = None
+        return OptimWrapper(optimizer, self, num_loss)
+
+    @contextlib.contextmanager
+    def scale_loss(self, loss, optimizer):
+        raise RuntimeError(OLD_API_MESSAGE)
+        yield  # pragma: no cover - a generator, so that the error comes on `with` entry
 
     def _clear_cache(self) -> None:
         self._casts.clear_cache()
 
+    def _save_func(self, mod, fn, func) -> None:
+        self._all_wrappers.append((mod, fn, func))
+
     def _deactivate(self) -> None:
+        for mod, fn, func in reversed(self._all_wrappers):
+            setattr(mod, fn, func)
+        self._all_wrappers = []
         self._casts.deactivate()
         self._is_active = False
 
     @property
     def has_cache(self) -> bool:
-        return True
+        return self._enable_caching
+
+    @property
+    def cache(self) -> dict:
+        """Apex's cast cache; autocast keeps its cache inside torch, so this is always empty."""
+        return {}
+
+    def remove_cache(self, param) -> None:
+        # torch cannot drop one entry of autocast's cache; dropping all is always correct.
+        if self.has_cache:
+            self._casts.clear_cache()
 
     @property
     def verbose(self) -> bool:
         return self._verbose
+
+
+class NoOpHandle:
+    """`amp.init(enabled=False)`: casts off, `scale_loss` yields the loss unchanged."""
+
+    def is_active(self) -> bool:
+        return False
+
+    @contextlib.contextmanager
+    def _disable_casts(self) -> Iterator[None]:
+        yield
+
+    def wrap_optimizer(self, optimizer, num_loss: int = 1):
+        return OptimWrapper(optimizer, self, num_loss)
+
+    @contextlib.contextmanager
+    def scale_loss(self, loss, optimizer) -> Iterator[Any]:
+        yield loss
+
+    @property
+    def has_cache(self) -> bool:
+        return False
+
+    @property
+    def verbose(self) -> bool:
+        return False
+
+    def _clear_cache(self) -> None:
+        pass
+
+    def _deactivate(self) -> None:
+        pass
 
 
 def _handle() -> AmpHandle | None:
@@ -142,6 +226,8 @@ def scale_loss(
             optimizer._amp_stash.params_have_scaled_gradients = False
         if delay_overflow_check:
             return
+        if loss_scaler.dynamic:
+            all_reduce_found_inf_(loss_scaler.found_inf)  # under DDP every rank skips together
         found = loss_scaler.update_()
         if loss_scaler.dynamic:
             for optimizer in optimizers:

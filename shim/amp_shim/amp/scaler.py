@@ -12,6 +12,7 @@ import torch
 
 from ..engine import ops
 from ..engine.loss_scaler import DeviceLossScaler
+from ._amp_state import _amp_state, master_params, maybe_print  # noqa: F401 (Apex's scaler names)
 
 
 class LossScaler(DeviceLossScaler):

@@ -1,4 +1,34 @@
-"""`apex.fp16_utils`."""
-from .fp16util import BN_convert_float, convert_module, convert_network
+"""`apex.fp16_utils` (apex_api.md §9): FP16_Optimizer, the network/master-weight helpers and
+the legacy standalone loss scalers."""
+from .fp16util import (
+    BN_convert_float,
+    FP16Model,
+    clip_grad_norm,
+    convert_module,
+    convert_network,
+    master_params_to_model_params,
+    model_grads_to_master_grads,
+    network_to_half,
+    prep_param_lists,
+    to_python_float,
+    tofp16,
+)
+from .fp16_optimizer import FP16_Optimizer
+from .loss_scaler import DynamicLossScaler, LossScaler
 
-__all__ = ["BN_convert_float", "convert_module", "convert_network"]
+__all__ = [
+    "BN_convert_float",
+    "network_to_half",
+    "prep_param_lists",
+    "model_grads_to_master_grads",
+    "master_params_to_model_params",
+    "tofp16",
+    "to_python_float",
+    "clip_grad_norm",
+    "convert_module",
+    "convert_network",
+    "FP16Model",
+    "FP16_Optimizer",
+    "LossScaler",
+    "DynamicLossScaler",
+]

@@ -1,0 +1,6 @@
+"""`apex.amp.lists`: Apex's O1 cast lists (apex_api.md §7.3), as data.
+
+The shim's O1 is `torch.autocast`, whose own op lists decide the casts (docs/differences.md);
+these modules keep Apex's lists importable and readable for code that inspects them. Editing
+them has no effect on the shim's casts: register functions instead (`amp.register_*_function`).
+"""

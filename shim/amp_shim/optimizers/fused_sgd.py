@@ -1,0 +1,104 @@
+"""`apex.optimizers.FusedSGD` on torch's fused SGD kernel (apex_api.md §10).
+
+Apex's default numerics are torch's (weight decay before momentum, `buf = grad` on the first
+step, the same Nesterov rule), so a step is bit for bit `torch.optim.SGD(..., fused=True)`.
+`wd_after_momentum=True`, which torch lacks, runs Apex's kernel formula in tensor ops.
+`set_grad_none` defaults to False here, unlike the other Apex optimizers.
+"""
+from __future__ import annotations
+
+import torch
+from torch.optim.optimizer import required
+from torch.optim.sgd import sgd as _torch_sgd
+
+from . import _common
+
+
+class FusedSGD(torch.optim.Optimizer):
+    def __init__(self, params, lr=required, momentum=0, dampening=0, weight_decay=0,
+                 nesterov=False, wd_after_momentum=False, materialize_master_grads=True,
+                 set_grad_none=False):
+        if lr is not required and lr < 0.0:
+            raise ValueError("Invalid learning rate: {}".format(lr))
+        if momentum < 0.0:
+            raise ValueError("Invalid momentum value: {}".format(momentum))
+        if weight_decay < 0.0:
+            raise ValueError("Invalid weight_decay value: {}".format(weight_decay))
+        defaults = dict(lr=lr, momentum=momentum, dampening=dampening,
+                        weight_decay=weight_decay, nesterov=nesterov)
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        super().__init__(params, defaults)
+        self.wd_after_momentum = wd_after_momentum
+        # Only meaningful under amp O2 (whether fp16 grads are copied into fp32 master grads).
+        self.materialize_master_grads = materialize_master_grads
+        self.most_recent_scale = 1.0
+        self.scale_set_by_backward = False
+        self.set_grad_none = set_grad_none
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        for group in self.param_groups:
+            group.setdefault("nesterov", False)
+
+    def zero_grad(self, set_to_none=None):
+        _common.zero_grad(self, self.set_grad_none, set_to_none)
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict(state_dict)  # torch SGD's format is Apex's
+        for group in self.param_groups:
+            for key, value in self.defaults.items():
+                group.setdefault(key, value)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        grad_scale, found_inf = _common.amp_scaling(self)
+        for group in self.param_groups:
+            params, grads, bufs = [], [], []
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                _common.check_no_sparse(p.grad, "FusedSGD")
+                params.append(p)
+                grads.append(p.grad)
+                bufs.append(self.state[p].get("momentum_buffer"))
+            if not params:
+                continue
+            if not self.wd_after_momentum:
+                fused = _common.can_fuse(params)
+                _torch_sgd(
+                    params, grads, bufs, has_sparse_grad=False,
+                    foreach=None if fused else _common.can_foreach(params), fused=fused or None,
+                    grad_scale=grad_scale, found_inf=found_inf,
+                    weight_decay=group["weight_decay"], momentum=group["momentum"], lr=group["lr"],
+                    dampening=group["dampening"], nesterov=group["nesterov"], maximize=False,
+                )
+            elif not _common.skip_for_inf(found_inf):
+                _sgd_wd_after_momentum(params, _common.unscale_grads(grads, grad_scale), bufs, group)
+            if group["momentum"] != 0:
+                for p, buf in zip(params, bufs):
+                    self.state[p]["momentum_buffer"] = buf
+        return loss
+
+
+def _sgd_wd_after_momentum(params, grads, bufs, group):
+    """Apex's SGD kernel with the weight decay added after the momentum update."""
+    lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
+    wd, nesterov = group["weight_decay"], group["nesterov"]
+    for i, (p, g) in enumerate(zip(params, grads)):
+        incoming = g.float()
+        if momentum != 0:
+            if bufs[i] is None:
+                buf = incoming.clone()
+                bufs[i] = buf.to(p.dtype) if p.dtype != torch.float32 else buf
+            else:
+                buf = bufs[i].float().mul_(momentum).add_(incoming, alpha=1 - dampening)
+                bufs[i].copy_(buf)
+            incoming = incoming.add(buf, alpha=momentum) if nesterov else buf
+        if wd != 0:
+            incoming = incoming.add(p.float(), alpha=wd)
+        p.copy_(p.float().add(incoming, alpha=-lr))

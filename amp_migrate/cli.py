@@ -192,7 +192,7 @@ def explain(code: Optional[str]) -> None:
     from . import docs, report
     from .diagnostics import CODES
 
-    docs._register_all_codes()
+    docs.register_all_codes()
     console = Console(highlight=False, soft_wrap=False)
     if code is None:
         console.print(report.code_table())

@@ -27,7 +27,7 @@ says yes) that `--target auto` migrated the file to the shim instead of native `
 """
 
 
-def _section(code: Code) -> str:
+def render_code(code: Code) -> str:
     lines = [
         f"## {code.code} {code.name}",
         "",
@@ -47,7 +47,7 @@ def _section(code: Code) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _register_all_codes() -> None:
+def register_all_codes() -> None:
     """Rule modules register their codes on import; import every one, listed in
     `NATIVE_RULES` or not yet."""
     for module in pkgutil.iter_modules(rules.__path__):
@@ -56,8 +56,8 @@ def _register_all_codes() -> None:
 
 def render() -> str:
     """The whole of docs/diagnostics.md, codes in order."""
-    _register_all_codes()
-    return "\n".join([_INTRO] + [_section(CODES[c]) for c in sorted(CODES)])
+    register_all_codes()
+    return "\n".join([_INTRO] + [render_code(CODES[c]) for c in sorted(CODES)])
 
 
 def main(argv: list[str]) -> int:

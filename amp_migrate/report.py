@@ -194,10 +194,10 @@ def json_document(results: Sequence[FileResult], summary: Summary, *, mode: str,
 
 
 def explain(console: Console, code: str) -> None:
-    from .docs import _section
+    from .docs import render_code
 
     entry = CODES[code]
-    text = _section(entry)
+    text = render_code(entry)
     if console.is_terminal:
         console.print(Markdown(text, code_theme="ansi_dark"))
     else:

@@ -70,9 +70,8 @@ def _run(rules: Sequence[type], module: cst.Module, options: Options) -> tuple[c
     context = CodemodContext()
     for rule in rules:
         state.advance(module.code)
-        instance = rule(context, state)
-        if instance.applies():
-            module = instance.transform_module(module)
+        if rule.applies(state, context):
+            module = rule(context, state).transform_module(module)
     return module, state
 
 

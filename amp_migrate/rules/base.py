@@ -77,9 +77,10 @@ class Rule(VisitorBasedCodemodCommand):
         self.apex: Optional[ApexBinder] = None
 
     # -- running ---------------------------------------------------------------------------
-    def applies(self) -> bool:
-        """Cheap test, on the text, of whether the rule can find anything to do."""
-        return not self.MARKERS or any(marker in self.state.current for marker in self.MARKERS)
+    @classmethod
+    def applies(cls, state: FileState, context: CodemodContext) -> bool:
+        """Cheap test, before the rule is even built, of whether it can find anything to do."""
+        return not cls.MARKERS or any(marker in state.current for marker in cls.MARKERS)
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
         return Codemod.transform_module(self, tree)

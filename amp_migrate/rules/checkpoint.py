@@ -50,8 +50,9 @@ class CheckpointToScaler(Rule):
         super().__init__(context, state)
         self.plan: Optional[TrainingPlan] = state.scratch.get("training")
 
-    def applies(self) -> bool:
-        return self.plan is not None and super().applies()
+    @classmethod
+    def applies(cls, state, context) -> bool:
+        return "training" in state.scratch and super().applies(state, context)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if self.plan is None:

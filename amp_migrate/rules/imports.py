@@ -97,8 +97,9 @@ _GUARD_HANDLER_STATEMENT = m.OneOf(
 class SettleImports(Rule):
     """Drop Apex imports nothing reads (and their guards), add the imports rules asked for."""
 
-    def applies(self) -> bool:
-        return bool(self.context.scratch.get(AddImportsVisitor.CONTEXT_KEY)) or super().applies()
+    @classmethod
+    def applies(cls, state, context) -> bool:
+        return bool(context.scratch.get(AddImportsVisitor.CONTEXT_KEY)) or super().applies(state, context)
 
     METADATA_DEPENDENCIES = Rule.METADATA_DEPENDENCIES + (ScopeProvider,)
 
@@ -196,9 +197,10 @@ class SettleImports(Rule):
 class RemainingApexUses(Rule):
     """Whatever Apex use survived the native rules is not understood: fall back."""
 
-    def applies(self) -> bool:
+    @classmethod
+    def applies(cls, state, context) -> bool:
         # A file already falling back names its reasons; leftovers would only repeat them.
-        return not self.state.falls_back and super().applies()
+        return not state.falls_back and super().applies(state, context)
 
     def visit_Import(self, node: cst.Import) -> bool:
         for alias in node.names:

@@ -52,8 +52,9 @@ def returned_value(call: cst.Call) -> Optional[cst.BaseExpression]:
 
 
 class InitializeToGradScaler(Rule):
-    def applies(self) -> bool:
-        return self.plan is not None
+    @classmethod
+    def applies(cls, state, context) -> bool:
+        return "training" in state.scratch
 
     def __init__(self, context, state) -> None:
         super().__init__(context, state)

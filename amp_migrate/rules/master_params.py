@@ -102,8 +102,9 @@ class MasterParamsUnscale(Rule):
         if optimizer not in wanted:
             wanted.append(optimizer)
 
-    def applies(self) -> bool:
-        return self.plan is not None and super().applies()
+    @classmethod
+    def applies(cls, state, context) -> bool:
+        return "training" in state.scratch and super().applies(state, context)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if id(original_node) in self.calls:

@@ -54,8 +54,9 @@ LOOPS = (cst.For, cst.While, cst.FunctionDef, cst.Module)
 
 
 class OptimizerStepThroughScaler(Rule):
-    def applies(self) -> bool:
-        return self.plan is not None
+    @classmethod
+    def applies(cls, state, context) -> bool:
+        return "training" in state.scratch
 
     def __init__(self, context, state) -> None:
         super().__init__(context, state)

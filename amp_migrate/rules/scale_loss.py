@@ -157,8 +157,9 @@ def _uses(stmt: cst.CSTNode, codes: set[str]) -> bool:
 
 
 class ScaleLossToGradScaler(Rule):
-    def applies(self) -> bool:
-        return self.plan is not None
+    @classmethod
+    def applies(cls, state, context) -> bool:
+        return "training" in state.scratch
 
     def __init__(self, context, state) -> None:
         super().__init__(context, state)

@@ -6,6 +6,12 @@ Names are resolved with libcst's `QualifiedNameProvider`, so `from apex import a
 Two bindings that scope analysis cannot see are added where the file proves them:
 attributes that only ever hold an Apex object (`self.amp = amp`), and handles returned by the
 old `amp.init()` API.
+
+Scope analysis is the codemod's largest cost, and most files do not need it: when no name an
+Apex import binds is bound any other way anywhere in the file (no `amp = ...`, no parameter or
+loop variable called `amp`; `amp = None` in an import guard excepted), every read of that name
+means the import, and a table from the import statements answers exactly what
+`QualifiedNameProvider` would. Files that do rebind such a name get the full analysis.
 """
 from __future__ import annotations
 
@@ -25,8 +31,130 @@ def is_apex_name(name: str) -> bool:
     return name == APEX or name.startswith(APEX + ".")
 
 
+_GUARD_VALUES = ("None", "False", "True")
+
+
+class _Bindings(cst.CSTVisitor):
+    """One pass: what Apex imports bind, and every other name binding in the file."""
+
+    def __init__(self) -> None:
+        self.apex: dict[str, set[str]] = {}
+        self.other: set[str] = set()
+        self.star = False
+
+    def _bind(self, target: cst.CSTNode) -> None:
+        for name in m.findall(target, m.Name()) if not isinstance(target, cst.Name) else [target]:
+            self.other.add(name.value)
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        for alias in node.names:
+            full = _dotted(alias.name)
+            bound = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) \
+                else full.split(".")[0]
+            if is_apex_name(full):
+                self.apex.setdefault(bound, set()).add(full if alias.asname else APEX)
+            else:
+                self.other.add(bound)
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        module = _dotted(node.module) if node.module is not None and not node.relative else ""
+        if isinstance(node.names, cst.ImportStar):
+            self.star = self.star or is_apex_name(module)
+            return False
+        for alias in node.names:
+            name = _dotted(alias.name)
+            bound = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else name
+            if is_apex_name(module):
+                self.apex.setdefault(bound, set()).add(f"{module}.{name}")
+            else:
+                self.other.add(bound)
+        return False
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if isinstance(node.value, cst.Name) and node.value.value in _GUARD_VALUES and all(
+                isinstance(t.target, cst.Name) for t in node.targets):
+            return
+        for t in node.targets:
+            self._bind(_bound_part(t.target))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._bind(_bound_part(node.target))
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._bind(_bound_part(node.target))
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._bind(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._bind(_bound_part(node.target))
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self._bind(_bound_part(node.target))
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self._bind(_bound_part(node.asname.name))
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        if node.name is not None:
+            self._bind(node.name.name)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.other.add(node.name.value)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.other.add(node.name.value)
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self.other.add(node.name.value)
+
+    def visit_Global(self, node: cst.Global) -> None:
+        self.other.update(n.name.value for n in node.names)
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+        self.other.update(n.name.value for n in node.names)
+
+    def visit_MatchAs(self, node: cst.MatchAs) -> None:
+        if node.name is not None:
+            self.other.add(node.name.value)
+
+    def visit_MatchStar(self, node: cst.MatchStar) -> None:
+        if node.name is not None:
+            self.other.add(node.name.value)
+
+    def visit_MatchMapping(self, node: cst.MatchMapping) -> None:
+        if node.rest is not None:
+            self.other.add(node.rest.value)
+
+
+def _dotted(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node).replace(" ", "")
+
+
+def _bound_part(target: cst.CSTNode) -> cst.CSTNode:
+    """The names an assignment target binds: `a`, `a, b`; not `x.attr` or `x[i]`."""
+    if isinstance(target, (cst.Attribute, cst.Subscript)):
+        return cst.Tuple([])
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return cst.Tuple([cst.Element(_bound_part(e.value)) for e in target.elements])
+    if isinstance(target, cst.StarredElement):
+        return _bound_part(target.value)
+    return target
+
+
+def plain_apex_bindings(module: cst.Module) -> Optional[dict[str, str]]:
+    """Local name → Apex name when the imports alone decide what every read means, else None."""
+    seen = _Bindings()
+    module.visit(seen)
+    if seen.star or any(len(v) > 1 for v in seen.apex.values()) or set(seen.apex) & seen.other:
+        return None
+    return {name: values.pop() for name, values in seen.apex.items()}
+
+
 class ApexBinder:
-    """Answers "which Apex name is this expression?" for one metadata-resolved module."""
+    """Answers "which Apex name is this expression?" for one module."""
 
     def __init__(self, module: cst.Module, get_metadata: GetMetadata,
                  known: Optional["ApexBinder"] = None) -> None:
@@ -36,14 +164,28 @@ class ApexBinder:
         self.holders: dict[str, str] = {}  # self.<attr> -> apex name
         self.handles: set[str] = set()  # local names bound to amp.init()
         if known is not None:
+            self.table = known.table
             self.holders, self.handles = known.holders, known.handles
         else:
+            self.table = plain_apex_bindings(module)
             self._scan(module)
 
     def _direct(self, node: cst.CSTNode) -> Optional[str]:
+        if self.table is not None:
+            return self._plain(node)
         names = self._get(QualifiedNameProvider, node, set())
         apex = sorted(q.name for q in names if is_apex_name(q.name))
         return apex[0] if apex else None
+
+    def _plain(self, node: cst.CSTNode) -> Optional[str]:
+        if isinstance(node, cst.Name):
+            return self.table.get(node.value)
+        if isinstance(node, cst.Attribute):
+            base = self._plain(node.value)
+            return f"{base}.{node.attr.value}" if base is not None else None
+        if isinstance(node, cst.Call):
+            return self._plain(node.func)
+        return None
 
     def _scan(self, module: cst.Module) -> None:
         candidates: dict[str, set] = {}

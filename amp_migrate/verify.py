@@ -62,7 +62,9 @@ def verify_output(before: cst.Module, after_code: str) -> cst.Module:
         # libcst's parser alone; only a compile error the input did not have is a failure.
         if _compiles(before.code):
             raise VerificationError(f"the output does not compile: {exc.msg} at line {exc.lineno}") from exc
-    new = undefined_names(after) - undefined_names(before)
+    new = undefined_names(after)
+    if new:  # only then is the input's own set worth computing
+        new -= undefined_names(before)
     if new:
         raise VerificationError("the output reads names that nothing defines: " + ", ".join(sorted(new)))
     return after

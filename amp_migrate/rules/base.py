@@ -15,8 +15,11 @@ from typing import ClassVar, Optional, Sequence
 import libcst as cst
 from libcst.codemod import Codemod, CodemodContext, VisitorBasedCodemodCommand
 from libcst.codemod.visitors import AddImportsVisitor
+from libcst._metadata_dependent import LazyValue
 from libcst.metadata import (MetadataWrapper, ParentNodeProvider, PositionProvider,
-                             QualifiedNameProvider)
+                             QualifiedNameProvider, ScopeProvider)
+
+_UNDEFINED = object()
 
 from ..binding import ApexBinder
 from ..diagnostics import Code, Diagnostic
@@ -61,10 +64,14 @@ class FileState:
 class Rule(VisitorBasedCodemodCommand):
     """Base class of the codemod's rules."""
 
-    METADATA_DEPENDENCIES: ClassVar[Sequence] = (
+    #: Providers a rule may ask for through `get_metadata`, resolved on first use only: a
+    #: rule that reports nothing never computes positions, and the Apex binder needs scope
+    #: analysis only for files that rebind an imported Apex name.
+    LAZY_METADATA: ClassVar[Sequence] = (
         PositionProvider,
         QualifiedNameProvider,
         ParentNodeProvider,
+        ScopeProvider,
     )
     #: Text the file must contain for the rule to have anything to do (any one of them);
     #: files without it skip the rule's parse-tree passes entirely.
@@ -101,6 +108,14 @@ class Rule(VisitorBasedCodemodCommand):
         self.apex = ApexBinder(tree, self.get_metadata, self.state.scratch.get("binding"))
         self.state.scratch.setdefault("binding", self.apex)
         return super().transform_module_impl(tree)
+
+    def get_metadata(self, key, node, default=_UNDEFINED):
+        if key not in self.metadata:
+            if key not in self.LAZY_METADATA and key not in self.get_inherited_dependencies():
+                raise KeyError(f"{key.__name__} is not available to {type(self).__name__}")
+            self.metadata = {**self.metadata, key: self.context.wrapper.resolve(key)}
+        value = self.metadata[key][node] if default is _UNDEFINED else self.metadata[key].get(node, default)
+        return value() if isinstance(value, LazyValue) else value
 
     # -- helpers for rules -----------------------------------------------------------------
     def apex_name(self, node: cst.CSTNode) -> Optional[str]:

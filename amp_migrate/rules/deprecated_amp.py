@@ -234,7 +234,6 @@ def _binds_torch_module(assignment) -> bool:
 class DeprecatedTorchAmp(Rule):
     """`torch.cuda.amp.*` / `torch.cpu.amp.*` → `torch.autocast` / `torch.amp.*`."""
 
-    METADATA_DEPENDENCIES = Rule.METADATA_DEPENDENCIES + (ScopeProvider,)
     #: torch's own deprecated API, Apex or not; `from torch.cuda import amp` spells no
     #: `cuda.amp`.
     MARKERS = ("cuda.amp", "cpu.amp", "torch.cuda import", "torch.cpu import")

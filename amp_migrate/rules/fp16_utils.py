@@ -197,7 +197,6 @@ class Fp16UtilsToTorch(Rule):
 
     MARKERS = ("fp16_util",)
 
-    METADATA_DEPENDENCIES = Rule.METADATA_DEPENDENCIES + (ScopeProvider,)
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -215,7 +214,7 @@ class Fp16UtilsToTorch(Rule):
             exported |= _STAR_EXPORTS[_star_module(found) or ""]
         if not exported:
             return
-        scopes = {s for s in self.metadata[ScopeProvider].values() if s is not None}
+        scopes = {s for s in self.context.wrapper.resolve(ScopeProvider).values() if s is not None}
         for scope in scopes:
             for access in scope.accesses:
                 name = access.node

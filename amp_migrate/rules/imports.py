@@ -101,7 +101,6 @@ class SettleImports(Rule):
     def applies(cls, state, context) -> bool:
         return bool(context.scratch.get(AddImportsVisitor.CONTEXT_KEY)) or super().applies(state, context)
 
-    METADATA_DEPENDENCIES = Rule.METADATA_DEPENDENCIES + (ScopeProvider,)
 
     def _unused(self, stmt: cst.CSTNode) -> bool:
         """An Apex import statement none of whose bound names is read anywhere."""
@@ -222,17 +221,21 @@ class RemainingApexUses(Rule):
         self._check(node)
         return None
 
-    def visit_Attribute(self, node: cst.Attribute) -> Optional[bool]:
-        if self._check(node):
-            return False
-        return None
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        if not self._check(node):
+            node.value.visit(self)  # `x.amp`: the attribute name is no read of `amp`
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)  # `f(amp=1)`: the keyword is no read of `amp`
+        return False
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
+        return not isinstance(node.target, cst.Name)  # a plain target binds, it does not read
 
     def _check(self, node: cst.CSTNode) -> bool:
         name = self.apex_name(node)
         if name is None:
             return False
-        parent = self.parent(node)
-        if isinstance(parent, cst.Attribute) and parent.value is node and self.apex_name(parent):
-            return False  # reported at the outer attribute, which names more
         self.report(node, UNSUPPORTED, f"`{name}` has no native equivalent amp-migrate can prove right")
         return True

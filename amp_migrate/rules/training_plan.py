@@ -275,9 +275,11 @@ class PlanTraining(Rule):
         if len(self.inits) != 1 or not self.scale_losses:
             where = self.inits[1][0] if len(self.inits) > 1 else (
                 self.inits[0][0] if self.inits else self.scale_losses[0])
+            called = "amp.init" if self.inits and self.apex_name(self.inits[0][0].func) == INIT \
+                else "amp.initialize"
             self.report(where, INIT_COUNT,
-                        "`amp.initialize` is called more than once in this file" if len(self.inits) > 1
-                        else "no `scale_loss` in this file uses the `amp.initialize` here" if self.inits
+                        f"`{called}` is called more than once in this file" if len(self.inits) > 1
+                        else f"no `scale_loss` in this file goes with the `{called}` here" if self.inits
                         else "`scale_loss` is used but `amp.initialize` is not called in this file")
             return updated_node
         call, statement = self.inits[0]

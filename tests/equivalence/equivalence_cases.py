@@ -1,0 +1,65 @@
+"""The equivalence cases: each legacy program in fixtures/programs/equivalence/ with its arguments.
+
+Tolerances (O2/O3 only) are the documented bounds of docs/differences.md ("Equivalence harness"
+rows): about 3x the largest gap measured on CPU with torch 2.13, so that they catch a change of
+behaviour, not a change of the last bits.
+"""
+from __future__ import annotations
+
+from equivalence_harness import Case, Tolerance
+
+O2_TOL = Tolerance(loss_rel=2e-2, param_rel=1e-1, converge=0.9)
+O3_TOL = Tolerance(loss_rel=2e-2, param_rel=1e-1, converge=0.9)
+
+CASES = [
+    Case("convnet-O0", "convnet_opt_levels.py", ("--opt-level", "O0"),
+         covers="one model, one optimizer, O0 (runtime `opt_level=args.opt_level`)"),
+    Case("convnet-O1", "convnet_opt_levels.py", ("--opt-level", "O1"),
+         covers="one model, one optimizer, O1"),
+    Case("convnet-O2", "convnet_opt_levels.py", ("--opt-level", "O2"),
+         covers="one model, one optimizer, O2 (fp16 weights, fp32 masters, BatchNorm fp32)",
+         expect="tolerance", tolerance=O2_TOL),
+    Case("convnet-O3", "convnet_opt_levels.py", ("--opt-level", "O3"),
+         covers="one model, one optimizer, O3 (pure fp16, static loss scale 1.0)",
+         expect="tolerance", tolerance=O3_TOL, scales="own"),
+    Case("gan-num-losses", "gan_num_losses.py", ("--corrupt-step", "12"),
+         covers="lists of models and optimizers, `num_losses=3`, `loss_id` (GAN); one overflow "
+                "in loss 0",
+         scales="per_loss"),
+    Case("accumulation-delay-unscale", "accumulation_delay_unscale.py",
+         covers="gradient accumulation with `delay_unscale`"),
+    Case("hf-accumulation-clip", "hf_style_accumulation_clip.py", ("--fp16",),
+         covers="accumulation without `delay_unscale`, `if args.fp16:` branches, clipping "
+                "`amp.master_params`, LR schedule"),
+    Case("clip-master-params-O1", "clip_master_params.py", ("--opt-level", "O1"),
+         covers="clipping with `amp.master_params` at O1"),
+    Case("clip-master-params-O2", "clip_master_params.py", ("--opt-level", "O2"),
+         covers="clipping with `amp.master_params` at O2 (fp32 masters)",
+         expect="tolerance", tolerance=O2_TOL),
+    Case("checkpoint-resume", "checkpoint_resume.py",
+         covers="save with `amp.state_dict()`, resume with `amp.load_state_dict()` in a new process",
+         phases=(("--epochs", "2", "--checkpoint", "{dir}/ckpt.pt"),
+                 ("--epochs", "4", "--checkpoint", "{dir}/ckpt.pt", "--resume"))),
+    Case("trainer-class", "trainer_class.py",
+         covers="a Trainer class: `amp.initialize` in `__init__`, scaler on `self`"),
+    Case("init-loop-split", "init_and_loop_split.py",
+         covers="`import apex`; initialize and loop in different functions; static `loss_scale=128.0`"),
+    Case("registered-casts", "registered_casts.py",
+         covers="`register_half_function`, `register_float_function`, `disable_casts`"),
+    Case("handle-api", "handle_api.py",
+         covers="the old handle API: `amp.init()`, `wrap_optimizer`, `optimizer.scale_loss`",
+         native_xfail="AMP102"),
+    Case("to-python-float", "imagenet_meters_to_python_float.py",
+         covers="`apex.fp16_utils.to_python_float`, AverageMeter bookkeeping"),
+    Case("fused-adam", "fused_optimizers.py", ("--optimizer", "fused_adam", "--corrupt-step", "7"),
+         covers="`apex.optimizers.FusedAdam` with param groups; one overflow", min_skipped=1),
+    Case("fused-sgd", "fused_optimizers.py", ("--optimizer", "fused_sgd", "--corrupt-step", "7"),
+         covers="`apex.optimizers.FusedSGD` (Nesterov); one overflow", min_skipped=1),
+    Case("overflow-storm", "overflow_storm.py",
+         covers="repeated fp16 overflows: skipped steps and scale backoff", min_skipped=5),
+    Case("bf16-transformer", "bf16_transformer.py",
+         covers="bfloat16: `AMP_SHIM_DTYPE=bfloat16` vs `--dtype bfloat16`",
+         dtype="bfloat16", env=(("AMP_SHIM_DTYPE", "bfloat16"),), scales="native_disabled"),
+]
+
+BY_ID = {case.id: case for case in CASES}

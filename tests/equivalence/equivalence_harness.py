@@ -1,0 +1,325 @@
+"""The equivalence harness: one legacy Apex program, three ways, compared.
+
+For a case (a program from fixtures/programs/equivalence/ plus its arguments):
+
+* ``shim``: the program unchanged, through ``python -m amp_shim`` (``import apex`` -> amp_shim);
+* ``native``: ``migrate_source(target="native", device="cpu")`` of it, run with plain torch
+  (apex and amp_shim blocked from import, and checked not imported);
+* ``shim-target``: ``migrate_source(target="shim")`` of it (imports rewritten to amp_shim), run
+  with plain ``python``.
+
+Each run goes through recorder.py, which records losses, real optimizer steps, loss scales and
+final parameters from outside the program. `compare` checks a pair of runs against the case's
+expectation: "exact" (O0, O1, bf16: the shim's O1 is the native recipe) or a measured tolerance
+(O2/O3, where native keeps fp32 weights; the bounds are documented in docs/differences.md).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAMS = ROOT / "fixtures" / "programs" / "equivalence"
+RECORDER = Path(__file__).resolve().parent / "recorder.py"
+MODES = ("shim", "native", "shim-target")
+RUN_TIMEOUT = 120
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Documented bounds for a native-vs-shim pair that cannot be bit-equal (docs/differences.md)."""
+
+    loss_rel: float  # max |native - shim| / |shim| over the per-iteration losses
+    param_rel: float  # ||native - shim|| / ||shim|| over all final parameters together
+    converge: float  # both runs: mean of the last 5 losses <= converge * mean of the first 5
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    program: str
+    args: tuple = ()
+    covers: str = ""
+    # "exact": losses, real steps, loss scales and final parameters equal bit for bit.
+    expect: str = "exact"
+    tolerance: Optional[Tolerance] = None
+    # How the shim's loss scales relate to native's: "equal" (same list), "per_loss" (native's
+    # single GradScaler equals the smallest of the shim's per-loss scalers: num_losses/loss_id),
+    # "native_disabled" (bf16: native's GradScaler is disabled, get_scale() is 1.0), "own"
+    # (O3's static 1.0 vs native's dynamic scaler: compared only for "no skips").
+    scales: str = "equal"
+    dtype: str = "float16"
+    env: tuple = ()  # extra environment of the shim runs, e.g. (("AMP_SHIM_DTYPE", "bfloat16"),)
+    # Several invocations in one working directory (checkpoint save, then resume); results are
+    # concatenated. Each is a tuple of arguments; "{dir}" is replaced by the working directory.
+    phases: tuple = ()
+    # Expected fallback of the native migration (a known codemod limit): the diagnostic code.
+    native_xfail: str = ""
+    # What the run must show besides equality (e.g. the storm must skip steps).
+    min_skipped: int = 0
+
+    @property
+    def path(self) -> Path:
+        return PROGRAMS / self.program
+
+
+def _env(extra=()) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    for name in ("AMP_SHIM_ALIAS", "AMP_SHIM_ALIAS_ANNOUNCED", "AMP_SHIM_DTYPE"):
+        env.pop(name, None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "shim"), str(ROOT), env.get("PYTHONPATH")]))
+    env.update(dict(extra))
+    return env
+
+
+class MigrationFellBack(Exception):
+    def __init__(self, diagnostics):
+        self.diagnostics = diagnostics
+        super().__init__("; ".join(f"{d.code} line {d.line}: {d.message}" for d in diagnostics))
+
+
+def migrate(case: Case, target: str) -> str:
+    from amp_migrate import migrate_source
+
+    result = migrate_source(case.path.read_text(), target=target, device="cpu", dtype=case.dtype)
+    if result.target_used != target:
+        raise MigrationFellBack([d for d in result.diagnostics])
+    return result.code
+
+
+class RunFailed(Exception):
+    pass
+
+
+_zygotes = threading.local()
+_all_zygotes: list = []
+FORKSERVER = ROOT / "tests" / "equivalence" / "forkserver.py"
+
+
+def _zygote() -> subprocess.Popen:
+    """This thread's fork server (tests/equivalence/forkserver.py), started on first use."""
+    proc = getattr(_zygotes, "proc", None)
+    if proc is None or proc.poll() is not None:
+        proc = subprocess.Popen([sys.executable, str(FORKSERVER)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, env=_env(), text=True, bufsize=1)
+        _zygotes.proc = proc
+        _all_zygotes.append(proc)
+    return proc
+
+
+def stop_zygotes() -> None:
+    while _all_zygotes:
+        proc = _all_zygotes.pop()
+        if proc.poll() is None:
+            proc.stdin.close()
+            proc.wait(timeout=30)
+
+
+def launch(argv, *, shim: bool, env: dict, cwd: Path, fresh: bool = False) -> tuple[int, str, str]:
+    """Run `python [-m amp_shim] argv...` in `cwd`; (exit status, stdout, stderr).
+
+    By default through a fork server (a child of an interpreter that already imported torch);
+    `fresh=True`, or AMP_EQUIVALENCE_FRESH=1 in the environment, starts a new interpreter.
+    """
+    if fresh or os.environ.get("AMP_EQUIVALENCE_FRESH") == "1":
+        cmd = [sys.executable, *(["-m", "amp_shim"] if shim else []), *map(str, argv)]
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+        return proc.returncode, proc.stdout, proc.stderr
+    out, err = Path(cwd) / "stdout.txt", Path(cwd) / "stderr.txt"
+    job = {"argv": [str(a) for a in argv], "shim": shim, "env": env, "cwd": str(cwd),
+           "stdout": str(out), "stderr": str(err), "timeout": RUN_TIMEOUT}
+    zygote = _zygote()
+    zygote.stdin.write(json.dumps(job) + "\n")
+    zygote.stdin.flush()
+    reply = zygote.stdout.readline()
+    if not reply:
+        raise RunFailed(f"the fork server died (exit {zygote.wait()})")
+    return json.loads(reply)["rc"], out.read_text(), err.read_text()
+
+
+def _run_once(case: Case, mode: str, workdir: Path, source: Path, args, tag: str, fresh=False) -> dict:
+    result = workdir / f"{tag}.json"
+    argv = [RECORDER, "--mode", "native" if mode == "native" else "shim", result, source, *args]
+    env = _env(case.env if mode != "native" else ())
+    rc, stdout, stderr = launch(argv, shim=mode == "shim", env=env, cwd=workdir, fresh=fresh)
+    if rc != 0 or not result.exists():
+        raise RunFailed(f"{case.id} [{mode}] exited {rc}\n{stdout[-2000:]}\n{stderr[-4000:]}")
+    data = json.loads(result.read_text())
+    data["stdout"] = stdout
+    data["stderr"] = stderr
+    return data
+
+
+def run(case: Case, mode: str, base: Path, fresh: bool = False) -> dict:
+    """Run `case` in `mode` (all its phases) under `base`; the combined record."""
+    import torch
+
+    workdir = base / case.id / (mode + ("-fresh" if fresh else ""))
+    workdir.mkdir(parents=True, exist_ok=True)
+    if mode == "shim":
+        source = case.path
+    else:
+        source = workdir / Path(case.program).name
+        source.write_text(migrate(case, "native" if mode == "native" else "shim"))
+    phases = case.phases or (case.args,)
+    combined = {"losses": [], "scales": [], "steps": [], "imported": [], "stdout": "", "stderr": ""}
+    for n, phase in enumerate(phases):
+        args = [a.replace("{dir}", str(workdir)) for a in phase]
+        data = _run_once(case, mode, workdir, source, args, f"phase{n}", fresh)
+        offset = len(combined["losses"])
+        combined["losses"] += [[float(v) for v in line] for line in data["losses"]]
+        combined["scales"] += data["scales"]
+        combined["steps"] += [[it + offset, opt] for it, opt in data["steps"]]
+        combined["imported"] = sorted(set(combined["imported"]) | set(data["imported"]))
+        combined["apex_installed"] = combined.get("apex_installed", False) or data["apex_installed"]
+        combined["stdout"] += data["stdout"]
+        combined["stderr"] += data["stderr"]
+        combined["num_optimizers"] = data["num_optimizers"]
+        combined["params"] = torch.load(data["params"])
+    return combined
+
+
+# -- running many at once ---------------------------------------------------------------------
+class Runner:
+    """Runs cases' modes in a small pool and caches the records (one per case and mode)."""
+
+    def __init__(self, base: Optional[Path] = None, workers: Optional[int] = None) -> None:
+        self.base = Path(base or tempfile.mkdtemp(prefix="amp-equivalence-"))
+        self.pool = ThreadPoolExecutor(max_workers=workers or max(2, os.cpu_count() or 2))
+        self.futures: dict = {}
+        self.lock = threading.Lock()
+
+    def submit(self, case: Case, modes=MODES) -> None:
+        with self.lock:
+            for mode in modes:
+                key = (case.id, mode)
+                if key not in self.futures:
+                    self.futures[key] = self.pool.submit(run, case, mode, self.base)
+
+    def get(self, case: Case, mode: str) -> dict:
+        self.submit(case, MODES)  # start the siblings too: the tests of one case want all three
+        return self.futures[(case.id, mode)].result()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        stop_zygotes()
+
+
+# -- comparing ----------------------------------------------------------------------------------
+def skipped(record: dict) -> list:
+    """(iteration, optimizer) pairs where an optimizer that steps in some iteration did not.
+
+    Computed over the iterations up to the last loss line; an optimizer that steps only every
+    k-th iteration (accumulation) shows its off-iterations in both runs alike.
+    """
+    taken = {tuple(s) for s in record["steps"]}
+    n = len(record["losses"])
+    return sorted((i, o) for o in range(record["num_optimizers"]) for i in range(n) if (i, o) not in taken)
+
+
+def _same_float(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def compare_exact(case: Case, ref: dict, other: dict, scales: str = "equal") -> list:
+    """Every difference between two runs that must be identical; [] when they are."""
+    import torch
+
+    problems = []
+    if len(ref["losses"]) != len(other["losses"]):
+        problems.append(f"{len(ref['losses'])} vs {len(other['losses'])} iterations")
+    for i, (a, b) in enumerate(zip(ref["losses"], other["losses"])):
+        if len(a) != len(b) or not all(_same_float(x, y) for x, y in zip(a, b)):
+            problems.append(f"loss at iteration {i}: {a} vs {b}")
+            break
+    if sorted(map(tuple, ref["steps"])) != sorted(map(tuple, other["steps"])):
+        problems.append(f"skipped steps: {skipped(ref)} vs {skipped(other)}")
+    problems += compare_scales(ref, other, scales)
+    if ref["num_optimizers"] != other["num_optimizers"]:
+        problems.append(f"{ref['num_optimizers']} vs {other['num_optimizers']} optimizers")
+    for k, (ps, qs) in enumerate(zip(ref["params"], other["params"])):
+        if len(ps) != len(qs):
+            problems.append(f"optimizer {k}: {len(ps)} vs {len(qs)} params")
+            continue
+        for j, (p, q) in enumerate(zip(ps, qs)):
+            if p.shape != q.shape or not torch.equal(p, q):
+                diff = (p - q).abs().max().item() if p.shape == q.shape else "shape"
+                problems.append(f"optimizer {k} param {j} differs (max abs {diff})")
+                break
+    return problems
+
+
+def compare_scales(ref: dict, other: dict, how: str) -> list:
+    a, b = ref["scales"], other["scales"]
+    if how == "equal":
+        return [] if a == b else [f"loss scales: {a} vs {b}"]
+    if how == "per_loss":
+        # ref: the shim's per-loss scalers; other: native's one GradScaler, which backs off for
+        # every loss when any overflows. With isolated overflows it is the smallest per-loss scale.
+        bad = [i for i, (s, n) in enumerate(zip(a, b)) if len(n) != 1 or min(s) != n[0]]
+        return [f"loss scales at iterations {bad[:5]}: {a[bad[0]]} vs {b[bad[0]]}"] if bad else []
+    if how == "native_disabled":  # native bf16: disabled GradScaler (scale 1.0), shim constant
+        problems = []
+        if any(s != [1.0] for s in b):
+            problems.append(f"native scales {b[:3]}... are not a disabled GradScaler's")
+        if len({tuple(s) for s in a}) > 1:
+            problems.append(f"shim bf16 scale changed: {a}")
+        return problems
+    if how == "own":
+        return []
+    raise ValueError(how)
+
+
+def relative_gaps(ref: dict, other: dict) -> tuple[float, float]:
+    """(max relative loss gap, max relative parameter gap) between two runs."""
+    import torch
+
+    loss_gap = 0.0
+    for a, b in zip(ref["losses"], other["losses"]):
+        for x, y in zip(a, b):
+            if math.isfinite(x) and math.isfinite(y):
+                loss_gap = max(loss_gap, abs(x - y) / max(abs(x), 1e-12))
+            elif not (_same_float(x, y)):
+                loss_gap = math.inf
+    diff = norm = 0.0
+    for ps, qs in zip(ref["params"], other["params"]):
+        for p, q in zip(ps, qs):
+            diff += (p.double() - q.double()).pow(2).sum().item()
+            norm += p.double().pow(2).sum().item()
+    return loss_gap, math.sqrt(diff) / max(math.sqrt(norm), 1e-30)
+
+
+def convergence(record: dict) -> float:
+    """mean of the last 5 iterations' first loss / mean of the first 5."""
+    first = [line[0] for line in record["losses"][:5]]
+    last = [line[0] for line in record["losses"][-5:]]
+    return (sum(last) / len(last)) / (sum(first) / len(first))
+
+
+def compare_tolerance(case: Case, shim: dict, native: dict) -> list:
+    tol = case.tolerance
+    problems = []
+    if len(shim["losses"]) != len(native["losses"]):
+        problems.append(f"{len(shim['losses'])} vs {len(native['losses'])} iterations")
+    loss_gap, param_gap = relative_gaps(shim, native)
+    if loss_gap > tol.loss_rel:
+        problems.append(f"loss gap {loss_gap:.3g} > documented {tol.loss_rel:g}")
+    if param_gap > tol.param_rel:
+        problems.append(f"parameter gap {param_gap:.3g} > documented {tol.param_rel:g}")
+    for name, record in (("shim", shim), ("native", native)):
+        ratio = convergence(record)
+        if not ratio <= tol.converge:
+            problems.append(f"{name} does not converge: last/first loss {ratio:.3f} > {tol.converge}")
+    if skipped(shim) != skipped(native):
+        problems.append(f"skipped steps: {skipped(shim)} vs {skipped(native)}")
+    problems += compare_scales(shim, native, case.scales)
+    return problems

@@ -23,6 +23,7 @@ from libcst.metadata import QualifiedNameProvider
 
 APEX = "apex"
 HANDLE = "apex.amp.AmpHandle"  # what `amp.init()` returns
+WRAPPED = "apex.amp.OptimWrapper"  # what `handle.wrap_optimizer(opt)` returns
 
 GetMetadata = Callable[..., object]
 
@@ -163,9 +164,10 @@ class ApexBinder:
         self._get = get_metadata
         self.holders: dict[str, str] = {}  # self.<attr> -> apex name
         self.handles: set[str] = set()  # local names bound to amp.init()
+        self.wrapped: set[str] = set()  # names bound to handle.wrap_optimizer(...)
         if known is not None:
             self.table = known.table
-            self.holders, self.handles = known.holders, known.handles
+            self.holders, self.handles, self.wrapped = known.holders, known.handles, known.wrapped
         else:
             self.table = plain_apex_bindings(module)
             self._scan(module)
@@ -203,6 +205,9 @@ class ApexBinder:
             for t in assign.targets:
                 if m.matches(t.target, m.Attribute(value=m.Name("self"))):
                     candidates.setdefault(t.target.attr.value, set()).add(value_name)
+        for assign in m.findall(module, m.Assign(value=m.Call(func=m.Attribute(attr=m.Name("wrap_optimizer"))))):
+            if self._bound(assign.value.func.value) == HANDLE and len(assign.targets) == 1:
+                self.wrapped.add(cst.Module([]).code_for_node(assign.targets[0].target))
         for attr, values in candidates.items():
             if len(values) == 1 and None not in values:
                 self.holders[attr] = values.pop()
@@ -220,6 +225,10 @@ class ApexBinder:
         if isinstance(node, cst.Name) and node.value in self.handles:
             return HANDLE
         if isinstance(node, cst.Attribute):
+            # Only `scale_loss` is the wrapper's own; `step`, `zero_grad`, ... are forwarded to
+            # the optimizer it wraps, which stays.
+            if node.attr.value == "scale_loss" and cst.Module([]).code_for_node(node.value) in self.wrapped:
+                return f"{WRAPPED}.scale_loss"
             if m.matches(node.value, m.Name("self")) and node.attr.value in self.holders:
                 return self.holders[node.attr.value]
             base = self._bound(node.value)

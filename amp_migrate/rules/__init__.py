@@ -3,6 +3,7 @@ from .casts import CastRegistrationToAutocast
 from .checkpoint import CheckpointToScaler
 from .deprecated_amp import DeprecatedTorchAmp
 from .fp16_utils import Fp16UtilsToTorch
+from .handle_api import WrapOptimizerToOptimizer
 from .imports import RemainingApexUses, SettleImports, ShimImports
 from .initialize import InitializeToGradScaler
 from .master_params import MasterParamsUnscale
@@ -16,6 +17,7 @@ from .training_plan import PlanTraining
 NATIVE_RULES = [
     PlanTraining,
     InitializeToGradScaler,
+    WrapOptimizerToOptimizer,
     ScaleLossToGradScaler,
     MasterParamsUnscale,
     OptimizerStepThroughScaler,

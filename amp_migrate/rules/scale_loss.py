@@ -220,6 +220,8 @@ class ScaleLossToGradScaler(Rule):
                         break
                 if start > last:  # computed before an earlier scale_loss: inside its region
                     return block, last, last, True
+                if self.plan.global_casts:  # amp.init(): everything since the last backward
+                    return block, start, last, True
                 first = next((i for i in range(start, last + 1) if _uses(body[i], self.plan.models)), None)
                 return block, (last if first is None else first), last, first is not None
             owner: Optional[cst.CSTNode] = block

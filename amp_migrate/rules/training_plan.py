@@ -26,7 +26,9 @@ from .base import Rule
 
 INITIALIZE = "apex.amp.initialize"
 INIT = "apex.amp.init"
-SCALE_LOSS = ("apex.amp.scale_loss", "apex.amp.handle.scale_loss", "apex.amp.AmpHandle.scale_loss")
+SCALE_LOSS = ("apex.amp.scale_loss", "apex.amp.handle.scale_loss", "apex.amp.AmpHandle.scale_loss",
+              "apex.amp.OptimWrapper.scale_loss")
+WRAPPED_SCALE_LOSS = "apex.amp.OptimWrapper.scale_loss"  # `optimizer.scale_loss(loss)`
 MASTER_PARAMS = "apex.amp.master_params"
 STATE_DICT = "apex.amp.state_dict"
 LOAD_STATE_DICT = "apex.amp.load_state_dict"
@@ -131,6 +133,7 @@ class TrainingPlan:
     models: set[str] = field(default_factory=set)
     optimizers: set[str] = field(default_factory=set)
     hoisted: bool = False  # built before the `if` that guarded `initialize`
+    global_casts: bool = False  # `amp.init()`: casts were on everywhere, not for given models
 
 
 def literal(node: Optional[cst.BaseExpression]):
@@ -292,6 +295,9 @@ class PlanTraining(Rule):
     def _optimizer_codes(self) -> set[str]:
         codes: set[str] = set()
         for call in self.scale_losses:
+            if self.apex_name(call.func) == WRAPPED_SCALE_LOSS:
+                codes.add(self.code_of(call.func.value))
+                continue
             bound = bind_arguments(call, ("loss", "optimizers", "loss_id", "model",
                                           "delay_unscale", "delay_overflow_check"))
             if bound is not None:
@@ -449,6 +455,7 @@ class PlanTraining(Rule):
             models=set(expression_codes(args.get("models"))),
             optimizers=optimizers,
             hoisted=guard is not None,
+            global_casts=is_init,
         )
 
     def _guard(self, statement: cst.CSTNode) -> tuple[Optional[cst.BaseExpression], bool]:

@@ -15,7 +15,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
+
+from amp_shim.engine.host_syncs import CountHostSyncs
 
 SPLIT = (3, 5)  # uneven per-rank batches: the global statistics must weight them by size
 
@@ -67,20 +68,6 @@ def case_syncbn(rank, world):
 
 
 # -- the engine's found-inf all-reduce -------------------------------------------------------
-_SYNC_METHODS = {"item", "__bool__", "tolist", "__float__", "__int__", "__index__"}
-
-
-class CountHostSyncs(TorchFunctionMode):
-    def __init__(self):
-        super().__init__()
-        self.calls = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if getattr(func, "__name__", None) in _SYNC_METHODS:
-            self.calls.append(func.__name__)
-        return func(*args, **(kwargs or {}))
-
-
 def _overflow_run(rank, opt_level):
     """No DDP: each rank's grads stay local, so only the engine can make rank 0 skip too."""
     from amp_shim import amp

@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
 from amp_shim import amp
+from amp_shim.engine.host_syncs import SYNC_METHODS, CountHostSyncs
 from amp_shim.amp._amp_state import _amp_state
 
 SKIP_MSG = "Gradient overflow.  Skipping step, loss scaler {} reducing loss scale to {}"
@@ -411,20 +411,6 @@ def test_o1_autocast_cache_is_cleared_at_scale_loss_exit(loss_scale):
 
 # Host syncs per iteration (DESIGN.md §3: at most one, the skip decision) ------------------------
 
-_SYNC_METHODS = {"item", "__bool__", "tolist", "__float__", "__int__", "__index__"}
-
-
-class CountHostSyncs(TorchFunctionMode):
-    def __init__(self):
-        super().__init__()
-        self.calls = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if getattr(func, "__name__", None) in _SYNC_METHODS:
-            self.calls.append(func.__name__)
-        return func(*args, **(kwargs or {}))
-
-
 def _mlp():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
@@ -451,7 +437,7 @@ def _count(fn):
 def test_sync_counter_sees_every_host_sync_method():
     t = torch.tensor([1.5])
     calls = _count(lambda: (t.item(), bool(t), t.tolist(), float(t), int(t), [0, 1][t.long()]))
-    assert sorted(calls) == sorted(_SYNC_METHODS)
+    assert sorted(calls) == sorted(SYNC_METHODS)
 
 
 @pytest.mark.parametrize("level", ["O1", "O2"])

@@ -156,7 +156,7 @@ def post_backward_models_are_masters(scaler, params, stashed_grads) -> None:
     if static_one:
         # Nothing to unscale; Apex drops the stash here, the shim keeps the accumulated sum.
         if fresh_with_stash:
-            torch._foreach_add_(fresh_with_stash, stashed)
+            ops.add_(fresh_with_stash, stashed)
     else:
         inv = scaler.inv_scale()
         ops.unscale_(fresh, scaler.found_inf, inv)

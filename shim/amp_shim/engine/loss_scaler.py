@@ -82,20 +82,15 @@ class DeviceLossScaler:
 
     def update_(self) -> torch.Tensor:
         """Apply one update on the device; return a snapshot of this update's skip flag."""
-        if not self.dynamic:
-            self.unskipped.add_(1)
-            return torch.zeros((), dtype=torch.bool, device=self.device)
-        found = self.found_inf[0] > 0
-        halved = self.scale / 2.0
-        if self.min_loss_scale:
-            halved = torch.clamp(halved, min=float(self.min_loss_scale))
-        self.scale.copy_(torch.where(found, halved, self.scale))
-        self.unskipped.copy_(torch.where(found, torch.zeros_like(self.unskipped), self.unskipped + 1))
-        grow = self.unskipped == self.scale_window
-        grown = torch.clamp(self.scale * 2.0, max=float(self.max_loss_scale))
-        self.scale.copy_(torch.where(grow, grown, self.scale))
-        self.unskipped.copy_(torch.where(grow, torch.zeros_like(self.unskipped), self.unskipped))
-        return found.clone()
+        return ops.update_scale_(
+            self.scale,
+            self.unskipped,
+            self.found_inf,
+            dynamic=self.dynamic,
+            min_loss_scale=self.min_loss_scale,
+            max_loss_scale=self.max_loss_scale,
+            scale_window=self.scale_window,
+        )
 
     def to(self, device: torch.device | str) -> "DeviceLossScaler":
         """Move the state (e.g. after a CPU-built scaler meets CUDA gradients)."""

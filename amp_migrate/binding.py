@@ -145,6 +145,32 @@ def _bound_part(target: cst.CSTNode) -> cst.CSTNode:
     return target
 
 
+class _NotReads(cst.CSTVisitor):
+    """Name nodes that read nothing: attribute names, keywords, import aliases, plain targets."""
+
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self.ids.add(id(node.attr))
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self.ids.add(id(node.keyword))
+
+    def visit_ImportAlias(self, node: cst.ImportAlias) -> bool:
+        self.ids.update(id(n) for n in m.findall(node, m.Name()))
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.module is not None:
+            self.ids.update(id(n) for n in m.findall(node.module, m.Name()))
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        if isinstance(node.target, cst.Name):
+            self.ids.add(id(node.target))
+
+
 def plain_apex_bindings(module: cst.Module) -> Optional[dict[str, str]]:
     """Local name → Apex name when the imports alone decide what every read means, else None."""
     seen = _Bindings()
@@ -162,6 +188,8 @@ class ApexBinder:
         """`known`: the binder of the file as first read. Rules delete the assignments that
         proved a holder or a handle, so later rules keep the original file's facts."""
         self._get = get_metadata
+        self._module = module
+        self._not_reads: Optional[set[int]] = None
         self.holders: dict[str, str] = {}  # self.<attr> -> apex name
         self.handles: set[str] = set()  # local names bound to amp.init()
         self.wrapped: set[str] = set()  # names bound to handle.wrap_optimizer(...)
@@ -172,6 +200,10 @@ class ApexBinder:
             self.table = plain_apex_bindings(module)
             self._scan(module)
 
+    def imported_name(self, node: cst.CSTNode) -> Optional[str]:
+        """The Apex name `node` reaches through an import alone (not through `self.` holders)."""
+        return self._direct(node)
+
     def _direct(self, node: cst.CSTNode) -> Optional[str]:
         if self.table is not None:
             return self._plain(node)
@@ -181,7 +213,13 @@ class ApexBinder:
 
     def _plain(self, node: cst.CSTNode) -> Optional[str]:
         if isinstance(node, cst.Name):
-            return self.table.get(node.value)
+            if node.value not in self.table:
+                return None
+            if self._not_reads is None:  # like QualifiedNameProvider: only reads have a name
+                collect = _NotReads()
+                self._module.visit(collect)
+                self._not_reads = collect.ids
+            return None if id(node) in self._not_reads else self.table[node.value]
         if isinstance(node, cst.Attribute):
             base = self._plain(node.value)
             return f"{base}.{node.attr.value}" if base is not None else None

@@ -45,9 +45,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
-from libcst.metadata import QualifiedNameProvider
 
-from ..binding import is_apex_name
 from ..diagnostics import Severity, define
 from .base import FileState, Rule
 
@@ -257,24 +255,6 @@ class ApexClassRule(Rule):
         super().__init__(context, state)
         self.replacements: dict[int, str] = {}  # id(original node) -> torch name
 
-    def visit_Module(self, node: cst.Module) -> None:
-        self._forget_held_instances(node)
-
-    def _forget_held_instances(self, module: cst.Module) -> None:
-        """`self.norm = FusedLayerNorm(d)` holds an instance, but the binder records `norm` as
-        holding the class (it names a call by its callee), and later rules would report every
-        `self.norm(x)` as an Apex use left behind. This rule replaces those calls, so it
-        withdraws the attributes that only ever hold an instance of a class it handles."""
-        assert self.apex is not None
-        for assign in m.findall(module, m.Assign(value=m.Call())):
-            name = self.handled_name(assign.value.func)
-            if name is None or not self.direct(assign.value.func):
-                continue
-            for target in assign.targets:
-                if (m.matches(target.target, m.Attribute(value=m.Name("self")))
-                        and self.apex.holders.get(target.target.attr.value) == name):
-                    del self.apex.holders[target.target.attr.value]
-
     def visit_Import(self, node: cst.Import) -> bool:
         return False
 
@@ -291,8 +271,8 @@ class ApexClassRule(Rule):
         class (`self.norm_cls = FusedLayerNorm`) from a held instance
         (`self.norm = FusedLayerNorm(d)`); the assignment is judged instead, where the class is
         named directly."""
-        names = self.get_metadata(QualifiedNameProvider, node, set())
-        return any(is_apex_name(q.name) for q in names)
+        assert self.apex is not None
+        return self.apex.imported_name(node) is not None
 
     def use_torch(self) -> None:
         AddImportsVisitor.add_needed_import(self.context, "torch")

@@ -195,7 +195,6 @@ class ApexParallelToTorch(ApexClassRule):
     HANDLED = frozenset(DDP_NAMES | CONVERT_NAMES | SYNCBN_NAMES | WITHOUT_EQUIVALENT)
 
     def visit_Module(self, node: cst.Module) -> None:
-        super().visit_Module(node)
         self._ddp_only = [a for a in m.findall(node, m.Attribute(attr=m.OneOf(
             *(m.Name(n) for n in DDP_ONLY_ATTRIBUTES)))) if self.apex_name(a) is None]
 

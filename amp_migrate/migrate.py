@@ -66,10 +66,14 @@ def parse(text: str) -> cst.Module:
 
 
 def _run(rules: Sequence[type], module: cst.Module, options: Options) -> tuple[cst.Module, FileState]:
-    state = FileState(options, original=module.code, current=module.code)
+    text = module.code
+    state = FileState(options, original=text, current=text)
     context = CodemodContext()
+    rendered = module
     for rule in rules:
-        state.advance(module.code)
+        if module is not rendered:  # render only what a rule changed
+            state.advance(module.code)
+            rendered = module
         if rule.applies(state, context):
             module = rule(context, state).transform_module(module)
     return module, state

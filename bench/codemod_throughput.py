@@ -1,0 +1,271 @@
+"""Codemod throughput beside its peers, on one generated corpus, in one run.
+
+    OMP_NUM_THREADS=1 python bench/codemod_throughput.py [--files 200] [--no-torchfix]
+
+1. builds the corpus (`bench/codemod_corpus.py`, seeded) under `bench/.corpus/`;
+2. `amp-migrate --check --jobs 1` on it, with each file's job timed (bench/_timed_amp_migrate.py:
+   the same CLI, `runner.process` wrapped with a clock), and `amp-migrate --check --jobs 2`;
+   the peak RSS of each run's process tree is sampled from /proc;
+3. bare libcst parse + render (`parse_module(text).code`) of the Apex files alone, in this
+   process, best of 3: the floor for any libcst tool;
+4. TorchFix (`torchfix --jobs 2 CORPUS`, the way its users run it) from its own virtual
+   environment `bench/.torchfix-venv/` (created here on first use: its last release pins
+   libcst<1.6, this project's environment has a newer one).
+
+Prints a table and writes `bench/results/codemod_throughput.json`; `bench/write_readme.py`
+puts it into README.md. Timings are wall clock on whatever else the machine is doing: the
+load average before and after is recorded beside them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (ROOT, describe, fmt, loadavg, machine, require_single_thread,  # noqa: E402
+                     run_timed, save, table)
+import codemod_corpus  # noqa: E402
+
+TORCHFIX_VERSION = "0.7.0"
+TORCHFIX_VENV = ROOT / "bench" / ".torchfix-venv"
+TARGETS = {"vs_torchfix": 10.0, "vs_bare_libcst": 0.5, "scaling_1_to_2": 1.7, "peak_rss_mb": 300.0}
+
+
+def torchfix_exe() -> Path:
+    exe = TORCHFIX_VENV / "bin" / "torchfix"
+    if not exe.exists():
+        print(f"creating {TORCHFIX_VENV} with torchfix=={TORCHFIX_VERSION} ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(TORCHFIX_VENV)], check=True)
+        subprocess.run([str(TORCHFIX_VENV / "bin" / "pip"), "install", "--quiet",
+                        f"torchfix=={TORCHFIX_VERSION}"], check=True)
+    return exe
+
+
+def torchfix_versions() -> dict:
+    out = subprocess.run([str(TORCHFIX_VENV / "bin" / "python"), "-c",
+                          "from importlib.metadata import version as v; "
+                          "print(v('torchfix'), v('libcst'))"], capture_output=True, text=True)
+    tf, lc = (out.stdout.split() + ["?", "?"])[:2]
+    return {"torchfix": tf, "libcst": lc}
+
+
+def amp_migrate_cmd(jobs: int, corpus: Path, timed: bool) -> list[str]:
+    args = ["--check", "--jobs", str(jobs), "--quiet", "--format", "json", "--no-gitignore", str(corpus)]
+    if timed:
+        return [sys.executable, str(ROOT / "bench" / "_timed_amp_migrate.py")] + args
+    return [str(Path(sys.executable).parent / "amp-migrate")] + args
+
+
+def run_amp_migrate(jobs: int, corpus: Path, work: Path, timed: bool) -> tuple[dict, dict, dict]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", AMP_BENCH_TIMINGS=str(work / f"timings_j{jobs}.json"))
+    out_path = work / f"amp_migrate_j{jobs}.json"
+    with open(out_path, "w") as out:
+        run = run_timed(amp_migrate_cmd(jobs, corpus, timed), env=env, stdout=out)
+    if run["rc"] not in (0, 1):
+        raise SystemExit(f"amp-migrate --jobs {jobs} failed ({run['rc']}):\n{run['stderr_tail']}")
+    report = json.loads(out_path.read_text())
+    timings = json.loads((work / f"timings_j{jobs}.json").read_text()) if timed else {}
+    return run, report, timings
+
+
+def bare_libcst(paths: list[Path], repeats: int = 3) -> float:
+    """Seconds to parse and render every file once (best of `repeats`)."""
+    import libcst as cst
+
+    texts = [p.read_text() for p in paths]
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for text in texts:
+            assert cst.parse_module(text).code == text
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main(argv=None) -> int:
+    require_single_thread()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--files", type=int, default=200, help="generated files (plus the fixtures)")
+    parser.add_argument("--apex-share", type=float, default=0.05)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--corpus", type=Path, default=codemod_corpus.DEFAULT_OUT)
+    parser.add_argument("--no-torchfix", action="store_true", help="skip TorchFix (no venv needed)")
+    parser.add_argument("--no-save", action="store_true", help="print only; keep bench/results as is")
+    args = parser.parse_args(argv)
+
+    start_all = time.perf_counter()
+    t0 = time.perf_counter()
+    manifest = codemod_corpus.build(args.corpus, args.files, args.apex_share, args.seed)
+    gen_s = time.perf_counter() - t0
+    corpus = args.corpus
+    entries = manifest["entries"]
+    apex = [e for e in entries if e["apex"]]
+    clean = [e for e in entries if not e["apex"]]
+    n_files, n_lines = len(entries), manifest["total_lines"]
+    apex_lines = sum(e["lines"] for e in apex)
+    print(f"corpus: {n_files} files, {n_lines:,} lines; {len(apex)} with Apex ({apex_lines:,} lines); "
+          f"generated in {gen_s:.1f} s", flush=True)
+    tf_exe = None if args.no_torchfix else torchfix_exe()
+
+    info = machine()
+    load_before = loadavg()
+    print(f"machine: {describe(info)}\nload average before: {load_before}", flush=True)
+    work = corpus.parent / ".bench-work"
+    work.mkdir(exist_ok=True)
+
+    print("amp-migrate --check --jobs 1 ...", flush=True)
+    j1, report1, timings = run_amp_migrate(1, corpus, work, timed=True)
+    print(f"  {j1['wall_s']:.1f} s", flush=True)
+    print("amp-migrate --check --jobs 2 ...", flush=True)
+    j2, report2, _ = run_amp_migrate(2, corpus, work, timed=False)
+    print(f"  {j2['wall_s']:.1f} s", flush=True)
+
+    print("bare libcst parse + render of the Apex files ...", flush=True)
+    bare_s = bare_libcst([corpus / e["path"] for e in apex])
+    print(f"  {bare_s:.2f} s", flush=True)
+
+    tf = None
+    if tf_exe is not None:
+        print(f"torchfix --jobs 2 (TorchFix {TORCHFIX_VERSION}) ...", flush=True)
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        out_path = work / "torchfix.txt"
+        with open(out_path, "w") as out:
+            tf = run_timed([str(tf_exe), "--jobs", "2", str(corpus)], env=env, stdout=out)
+        tf["findings"] = sum(1 for _ in open(out_path))
+        tf.update(torchfix_versions())
+        print(f"  {tf['wall_s']:.1f} s, {tf['findings']} findings", flush=True)
+    load_after = loadavg()
+
+    # -- figures ----------------------------------------------------------------------------
+    by_path = {str(Path(p).resolve()): s for p, s in timings.items()}
+
+    def job_time(e) -> float:
+        return by_path.get(str((corpus / e["path"]).resolve()), float("nan"))
+
+    apex_job_s = sum(job_time(e) for e in apex)
+    clean_job_s = sum(job_time(e) for e in clean)
+    per_file = sorted(((e["lines"], job_time(e)) for e in apex), key=lambda x: x[0])
+    summary1 = report1["summary"]
+
+    def rates(wall: float) -> dict:
+        return {"wall_s": round(wall, 3), "files_per_s": round(n_files / wall, 1),
+                "lines_per_s": round(n_lines / wall, 1)}
+
+    res = {
+        "machine": info, "load_before": load_before, "load_after": load_after,
+        "corpus": {"files": n_files, "lines": n_lines, "apex_files": len(apex), "apex_lines": apex_lines,
+                   "generated": args.files, "apex_share": args.apex_share, "seed": args.seed,
+                   "generation_s": round(gen_s, 2)},
+        "amp_migrate_j1": {**rates(j1["wall_s"]), "peak_rss_tree_mb": j1["peak_rss_tree_mb"],
+                           "summary": summary1},
+        "amp_migrate_j2": {**rates(j2["wall_s"]), "peak_rss_tree_mb": j2["peak_rss_tree_mb"],
+                           "peak_rss_single_mb": j2["peak_rss_single_mb"], "summary": report2["summary"]},
+        "apex_only": {
+            "amp_migrate_job_s": round(apex_job_s, 3),
+            "amp_migrate_lines_per_s": round(apex_lines / apex_job_s, 1),
+            "amp_migrate_files_per_s": round(len(apex) / apex_job_s, 3),
+            "amp_migrate_ms_per_line": round(1000 * apex_job_s / apex_lines, 2),
+            "bare_libcst_s": round(bare_s, 3),
+            "bare_libcst_lines_per_s": round(apex_lines / bare_s, 1),
+            "bare_libcst_files_per_s": round(len(apex) / bare_s, 1),
+            "slowest_file": {"lines": max(per_file, key=lambda x: x[1])[0],
+                             "s": round(max(t for _, t in per_file), 2)},
+        },
+        "clean_files": {"count": len(clean), "job_s": round(clean_job_s, 4),
+                        "us_per_file": round(1e6 * clean_job_s / max(len(clean), 1), 1),
+                        "parsed": summary1["mention_apex"] - len(apex)},
+    }
+    res["scaling_1_to_2"] = round(j1["wall_s"] / j2["wall_s"], 2)
+    res["apex_only"]["ratio_to_bare_libcst"] = round(
+        res["apex_only"]["amp_migrate_lines_per_s"] / res["apex_only"]["bare_libcst_lines_per_s"], 4)
+    if tf is not None:
+        res["torchfix"] = {**rates(tf["wall_s"]), "jobs": 2, "version": tf["torchfix"],
+                           "libcst": tf["libcst"], "findings": tf["findings"], "rc": tf["rc"],
+                           "peak_rss_tree_mb": tf["peak_rss_tree_mb"]}
+        res["ratio_to_torchfix_j2"] = round(tf["wall_s"] / j2["wall_s"], 3)
+        res["ratio_to_torchfix_j1"] = round(tf["wall_s"] / j1["wall_s"], 3)
+    t = TARGETS
+    res["targets"] = [
+        {"target": f">= {t['vs_torchfix']:g}x TorchFix's throughput (mixed corpus, both --jobs 2)",
+         "measured": f"{res['ratio_to_torchfix_j2']:.2f}x" if tf else "not run",
+         "met": bool(tf) and res["ratio_to_torchfix_j2"] >= t["vs_torchfix"]},
+        {"target": f">= {t['vs_bare_libcst']:g}x bare libcst parse + render (Apex files, one process)",
+         "measured": f"{res['apex_only']['ratio_to_bare_libcst']:.4f}x "
+                     f"({fmt(res['apex_only']['amp_migrate_lines_per_s'])} vs "
+                     f"{fmt(res['apex_only']['bare_libcst_lines_per_s'], 0)} lines/s)",
+         "met": res["apex_only"]["ratio_to_bare_libcst"] >= t["vs_bare_libcst"]},
+        {"target": "files without Apex cost no parse",
+         "measured": f"{res['clean_files']['parsed']} of {len(clean)} parsed, "
+                     f"{res['clean_files']['us_per_file']:.0f} us per file",
+         "met": res["clean_files"]["parsed"] == 0},
+        {"target": f">= {t['scaling_1_to_2']:g}x from --jobs 1 to --jobs 2",
+         "measured": f"{res['scaling_1_to_2']:.2f}x", "met": res["scaling_1_to_2"] >= t["scaling_1_to_2"]},
+        {"target": f"peak RSS with --jobs 2 < {t['peak_rss_mb']:g} MB (whole process tree)",
+         "measured": f"{j2['peak_rss_tree_mb']:.0f} MB", "met": j2["peak_rss_tree_mb"] < t["peak_rss_mb"]},
+    ]
+    res["total_s"] = round(time.perf_counter() - start_all, 1)
+    print()
+    print(render_text(res))
+    if not args.no_save:
+        print(f"\nwrote {save('codemod_throughput', res).relative_to(ROOT)}")
+    return 0
+
+
+def rows(res: dict) -> list[list[str]]:
+    n_files = res["corpus"]["files"]
+    out = []
+    for key, label in (("amp_migrate_j1", "amp-migrate --check --jobs 1"),
+                       ("amp_migrate_j2", "amp-migrate --check --jobs 2"),
+                       ("torchfix", f"torchfix --jobs 2 (TorchFix {res.get('torchfix', {}).get('version', '')})")):
+        r = res.get(key)
+        if r is None:
+            continue
+        out.append([label, f"{n_files}", fmt(r["wall_s"]), fmt(r["files_per_s"]), fmt(r["lines_per_s"], 0),
+                    fmt(r.get("peak_rss_tree_mb"), 0)])
+    a = res["apex_only"]
+    c = res["corpus"]
+    out.append(["amp-migrate, Apex files only (jobs 1, per-file clock)", f"{c['apex_files']}",
+                fmt(a["amp_migrate_job_s"]), fmt(a["amp_migrate_files_per_s"], 2),
+                fmt(a["amp_migrate_lines_per_s"], 0), "-"])
+    out.append(["bare libcst parse + render, Apex files only", f"{c['apex_files']}",
+                fmt(a["bare_libcst_s"], 2), fmt(a["bare_libcst_files_per_s"]),
+                fmt(a["bare_libcst_lines_per_s"], 0), "-"])
+    return out
+
+
+HEADERS = ["run", "files", "wall s", "files/s", "lines/s", "peak RSS MB"]
+
+
+def render_text(res: dict) -> str:
+    c = res["corpus"]
+    lines = [f"machine: {describe(res['machine'])}",
+             f"load average before/after: {res['load_before']} / {res['load_after']}",
+             f"corpus: {c['files']} files, {c['lines']:,} lines, {c['apex_files']} with Apex "
+             f"({c['apex_lines']:,} lines), seed {c['seed']}", "",
+             table(HEADERS, rows(res)), ""]
+    if "ratio_to_torchfix_j2" in res:
+        lines.append(f"ratio to TorchFix (both --jobs 2): {res['ratio_to_torchfix_j2']:.2f}x; "
+                     f"amp-migrate --jobs 1 vs TorchFix --jobs 2: {res['ratio_to_torchfix_j1']:.2f}x")
+    a = res["apex_only"]
+    lines.append(f"ratio to bare libcst on the Apex files: {a['ratio_to_bare_libcst']:.4f}x "
+                 f"({a['amp_migrate_ms_per_line']:.1f} ms per line; slowest file "
+                 f"{a['slowest_file']['lines']} lines in {a['slowest_file']['s']:.1f} s)")
+    cl = res["clean_files"]
+    lines.append(f"files without Apex: {cl['count']}, {cl['parsed']} parsed, "
+                 f"{cl['us_per_file']:.0f} us per file")
+    lines.append(f"scaling --jobs 1 -> 2: {res['scaling_1_to_2']:.2f}x")
+    lines.append("")
+    lines.append(table(["target", "measured", "met"],
+                       [[t["target"], t["measured"], "yes" if t["met"] else "NO"] for t in res["targets"]]))
+    lines.append(f"\ntotal {res['total_s']:.0f} s")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Write the benchmarks' latest results into README.md's performance section.
+
+    python bench/write_readme.py [--check]
+
+Reads `bench/results/codemod_throughput.json` and `bench/results/shim_overhead.json` (written
+by the benchmarks) and replaces what lies between `<!-- performance:start -->` and
+`<!-- performance:end -->` in README.md; nothing else in the file changes. `--check` exits 1
+when the section is not what the results say (for CI), writing nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import RESULTS, ROOT, describe, table  # noqa: E402
+import codemod_throughput  # noqa: E402
+import shim_overhead  # noqa: E402
+
+README = ROOT / "README.md"
+IDLE_LOAD = 0.7
+START, END = "<!-- performance:start -->", "<!-- performance:end -->"
+
+
+def _targets(res: dict) -> str:
+    return table(["target", "measured", "met"],
+                 [[t["target"], t["measured"], "yes" if t["met"] else "**missed**"] for t in res["targets"]],
+                 markdown=True)
+
+
+def _missed(res: dict) -> list[str]:
+    return [f"- **Missed:** {t['target']}: measured {t['measured']}." for t in res["targets"] if not t["met"]]
+
+
+def _header(res: dict, what: str) -> str:
+    out = (f"*{what}: {res['date']}, {describe(res['machine'])}; load average "
+           f"{', '.join(map(str, res['load_before']))} before, "
+           f"{', '.join(map(str, res['load_after']))} after; the run took {res['total_s']:.0f} s.*")
+    busiest = max((res["load_before"] or [0])[:1] + (res["load_after"] or [0])[:1])
+    if busiest > IDLE_LOAD:
+        out += (f" **The machine was not idle** (1-minute load average up to {busiest:g} on "
+                f"{res['machine']['cores']} cores, from other work): wall-clock figures are "
+                "pessimistic and ratios between runs are noisy.")
+    return out
+
+
+def codemod_section(res: dict) -> str:
+    c, a, cl = res["corpus"], res["apex_only"], res["clean_files"]
+    out = ["### Codemod throughput (`bench/codemod_throughput.py`)", "",
+           _header(res, "Measured"), "",
+           f"Corpus (`bench/codemod_corpus.py --files {c['generated']} --seed {c['seed']}`): "
+           f"{c['files']} files, {c['lines']:,} lines; {c['apex_files']} use Apex "
+           f"({c['apex_lines']:,} lines: {round(c['generated'] * c['apex_share'])} generated, "
+           f"the rest `fixtures/` programs). The default corpus is {c['generated']} generated "
+           "files, not thousands: at the throughputs below, TorchFix (which parses every file "
+           "that mentions torch) and amp-migrate on the Apex files would not fit the three "
+           "benchmarks' 10-minute budget on this machine with a larger one; "
+           "`bench/codemod_throughput.py --files 2000` measures that size.", "",
+           table(codemod_throughput.HEADERS, codemod_throughput.rows(res), markdown=True), ""]
+    facts = []
+    if "ratio_to_torchfix_j2" in res:
+        t = res["torchfix"]
+        facts.append(f"- Against TorchFix {t['version']} (libcst {t['libcst']}, its own venv, "
+                     f"{t['findings']:,} findings printed): {res['ratio_to_torchfix_j2']:.2f}x its "
+                     f"throughput with both at `--jobs 2` ({res['ratio_to_torchfix_j1']:.2f}x with "
+                     "amp-migrate at `--jobs 1`).")
+    facts.append(f"- Apex files alone: {a['amp_migrate_lines_per_s']:,.0f} lines/s "
+                 f"({a['amp_migrate_ms_per_line']:.1f} ms per line; the slowest file, "
+                 f"{a['slowest_file']['lines']:,} lines, took {a['slowest_file']['s']:.1f} s) against "
+                 f"{a['bare_libcst_lines_per_s']:,.0f} lines/s for bare libcst parse + render: "
+                 f"{a['ratio_to_bare_libcst']:.4f}x.")
+    facts.append(f"- Files without Apex: {cl['parsed']} of {cl['count']} parsed; "
+                 f"{cl['us_per_file']:.0f} µs per file (read + text pre-filter).")
+    facts.append(f"- Scaling from `--jobs 1` to `--jobs 2`: {res['scaling_1_to_2']:.2f}x.")
+    s2 = res["amp_migrate_j2"]["summary"]
+    facts.append(f"- Outcome of the run: {s2['changed']} files would change ({s2['native']} native, "
+                 f"{s2['shim']} shim fallback), {s2['errors']} errors.")
+    out += facts + ["", _targets(res)]
+    return "\n".join(out)
+
+
+def shim_section(res: dict) -> str:
+    out = ["### Shim overhead and host syncs (`bench/shim_overhead.py`)", "",
+           _header(res, "Measured"), "",
+           f"CPU, float16 (`torch.autocast(\"cpu\", dtype=torch.float16)` + `torch.amp.GradScaler(\"cpu\")` "
+           f"natively; the shim's CPU default at O1), SGD with momentum; median of single steps "
+           f"over {res['rounds']} interleaved slices of about {res['seconds_per_slice']:g} s per model "
+           "and way, each way in a worker process of its own. Host syncs counted over 5 iterations after warm-up; the fused "
+           "column is `torch.optim.AdamW(fused=True)` natively and Apex's `FusedAdam` / "
+           "`AdamW(fused=True)` under the shim.", "",
+           table(shim_overhead.HEADERS, shim_overhead.rows(res), markdown=True), "",
+           "The ratio judged is the ratio of the medians. The same ratio from neighbouring "
+           "slices only (median over rounds of each slice's median over native's), which a "
+           "drifting load disturbs less: " + "; ".join(
+               f"{r['label']} O1 {r['paired_ratio']['O1']:.3f}x, O2 {r['paired_ratio']['O2']:.3f}x"
+               for r in res["models"].values()) + ".", "",
+           _targets(res)]
+    return "\n".join(out)
+
+
+def render() -> str:
+    parts = []
+    missed = []
+    for name, section in (("codemod_throughput", codemod_section), ("shim_overhead", shim_section)):
+        path = RESULTS / f"{name}.json"
+        if not path.exists():
+            parts.append(f"*`bench/{name}.py` has not been run yet.*")
+            continue
+        res = json.loads(path.read_text())
+        parts.append(section(res))
+        missed += _missed(res)
+    head = ["Targets missed in the latest runs:" if missed else "Every target is met in the latest runs.", ""]
+    totals = [json.loads((RESULTS / f"{n}.json").read_text())["total_s"]
+              for n in ("codemod_throughput", "shim_overhead") if (RESULTS / f"{n}.json").exists()]
+    if len(totals) == 2:
+        missed.append(f"\nThe two benchmarks took {totals[0]:.0f} s + {totals[1]:.0f} s = "
+                      f"{sum(totals):.0f} s of wall clock in their latest runs (the 10-minute budget "
+                      "covers the three scripts; `write_readme.py` takes under a second).")
+    return "\n\n".join(["\n".join(head + missed)] + parts)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args(argv)
+    text = README.read_text()
+    if START not in text or END not in text:
+        print(f"README.md has no {START} ... {END} section", file=sys.stderr)
+        return 2
+    before, rest = text.split(START, 1)
+    _, after = rest.split(END, 1)
+    new = before + START + "\n" + render() + "\n" + END + after
+    if args.check:
+        return 0 if new == text else 1
+    if new != text:
+        README.write_text(new)
+        print("README.md: performance section updated")
+    else:
+        print("README.md: performance section already up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

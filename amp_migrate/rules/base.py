@@ -162,6 +162,20 @@ class Rule(VisitorBasedCodemodCommand):
         except KeyError:
             return None
 
+    def statement_around(self, block: cst.CSTNode) -> Optional[cst.BaseCompoundStatement]:
+        """The compound statement (`if`, `with`, `try`) whose body `block` is, when it sits in a
+        block itself; None at a loop, function, class or module boundary, which a search for
+        what happened earlier in the same iteration must not cross."""
+        owner: Optional[cst.CSTNode] = block
+        while True:
+            owner = self.parent(owner)
+            if owner is None or isinstance(owner, (cst.For, cst.While, cst.FunctionDef,
+                                                   cst.ClassDef, cst.Lambda, cst.Module)):
+                return None
+            if isinstance(owner, cst.BaseCompoundStatement) and \
+                    isinstance(self.parent(owner), (cst.IndentedBlock, cst.Module)):
+                return owner
+
     def ancestors(self, node: cst.CSTNode):
         parent = self.parent(node)
         while parent is not None:

@@ -22,13 +22,11 @@ becomes
 """
 from __future__ import annotations
 
-from typing import Optional
 
 import libcst as cst
 
 from ..diagnostics import Severity, define
-from .base import Rule
-from .training_plan import LOAD_STATE_DICT, STATE_DICT, TrainingPlan
+from .training_plan import LOAD_STATE_DICT, STATE_DICT, TrainingRule
 
 OLD_CHECKPOINTS = define(
     "AMP310", "convert-old-checkpoints", Severity.WARNING,
@@ -43,16 +41,10 @@ OLD_CHECKPOINTS = define(
 )
 
 
-class CheckpointToScaler(Rule):
+class CheckpointToScaler(TrainingRule):
     MARKERS = ("state_dict",)
 
-    def __init__(self, context, state) -> None:
-        super().__init__(context, state)
-        self.plan: Optional[TrainingPlan] = state.scratch.get("training")
 
-    @classmethod
-    def applies(cls, state, context) -> bool:
-        return "training" in state.scratch and super().applies(state, context)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if self.plan is None:

@@ -27,8 +27,7 @@ import libcst as cst
 
 from ..binding import HANDLE
 from ..diagnostics import Severity, define
-from .base import Rule
-from .training_plan import ONE_SCALER, bind_arguments, literal
+from .training_plan import ONE_SCALER, bind_arguments, literal, TrainingRule
 
 WRAP_ARGS = define(
     "AMP710", "wrap-optimizer-arguments", Severity.WARNING,
@@ -40,12 +39,9 @@ WRAP_ARGS = define(
 )
 
 
-class WrapOptimizerToOptimizer(Rule):
+class WrapOptimizerToOptimizer(TrainingRule):
     MARKERS = ("wrap_optimizer",)
 
-    @classmethod
-    def applies(cls, state, context) -> bool:
-        return "training" in state.scratch and super().applies(state, context)
 
     def _wrap_call(self, node: cst.CSTNode):
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \

@@ -28,8 +28,7 @@ from typing import Optional, Union
 import libcst as cst
 from libcst.codemod.visitors import AddImportsVisitor
 
-from .base import Rule
-from .training_plan import INIT, INITIALIZE, TrainingPlan, bind_arguments
+from .training_plan import INIT, INITIALIZE, bind_arguments, TrainingRule
 
 Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
 
@@ -51,14 +50,11 @@ def returned_value(call: cst.Call) -> Optional[cst.BaseExpression]:
                       cst.Element(optimizers)], lpar=[], rpar=[])
 
 
-class InitializeToGradScaler(Rule):
-    @classmethod
-    def applies(cls, state, context) -> bool:
-        return "training" in state.scratch
+class InitializeToGradScaler(TrainingRule):
+    MARKERS = ()
 
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
-        self.plan: Optional[TrainingPlan] = state.scratch.get("training")
         self.created = False
 
     def _creation(self, leading_lines=()) -> cst.SimpleStatementLine:

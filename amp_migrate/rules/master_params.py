@@ -28,14 +28,12 @@ becomes
 """
 from __future__ import annotations
 
-from typing import Optional
 
 import libcst as cst
 import libcst.matchers as m
 
 from ..diagnostics import Severity, define
-from .base import Rule
-from .training_plan import MASTER_PARAMS, TrainingPlan
+from .training_plan import MASTER_PARAMS, TrainingRule
 
 UNPROVEN = define(
     "AMP301", "master-params-outside-step", Severity.WARNING,
@@ -53,12 +51,11 @@ def params_of(optimizer: cst.BaseExpression) -> cst.GeneratorExp:
         f'(p for group in {cst.Module([]).code_for_node(optimizer)}.param_groups for p in group["params"])')
 
 
-class MasterParamsUnscale(Rule):
+class MasterParamsUnscale(TrainingRule):
     MARKERS = ("master_params",)
 
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
-        self.plan: Optional[TrainingPlan] = state.scratch.get("training")
         self.calls: set[int] = set()
         self.unscale_before: dict[int, list[str]] = {}  # statement -> optimizers to unscale
 
@@ -74,15 +71,9 @@ class MasterParamsUnscale(Rule):
             for later in body[at + 1:]:
                 if any(self.code_of(c.func.value) == optimizer for c in m.findall(later, step)):
                     return True
-            owner: Optional[cst.CSTNode] = block
-            while True:
-                owner = self.parent(owner)
-                if owner is None or isinstance(owner, (cst.For, cst.While, cst.FunctionDef,
-                                                       cst.ClassDef, cst.Lambda, cst.Module)):
-                    return False
-                if isinstance(owner, cst.BaseCompoundStatement) and \
-                        isinstance(self.parent(owner), (cst.IndentedBlock, cst.Module)):
-                    break
+            owner = self.statement_around(block)
+            if owner is None:
+                return False
             current = owner
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -102,9 +93,6 @@ class MasterParamsUnscale(Rule):
         if optimizer not in wanted:
             wanted.append(optimizer)
 
-    @classmethod
-    def applies(cls, state, context) -> bool:
-        return "training" in state.scratch and super().applies(state, context)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if id(original_node) in self.calls:

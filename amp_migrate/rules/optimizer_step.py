@@ -24,14 +24,12 @@ becomes
 """
 from __future__ import annotations
 
-from typing import Optional
 
 import libcst as cst
 import libcst.matchers as m
 
 from ..diagnostics import Severity, define
-from .base import Rule
-from .training_plan import TrainingPlan
+from .training_plan import TrainingRule
 
 NO_STEP = define(
     "AMP210", "optimizer-step-not-found", Severity.WARNING,
@@ -53,14 +51,11 @@ CLOSURE = define(
 LOOPS = (cst.For, cst.While, cst.FunctionDef, cst.Module)
 
 
-class OptimizerStepThroughScaler(Rule):
-    @classmethod
-    def applies(cls, state, context) -> bool:
-        return "training" in state.scratch
+class OptimizerStepThroughScaler(TrainingRule):
+    MARKERS = ()
 
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
-        self.plan: Optional[TrainingPlan] = state.scratch.get("training")
         self.steps: set[int] = set()
         self.anchors: set[int] = set()
 

@@ -36,8 +36,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from ..diagnostics import Severity, define
-from .base import Rule
-from .training_plan import ONE_SCALER, SCALE_LOSS, TrainingPlan, bind_arguments, literal
+from .training_plan import ONE_SCALER, SCALE_LOSS, bind_arguments, literal, TrainingRule
 
 SCALE_LOSS_ARGS = ("loss", "optimizers", "loss_id", "model", "delay_unscale", "delay_overflow_check")
 
@@ -156,14 +155,11 @@ def _uses(stmt: cst.CSTNode, codes: set[str]) -> bool:
     return bool(_names(stmt) & codes)
 
 
-class ScaleLossToGradScaler(Rule):
-    @classmethod
-    def applies(cls, state, context) -> bool:
-        return "training" in state.scratch
+class ScaleLossToGradScaler(TrainingRule):
+    MARKERS = ()
 
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
-        self.plan: Optional[TrainingPlan] = state.scratch.get("training")
         self.withs: set[int] = set()  # original With nodes to rewrite
         self.regions: dict[int, list[tuple[int, int]]] = {}  # original block -> [(first, last)]
 
@@ -224,15 +220,9 @@ class ScaleLossToGradScaler(Rule):
                     return block, start, last, True
                 first = next((i for i in range(start, last + 1) if _uses(body[i], self.plan.models)), None)
                 return block, (last if first is None else first), last, first is not None
-            owner: Optional[cst.CSTNode] = block
-            while True:
-                owner = self.parent(owner)
-                if owner is None or isinstance(owner, (cst.For, cst.While, cst.FunctionDef,
-                                                       cst.ClassDef, cst.Lambda, cst.Module)):
-                    return None
-                if isinstance(owner, cst.BaseCompoundStatement) and \
-                        isinstance(self.parent(owner), (cst.IndentedBlock, cst.Module)):
-                    break
+            owner = self.statement_around(block)
+            if owner is None:
+                return None
             current = owner
 
     # -- rewriting --------------------------------------------------------------------------------

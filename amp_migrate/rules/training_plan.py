@@ -230,6 +230,18 @@ def _string(value: str) -> cst.SimpleString:
     return cst.SimpleString(f'"{value}"')
 
 
+class TrainingRule(Rule):
+    """A rule that carries out the plan; it has nothing to do in a file without one."""
+
+    def __init__(self, context, state) -> None:
+        super().__init__(context, state)
+        self.plan: Optional[TrainingPlan] = state.scratch.get("training")
+
+    @classmethod
+    def applies(cls, state, context) -> bool:
+        return "training" in state.scratch and super().applies(state, context)
+
+
 class PlanTraining(Rule):
     """Read the file's Apex training calls and decide where its GradScaler lives."""
 

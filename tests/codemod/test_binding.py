@@ -3,7 +3,6 @@ QualifiedNameProvider answers, and steps aside whenever a file rebinds an import
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 import pytest
 from libcst.metadata import MetadataWrapper, QualifiedNameProvider
 

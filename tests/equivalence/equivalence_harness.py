@@ -281,7 +281,6 @@ def compare_scales(ref: dict, other: dict, how: str) -> list:
 
 def relative_gaps(ref: dict, other: dict) -> tuple[float, float]:
     """(max relative loss gap, max relative parameter gap) between two runs."""
-    import torch
 
     loss_gap = 0.0
     for a, b in zip(ref["losses"], other["losses"]):

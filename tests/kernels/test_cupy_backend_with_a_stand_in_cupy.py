@@ -6,7 +6,6 @@ current stream and passes the arguments as given (the stand-in kernel runs the h
 so the numbers are checked too)."""
 from __future__ import annotations
 
-import contextlib
 import sys
 import types
 

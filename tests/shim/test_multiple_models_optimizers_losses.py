@@ -145,7 +145,6 @@ def test_overflow_skips_exactly_the_optimizers_of_that_loss(scenario, opt_level,
             opt.step()
 
     model_params = [p for m in models for p in m.parameters()]
-    masters = {id(p): p for p in optimizer_params(optimizers)}
     for param, reference in zip(model_params, ref_params):
         assert torch.allclose(param.float(), reference.float())
     for opt in optimizers:

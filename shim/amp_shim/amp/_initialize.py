@@ -6,7 +6,6 @@ legacy script runs on CPU (autocast "cpu") and on GPUs (autocast "cuda").
 from __future__ import annotations
 
 import functools
-import types
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable
@@ -16,7 +15,6 @@ import torch
 from ..fp16_utils.fp16util import convert_network
 from ._amp_state import _amp_state, warn_or_err
 from ._process_optimizer import _masters, _pending_master_values, _process_optimizer
-from .autocast_casts import AutocastCasts, shim_dtype
 from .handle import AmpHandle
 from .scaler import LossScaler
 

@@ -6,7 +6,6 @@ and the floor of 1, which differ from amp's scaler.
 """
 from __future__ import annotations
 
-import torch
 
 from .._deprecation import deprecated_warning
 from .fp16util import DEPRECATION_MESSAGE

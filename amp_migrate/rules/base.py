@@ -82,6 +82,7 @@ class Rule(VisitorBasedCodemodCommand):
         self.state = state
         self.options = state.options
         self.apex: Optional[ApexBinder] = None
+        self._parents: Optional[dict[cst.CSTNode, cst.CSTNode]] = None
 
     # -- running ---------------------------------------------------------------------------
     # No rule uses matcher decorators (@m.visit, @m.call_if_inside), so the per-node matcher
@@ -157,10 +158,16 @@ class Rule(VisitorBasedCodemodCommand):
             self.state.diagnostics.append(diag)
 
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
-        try:
-            return self.get_metadata(ParentNodeProvider, node)
-        except KeyError:
-            return None
+        # What ParentNodeProvider gives, from a walk over `children` (a third of its cost).
+        if self._parents is None:
+            self._parents = {}
+            stack: list[cst.CSTNode] = [self.context.wrapper.module]
+            while stack:
+                current = stack.pop()
+                for child in current.children:
+                    self._parents[child] = current
+                    stack.append(child)
+        return self._parents.get(node)
 
     def statement_around(self, block: cst.CSTNode) -> Optional[cst.BaseCompoundStatement]:
         """The compound statement (`if`, `with`, `try`) whose body `block` is, when it sits in a

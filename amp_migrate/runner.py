@@ -129,4 +129,12 @@ class Workers:
             for job in jobs:
                 yield process(job)
             return
-        yield from self.pool.imap_unordered(process, jobs, chunksize=1)
+        # Largest files first: one big Apex file started last would leave the other workers idle.
+        yield from self.pool.imap_unordered(process, sorted(jobs, key=_size, reverse=True), chunksize=1)
+
+
+def _size(job: Job) -> int:
+    try:
+        return os.path.getsize(job.path)
+    except OSError:
+        return 0

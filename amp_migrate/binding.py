@@ -229,7 +229,11 @@ class ApexBinder:
 
     def _scan(self, module: cst.Module) -> None:
         candidates: dict[str, set] = {}
+        wraps = []  # `x = h.wrap_optimizer(opt)`: judged once every handle is known
+        wrap_call = m.Call(func=m.Attribute(attr=m.Name("wrap_optimizer")))
         for assign in m.findall(module, m.Assign()):
+            if m.matches(assign.value, wrap_call):
+                wraps.append(assign)
             if m.matches(assign.value, m.Call()) and self._direct(assign.value.func) == "apex.amp.init":
                 if len(assign.targets) == 1:
                     target = assign.targets[0].target
@@ -243,7 +247,7 @@ class ApexBinder:
             for t in assign.targets:
                 if m.matches(t.target, m.Attribute(value=m.Name("self"))):
                     candidates.setdefault(t.target.attr.value, set()).add(value_name)
-        for assign in m.findall(module, m.Assign(value=m.Call(func=m.Attribute(attr=m.Name("wrap_optimizer"))))):
+        for assign in wraps:
             if self._bound(assign.value.func.value) == HANDLE and len(assign.targets) == 1:
                 self.wrapped.add(cst.Module([]).code_for_node(assign.targets[0].target))
         for attr, values in candidates.items():

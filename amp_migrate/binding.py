@@ -15,7 +15,8 @@ means the import, and a table from the import statements answers exactly what
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+import ast
+from typing import AbstractSet, Callable, Iterable, Optional
 
 import libcst as cst
 import libcst.matchers as m
@@ -35,10 +36,65 @@ def is_apex_name(name: str) -> bool:
 _GUARD_VALUES = ("None", "False", "True")
 
 
-class _Bindings(cst.CSTVisitor):
+NOTHING: frozenset[int] = frozenset()
+
+
+class Pruned(cst.CSTVisitor):
+    """A visitor that does not enter the statements whose ids it is given (see SourceIndex)."""
+
+    def __init__(self, skip: AbstractSet[int] = NOTHING) -> None:
+        super().__init__()
+        self.skip = skip
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return id(node) not in self.skip and super().on_visit(node)
+
+
+def find(tree: cst.CSTNode, matcher, skip: AbstractSet[int] = NOTHING) -> list[cst.CSTNode]:
+    """`m.findall` that does not enter the skipped statements."""
+    found: list[cst.CSTNode] = []
+
+    class _Find(Pruned):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if id(node) in self.skip:
+                return False
+            if m.matches(node, matcher):
+                found.append(node)
+            return True
+
+    tree.visit(_Find(skip))
+    return found
+
+
+_DEPRECATED_AMP = ("torch.cuda.amp", "torch.cpu.amp")
+
+
+def apex_import_words(imports: Iterable[ast.Import | ast.ImportFrom]) -> Optional[frozenset[str]]:
+    """The words a statement must spell to touch Apex or torch's deprecated amp: the names
+    their imports bind, `apex` and `amp`. None when a star import makes that unknowable."""
+    words = {APEX, "amp"}
+    for node in imports:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if is_apex_name(alias.name) or alias.name.startswith(_DEPRECATED_AMP):
+                    words.add(alias.asname or alias.name.split(".")[0])
+            continue
+        module = node.module or ""
+        if node.level or not (is_apex_name(module) or module.startswith(_DEPRECATED_AMP)
+                              or module in ("torch.cuda", "torch.cpu")):
+            continue
+        for alias in node.names:
+            if alias.name == "*":
+                return None
+            words.add(alias.asname or alias.name)
+    return frozenset(words)
+
+
+class _Bindings(Pruned):
     """One pass: what Apex imports bind, and every other name binding in the file."""
 
-    def __init__(self) -> None:
+    def __init__(self, skip: AbstractSet[int] = NOTHING) -> None:
+        super().__init__(skip)
         self.apex: dict[str, set[str]] = {}
         self.other: set[str] = set()
         self.star = False
@@ -145,10 +201,11 @@ def _bound_part(target: cst.CSTNode) -> cst.CSTNode:
     return target
 
 
-class _NotReads(cst.CSTVisitor):
+class _NotReads(Pruned):
     """Name nodes that read nothing: attribute names, keywords, import aliases, plain targets."""
 
-    def __init__(self) -> None:
+    def __init__(self, skip: AbstractSet[int] = NOTHING) -> None:
+        super().__init__(skip)
         self.ids: set[int] = set()
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
@@ -171,9 +228,18 @@ class _NotReads(cst.CSTVisitor):
             self.ids.add(id(node.target))
 
 
-def plain_apex_bindings(module: cst.Module) -> Optional[dict[str, str]]:
-    """Local name → Apex name when the imports alone decide what every read means, else None."""
-    seen = _Bindings()
+def not_reads(tree: cst.CSTNode, skip: AbstractSet[int] = NOTHING) -> set[int]:
+    """Ids of the Name nodes that read nothing (attribute names, keywords, import aliases,
+    plain assignment targets), outside the skipped statements."""
+    collect = _NotReads(skip)
+    tree.visit(collect)
+    return collect.ids
+
+
+def plain_apex_bindings(module: cst.Module, skip: AbstractSet[int] = NOTHING) -> Optional[dict[str, str]]:
+    """Local name → Apex name when the imports alone decide what every read means, else None.
+    `skip`: statements that spell no Apex word (they can neither import nor rebind one)."""
+    seen = _Bindings(skip)
     module.visit(seen)
     if seen.star or any(len(v) > 1 for v in seen.apex.values()) or set(seen.apex) & seen.other:
         return None
@@ -184,11 +250,17 @@ class ApexBinder:
     """Answers "which Apex name is this expression?" for one module."""
 
     def __init__(self, module: cst.Module, get_metadata: GetMetadata,
-                 known: Optional["ApexBinder"] = None) -> None:
+                 known: Optional["ApexBinder"] = None,
+                 skipping: Callable[[Iterable[str]], AbstractSet[int]] = lambda words: NOTHING,
+                 words: Iterable[str] = ()) -> None:
         """`known`: the binder of the file as first read. Rules delete the assignments that
-        proved a holder or a handle, so later rules keep the original file's facts."""
+        proved a holder or a handle, so later rules keep the original file's facts.
+        `skipping(words)`: the statements that spell none of `words`, which the binder's
+        passes need not enter; `words`: the file's Apex words (`apex_import_words`)."""
         self._get = get_metadata
         self._module = module
+        self._skipping = skipping
+        self._skip = skipping(words)
         self._not_reads: Optional[set[int]] = None
         self.holders: dict[str, str] = {}  # self.<attr> -> apex name
         self.handles: set[str] = set()  # local names bound to amp.init()
@@ -197,8 +269,8 @@ class ApexBinder:
             self.table = known.table
             self.holders, self.handles, self.wrapped = known.holders, known.handles, known.wrapped
         else:
-            self.table = plain_apex_bindings(module)
-            self._scan(module)
+            self.table = plain_apex_bindings(module, self._skip)
+            self._scan(module, words)
 
     def imported_name(self, node: cst.CSTNode) -> Optional[str]:
         """The Apex name `node` reaches through an import alone (not through `self.` holders)."""
@@ -216,9 +288,7 @@ class ApexBinder:
             if node.value not in self.table:
                 return None
             if self._not_reads is None:  # like QualifiedNameProvider: only reads have a name
-                collect = _NotReads()
-                self._module.visit(collect)
-                self._not_reads = collect.ids
+                self._not_reads = not_reads(self._module, self._skip)
             return None if id(node) in self._not_reads else self.table[node.value]
         if isinstance(node, cst.Attribute):
             base = self._plain(node.value)
@@ -227,11 +297,18 @@ class ApexBinder:
             return self._plain(node.func)
         return None
 
-    def _scan(self, module: cst.Module) -> None:
+    def _scan(self, module: cst.Module, words: Iterable[str]) -> None:
+        # Statements that spell an Apex word name the candidates; every assignment to a
+        # candidate attribute or a handle spells its name, so a second pass sees them all.
+        first = [a for a in find(module, m.Assign(), self._skip)]
+        more = {t.target.attr.value for a in first for t in a.targets
+                if m.matches(t.target, m.Attribute(value=m.Name("self")))}
+        more |= {t.target.value for a in first for t in a.targets if isinstance(t.target, cst.Name)}
+        assigns = find(module, m.Assign(), self._skipping(set(words) | more)) if more else first
         candidates: dict[str, set] = {}
         wraps = []  # `x = h.wrap_optimizer(opt)`: judged once every handle is known
         wrap_call = m.Call(func=m.Attribute(attr=m.Name("wrap_optimizer")))
-        for assign in m.findall(module, m.Assign()):
+        for assign in assigns:
             if m.matches(assign.value, wrap_call):
                 wraps.append(assign)
             if m.matches(assign.value, m.Call()) and self._direct(assign.value.func) == "apex.amp.init":
@@ -277,6 +354,12 @@ class ApexBinder:
             if base is not None:
                 return f"{base}.{node.attr.value}"
         return None
+
+    def words(self) -> set[str]:
+        """Names beyond the imports that can reach Apex here: holders, handles, wrappers."""
+        out = set(self.holders) | set(self.handles)
+        out.update(w.rsplit(".", 1)[-1] for w in self.wrapped)
+        return out
 
     def is_(self, node: cst.CSTNode, *names: str) -> bool:
         return self.name_of(node) in names

@@ -1,8 +1,13 @@
 """`migrate_source`: the codemod as a pure function from source text to migrated text.
 
-parse → rules (native, or shim imports) → choose the target → verify (re-parse, compile,
-no new undefined names, a second run changes nothing). The CLI only discovers files, runs
-this in a pool, reports and writes.
+parse → rules (native, or shim imports) → choose the target → verify (compile, no new
+undefined names, a second run changes nothing). The CLI only discovers files, runs this in a
+pool, reports and writes.
+
+Python's own parser reads every file first (a tenth of libcst's cost): a file whose code
+neither imports Apex nor touches an `amp` attribute is returned without a libcst parse, and its
+statement spans let each rule visit only the statements that spell what it acts on
+(`SourceIndex`).
 """
 from __future__ import annotations
 
@@ -16,7 +21,9 @@ from libcst.codemod import CodemodContext
 from .diagnostics import NATIVE_IMPOSSIBLE, PARSE_ERROR, VERIFY_FAILED, Diagnostic
 from .options import Options, Target
 from .rules import NATIVE_RULES, SHIM_RULES
+from .binding import apex_import_words, is_apex_name
 from .rules.base import FileState
+from .source_index import SourceIndex
 from .verify import VerificationError, verify_output
 
 # Cheap text test: a file that never spells these cannot use Apex or torch's deprecated
@@ -51,6 +58,36 @@ def might_use_apex(text: str) -> bool:
     return any(marker in text for marker in _MARKERS)
 
 
+def python_ast(text: str) -> Optional[ast.Module]:
+    """Python's parse of `text`, or None (syntax newer than this interpreter, NUL bytes)."""
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+
+
+_DEPRECATED_MODULES = ("torch.cuda.amp", "torch.cpu.amp")
+
+
+def touches_apex(tree: ast.Module) -> bool:
+    """Whether the code (not its comments or strings) could give a rule anything to do: an
+    import of Apex or of torch's deprecated amp, or an `amp` attribute other than `torch.amp`.
+    Every rule acts on names those bind, so a file without them is left as it is."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            if node.attr == "amp" and not (isinstance(node.value, ast.Name) and node.value.id == "torch"):
+                return True
+        elif isinstance(node, ast.Import):
+            if any(is_apex_name(a.name) or a.name.startswith(_DEPRECATED_MODULES) for a in node.names):
+                return True
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            if is_apex_name(node.module) or node.module.startswith(_DEPRECATED_MODULES):
+                return True
+            if node.module in ("torch.cuda", "torch.cpu") and any(a.name in ("amp", "*") for a in node.names):
+                return True
+    return False
+
+
 def parse(text: str) -> cst.Module:
     try:
         return cst.parse_module(text)
@@ -65,15 +102,12 @@ def parse(text: str) -> cst.Module:
         raise MigrationError(f"syntax error: {exc.message}", exc.raw_line, exc.raw_column + 1) from None
 
 
-def _run(rules: Sequence[type], module: cst.Module, options: Options) -> tuple[cst.Module, FileState]:
-    text = module.code
-    state = FileState(options, original=text, current=text)
+def _run(rules: Sequence[type], module: cst.Module, text: str, index: Optional[SourceIndex],
+         options: Options) -> tuple[cst.Module, FileState]:
+    words = apex_import_words(index.imports()) if index is not None else None
+    state = FileState(options, original=text, index=index, apex_words=words)
     context = CodemodContext()
-    rendered = module
     for rule in rules:
-        if module is not rendered:  # render only what a rule changed
-            state.advance(module.code)
-            rendered = module
         if rule.applies(state, context):
             module = rule(context, state).transform_module(module)
     return module, state
@@ -83,13 +117,14 @@ def _sorted(diagnostics) -> tuple[Diagnostic, ...]:
     return tuple(sorted(diagnostics, key=lambda d: (d.line, d.col, d.code)))
 
 
-def _transform(module: cst.Module, options: Options) -> tuple[str, tuple[Diagnostic, ...], Optional[str]]:
+def _transform(module: cst.Module, original: str, tree: Optional[ast.Module],
+               options: Options) -> tuple[str, tuple[Diagnostic, ...], Optional[str]]:
     """The rewritten code, its diagnostics, and the target that produced it."""
-    original = module.code
+    index = SourceIndex(original, module, tree) if tree is not None else None
     if options.target == "shim":
-        shimmed, state = _run(SHIM_RULES, module, options)
+        shimmed, state = _run(SHIM_RULES, module, original, index, options)
         return shimmed.code, _sorted(state.diagnostics), "shim"
-    native, state = _run(NATIVE_RULES, module, options)
+    native, state = _run(NATIVE_RULES, module, original, index, options)
     if not state.falls_back:
         return native.code, _sorted(state.diagnostics), "native"
     reasons = [d for d in state.diagnostics if d.falls_back]
@@ -97,7 +132,7 @@ def _transform(module: cst.Module, options: Options) -> tuple[str, tuple[Diagnos
         return original, _sorted(reasons + [Diagnostic(
             NATIVE_IMPOSSIBLE.code, NATIVE_IMPOSSIBLE.severity, 1, 1,
             NATIVE_IMPOSSIBLE.summary, False)]), None
-    shimmed, shim_state = _run(SHIM_RULES, module, options)
+    shimmed, shim_state = _run(SHIM_RULES, module, original, index, options)
     return shimmed.code, _sorted(reasons + shim_state.diagnostics), "shim"
 
 
@@ -112,15 +147,23 @@ def migrate_source(text: str, *, target: Target = "auto", device: str = "cuda",
     options = Options(target, device, dtype)
     if not might_use_apex(text):
         return MigrationResult(text, (), None)
+    tree = python_ast(text)
+    if tree is not None and not touches_apex(tree):
+        return MigrationResult(text, (), None)
     module = parse(text)
-    code, diagnostics, used = _transform(module, options)
+    code, diagnostics, used = _transform(module, text, tree, options)
     if code == text:
         return MigrationResult(text, diagnostics, None)
     try:
-        after = verify_output(module, code)
-        again, _, _ = _transform(after, options)
-        if again != code:
-            raise VerificationError("a second run would change the output again")
+        after_tree = verify_output(text, tree, code)
+        if might_use_apex(code) and (after_tree is None or touches_apex(after_tree)):
+            try:
+                after = cst.parse_module(code)
+            except cst.ParserSyntaxError as exc:
+                raise VerificationError(f"the output does not parse: {exc.message} at line {exc.raw_line}") from exc
+            again, _, _ = _transform(after, code, after_tree, options)
+            if again != code:
+                raise VerificationError("a second run would change the output again")
     except VerificationError as exc:
         failed = Diagnostic(VERIFY_FAILED.code, VERIFY_FAILED.severity, 1, 1,
                             f"{VERIFY_FAILED.summary} ({exc})", False)

@@ -7,12 +7,12 @@ per-command import passes of `CodemodCommand.transform_module` are skipped here.
 """
 from __future__ import annotations
 
-import difflib
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import ClassVar, Optional, Sequence
+from typing import AbstractSet, ClassVar, Iterable, Optional, Sequence
 
 import libcst as cst
+import libcst.matchers as m
 from libcst.codemod import Codemod, CodemodContext, VisitorBasedCodemodCommand
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst._metadata_dependent import LazyValue
@@ -21,7 +21,8 @@ from libcst.metadata import (MetadataWrapper, ParentNodeProvider, PositionProvid
 
 _UNDEFINED = object()
 
-from ..binding import ApexBinder
+from ..binding import NOTHING, ApexBinder, find
+from ..source_index import SourceIndex
 from ..diagnostics import Code, Diagnostic
 from ..options import Options
 
@@ -34,31 +35,19 @@ class FileState:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     scratch: dict = field(default_factory=dict)  # cross-rule facts, keyed by the rule that owns them
     original: str = ""
-    current: str = ""
-    _line_map: Optional[dict[int, int]] = None
+    index: Optional[SourceIndex] = None
+    #: What a statement must spell to touch Apex (None: unknown, every statement matters).
+    apex_words: Optional[frozenset[str]] = None
 
     @property
     def falls_back(self) -> bool:
         return any(d.falls_back for d in self.diagnostics)
 
-    def advance(self, code: str) -> None:
-        """The next rule sees `code`; positions it reports are mapped back to the original."""
-        if code != self.current:
-            self.current = code
-            self._line_map = None
-
-    def original_line(self, line: int) -> int:
-        """A line of the current text as a line of the original (for diagnostics)."""
-        if self.current == self.original or line <= 0:
-            return line
-        if self._line_map is None:
-            self._line_map = {}
-            old, new = self.original.splitlines(), self.current.splitlines()
-            matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
-            for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-                for j in range(j1, j2):
-                    self._line_map[j + 1] = (i1 + (j - j1) if tag == "equal" else min(i1, max(i2 - 1, i1))) + 1
-        return self._line_map.get(line, line)
+    def skipping(self, words: Optional[Iterable[str]]) -> AbstractSet[int]:
+        """Ids of the original statements that spell none of `words`."""
+        if self.index is None or words is None:
+            return NOTHING
+        return self.index.skipped(words)
 
 
 class Rule(VisitorBasedCodemodCommand):
@@ -78,32 +67,96 @@ class Rule(VisitorBasedCodemodCommand):
     MARKERS: ClassVar[tuple[str, ...]] = ("apex",)
 
     def __init__(self, context: CodemodContext, state: FileState) -> None:
-        super().__init__(context)
+        # What ContextAwareTransformer.__init__ does, minus MatcherDecoratableTransformer's
+        # search of the class for matcher decorators (no rule uses them; see on_visit).
+        Codemod.__init__(self, context)
+        cst.CSTTransformer.__init__(self)
+        self._extra_visit_funcs, self._extra_leave_funcs = {}, {}
         self.state = state
         self.options = state.options
         self.apex: Optional[ApexBinder] = None
         self._parents: Optional[dict[cst.CSTNode, cst.CSTNode]] = None
+        self._skip: AbstractSet[int] = NOTHING
+        self._parent_skip: AbstractSet[int] = NOTHING
+        self._changed: list[bool] = []
+        self._statement_positions: dict[int, object] = {}
+
+    # -- what the rule looks at ------------------------------------------------------------
+    def interest(self) -> Optional[Iterable[str]]:
+        """Words a statement must spell for this rule to act in it; None: every statement.
+        By default the file's Apex words (imports, holders, handles, wrapped optimizers)."""
+        return self.state.apex_words
+
+    def apex_words_and(self, words: Iterable[str]) -> Optional[frozenset[str]]:
+        """The Apex words and `words` (None while the Apex words are unknown)."""
+        if self.state.apex_words is None:
+            return None
+        return self.state.apex_words | frozenset(words)
+
+    def names_in_use(self, tree: cst.Module) -> set[str]:
+        """Every name the code spells (the file as given, and what rules wrote since)."""
+        index = self.state.index
+        if index is None:
+            return {n.value for n in m.findall(tree, m.Name())}
+        return set(index.identifiers) | {n.value for n in find(tree, m.Name(), index.original_ids)}
+
+    def findall(self, tree: cst.CSTNode, matcher, words: Optional[Iterable[str]] = ()) -> list[cst.CSTNode]:
+        """`m.findall` over the statements that spell one of `words` (default: `interest()`)."""
+        if words == ():
+            return find(tree, matcher, self._skip)
+        if words is None:
+            self._parent_skip = NOTHING
+        elif self._parent_skip:
+            self._parent_skip = self._parent_skip & self.state.skipping(words)
+        self._parents = None  # what was found must have parents
+        return find(tree, matcher, self.state.skipping(words))
 
     # -- running ---------------------------------------------------------------------------
     # No rule uses matcher decorators (@m.visit, @m.call_if_inside), so the per-node matcher
     # bookkeeping of libcst's MatcherDecoratableTransformer is skipped: plain CSTTransformer
-    # dispatch, which is most of a rule's cost on a large file otherwise.
+    # dispatch. Statements outside the rule's interest are not entered, and a node whose
+    # subtree the rule left alone is returned as the very node it got, so that statements keep
+    # their identity (and their place in the SourceIndex) from rule to rule.
     def on_visit(self, node: cst.CSTNode) -> bool:
-        return cst.CSTTransformer.on_visit(self, node)
+        if id(node) in self._skip:
+            return False
+        self._changed.append(False)
+        return self.visit_node(node)
 
     def on_leave(self, original_node, updated_node):
-        return cst.CSTTransformer.on_leave(self, original_node, updated_node)
+        if id(original_node) in self._skip:
+            return original_node
+        children_changed = self._changed.pop()
+        result = self.leave_node(original_node, updated_node)
+        if result is updated_node and not children_changed:
+            return original_node
+        if self._changed:
+            self._changed[-1] = True
+        if self.state.index is not None:
+            self.state.index.inherit(original_node, result)
+        return result
 
+    def visit_node(self, node: cst.CSTNode) -> bool:
+        """CSTTransformer.on_visit, with the `visit_<Type>` lookup cached per class."""
+        func = _handler(type(self), "visit_", type(node))
+        return func is None or func(self, node) is not False
+
+    def leave_node(self, original_node, updated_node):
+        func = _handler(type(self), "leave_", type(original_node))
+        return updated_node if func is None else func(self, original_node, updated_node)
+
+    # No rule has `visit_<Type>_<attribute>` handlers (tests/codemod/test_rule_classes.py).
     def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
-        cst.CSTTransformer.on_visit_attribute(self, node, attribute)
+        pass
 
     def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
-        cst.CSTTransformer.on_leave_attribute(self, original_node, attribute)
+        pass
 
     @classmethod
     def applies(cls, state: FileState, context: CodemodContext) -> bool:
-        """Cheap test, before the rule is even built, of whether it can find anything to do."""
-        return not cls.MARKERS or any(marker in state.current for marker in cls.MARKERS)
+        """Cheap test, before the rule is even built, of whether it can find anything to do
+        (on the file as given: rules only ever remove Apex text)."""
+        return not cls.MARKERS or any(marker in state.original for marker in cls.MARKERS)
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
         return Codemod.transform_module(self, tree)
@@ -121,8 +174,14 @@ class Rule(VisitorBasedCodemodCommand):
                 self.context = replace(self.context, wrapper=None)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        self.apex = ApexBinder(tree, self.get_metadata, self.state.scratch.get("binding"))
-        self.state.scratch.setdefault("binding", self.apex)
+        known = self.state.scratch.get("binding")
+        self.apex = ApexBinder(tree, self.get_metadata, known, self.state.skipping,
+                               self.state.apex_words or ())
+        if known is None:
+            self.state.scratch["binding"] = self.apex
+            if self.state.apex_words is not None:
+                self.state.apex_words = self.state.apex_words | self.apex.words()
+        self._skip = self._parent_skip = self.state.skipping(self.interest())
         return super().transform_module_impl(tree)
 
     def get_metadata(self, key, node, default=_UNDEFINED):
@@ -142,6 +201,32 @@ class Rule(VisitorBasedCodemodCommand):
         return cst.Module([]).code_for_node(node)
 
     def position(self, node: cst.CSTNode) -> tuple[int, int]:
+        """Line and column of `node` in the file as given. Statements no rule has changed
+        know their line (SourceIndex); a node inside one is placed by laying out that
+        statement alone. A node no statement of the original file encloses has none: (0, 0)."""
+        index = self.state.index
+        if isinstance(node, cst.Module):
+            return (1, 1)
+        if index is None:
+            return self._position_by_layout(node)
+        statement = node
+        while statement is not None and index.place_of(statement) is None:
+            statement = self.parent(statement)
+        if statement is None:
+            return (0, 0)
+        line, col = index.place_of(statement)
+        if statement is node:
+            return line, col + 1
+        positions = self._statement_positions.get(id(statement))
+        if positions is None:
+            wrapper = MetadataWrapper(cst.Module(body=[statement]), unsafe_skip_copy=True)
+            positions = self._statement_positions[id(statement)] = wrapper.resolve(PositionProvider)
+        where, base = positions.get(node), positions.get(statement)
+        if where is None or base is None:
+            return line, col + 1
+        return line + where.start.line - base.start.line, where.start.column + col + 1
+
+    def _position_by_layout(self, node: cst.CSTNode) -> tuple[int, int]:
         try:
             start = self.get_metadata(PositionProvider, node).start
         except KeyError:  # a node this rule built: no position
@@ -151,22 +236,24 @@ class Rule(VisitorBasedCodemodCommand):
     def report(self, node: cst.CSTNode, code: Code, message: Optional[str] = None, *,
                fixed: bool = True) -> None:
         line, col = self.position(node)
-        line = self.state.original_line(line)
         diag = Diagnostic(code.code, code.severity, line, col, message or code.summary,
                           fixed and not code.falls_back)
         if diag not in self.state.diagnostics:
             self.state.diagnostics.append(diag)
 
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
-        # What ParentNodeProvider gives, from a walk over `children` (a third of its cost).
+        # What ParentNodeProvider gives, from a walk over `children` (a third of its cost)
+        # that does not enter the statements this rule skips.
         if self._parents is None:
             self._parents = {}
             stack: list[cst.CSTNode] = [self.context.wrapper.module]
+            skip = self._parent_skip
             while stack:
                 current = stack.pop()
                 for child in current.children:
                     self._parents[child] = current
-                    stack.append(child)
+                    if id(child) not in skip:
+                        stack.append(child)
         return self._parents.get(node)
 
     def statement_around(self, block: cst.CSTNode) -> Optional[cst.BaseCompoundStatement]:
@@ -191,6 +278,21 @@ class Rule(VisitorBasedCodemodCommand):
 
 
 
+_HANDLERS: dict[tuple[type, str, type], object] = {}
+
+
+def _handler(cls: type, prefix: str, node_type: type):
+    key = (cls, prefix, node_type)
+    try:
+        return _HANDLERS[key]
+    except KeyError:
+        found = getattr(cls, prefix + node_type.__name__, None)
+        if found is not None and getattr(found, "__module__", "").startswith("libcst"):
+            found = None  # libcst's typed no-op stubs
+        _HANDLERS[key] = found
+        return found
+
+
 def add_requested_imports(context: CodemodContext, tree: cst.Module) -> cst.Module:
     """Run libcst's AddImportsVisitor for what rules asked, minus plain `import X` already bound
     at module level. (AddImportsVisitor looks only at the leading import block, so an
@@ -206,6 +308,20 @@ def add_requested_imports(context: CodemodContext, tree: cst.Module) -> cst.Modu
         item for item in requested
         if not (item.obj_name is None and item.alias is None and not item.relative
                 and item.module_name in bound)]
-    tree = AddImportsVisitor(context).transform_module(tree)
+    # AddImportsVisitor only ever edits the leading import block and the statement after
+    # it, so only that head is handed to it, not the whole file to walk.
+    head = _leading_block_end(tree) + 1
+    edited = AddImportsVisitor(context).transform_module(tree.with_changes(body=tree.body[:head]))
     context.scratch[AddImportsVisitor.CONTEXT_KEY] = []
-    return tree
+    return tree.with_changes(body=list(edited.body) + list(tree.body[head:]))
+
+
+def _leading_block_end(tree: cst.Module) -> int:
+    """Index of the first statement after the docstring and the leading imports."""
+    body = tree.body
+    first = m.SimpleStatementLine(body=[m.Expr(m.SimpleString())
+                                        | m.Assign(targets=[m.AssignTarget(m.Name("__strict__"))])])
+    i = 1 if body and m.matches(body[0], first) else 0
+    while i < len(body) and m.matches(body[i], m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()])):
+        i += 1
+    return i

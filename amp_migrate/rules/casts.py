@@ -267,7 +267,7 @@ class CastRegistrationToAutocast(Rule):
 
     # -- the file ---------------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
-        taken = {n.value for n in m.findall(node, m.Name())}
+        taken = self.names_in_use(node)
         suffix = 0
         while self._helper in taken:
             suffix += 1

@@ -20,7 +20,7 @@ from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import ScopeProvider
 
-from ..binding import APEX, is_apex_name
+from ..binding import APEX, find, is_apex_name, not_reads
 from ..diagnostics import Severity, define
 from .base import Rule, add_requested_imports
 
@@ -102,11 +102,30 @@ class SettleImports(Rule):
         return bool(context.scratch.get(AddImportsVisitor.CONTEXT_KEY)) or super().applies(state, context)
 
 
+    _read: Optional[set[str]] = None
+
+    def _reads(self) -> set[str]:
+        """Names read anywhere. When the imports alone bind every Apex name (the binder's
+        table), a read of the name is a read of the import; reads spell an Apex word."""
+        if self._read is None:
+            tree = self.context.wrapper.module
+            skip = not_reads(tree, self._skip)
+            self._read = {n.value for n in find(tree, m.Name(), self._skip) if id(n) not in skip}
+        return self._read
+
     def _unused(self, stmt: cst.CSTNode) -> bool:
         """An Apex import statement none of whose bound names is read anywhere."""
         if not _apex_import(stmt):
             return False
         body = stmt.body if isinstance(stmt, cst.SimpleStatementLine) else [stmt]
+        if self.apex is not None and self.apex.table is not None:
+            for small in body:
+                if isinstance(small.names, cst.ImportStar):
+                    return False
+                if any((alias.evaluated_alias or alias.evaluated_name.split(".")[0]) in self._reads()
+                       for alias in small.names):
+                    return False
+            return True
         for small in body:
             scope = self.get_metadata(ScopeProvider, small, None)
             if scope is None or isinstance(small.names, cst.ImportStar):
@@ -176,7 +195,7 @@ class SettleImports(Rule):
         rest[0] = rest[0].with_changes(leading_lines=node.leading_lines)
         return cst.FlattenSentinel(rest)
 
-    def on_leave(self, original_node, updated_node):
+    def leave_node(self, original_node, updated_node):
         if isinstance(original_node, (cst.Try, cst.If)) and self._dead_guard(original_node):
             return cst.RemoveFromParent()
         flattened = self._flag_only_try(original_node)
@@ -184,7 +203,7 @@ class SettleImports(Rule):
             return flattened
         if isinstance(original_node, cst.SimpleStatementLine) and self._unused(original_node):
             return cst.RemoveFromParent()
-        return super().on_leave(original_node, updated_node)
+        return super().leave_node(original_node, updated_node)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         tree = super().transform_module_impl(tree)

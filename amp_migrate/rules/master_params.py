@@ -111,8 +111,8 @@ class MasterParamsUnscale(TrainingRule):
     def leave_SimpleStatementLine(self, original_node, updated_node):
         return self._with_unscale(original_node, updated_node)
 
-    def on_leave(self, original_node, updated_node):
-        result = super().on_leave(original_node, updated_node)
+    def leave_node(self, original_node, updated_node):
+        result = super().leave_node(original_node, updated_node)
         if isinstance(original_node, cst.BaseCompoundStatement) and result is updated_node:
             return self._with_unscale(original_node, updated_node)
         return result

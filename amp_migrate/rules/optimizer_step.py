@@ -29,7 +29,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from ..diagnostics import Severity, define
-from .training_plan import TrainingRule
+from .training_plan import TrainingRule, words_of
 
 NO_STEP = define(
     "AMP210", "optimizer-step-not-found", Severity.WARNING,
@@ -59,8 +59,11 @@ class OptimizerStepThroughScaler(TrainingRule):
         self.steps: set[int] = set()
         self.anchors: set[int] = set()
 
+    def interest(self):
+        return self.apex_words_and(words_of(self.plan.optimizers)) if self.plan else super().interest()
+
     def _step_calls(self, module: cst.Module) -> list[cst.Call]:
-        return [c for c in m.findall(module, m.Call(func=m.Attribute(attr=m.Name("step"))))
+        return [c for c in self.findall(module, m.Call(func=m.Attribute(attr=m.Name("step"))))
                 if self.code_of(c.func.value) in self.plan.optimizers]
 
     def visit_Module(self, node: cst.Module) -> None:

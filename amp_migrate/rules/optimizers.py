@@ -286,7 +286,7 @@ class ApexClassRule(Rule):
             self.use_torch()
         return replaced
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
+    def visit_node(self, node: cst.CSTNode) -> bool:
         if isinstance(node, (cst.Name, cst.Attribute)):
             name = self.handled_name(node)
             if name is not None and self.direct(node):
@@ -294,14 +294,14 @@ class ApexClassRule(Rule):
                 if not (isinstance(parent, cst.Call) and parent.func is node):
                     self.bare_reference(node, name)
                 return False
-        return super().on_visit(node)
+        return super().visit_node(node)
 
-    def on_leave(self, original_node, updated_node):
+    def leave_node(self, original_node, updated_node):
         replacement = self.replacements.get(id(original_node))
         if replacement is not None:
             self.use_torch()
             return dotted(replacement)
-        return super().on_leave(original_node, updated_node)
+        return super().leave_node(original_node, updated_node)
 
     def reference_context(self, node: cst.CSTNode) -> str:
         """'check' for isinstance/issubclass arguments and class bases, else 'value'."""

@@ -195,8 +195,8 @@ class ApexParallelToTorch(ApexClassRule):
     HANDLED = frozenset(DDP_NAMES | CONVERT_NAMES | SYNCBN_NAMES | WITHOUT_EQUIVALENT)
 
     def visit_Module(self, node: cst.Module) -> None:
-        self._ddp_only = [a for a in m.findall(node, m.Attribute(attr=m.OneOf(
-            *(m.Name(n) for n in DDP_ONLY_ATTRIBUTES)))) if self.apex_name(a) is None]
+        self._ddp_only = [a for a in self.findall(node, m.Attribute(attr=m.OneOf(
+            *(m.Name(n) for n in DDP_ONLY_ATTRIBUTES))), DDP_ONLY_ATTRIBUTES) if self.apex_name(a) is None]
 
     def _short(self, name: str) -> str:
         return name.rsplit(".", 1)[1]

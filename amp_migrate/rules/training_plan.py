@@ -15,6 +15,7 @@ out.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -23,6 +24,8 @@ import libcst.matchers as m
 
 from ..diagnostics import Severity, define
 from .base import Rule
+
+_WORD = re.compile(r"\w+")
 
 INITIALIZE = "apex.amp.initialize"
 INIT = "apex.amp.init"
@@ -192,6 +195,12 @@ def bind_arguments(call: cst.Call, names=INITIALIZE_ARGS) -> Optional[dict[str, 
     return bound
 
 
+def words_of(codes) -> set[str]:
+    """What a statement must spell to mention one of these expressions: each one's last name
+    (`self.opt` → `opt`)."""
+    return {found[-1] for found in (_WORD.findall(code) for code in codes) if found}
+
+
 def expression_codes(node: Optional[cst.BaseExpression]) -> list[str]:
     """`model` → ["model"]; `[netD, netG]` → ["netD", "netG"]; anything else → []."""
     if node is None:
@@ -318,7 +327,7 @@ class PlanTraining(Rule):
 
     def _step_sites(self, module: cst.Module, optimizers: set[str]) -> list[cst.Call]:
         matcher = m.Call(func=m.Attribute(attr=m.Name("step")))
-        return [c for c in m.findall(module, matcher)
+        return [c for c in self.findall(module, matcher, words_of(optimizers))
                 if self.code_of(c.func.value) in optimizers]
 
     def _placement(self, init_statement: cst.CSTNode, sites: list[cst.CSTNode]) -> Optional[str]:
@@ -333,7 +342,7 @@ class PlanTraining(Rule):
         return "module"
 
     def _name(self, module: cst.Module, placement: str) -> str:
-        used = {n.value for n in m.findall(module, m.Name())}
+        used = self.names_in_use(module)
         for name in SCALER_NAMES:
             if name not in used:
                 return name

@@ -119,9 +119,25 @@ def test_output_that_a_second_run_would_change_is_refused(monkeypatch):
 
     import amp_migrate.migrate as migrate
     monkeypatch.setattr(migrate, "NATIVE_RULES", rules.NATIVE_RULES + [Grows])
+    # The output no longer touches Apex, so a real second run would return it as it is;
+    # here it is made to look as if it still did, so that the rules run on it again.
+    monkeypatch.setattr(migrate, "touches_apex", lambda tree: True)
+    monkeypatch.setattr(migrate, "might_use_apex", lambda text: True)
     result = migrate_source(LOOP, target="native")
     assert result.code == LOOP
     assert any(d.code == "AMP002" and "second run" in d.message for d in result.diagnostics)
+
+
+def test_output_without_apex_is_not_migrated_again(monkeypatch):
+    import amp_migrate.migrate as migrate
+
+    calls = []
+    real = migrate._transform
+    monkeypatch.setattr(migrate, "_transform", lambda *a: calls.append(1) or real(*a))
+    result = migrate_source(LOOP, target="native")
+    assert result.changed and "apex" not in result.code
+    assert len(calls) == 1
+    assert migrate_source(result.code, target="native").code == result.code
 
 
 def test_diagnostic_lines_point_into_the_original_file():

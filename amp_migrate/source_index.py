@@ -1,0 +1,212 @@
+"""Where each statement of a file sits, and which words each line spells.
+
+A libcst transform rebuilds every node it visits, so a rule that walks a whole 2,000-line
+file to rewrite three statements pays for 2,000 lines. Python's own parser (in C, a tenth of
+libcst's cost) gives every statement's line span; pairing its statements with libcst's gives
+each libcst statement a span too, and a rule then visits only the statements whose lines spell
+a word it acts on (an Apex name, an optimizer the plan steps). The rest keep their identity
+through every rule, which `Rule` relies on.
+
+The index is a conservative filter: words are matched in the raw text (comments and strings
+included), so it can only visit too much, never too little, for a rule whose work is keyed to
+the words it declares. `AMP_MIGRATE_NO_PRUNE=1` turns it off (the tests compare both ways).
+"""
+from __future__ import annotations
+
+import ast
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Optional, Sequence
+
+import libcst as cst
+
+_WORD = re.compile(r"\w+")
+
+_COMPOUND = {
+    cst.If: ast.If, cst.For: (ast.For, ast.AsyncFor), cst.While: ast.While,
+    cst.With: (ast.With, ast.AsyncWith), cst.FunctionDef: (ast.FunctionDef, ast.AsyncFunctionDef),
+    cst.ClassDef: ast.ClassDef, cst.Try: ast.Try, cst.Match: ast.Match,
+}
+if hasattr(cst, "TryStar") and hasattr(ast, "TryStar"):
+    _COMPOUND[cst.TryStar] = ast.TryStar
+
+
+class _Unpaired(Exception):
+    """libcst's and Python's statement lists disagree; the file is not pruned."""
+
+
+@dataclass
+class Statement:
+    node: cst.CSTNode  # a SimpleStatementLine or a compound statement
+    start: int  # first line (decorators included), 1-based
+    end: int  # last line
+    children: list["Statement"] = field(default_factory=list)
+
+
+def pruning_enabled() -> bool:
+    return os.environ.get("AMP_MIGRATE_NO_PRUNE", "") in ("", "0")
+
+
+class SourceIndex:
+    """The statements of one parsed file with their lines, and the words of every line."""
+
+    def __init__(self, text: str, module: cst.Module, tree: ast.Module) -> None:
+        self.module = module  # holds every indexed node alive, so their ids stay unique
+        self.tree = tree
+        self._line_words = [frozenset(_WORD.findall(line)) for line in text.splitlines()]
+        self._places: dict[int, tuple[int, int]] = {}
+        self._kept: list[cst.CSTNode] = []  # statements that took over a place (their ids stay unique)
+        try:
+            self.statements: Optional[list[Statement]] = self._pair(module.body, tree.body)
+        except _Unpaired:
+            self.statements = None
+        self._identifiers: Optional[frozenset[str]] = None
+        self.original_ids = frozenset(self._places)
+
+    # -- pairing ---------------------------------------------------------------------------
+    def _pair(self, nodes: Sequence[cst.CSTNode], stmts: Sequence[ast.stmt]) -> list[Statement]:
+        out: list[Statement] = []
+        i = 0
+        for node in nodes:
+            if isinstance(node, cst.SimpleStatementLine):
+                count = len(node.body)
+                group = stmts[i:i + count]
+                if len(group) != count:
+                    raise _Unpaired
+                i += count
+                entry = Statement(node, group[0].lineno, max(s.end_lineno or s.lineno for s in group))
+                self._places[id(node)] = (group[0].lineno, group[0].col_offset)
+            else:
+                if i >= len(stmts):
+                    raise _Unpaired
+                stmt = stmts[i]
+                i += 1
+                expected = _COMPOUND.get(type(node))
+                if expected is None or not isinstance(stmt, expected):
+                    raise _Unpaired
+                start = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", ())])
+                entry = Statement(node, start, stmt.end_lineno or stmt.lineno,
+                                  self._pair_children(node, stmt))
+                self._places[id(node)] = (stmt.lineno, stmt.col_offset)
+            out.append(entry)
+        if i != len(stmts):
+            raise _Unpaired
+        return out
+
+    def _block(self, suite: cst.BaseSuite, stmts: Sequence[ast.stmt]) -> list[Statement]:
+        if isinstance(suite, cst.IndentedBlock):
+            return self._pair(suite.body, stmts)
+        return []  # `if x: y` on one line: the compound statement is the unit
+
+    def _pair_children(self, node: cst.CSTNode, stmt: ast.stmt) -> list[Statement]:
+        children = self._block(node.body, stmt.body) if not isinstance(node, cst.Match) else []
+        if isinstance(node, cst.If):
+            if isinstance(node.orelse, cst.If):
+                children += self._pair([node.orelse], stmt.orelse)
+            elif isinstance(node.orelse, cst.Else):
+                children += self._block(node.orelse.body, stmt.orelse)
+        elif isinstance(node, (cst.For, cst.While)) and node.orelse is not None:
+            children += self._block(node.orelse.body, stmt.orelse)
+        elif isinstance(node, cst.Try) or type(node).__name__ == "TryStar":
+            if len(node.handlers) != len(stmt.handlers):
+                raise _Unpaired
+            for handler, ast_handler in zip(node.handlers, stmt.handlers):
+                children += self._block(handler.body, ast_handler.body)
+            if node.orelse is not None:
+                children += self._block(node.orelse.body, stmt.orelse)
+            if node.finalbody is not None:
+                children += self._block(node.finalbody.body, stmt.finalbody)
+        elif isinstance(node, cst.Match):
+            if len(node.cases) != len(stmt.cases):
+                raise _Unpaired
+            for case, ast_case in zip(node.cases, stmt.cases):
+                children += self._block(case.body, ast_case.body)
+        return children
+
+    # -- queries ---------------------------------------------------------------------------
+    def place_of(self, node: cst.CSTNode) -> Optional[tuple[int, int]]:
+        """Line (1-based) and column (0-based) where a statement of the file as given starts
+        (after its decorators), or where the statement it replaced started."""
+        return self._places.get(id(node))
+
+    def inherit(self, old: cst.CSTNode, new: object) -> None:
+        """A rule replaced statement `old`: what took its place is reported at its line."""
+        place = self._places.get(id(old))
+        if place is None:
+            return
+        nodes = list(new.nodes) if isinstance(new, cst.FlattenSentinel) else [new]
+        for node in nodes:
+            if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)) \
+                    and id(node) not in self._places:
+                self._places[id(node)] = place
+                self._kept.append(node)
+
+    def lines_spelling(self, words: Iterable[str]) -> list[int]:
+        wanted = frozenset(words)
+        return [i + 1 for i, line in enumerate(self._line_words) if line & wanted]
+
+    def skipped(self, words: Optional[Iterable[str]]) -> frozenset[int]:
+        """Ids of the outermost statements none of whose lines spells one of `words`.
+        None: every statement matters."""
+        if words is None or self.statements is None or not pruning_enabled():
+            return frozenset()
+        wanted = frozenset(words)
+        marks = [0]
+        for line in self._line_words:
+            marks.append(marks[-1] + (1 if line & wanted else 0))
+        last = len(marks) - 1
+        out: set[int] = set()
+        stack = list(self.statements)
+        while stack:
+            entry = stack.pop()
+            if marks[min(entry.end, last)] - marks[min(entry.start, last + 1) - 1] == 0:
+                out.add(id(entry.node))
+            else:
+                stack.extend(entry.children)
+        return frozenset(out)
+
+    @property
+    def identifiers(self) -> frozenset[str]:
+        """Every identifier the code spells outside strings and comments."""
+        if self._identifiers is None:
+            self._identifiers = frozenset(_identifiers(self.tree))
+        return self._identifiers
+
+    def imports(self) -> Iterator[ast.Import | ast.ImportFrom]:
+        """Every import statement, at any depth."""
+        stack: list[ast.AST] = list(self.tree.body)
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                yield node
+            for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+                stack.extend(getattr(node, name, ()) or ())
+
+
+def _identifiers(tree: ast.AST) -> Iterator[str]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            yield node.id
+        elif isinstance(node, ast.Attribute):
+            yield node.attr
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield node.name
+        elif isinstance(node, ast.arg):
+            yield node.arg
+        elif isinstance(node, ast.keyword) and node.arg:
+            yield node.arg
+        elif isinstance(node, ast.alias):
+            yield from node.name.split(".")
+            if node.asname:
+                yield node.asname
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            yield from node.module.split(".")
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            yield from node.names
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            yield node.name
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            yield node.name
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            yield node.rest

@@ -251,12 +251,13 @@ class ApexBinder:
 
     def __init__(self, module: cst.Module, get_metadata: GetMetadata,
                  known: Optional["ApexBinder"] = None,
-                 skipping: Callable[[Iterable[str]], AbstractSet[int]] = lambda words: NOTHING,
-                 words: Iterable[str] = ()) -> None:
+                 skipping: Callable[[Optional[Iterable[str]]], AbstractSet[int]] = lambda words: NOTHING,
+                 words: Optional[Iterable[str]] = None) -> None:
         """`known`: the binder of the file as first read. Rules delete the assignments that
         proved a holder or a handle, so later rules keep the original file's facts.
         `skipping(words)`: the statements that spell none of `words`, which the binder's
-        passes need not enter; `words`: the file's Apex words (`apex_import_words`)."""
+        passes need not enter; `words`: the file's Apex words (`apex_import_words`; None:
+        unknown, every statement is read)."""
         self._get = get_metadata
         self._module = module
         self._skipping = skipping
@@ -297,14 +298,15 @@ class ApexBinder:
             return self._plain(node.func)
         return None
 
-    def _scan(self, module: cst.Module, words: Iterable[str]) -> None:
+    def _scan(self, module: cst.Module, words: Optional[Iterable[str]]) -> None:
         # Statements that spell an Apex word name the candidates; every assignment to a
         # candidate attribute or a handle spells its name, so a second pass sees them all.
         first = [a for a in find(module, m.Assign(), self._skip)]
         more = {t.target.attr.value for a in first for t in a.targets
                 if m.matches(t.target, m.Attribute(value=m.Name("self")))}
         more |= {t.target.value for a in first for t in a.targets if isinstance(t.target, cst.Name)}
-        assigns = find(module, m.Assign(), self._skipping(set(words) | more)) if more else first
+        assigns = find(module, m.Assign(), self._skipping(set(words) | more)) \
+            if more and words is not None else first
         candidates: dict[str, set] = {}
         wraps = []  # `x = h.wrap_optimizer(opt)`: judged once every handle is known
         wrap_call = m.Call(func=m.Attribute(attr=m.Name("wrap_optimizer")))

@@ -45,8 +45,8 @@ class FileState:
 
     def skipping(self, words: Optional[Iterable[str]]) -> AbstractSet[int]:
         """Ids of the original statements that spell none of `words`."""
-        if self.index is None or words is None:
-            return NOTHING
+        if self.index is None or words is None or self.apex_words is None:
+            return NOTHING  # unknown Apex words (a star import): every statement matters
         return self.index.skipped(words)
 
 
@@ -176,7 +176,7 @@ class Rule(VisitorBasedCodemodCommand):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         known = self.state.scratch.get("binding")
         self.apex = ApexBinder(tree, self.get_metadata, known, self.state.skipping,
-                               self.state.apex_words or ())
+                               self.state.apex_words)
         if known is None:
             self.state.scratch["binding"] = self.apex
             if self.state.apex_words is not None:
@@ -313,7 +313,16 @@ def add_requested_imports(context: CodemodContext, tree: cst.Module) -> cst.Modu
     head = _leading_block_end(tree) + 1
     edited = AddImportsVisitor(context).transform_module(tree.with_changes(body=tree.body[:head]))
     context.scratch[AddImportsVisitor.CONTEXT_KEY] = []
-    return tree.with_changes(body=list(edited.body) + list(tree.body[head:]))
+    # It rebuilds every node it walks; statements it left as they were are given back as
+    # the very nodes they were, which keeps their place in the SourceIndex.
+    before = list(tree.body[:head])
+    body = []
+    for stmt in edited.body:
+        same = next((old for old in before if old.deep_equals(stmt)), None)
+        if same is not None:
+            before.remove(same)
+        body.append(same if same is not None else stmt)
+    return tree.with_changes(body=body + list(tree.body[head:]))
 
 
 def _leading_block_end(tree: cst.Module) -> int:

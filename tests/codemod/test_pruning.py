@@ -1,0 +1,125 @@
+"""Rules visit only statements that spell their words; that must never change a result."""
+import ast
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from amp_migrate.migrate import migrate_source
+from amp_migrate.source_index import SourceIndex
+
+ROOT = Path(__file__).resolve().parents[2]
+INPUTS = sorted(p for p in (ROOT / "fixtures").rglob("*.py")
+                if not p.name.endswith((".native.py", ".shim.py")))
+
+
+def _run(text: str, target: str):
+    result = migrate_source(text, target=target)
+    return result.code, sorted(result.diagnostics, key=repr), result.target_used
+
+
+@pytest.mark.parametrize("path", INPUTS, ids=lambda p: str(p.relative_to(ROOT / "fixtures")))
+def test_pruned_and_unpruned_runs_agree(path, monkeypatch):
+    text = path.read_text()
+    pruned = _run(text, "auto")
+    monkeypatch.setenv("AMP_MIGRATE_NO_PRUNE", "1")
+    assert _run(text, "auto") == pruned
+
+
+SAMPLE = '''\
+import torch
+from apex import amp
+
+
+@torch.no_grad()
+def evaluate(model, loader):
+    for x in loader:
+        model(x)
+
+
+def train(model, optimizer, data):
+    model, optimizer = amp.initialize(model, optimizer)
+    for x, y in data:
+        if x is None:
+            continue
+        elif y is None:
+            break
+        else:
+            loss = model(x).sum()
+        try:
+            with amp.scale_loss(loss, optimizer) as scaled:
+                scaled.backward()
+        except RuntimeError:
+            pass
+        finally:
+            optimizer.step(); print("stepped")
+        if y: print(y)
+'''
+
+
+def _index(text: str) -> SourceIndex:
+    return SourceIndex(text, cst.parse_module(text), ast.parse(text))
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node).strip()
+
+
+def test_index_pairs_every_statement_with_its_lines():
+    index = _index(SAMPLE)
+    assert index.statements is not None
+    places = {_code(e.node).splitlines()[0]: (e.start, e.end) for e in index.statements}
+    assert places["import torch"] == (1, 1)
+    assert places["@torch.no_grad()"] == (5, 8)  # decorators count
+    train = index.statements[-1]
+    flat, stack = {}, list(train.children)
+    while stack:
+        entry = stack.pop()
+        flat[_code(entry.node).splitlines()[0]] = (entry.start, entry.end)
+        stack.extend(entry.children)
+    assert flat["continue"] == (15, 15)
+    assert flat["break"] == (17, 17)  # elif
+    assert flat["loss = model(x).sum()"] == (19, 19)  # else
+    assert flat["scaled.backward()"] == (22, 22)  # inside with, inside try
+    assert flat["pass"] == (24, 24)  # except
+    assert flat['optimizer.step(); print("stepped")'] == (26, 26)  # finally, two statements
+    assert flat["if y: print(y)"] == (27, 27)  # one-line suite: a unit
+
+
+def test_index_skips_outermost_statements_that_spell_none_of_the_words():
+    index = _index(SAMPLE)
+    skipped = index.skipped({"amp"})
+    kept = [e for e in index.statements if id(e.node) not in skipped]
+    assert [_code(e.node).splitlines()[0] for e in kept] == [
+        "from apex import amp", "def train(model, optimizer, data):"]
+    train = kept[-1]
+    inside = [_code(e.node).splitlines()[0] for e in train.children if id(e.node) in skipped]
+    assert inside == []  # both statements of train's body spell `amp`
+    loop = train.children[1]
+    assert [_code(e.node).splitlines()[0] for e in loop.children if id(e.node) in skipped] == [
+        "if x is None:", "if y: print(y)"]
+
+
+def test_unchanged_statements_keep_their_identity_through_the_rules(monkeypatch):
+    from amp_migrate import migrate
+
+    seen = {}
+    real = migrate._run
+
+    def spy(rules, module, text, index, options):
+        out, state = real(rules, module, text, index, options)
+        seen["before"], seen["after"] = module, out
+        return out, state
+
+    monkeypatch.setattr(migrate, "_run", spy)
+    migrate_source(SAMPLE)
+    before, after = seen["before"], seen["after"]
+    assert after is not before
+    evaluate = [s for s in after.body if isinstance(s, cst.FunctionDef) and s.name.value == "evaluate"]
+    assert evaluate and evaluate[0] is before.body[2]  # it spells no Apex word: never rebuilt
+
+
+def test_unpairable_files_are_not_pruned():
+    text = "x = 1\n"
+    index = SourceIndex(text, cst.parse_module(text), ast.parse("x = 1\ny = 2\n"))
+    assert index.statements is None and index.skipped({"amp"}) == frozenset()

@@ -87,6 +87,21 @@ class Rule(VisitorBasedCodemodCommand):
         By default the file's Apex words (imports, holders, handles, wrapped optimizers)."""
         return self.state.apex_words
 
+    def words_for(self, *names: str) -> Optional[frozenset[str]]:
+        """What a statement must spell to reach one of these Apex names: the name's last part
+        (`amp.initialize`, `handle.scale_loss`), or a local name that an import or a `self.`
+        holder binds to it or to something under it. Files that rebind an Apex name get all
+        the Apex words."""
+        words = self.state.apex_words
+        if words is None or self.apex is None or self.apex.table is None:
+            return words
+        lasts = {name.rsplit(".", 1)[-1] for name in names}
+        out = set(lasts)
+        for local, full in list(self.apex.table.items()) + list(self.apex.holders.items()):
+            if full.rsplit(".", 1)[-1] in lasts or any(full == n or full.startswith(n + ".") for n in names):
+                out.add(local)
+        return frozenset(out)
+
     def apex_words_and(self, words: Iterable[str]) -> Optional[frozenset[str]]:
         """The Apex words and `words` (None while the Apex words are unknown)."""
         if self.state.apex_words is None:

@@ -258,6 +258,9 @@ class CastRegistrationToAutocast(Rule):
 
     MARKERS = ("_function", "disable_casts")
 
+    def interest(self):
+        return self.words_for(*_REGISTER, *_DECORATOR, _DISABLE_CASTS)
+
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._helper = HELPER_NAME

@@ -44,6 +44,9 @@ OLD_CHECKPOINTS = define(
 class CheckpointToScaler(TrainingRule):
     MARKERS = ("state_dict",)
 
+    def interest(self):
+        return self.words_for(STATE_DICT, LOAD_STATE_DICT)
+
 
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:

@@ -197,6 +197,9 @@ class Fp16UtilsToTorch(Rule):
 
     MARKERS = ("fp16_util",)
 
+    def interest(self):
+        return self.words_for(PACKAGE)
+
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)

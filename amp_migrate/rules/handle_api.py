@@ -42,6 +42,9 @@ WRAP_ARGS = define(
 class WrapOptimizerToOptimizer(TrainingRule):
     MARKERS = ("wrap_optimizer",)
 
+    def interest(self):
+        return self.words_for(HANDLE + ".wrap_optimizer")
+
 
     def _wrap_call(self, node: cst.CSTNode):
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \

@@ -51,6 +51,9 @@ def _dotted(name: str) -> Union[cst.Name, cst.Attribute]:
 class ShimImports(Rule):
     """`apex` → `amp_shim` in import statements, and nowhere else."""
 
+    def interest(self):
+        return None if self.state.apex_words is None else frozenset({APEX})
+
     def leave_Import(self, original_node: cst.Import, updated_node: cst.Import) -> cst.Import:
         names = []
         for alias in updated_node.names:
@@ -97,6 +100,9 @@ _GUARD_HANDLER_STATEMENT = m.OneOf(
 class SettleImports(Rule):
     """Drop Apex imports nothing reads (and their guards), add the imports rules asked for."""
 
+    def interest(self):
+        return None if self.state.apex_words is None else frozenset({APEX})
+
     @classmethod
     def applies(cls, state, context) -> bool:
         return bool(context.scratch.get(AddImportsVisitor.CONTEXT_KEY)) or super().applies(state, context)
@@ -109,8 +115,9 @@ class SettleImports(Rule):
         table), a read of the name is a read of the import; reads spell an Apex word."""
         if self._read is None:
             tree = self.context.wrapper.module
-            skip = not_reads(tree, self._skip)
-            self._read = {n.value for n in find(tree, m.Name(), self._skip) if id(n) not in skip}
+            where = self.state.skipping(self.state.apex_words)
+            skip = not_reads(tree, where)
+            self._read = {n.value for n in find(tree, m.Name(), where) if id(n) not in skip}
         return self._read
 
     def _unused(self, stmt: cst.CSTNode) -> bool:

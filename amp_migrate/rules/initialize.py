@@ -57,6 +57,9 @@ class InitializeToGradScaler(TrainingRule):
         super().__init__(context, state)
         self.created = False
 
+    def interest(self):
+        return self.words_for(INITIALIZE, INIT)
+
     def _creation(self, leading_lines=()) -> cst.SimpleStatementLine:
         AddImportsVisitor.add_needed_import(self.context, "torch")
         self.created = True

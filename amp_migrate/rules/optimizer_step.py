@@ -60,7 +60,9 @@ class OptimizerStepThroughScaler(TrainingRule):
         self.anchors: set[int] = set()
 
     def interest(self):
-        return self.apex_words_and(words_of(self.plan.optimizers)) if self.plan else super().interest()
+        if self.plan is None or self.state.apex_words is None:
+            return super().interest()
+        return words_of(self.plan.optimizers)
 
     def _step_calls(self, module: cst.Module) -> list[cst.Call]:
         return [c for c in self.findall(module, m.Call(func=m.Attribute(attr=m.Name("step"))))

@@ -255,6 +255,9 @@ class ApexClassRule(Rule):
         super().__init__(context, state)
         self.replacements: dict[int, str] = {}  # id(original node) -> torch name
 
+    def interest(self):
+        return self.words_for(*self.HANDLED)
+
     def visit_Import(self, node: cst.Import) -> bool:
         return False
 

@@ -163,6 +163,9 @@ class ScaleLossToGradScaler(TrainingRule):
         self.withs: set[int] = set()  # original With nodes to rewrite
         self.regions: dict[int, list[tuple[int, int]]] = {}  # original block -> [(first, last)]
 
+    def interest(self):
+        return self.words_for(*SCALE_LOSS)
+
     # -- finding ----------------------------------------------------------------------------------
     def _scale_loss_call(self, node: cst.With) -> Optional[cst.Call]:
         for item in node.items:

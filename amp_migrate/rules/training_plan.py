@@ -256,6 +256,8 @@ class PlanTraining(Rule):
 
     MARKERS = ("initialize", "scale_loss", "init(")
 
+    def interest(self):
+        return self.words_for(INITIALIZE, INIT, *SCALE_LOSS, MASTER_PARAMS, STATE_DICT, LOAD_STATE_DICT)
 
     def __init__(self, context, state) -> None:
         super().__init__(context, state)

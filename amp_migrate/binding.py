@@ -47,18 +47,36 @@ class Pruned(cst.CSTVisitor):
         self.skip = skip
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        return id(node) not in self.skip and super().on_visit(node)
+        if id(node) in self.skip:
+            return False
+        func = getattr(self, "visit_" + type(node).__name__, None)
+        return func is None or func(node) is not False
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        func = getattr(self, "leave_" + type(original_node).__name__, None)
+        if func is not None:
+            func(original_node)
+
+    # No pruned visitor has `visit_<Type>_<attribute>` handlers.
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        pass
+
+    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        pass
 
 
 def find(tree: cst.CSTNode, matcher, skip: AbstractSet[int] = NOTHING) -> list[cst.CSTNode]:
     """`m.findall` that does not enter the skipped statements."""
     found: list[cst.CSTNode] = []
+    node_type = getattr(cst, type(matcher).__name__, None)  # m.Call matches cst.Call only
+    if not (isinstance(node_type, type) and issubclass(node_type, cst.CSTNode)):
+        node_type = cst.CSTNode
 
     class _Find(Pruned):
         def on_visit(self, node: cst.CSTNode) -> bool:
             if id(node) in self.skip:
                 return False
-            if m.matches(node, matcher):
+            if isinstance(node, node_type) and m.matches(node, matcher):
                 found.append(node)
             return True
 

@@ -308,36 +308,42 @@ def _handler(cls: type, prefix: str, node_type: type):
         return found
 
 
-def add_requested_imports(context: CodemodContext, tree: cst.Module) -> cst.Module:
-    """Run libcst's AddImportsVisitor for what rules asked, minus plain `import X` already bound
-    at module level. (AddImportsVisitor looks only at the leading import block, so an
-    `import torch` after a `sys.path.insert(...)` would otherwise be added a second time.)"""
+def add_requested_imports(context: CodemodContext, tree: cst.Module,
+                          index: Optional[SourceIndex] = None) -> cst.Module:
+    """Add the plain `import X` lines rules asked for (through AddImportsVisitor's context
+    key) where AddImportsVisitor puts them: after the docstring and the leading imports, with
+    a blank line before what follows. A module bound at top level by `import X` anywhere is
+    not imported again (AddImportsVisitor looks only at the leading block, so an `import
+    torch` after a `sys.path.insert(...)` would be added a second time). Done here, not by
+    AddImportsVisitor, because that one walks the whole file for a one-line change."""
     requested = context.scratch.get(AddImportsVisitor.CONTEXT_KEY, [])
+    context.scratch[AddImportsVisitor.CONTEXT_KEY] = []
     if not requested:
+        return tree
+    if any(item.obj_name is not None or item.alias is not None or item.relative for item in requested):
+        context.scratch[AddImportsVisitor.CONTEXT_KEY] = requested
+        tree = AddImportsVisitor(context).transform_module(tree)
+        context.scratch[AddImportsVisitor.CONTEXT_KEY] = []
         return tree
     bound = {alias.evaluated_alias or alias.evaluated_name
              for stmt in tree.body if isinstance(stmt, cst.SimpleStatementLine)
              for small in stmt.body if isinstance(small, cst.Import)
              for alias in small.names}
-    context.scratch[AddImportsVisitor.CONTEXT_KEY] = [
-        item for item in requested
-        if not (item.obj_name is None and item.alias is None and not item.relative
-                and item.module_name in bound)]
-    # AddImportsVisitor only ever edits the leading import block and the statement after
-    # it, so only that head is handed to it, not the whole file to walk.
-    head = _leading_block_end(tree) + 1
-    edited = AddImportsVisitor(context).transform_module(tree.with_changes(body=tree.body[:head]))
-    context.scratch[AddImportsVisitor.CONTEXT_KEY] = []
-    # It rebuilds every node it walks; statements it left as they were are given back as
-    # the very nodes they were, which keeps their place in the SourceIndex.
-    before = list(tree.body[:head])
-    body = []
-    for stmt in edited.body:
-        same = next((old for old in before if old.deep_equals(stmt)), None)
-        if same is not None:
-            before.remove(same)
-        body.append(same if same is not None else stmt)
-    return tree.with_changes(body=body + list(tree.body[head:]))
+    missing = sorted({item.module_name for item in requested} - bound)
+    if not missing:
+        return tree
+    at = _leading_block_end(tree)
+    body = list(tree.body)
+    new = [cst.parse_statement(f"import {name}", config=tree.config_for_parsing) for name in missing]
+    if at < len(body):
+        following = body[at]
+        lines = following.leading_lines
+        if not lines or lines[0].comment is not None:
+            moved = following.with_changes(leading_lines=(cst.EmptyLine(), *lines))
+            if index is not None:
+                index.inherit(following, moved)
+            body[at] = moved
+    return tree.with_changes(body=body[:at] + new + body[at:])
 
 
 def _leading_block_end(tree: cst.Module) -> int:

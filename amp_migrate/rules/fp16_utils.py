@@ -234,7 +234,7 @@ class Fp16UtilsToTorch(Rule):
                 and "apex" not in tree.code:
             # Later rules (SettleImports among them) skip a file that no longer mentions Apex,
             # so the imports this rule asked for are added here.
-            tree = add_requested_imports(self.context, tree)
+            tree = add_requested_imports(self.context, tree, self.state.index)
         return tree
 
     def _rewritable_star_use(self, name: cst.Name) -> bool:

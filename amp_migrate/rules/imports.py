@@ -215,7 +215,7 @@ class SettleImports(Rule):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         tree = super().transform_module_impl(tree)
         if AddImportsVisitor.CONTEXT_KEY in self.context.scratch:
-            tree = add_requested_imports(self.context, tree)
+            tree = add_requested_imports(self.context, tree, self.state.index)
         return tree
 
 

@@ -147,8 +147,8 @@ class SourceIndex:
         return [i + 1 for i, line in enumerate(self._line_words) if line & wanted]
 
     def skipped(self, words: Optional[Iterable[str]]) -> frozenset[int]:
-        """Ids of the outermost statements none of whose lines spells one of `words`.
-        None: every statement matters."""
+        """Ids of the statements none of whose lines spells one of `words`, at every depth
+        (a rule may have rebuilt the statement around one). None: every statement matters."""
         if words is None or self.statements is None or not pruning_enabled():
             return frozenset()
         wanted = frozenset(words)
@@ -162,8 +162,7 @@ class SourceIndex:
             entry = stack.pop()
             if marks[min(entry.end, last)] - marks[min(entry.start, last + 1) - 1] == 0:
                 out.add(id(entry.node))
-            else:
-                stack.extend(entry.children)
+            stack.extend(entry.children)
         return frozenset(out)
 
     @property

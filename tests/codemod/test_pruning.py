@@ -86,7 +86,7 @@ def test_index_pairs_every_statement_with_its_lines():
     assert flat["if y: print(y)"] == (27, 27)  # one-line suite: a unit
 
 
-def test_index_skips_outermost_statements_that_spell_none_of_the_words():
+def test_index_skips_statements_that_spell_none_of_the_words():
     index = _index(SAMPLE)
     skipped = index.skipped({"amp"})
     kept = [e for e in index.statements if id(e.node) not in skipped]

@@ -86,6 +86,10 @@ def find(tree: cst.CSTNode, matcher, skip: AbstractSet[int] = NOTHING) -> list[c
 
 _DEPRECATED_AMP = ("torch.cuda.amp", "torch.cpu.amp")
 
+#: Apex modules whose `import *` binds a known set of names (the rules that handle those
+#: names register them). A star import of any other Apex module binds unknown names.
+STAR_EXPORTS: dict[str, frozenset[str]] = {}
+
 
 def apex_import_words(imports: Iterable[ast.Import | ast.ImportFrom]) -> Optional[frozenset[str]]:
     """The words a statement must spell to touch Apex or torch's deprecated amp: the names
@@ -103,8 +107,11 @@ def apex_import_words(imports: Iterable[ast.Import | ast.ImportFrom]) -> Optiona
             continue
         for alias in node.names:
             if alias.name == "*":
-                return None
-            words.add(alias.asname or alias.name)
+                if module not in STAR_EXPORTS:
+                    return None
+                words |= STAR_EXPORTS[module]
+            else:
+                words.add(alias.asname or alias.name)
     return frozenset(words)
 
 
@@ -115,7 +122,8 @@ class _Bindings(Pruned):
         super().__init__(skip)
         self.apex: dict[str, set[str]] = {}
         self.other: set[str] = set()
-        self.star = False
+        self.star = False  # a star import of an Apex module binds names nobody knows
+        self.star_names: set[str] = set()  # what the known ones bind
 
     def _bind(self, target: cst.CSTNode) -> None:
         for name in m.findall(target, m.Name()) if not isinstance(target, cst.Name) else [target]:
@@ -135,7 +143,10 @@ class _Bindings(Pruned):
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
         module = _dotted(node.module) if node.module is not None and not node.relative else ""
         if isinstance(node.names, cst.ImportStar):
-            self.star = self.star or is_apex_name(module)
+            if module in STAR_EXPORTS:
+                self.star_names |= STAR_EXPORTS[module]
+            else:
+                self.star = self.star or is_apex_name(module)
             return False
         for alias in node.names:
             name = _dotted(alias.name)
@@ -259,9 +270,14 @@ def plain_apex_bindings(module: cst.Module, skip: AbstractSet[int] = NOTHING) ->
     `skip`: statements that spell no Apex word (they can neither import nor rebind one)."""
     seen = _Bindings(skip)
     module.visit(seen)
-    if seen.star or any(len(v) > 1 for v in seen.apex.values()) or set(seen.apex) & seen.other:
+    return _table(seen)
+
+
+def _table(seen: _Bindings) -> Optional[dict[str, str]]:
+    if seen.star or any(len(v) > 1 for v in seen.apex.values()) \
+            or set(seen.apex) & (seen.other | seen.star_names):
         return None
-    return {name: values.pop() for name, values in seen.apex.items()}
+    return {name: next(iter(values)) for name, values in seen.apex.items()}
 
 
 class ApexBinder:
@@ -287,8 +303,14 @@ class ApexBinder:
         if known is not None:
             self.table = known.table
             self.holders, self.handles, self.wrapped = known.holders, known.handles, known.wrapped
+            self.bound_elsewhere = known.bound_elsewhere
         else:
-            self.table = plain_apex_bindings(module, self._skip)
+            seen = _Bindings(self._skip)
+            module.visit(seen)
+            self.table = _table(seen)
+            #: Names the file binds other than by an Apex import (only those that spell an
+            #: Apex word are known: the others do not matter).
+            self.bound_elsewhere: frozenset[str] = frozenset(seen.other)
             self._scan(module, words)
 
     def imported_name(self, node: cst.CSTNode) -> Optional[str]:

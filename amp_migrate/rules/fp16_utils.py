@@ -35,6 +35,7 @@ Example
 """
 from __future__ import annotations
 
+import ast
 from typing import Optional, Union
 
 import libcst as cst
@@ -43,6 +44,7 @@ from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import ScopeProvider
 
+from ..binding import STAR_EXPORTS, find, not_reads
 from ..diagnostics import Code, Severity, define
 from .base import Rule, add_requested_imports
 
@@ -155,6 +157,7 @@ _STAR_EXPORTS = {
     PACKAGE: _FP16UTIL | set(_FALLBACKS) | set(_SUBMODULES) | {"Fused_Weight_Norm"},
     PACKAGE + ".fp16util": _FP16UTIL | {"torch", "nn", "Variable", "backwards_debug_hook"},
 }
+STAR_EXPORTS.update({module: frozenset(names) for module, names in _STAR_EXPORTS.items()})
 
 
 def _public(name: Optional[str]) -> Optional[str]:
@@ -198,7 +201,13 @@ class Fp16UtilsToTorch(Rule):
     MARKERS = ("fp16_util",)
 
     def interest(self):
-        return self.words_for(PACKAGE)
+        words = self.words_for(PACKAGE)
+        if words is not None and self.state.index is not None:
+            for node in self.state.index.imports():
+                if isinstance(node, ast.ImportFrom) and node.module in _STAR_EXPORTS \
+                        and any(a.name == "*" for a in node.names):
+                    words |= _STAR_EXPORTS[node.module]
+        return words
 
 
     def __init__(self, *args, **kwargs) -> None:
@@ -217,6 +226,21 @@ class Fp16UtilsToTorch(Rule):
             exported |= _STAR_EXPORTS[_star_module(found) or ""]
         if not exported:
             return
+        if self.apex is not None and self.apex.table is not None and not exported & self.apex.bound_elsewhere:
+            # Nothing else binds these names: every read of one is a read of the star import.
+            skip = self.state.skipping(exported)
+            not_read = not_reads(node, skip)
+            for name in find(node, m.Name(), skip):
+                if name.value in exported and id(name) not in not_read:
+                    self._star_names[id(name)] = name.value
+                    if not self._rewritable_star_use(name):
+                        self._still_needed.add(name.value)
+        else:
+            self._star_uses_by_scope(exported)
+        top_level = {id(s) for stmt in node.body if isinstance(stmt, cst.SimpleStatementLine) for s in stmt.body}
+        self._guarded = any(id(found) not in top_level for found in self._star_imports)
+
+    def _star_uses_by_scope(self, exported: set[str]) -> None:
         scopes = {s for s in self.context.wrapper.resolve(ScopeProvider).values() if s is not None}
         for scope in scopes:
             for access in scope.accesses:
@@ -225,8 +249,6 @@ class Fp16UtilsToTorch(Rule):
                     self._star_names[id(name)] = name.value
                     if not self._rewritable_star_use(name):
                         self._still_needed.add(name.value)
-        top_level = {id(s) for stmt in node.body if isinstance(stmt, cst.SimpleStatementLine) for s in stmt.body}
-        self._guarded = any(id(found) not in top_level for found in self._star_imports)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         tree = super().transform_module_impl(tree)

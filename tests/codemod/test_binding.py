@@ -28,10 +28,21 @@ def test_import_table_when_nothing_rebinds(source, table):
 @pytest.mark.parametrize("rebinding", [
     "amp = Meter()", "def f(amp):\n    pass", "for amp in xs:\n    pass",
     "with open(p) as amp:\n    pass", "[amp for amp in xs]", "import torch.cuda.amp as amp",
-    "class amp:\n    pass", "from apex.fp16_utils import *", "from apex import parallel as amp",
+    "class amp:\n    pass", "from apex.amp.frontend import *", "from apex import parallel as amp",
 ])
 def test_any_other_binding_of_an_imported_name_needs_scope_analysis(rebinding):
     assert plain_apex_bindings(cst.parse_module(f"from apex import amp\n{rebinding}\n")) is None
+
+
+def test_a_star_import_with_known_names_keeps_the_import_table():
+    import ast
+
+    from amp_migrate.binding import apex_import_words
+    source = "from apex import amp\nfrom apex.fp16_utils import *\n"
+    assert plain_apex_bindings(cst.parse_module(source)) == {"amp": "apex.amp"}
+    words = apex_import_words(n for n in ast.parse(source).body)
+    assert {"amp", "to_python_float", "FP16_Optimizer"} <= words
+    assert apex_import_words(ast.parse("from apex.amp.frontend import *\n").body) is None
 
 
 class _Compare(cst.CSTVisitor):

@@ -79,6 +79,8 @@ class Rule(VisitorBasedCodemodCommand):
         self._skip: AbstractSet[int] = NOTHING
         self._parent_skip: AbstractSet[int] = NOTHING
         self._changed: list[bool] = []
+        self._path: list[cst.CSTNode] = []  # the nodes being visited, outermost first
+        self._seen_parents: dict[cst.CSTNode, Optional[cst.CSTNode]] = {}
         self._statement_positions: dict[int, object] = {}
 
     # -- what the rule looks at ------------------------------------------------------------
@@ -135,12 +137,15 @@ class Rule(VisitorBasedCodemodCommand):
     def on_visit(self, node: cst.CSTNode) -> bool:
         if id(node) in self._skip:
             return False
+        self._seen_parents[node] = self._path[-1] if self._path else None
+        self._path.append(node)
         self._changed.append(False)
         return self.visit_node(node)
 
     def on_leave(self, original_node, updated_node):
         if id(original_node) in self._skip:
             return original_node
+        self._path.pop()
         children_changed = self._changed.pop()
         result = self.leave_node(original_node, updated_node)
         if result is updated_node and not children_changed:
@@ -257,8 +262,11 @@ class Rule(VisitorBasedCodemodCommand):
             self.state.diagnostics.append(diag)
 
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
-        # What ParentNodeProvider gives, from a walk over `children` (a third of its cost)
-        # that does not enter the statements this rule skips.
+        # What ParentNodeProvider gives: recorded during the traversal for every node it
+        # entered; for others (asked about before the traversal reaches them), from a walk
+        # over `children` that does not enter the statements this rule skips.
+        if node in self._seen_parents:
+            return self._seen_parents[node]
         if self._parents is None:
             self._parents = {}
             stack: list[cst.CSTNode] = [self.context.wrapper.module]

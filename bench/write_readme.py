@@ -87,9 +87,11 @@ def shim_section(res: dict) -> str:
            f"CPU, float16 (`torch.autocast(\"cpu\", dtype=torch.float16)` + `torch.amp.GradScaler(\"cpu\")` "
            f"natively; the shim's CPU default at O1), SGD with momentum; median of single steps "
            f"over {res['rounds']} interleaved slices of about {res['seconds_per_slice']:g} s per model "
-           "and way, each way in a worker process of its own. Host syncs counted over 5 iterations after warm-up; the fused "
-           "column is `torch.optim.AdamW(fused=True)` natively and Apex's `FusedAdam` / "
-           "`AdamW(fused=True)` under the shim.", "",
+           "and way, each way in a worker process of its own. Host syncs counted over 5 iterations after warm-up, "
+           "the 3rd overflowing; the fused column is `torch.optim.AdamW(fused=True)` natively and Apex's "
+           "`FusedAdam()` / `FusedAdam(capturable=True)` / `AdamW(fused=True)` under the shim (the last two "
+           "support amp scaling and skip an overflowing step on the device; the default `FusedAdam()` keeps "
+           "its step count as a host int, so its skip is decided on the host, as in Apex).", "",
            table(shim_overhead.HEADERS, shim_overhead.rows(res), markdown=True), "",
            "The ratio judged is the ratio of the medians. The same ratio from neighbouring "
            "slices only (median over rounds of each slice's median over native's), which a "

@@ -10,7 +10,9 @@ reports to the harness; the recorder watches it through hooks installed before i
 * which optimizer really stepped in which iteration (the iteration is the number of loss lines
   printed so far): torch's global optimizer step hook; in native mode a `GradScaler.step` that
   found inf/NaN counts as skipped even when a fused optimizer ran its kernel (which then skips
-  internally);
+  internally); in shim mode, a step that ran with a non-zero `optimizer.found_inf` (the shim's
+  amp hands the skip to an optimizer that supports amp scaling that way, as GradScaler does)
+  counts as skipped too;
 * the loss scale(s) at every iteration: shim mode reads `_amp_state.loss_scalers` (and the
   scalers of the old API's `OptimWrapper`), native mode every `torch.amp.GradScaler` created
   (`get_scale()`, 1.0 when disabled);
@@ -100,8 +102,12 @@ class Recorder:
         torch.optim.Optimizer.__init__ = init
 
         def post_hook(optimizer, args, kwargs):
-            if not recorder._in_scaler_step:
-                recorder.steps.append([recorder.iteration, recorder.optimizer_index(optimizer)])
+            if recorder._in_scaler_step:
+                return
+            found_inf = getattr(optimizer, "found_inf", None)
+            if isinstance(found_inf, torch.Tensor) and float(found_inf.sum()) != 0:
+                return  # the kernel skipped the update on the device
+            recorder.steps.append([recorder.iteration, recorder.optimizer_index(optimizer)])
 
         from torch.optim.optimizer import register_optimizer_step_post_hook
 

@@ -14,7 +14,7 @@ import torch
 
 from ..engine.distributed import all_reduce_found_inf_
 from ._amp_state import _amp_state
-from ._process_optimizer import arm_skip, restore_stashed_grads
+from ._process_optimizer import arm_skip, print_landed_skip_messages, restore_stashed_grads
 from .autocast_casts import AutocastCasts
 from .opt import OptimWrapper
 from .scaler import LossScaler
@@ -193,6 +193,7 @@ def scale_loss(
         yield loss
         return
 
+    print_landed_skip_messages()  # a device-path skip whose copy has landed (CUDA)
     if _is_single_optimizer(optimizers):
         optimizers = [optimizers]
     loss_scaler = _amp_state.loss_scalers[loss_id]

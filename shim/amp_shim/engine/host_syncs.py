@@ -1,6 +1,8 @@
 """Count host syncs: the calls that make the host wait for a device value.
 
-The engine promises at most one per iteration (the skip decision). `CountHostSyncs` observes
+The engine promises at most one per iteration (the skip decision), and none when the optimizer's
+step supports amp scaling and skips on the device (docs/differences.md row 42; the host copy
+of the decision read there has landed without blocking, so it is no sync). `CountHostSyncs` observes
 every such call made through torch's Python API (`.item()`, `bool(t)`, `.tolist()`, `float(t)`,
 `int(t)`, indexing with a tensor), for tests and benchmarks of that promise, and for users who
 want to check their own loop.

@@ -4,6 +4,14 @@ Apex's default numerics are torch's (weight decay before momentum, `buf = grad` 
 step, the same Nesterov rule), so a step is bit for bit `torch.optim.SGD(..., fused=True)`.
 `wd_after_momentum=True`, which torch lacks, runs Apex's kernel formula in tensor ops.
 `set_grad_none` defaults to False here, unlike the other Apex optimizers.
+
+Like `torch.optim.SGD(fused=True)` (and unlike Apex's FusedSGD) the step supports amp scaling
+(`_step_supports_amp_scaling`): given `grad_scale`/`found_inf` (torch.amp.GradScaler's protocol,
+also what the shim's amp uses to skip a step after an overflow) the fused kernel unscales and
+skips on the device. Where it cannot (the first momentum step, which would otherwise store an
+uninitialised momentum buffer on overflow, as torch's fused SGD does; `wd_after_momentum`;
+devices without the fused kernel) found_inf is read once on the host and a skipped step leaves
+params and state untouched.
 """
 from __future__ import annotations
 
@@ -35,6 +43,7 @@ class FusedSGD(torch.optim.Optimizer):
         self.most_recent_scale = 1.0
         self.scale_set_by_backward = False
         self.set_grad_none = set_grad_none
+        self._step_supports_amp_scaling = True
 
     def __setstate__(self, state):
         super().__setstate__(state)
@@ -57,6 +66,14 @@ class FusedSGD(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         grad_scale, found_inf = _common.amp_scaling(self)
+        host_skip = None  # found_inf read on the host, at most once per step
+
+        def skip_on_host() -> bool:
+            nonlocal host_skip
+            if host_skip is None:
+                host_skip = _common.skip_for_inf(found_inf)
+            return host_skip
+
         for group in self.param_groups:
             params, grads, bufs = [], [], []
             for p in group["params"]:
@@ -65,19 +82,30 @@ class FusedSGD(torch.optim.Optimizer):
                 _common.check_no_sparse(p.grad, "FusedSGD")
                 params.append(p)
                 grads.append(p.grad)
-                bufs.append(self.state[p].get("momentum_buffer"))
+                state = self.state.get(p)
+                bufs.append(state.get("momentum_buffer") if state else None)
             if not params:
                 continue
-            if not self.wd_after_momentum:
-                fused = _common.can_fuse(params)
+            first_momentum_step = group["momentum"] != 0 and any(b is None for b in bufs)
+            fused = not self.wd_after_momentum and _common.can_fuse(params)
+            if fused and not first_momentum_step:
                 _torch_sgd(
-                    params, grads, bufs, has_sparse_grad=False,
-                    foreach=None if fused else _common.can_foreach(params), fused=fused or None,
+                    params, grads, bufs, has_sparse_grad=False, foreach=None, fused=True,
                     grad_scale=grad_scale, found_inf=found_inf,
                     weight_decay=group["weight_decay"], momentum=group["momentum"], lr=group["lr"],
                     dampening=group["dampening"], nesterov=group["nesterov"], maximize=False,
                 )
-            elif not _common.skip_for_inf(found_inf):
+            elif skip_on_host():
+                continue
+            elif not self.wd_after_momentum:
+                _torch_sgd(
+                    params, _common.unscale_grads(grads, grad_scale), bufs, has_sparse_grad=False,
+                    foreach=None if fused else _common.can_foreach(params), fused=fused or None,
+                    grad_scale=None, found_inf=None,
+                    weight_decay=group["weight_decay"], momentum=group["momentum"], lr=group["lr"],
+                    dampening=group["dampening"], nesterov=group["nesterov"], maximize=False,
+                )
+            else:
                 _sgd_wd_after_momentum(params, _common.unscale_grads(grads, grad_scale), bufs, group)
             if group["momentum"] != 0:
                 for p, buf in zip(params, bufs):

@@ -73,19 +73,23 @@ def touches_apex(tree: ast.Module) -> bool:
     """Whether the code (not its comments or strings) could give a rule anything to do: an
     import of Apex or of torch's deprecated amp, or an `amp` attribute other than `torch.amp`.
     Every rule acts on names those bind, so a file without them is left as it is."""
+    for node in SourceIndex.imports_of(tree):
+        if _imports_apex(node):
+            return True
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
             if node.attr == "amp" and not (isinstance(node.value, ast.Name) and node.value.id == "torch"):
                 return True
-        elif isinstance(node, ast.Import):
-            if any(is_apex_name(a.name) or a.name.startswith(_DEPRECATED_MODULES) for a in node.names):
-                return True
-        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-            if is_apex_name(node.module) or node.module.startswith(_DEPRECATED_MODULES):
-                return True
-            if node.module in ("torch.cuda", "torch.cpu") and any(a.name in ("amp", "*") for a in node.names):
-                return True
     return False
+
+
+def _imports_apex(node: ast.Import | ast.ImportFrom) -> bool:
+    if isinstance(node, ast.Import):
+        return any(is_apex_name(a.name) or a.name.startswith(_DEPRECATED_MODULES) for a in node.names)
+    if node.level or not node.module:
+        return False
+    return (is_apex_name(node.module) or node.module.startswith(_DEPRECATED_MODULES)
+            or (node.module in ("torch.cuda", "torch.cpu") and any(a.name in ("amp", "*") for a in node.names)))
 
 
 def parse(text: str) -> cst.Module:
@@ -155,7 +159,8 @@ def migrate_source(text: str, *, target: Target = "auto", device: str = "cuda",
     if code == text:
         return MigrationResult(text, diagnostics, None)
     try:
-        after_tree = verify_output(text, tree, code)
+        verify_output(text, tree, code)
+        after_tree = python_ast(code) if might_use_apex(code) else None
         if might_use_apex(code) and (after_tree is None or touches_apex(after_tree)):
             try:
                 after = cst.parse_module(code)

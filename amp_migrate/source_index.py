@@ -62,6 +62,7 @@ class SourceIndex:
         except _Unpaired:
             self.statements = None
         self._identifiers: Optional[frozenset[str]] = None
+        self._words: Optional[frozenset[str]] = None
         self.original_ids = frozenset(self._places)
 
     # -- pairing ---------------------------------------------------------------------------
@@ -146,15 +147,18 @@ class SourceIndex:
         wanted = frozenset(words)
         return [i + 1 for i, line in enumerate(self._line_words) if line & wanted]
 
-    def skipped(self, words: Optional[Iterable[str]]) -> frozenset[int]:
-        """Ids of the statements none of whose lines spells one of `words`, at every depth
-        (a rule may have rebuilt the statement around one). None: every statement matters."""
+    def skipped(self, words: Optional[Iterable[str]], also: Optional[Iterable[str]] = None) -> frozenset[int]:
+        """Ids of the statements none of whose lines spells one of `words` (and, if given,
+        one of `also` on the same line), at every depth (a rule may have rebuilt the statement
+        around one). None: every statement matters."""
         if words is None or self.statements is None or not pruning_enabled():
             return frozenset()
         wanted = frozenset(words)
+        second = frozenset(also) if also is not None else None
         marks = [0]
         for line in self._line_words:
-            marks.append(marks[-1] + (1 if line & wanted else 0))
+            hit = bool(line & wanted) and (second is None or bool(line & second))
+            marks.append(marks[-1] + hit)
         last = len(marks) - 1
         out: set[int] = set()
         stack = list(self.statements)
@@ -165,6 +169,12 @@ class SourceIndex:
             stack.extend(entry.children)
         return frozenset(out)
 
+    def spells(self, word: str) -> bool:
+        """Whether the text has `word` anywhere (code, comment or string)."""
+        if self._words is None:
+            self._words = frozenset().union(*self._line_words)
+        return word in self._words
+
     @property
     def identifiers(self) -> frozenset[str]:
         """Every identifier the code spells outside strings and comments."""
@@ -174,7 +184,11 @@ class SourceIndex:
 
     def imports(self) -> Iterator[ast.Import | ast.ImportFrom]:
         """Every import statement, at any depth."""
-        stack: list[ast.AST] = list(self.tree.body)
+        return self.imports_of(self.tree)
+
+    @staticmethod
+    def imports_of(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+        stack: list[ast.AST] = list(tree.body)
         while stack:
             node = stack.pop()
             if isinstance(node, (ast.Import, ast.ImportFrom)):

@@ -97,10 +97,9 @@ def _compile_error(code: str) -> Optional[SyntaxError]:
     return None
 
 
-def verify_output(before: str, before_tree: Optional[ast.Module], after: str) -> Optional[ast.Module]:
-    """Check that the output compiles and reads no name the input did not resolve; return
-    Python's parse of it (None where this interpreter cannot parse it, like the input).
-    Raise VerificationError if not."""
+def verify_output(before: str, before_tree: Optional[ast.Module], after: str) -> None:
+    """Check that the output compiles and reads no name the input did not resolve; raise
+    VerificationError if not."""
     error = _compile_error(after)
     if error is not None:
         # Syntax newer than this interpreter (a 3.12 `type` alias on 3.11) is judged by
@@ -111,7 +110,7 @@ def verify_output(before: str, before_tree: Optional[ast.Module], after: str) ->
             cst.parse_module(after)
         except cst.ParserSyntaxError as exc:
             raise VerificationError(f"the output does not parse: {exc.message} at line {exc.raw_line}") from exc
-        return None
+        return
     new = undefined_names(after)
     if new and before_tree is not None:  # only then is the input's own set worth computing
         new -= undefined_names(before) | read_before_bound(before_tree, new)
@@ -119,4 +118,3 @@ def verify_output(before: str, before_tree: Optional[ast.Module], after: str) ->
         new = set()  # the input is beyond this interpreter: nothing to compare with
     if new:
         raise VerificationError("the output reads names that nothing defines: " + ", ".join(sorted(new)))
-    return ast.parse(after)

@@ -43,11 +43,12 @@ class FileState:
     def falls_back(self) -> bool:
         return any(d.falls_back for d in self.diagnostics)
 
-    def skipping(self, words: Optional[Iterable[str]]) -> AbstractSet[int]:
-        """Ids of the original statements that spell none of `words`."""
+    def skipping(self, words: Optional[Iterable[str]], also: Optional[Iterable[str]] = None) -> AbstractSet[int]:
+        """Ids of the original statements that spell none of `words` (with one of `also` on
+        the same line, if given)."""
         if self.index is None or words is None or self.apex_words is None:
             return NOTHING  # unknown Apex words (a star import): every statement matters
-        return self.index.skipped(words)
+        return self.index.skipped(words, also)
 
 
 class Rule(VisitorBasedCodemodCommand):
@@ -89,6 +90,10 @@ class Rule(VisitorBasedCodemodCommand):
         By default the file's Apex words (imports, holders, handles, wrapped optimizers)."""
         return self.state.apex_words
 
+    def also_spells(self) -> Optional[Iterable[str]]:
+        """A second set of words the same line must spell too (None: no such condition)."""
+        return None
+
     def words_for(self, *names: str) -> Optional[frozenset[str]]:
         """What a statement must spell to reach one of these Apex names: the name's last part
         (`amp.initialize`, `handle.scale_loss`), or a local name that an import or a `self.`
@@ -110,6 +115,13 @@ class Rule(VisitorBasedCodemodCommand):
             return None
         return self.state.apex_words | frozenset(words)
 
+    def name_is_free(self, name: str, tree: cst.Module) -> bool:
+        """No code in the file spells `name` (cheap when the text never does)."""
+        index = self.state.index
+        if index is not None and not index.spells(name) and not find(tree, m.Name(name), index.original_ids):
+            return True
+        return name not in self.names_in_use(tree)
+
     def names_in_use(self, tree: cst.Module) -> set[str]:
         """Every name the code spells (the file as given, and what rules wrote since)."""
         index = self.state.index
@@ -117,16 +129,19 @@ class Rule(VisitorBasedCodemodCommand):
             return {n.value for n in m.findall(tree, m.Name())}
         return set(index.identifiers) | {n.value for n in find(tree, m.Name(), index.original_ids)}
 
-    def findall(self, tree: cst.CSTNode, matcher, words: Optional[Iterable[str]] = ()) -> list[cst.CSTNode]:
-        """`m.findall` over the statements that spell one of `words` (default: `interest()`)."""
+    def findall(self, tree: cst.CSTNode, matcher, words: Optional[Iterable[str]] = (),
+                also: Optional[Iterable[str]] = None) -> list[cst.CSTNode]:
+        """`m.findall` over the statements that spell one of `words` (default: `interest()`),
+        with one of `also` on the same line if given."""
         if words == ():
             return find(tree, matcher, self._skip)
+        skip = self.state.skipping(words, also)
         if words is None:
             self._parent_skip = NOTHING
         elif self._parent_skip:
-            self._parent_skip = self._parent_skip & self.state.skipping(words)
+            self._parent_skip = self._parent_skip & skip
         self._parents = None  # what was found must have parents
-        return find(tree, matcher, self.state.skipping(words))
+        return find(tree, matcher, skip)
 
     # -- running ---------------------------------------------------------------------------
     # No rule uses matcher decorators (@m.visit, @m.call_if_inside), so the per-node matcher
@@ -201,7 +216,7 @@ class Rule(VisitorBasedCodemodCommand):
             self.state.scratch["binding"] = self.apex
             if self.state.apex_words is not None:
                 self.state.apex_words = self.state.apex_words | self.apex.words()
-        self._skip = self._parent_skip = self.state.skipping(self.interest())
+        self._skip = self._parent_skip = self.state.skipping(self.interest(), self.also_spells())
         return super().transform_module_impl(tree)
 
     def get_metadata(self, key, node, default=_UNDEFINED):

@@ -64,6 +64,9 @@ class OptimizerStepThroughScaler(TrainingRule):
             return super().interest()
         return words_of(self.plan.optimizers)
 
+    def also_spells(self):
+        return ("step",) if self.plan is not None else None
+
     def _step_calls(self, module: cst.Module) -> list[cst.Call]:
         return [c for c in self.findall(module, m.Call(func=m.Attribute(attr=m.Name("step"))))
                 if self.code_of(c.func.value) in self.plan.optimizers]

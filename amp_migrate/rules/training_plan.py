@@ -329,7 +329,7 @@ class PlanTraining(Rule):
 
     def _step_sites(self, module: cst.Module, optimizers: set[str]) -> list[cst.Call]:
         matcher = m.Call(func=m.Attribute(attr=m.Name("step")))
-        return [c for c in self.findall(module, matcher, words_of(optimizers))
+        return [c for c in self.findall(module, matcher, words_of(optimizers), ("step",))
                 if self.code_of(c.func.value) in optimizers]
 
     def _placement(self, init_statement: cst.CSTNode, sites: list[cst.CSTNode]) -> Optional[str]:
@@ -344,12 +344,11 @@ class PlanTraining(Rule):
         return "module"
 
     def _name(self, module: cst.Module, placement: str) -> str:
-        used = self.names_in_use(module)
         for name in SCALER_NAMES:
-            if name not in used:
+            if self.name_is_free(name, module):
                 return name
         i = 1
-        while f"scaler_{i}" in used:
+        while not self.name_is_free(f"scaler_{i}", module):
             i += 1
         return f"scaler_{i}"
 

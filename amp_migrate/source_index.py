@@ -63,6 +63,7 @@ class SourceIndex:
             self.statements = None
         self._identifiers: Optional[frozenset[str]] = None
         self._words: Optional[frozenset[str]] = None
+        self._new_lines: dict[int, list[frozenset[str]]] = {}
         self.original_ids = frozenset(self._places)
 
     # -- pairing ---------------------------------------------------------------------------
@@ -168,6 +169,16 @@ class SourceIndex:
                 out.add(id(entry.node))
             stack.extend(entry.children)
         return frozenset(out)
+
+    def spells_in(self, node: cst.SimpleStatementLine, words: frozenset[str],
+                  also: Optional[frozenset[str]]) -> bool:
+        """Whether a line of a statement a rule wrote spells one of `words` (and of `also`)."""
+        lines = self._new_lines.get(id(node))
+        if lines is None:
+            code = cst.Module([]).code_for_node(node)
+            lines = self._new_lines[id(node)] = [frozenset(_WORD.findall(l)) for l in code.splitlines()]
+            self._kept.append(node)
+        return any(line & words and (also is None or line & also) for line in lines)
 
     def spells(self, word: str) -> bool:
         """Whether the text has `word` anywhere (code, comment or string)."""

@@ -79,6 +79,10 @@ class Rule(VisitorBasedCodemodCommand):
         self._parents: Optional[dict[cst.CSTNode, cst.CSTNode]] = None
         self._skip: AbstractSet[int] = NOTHING
         self._parent_skip: AbstractSet[int] = NOTHING
+        self._words: Optional[frozenset[str]] = None  # set while statements are being skipped
+        self._also: Optional[frozenset[str]] = None
+        self._original: AbstractSet[int] = NOTHING
+        self._skip_new: set[int] = set()
         self._changed: list[bool] = []
         self._path: list[cst.CSTNode] = []  # the nodes being visited, outermost first
         self._seen_parents: dict[cst.CSTNode, Optional[cst.CSTNode]] = {}
@@ -90,9 +94,13 @@ class Rule(VisitorBasedCodemodCommand):
         By default the file's Apex words (imports, holders, handles, wrapped optimizers)."""
         return self.state.apex_words
 
+    #: Whether the rule acts only on lines that also spell an Apex word (as `amp.state_dict()`
+    #: does, unlike `model.state_dict()`).
+    APEX_ON_THE_LINE: ClassVar[bool] = False
+
     def also_spells(self) -> Optional[Iterable[str]]:
         """A second set of words the same line must spell too (None: no such condition)."""
-        return None
+        return self.state.apex_words if self.APEX_ON_THE_LINE else None
 
     def words_for(self, *names: str) -> Optional[frozenset[str]]:
         """What a statement must spell to reach one of these Apex names: the name's last part
@@ -152,13 +160,18 @@ class Rule(VisitorBasedCodemodCommand):
     def on_visit(self, node: cst.CSTNode) -> bool:
         if id(node) in self._skip:
             return False
+        if self._words is not None and type(node) is cst.SimpleStatementLine \
+                and id(node) not in self._original \
+                and not self.state.index.spells_in(node, self._words, self._also):
+            self._skip_new.add(id(node))  # a line an earlier rule wrote, nothing for this rule
+            return False
         self._seen_parents[node] = self._path[-1] if self._path else None
         self._path.append(node)
         self._changed.append(False)
         return self.visit_node(node)
 
     def on_leave(self, original_node, updated_node):
-        if id(original_node) in self._skip:
+        if id(original_node) in self._skip or id(original_node) in self._skip_new:
             return original_node
         self._path.pop()
         children_changed = self._changed.pop()
@@ -216,7 +229,12 @@ class Rule(VisitorBasedCodemodCommand):
             self.state.scratch["binding"] = self.apex
             if self.state.apex_words is not None:
                 self.state.apex_words = self.state.apex_words | self.apex.words()
-        self._skip = self._parent_skip = self.state.skipping(self.interest(), self.also_spells())
+        words, also = self.interest(), self.also_spells()
+        self._skip = self._parent_skip = self.state.skipping(words, also)
+        if self._skip and self.state.index is not None:
+            self._words = frozenset(words)
+            self._also = frozenset(also) if also is not None else None
+            self._original = self.state.index.original_ids
         return super().transform_module_impl(tree)
 
     def get_metadata(self, key, node, default=_UNDEFINED):

@@ -257,6 +257,7 @@ class CastRegistrationToAutocast(Rule):
     """Apex's cast registry, cast decorators and `disable_casts` as native autocast code."""
 
     MARKERS = ("_function", "disable_casts")
+    APEX_ON_THE_LINE = True
 
     def interest(self):
         return self.words_for(*_REGISTER, *_DECORATOR, _DISABLE_CASTS)

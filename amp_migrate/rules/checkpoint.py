@@ -43,6 +43,7 @@ OLD_CHECKPOINTS = define(
 
 class CheckpointToScaler(TrainingRule):
     MARKERS = ("state_dict",)
+    APEX_ON_THE_LINE = True
 
     def interest(self):
         return self.words_for(STATE_DICT, LOAD_STATE_DICT)

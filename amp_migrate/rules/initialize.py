@@ -57,6 +57,8 @@ class InitializeToGradScaler(TrainingRule):
         super().__init__(context, state)
         self.created = False
 
+    APEX_ON_THE_LINE = True
+
     def interest(self):
         return self.words_for(INITIALIZE, INIT)
 

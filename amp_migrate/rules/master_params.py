@@ -53,6 +53,10 @@ def params_of(optimizer: cst.BaseExpression) -> cst.GeneratorExp:
 
 class MasterParamsUnscale(TrainingRule):
     MARKERS = ("master_params",)
+    APEX_ON_THE_LINE = True
+
+    def interest(self):
+        return self.words_for(MASTER_PARAMS)
 
     def __init__(self, context, state) -> None:
         super().__init__(context, state)

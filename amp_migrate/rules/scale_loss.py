@@ -163,6 +163,8 @@ class ScaleLossToGradScaler(TrainingRule):
         self.withs: set[int] = set()  # original With nodes to rewrite
         self.regions: dict[int, list[tuple[int, int]]] = {}  # original block -> [(first, last)]
 
+    APEX_ON_THE_LINE = True
+
     def interest(self):
         return self.words_for(*SCALE_LOSS)
 

@@ -255,6 +255,7 @@ class PlanTraining(Rule):
     """Read the file's Apex training calls and decide where its GradScaler lives."""
 
     MARKERS = ("initialize", "scale_loss", "init(")
+    APEX_ON_THE_LINE = True
 
     def interest(self):
         return self.words_for(INITIALIZE, INIT, *SCALE_LOSS, MASTER_PARAMS, STATE_DICT, LOAD_STATE_DICT)

@@ -65,9 +65,12 @@ class Pruned(cst.CSTVisitor):
         pass
 
 
-def find(tree: cst.CSTNode, matcher, skip: AbstractSet[int] = NOTHING) -> list[cst.CSTNode]:
-    """`m.findall` that does not enter the skipped statements."""
+def find(tree: cst.CSTNode, matcher, skip: AbstractSet[int] = NOTHING,
+         parents: Optional[dict] = None) -> list[cst.CSTNode]:
+    """`m.findall` that does not enter the skipped statements; `parents`, if given, gets
+    each found node's parent."""
     found: list[cst.CSTNode] = []
+    path: list[cst.CSTNode] = []
     node_type = getattr(cst, type(matcher).__name__, None)  # m.Call matches cst.Call only
     if not (isinstance(node_type, type) and issubclass(node_type, cst.CSTNode)):
         node_type = cst.CSTNode
@@ -78,7 +81,14 @@ def find(tree: cst.CSTNode, matcher, skip: AbstractSet[int] = NOTHING) -> list[c
                 return False
             if isinstance(node, node_type) and m.matches(node, matcher):
                 found.append(node)
+                if parents is not None:
+                    parents[node] = path[-1] if path else None
+            path.append(node)
             return True
+
+        def on_leave(self, original_node: cst.CSTNode) -> None:
+            if id(original_node) not in self.skip:
+                path.pop()
 
     tree.visit(_Find(skip))
     return found
@@ -341,10 +351,17 @@ class ApexBinder:
     def _scan(self, module: cst.Module, words: Optional[Iterable[str]]) -> None:
         # Statements that spell an Apex word name the candidates; every assignment to a
         # candidate attribute or a handle spells its name, so a second pass sees them all.
-        first = [a for a in find(module, m.Assign(), self._skip)]
-        more = {t.target.attr.value for a in first for t in a.targets
-                if m.matches(t.target, m.Attribute(value=m.Name("self")))}
-        more |= {t.target.value for a in first for t in a.targets if isinstance(t.target, cst.Name)}
+        first = find(module, m.Assign(), self._skip)
+        more: set[str] = set()
+        for a in first:
+            value = a.value.func if isinstance(a.value, cst.Call) else a.value
+            if self._direct(value) is None:
+                continue  # neither an Apex object nor `amp.init()`: no holder, no handle
+            for t in a.targets:
+                if m.matches(t.target, m.Attribute(value=m.Name("self"))):
+                    more.add(t.target.attr.value)
+                elif isinstance(t.target, cst.Name):
+                    more.add(t.target.value)
         assigns = find(module, m.Assign(), self._skipping(set(words) | more)) \
             if more and words is not None else first
         candidates: dict[str, set] = {}

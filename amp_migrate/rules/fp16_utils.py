@@ -221,7 +221,7 @@ class Fp16UtilsToTorch(Rule):
     # -- star imports -----------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
         exported: set[str] = set()
-        for found in _find_star_imports(node):
+        for found in self._find_star_imports(node):
             self._star_imports.append(found)
             exported |= _STAR_EXPORTS[_star_module(found) or ""]
         if not exported:
@@ -230,7 +230,7 @@ class Fp16UtilsToTorch(Rule):
             # Nothing else binds these names: every read of one is a read of the star import.
             skip = self.state.skipping(exported)
             not_read = not_reads(node, skip)
-            for name in find(node, m.Name(), skip):
+            for name in find(node, m.Name(), skip, self._seen_parents):
                 if name.value in exported and id(name) not in not_read:
                     self._star_names[id(name)] = name.value
                     if not self._rewritable_star_use(name):
@@ -249,6 +249,9 @@ class Fp16UtilsToTorch(Rule):
                     self._star_names[id(name)] = name.value
                     if not self._rewritable_star_use(name):
                         self._still_needed.add(name.value)
+
+    def _find_star_imports(self, module: cst.Module) -> list[cst.ImportFrom]:
+        return _star_imports_in(self.findall(module, m.ImportFrom(names=m.ImportStar())))
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         tree = super().transform_module_impl(tree)
@@ -348,6 +351,5 @@ class Fp16UtilsToTorch(Rule):
             lpar=updated_node.lpar, rpar=updated_node.rpar)
 
 
-def _find_star_imports(module: cst.Module) -> list[cst.ImportFrom]:
-    return [node for node in m.findall(module, m.ImportFrom(names=m.ImportStar()))
-            if _star_module(node) is not None]
+def _star_imports_in(found: list[cst.CSTNode]) -> list[cst.ImportFrom]:
+    return [node for node in found if isinstance(node, cst.ImportFrom) and _star_module(node) is not None]

@@ -267,6 +267,50 @@ class _NotReads(Pruned):
             self.ids.add(id(node.target))
 
 
+def is_read(name: cst.Name, parent: Callable[[cst.CSTNode], Optional[cst.CSTNode]]) -> Optional[bool]:
+    """Whether `name` reads a variable (not an attribute name, a keyword, an import's name or
+    a plain assignment target); None when its parent is not known."""
+    owner = parent(name)
+    if owner is None:
+        return None
+    if isinstance(owner, cst.Attribute) and owner.attr is name \
+            or isinstance(owner, cst.Arg) and owner.keyword is name \
+            or isinstance(owner, cst.AssignTarget) and owner.target is name:
+        return False
+    if isinstance(owner, cst.AsName):  # `import apex as A`, `with f() as A`: binds
+        return False
+    while isinstance(owner, cst.Attribute):  # `import apex.amp`, `from apex.amp import x`
+        owner = parent(owner)
+        if owner is None:
+            return None
+    return not isinstance(owner, (cst.ImportAlias, cst.ImportFrom))
+
+
+def read_names(tree: cst.CSTNode, skip: AbstractSet[int] = NOTHING) -> set[str]:
+    """The names read outside import statements and the skipped statements."""
+    found: set[str] = set()
+    path: list[cst.CSTNode] = []
+    parents: dict[cst.CSTNode, cst.CSTNode] = {}
+
+    class _Reads(Pruned):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if id(node) in self.skip or isinstance(node, (cst.Import, cst.ImportFrom)):
+                return False
+            if path:
+                parents[node] = path[-1]
+            if isinstance(node, cst.Name) and is_read(node, parents.get) is not False:
+                found.add(node.value)
+            path.append(node)
+            return True
+
+        def on_leave(self, original_node: cst.CSTNode) -> None:
+            if not (id(original_node) in self.skip or isinstance(original_node, (cst.Import, cst.ImportFrom))):
+                path.pop()
+
+    tree.visit(_Reads(skip))
+    return found
+
+
 def not_reads(tree: cst.CSTNode, skip: AbstractSet[int] = NOTHING) -> set[int]:
     """Ids of the Name nodes that read nothing (attribute names, keywords, import aliases,
     plain assignment targets), outside the skipped statements."""
@@ -296,13 +340,16 @@ class ApexBinder:
     def __init__(self, module: cst.Module, get_metadata: GetMetadata,
                  known: Optional["ApexBinder"] = None,
                  skipping: Callable[[Optional[Iterable[str]]], AbstractSet[int]] = lambda words: NOTHING,
-                 words: Optional[Iterable[str]] = None) -> None:
+                 words: Optional[Iterable[str]] = None,
+                 parent: Callable[[cst.CSTNode], Optional[cst.CSTNode]] = lambda node: None) -> None:
         """`known`: the binder of the file as first read. Rules delete the assignments that
         proved a holder or a handle, so later rules keep the original file's facts.
         `skipping(words)`: the statements that spell none of `words`, which the binder's
         passes need not enter; `words`: the file's Apex words (`apex_import_words`; None:
-        unknown, every statement is read)."""
+        unknown, every statement is read). `parent`: a node's parent where the caller knows it,
+        which tells whether a name is a read without a pass over the file."""
         self._get = get_metadata
+        self._parent = parent
         self._module = module
         self._skipping = skipping
         self._skip = skipping(words)
@@ -338,9 +385,13 @@ class ApexBinder:
         if isinstance(node, cst.Name):
             if node.value not in self.table:
                 return None
-            if self._not_reads is None:  # like QualifiedNameProvider: only reads have a name
-                self._not_reads = not_reads(self._module, self._skip)
-            return None if id(node) in self._not_reads else self.table[node.value]
+            # Like QualifiedNameProvider: only reads have a name.
+            read = is_read(node, self._parent)
+            if read is None:
+                if self._not_reads is None:
+                    self._not_reads = not_reads(self._module, self._skip)
+                read = id(node) not in self._not_reads
+            return self.table[node.value] if read else None
         if isinstance(node, cst.Attribute):
             base = self._plain(node.value)
             return f"{base}.{node.attr.value}" if base is not None else None

@@ -224,7 +224,7 @@ class Rule(VisitorBasedCodemodCommand):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         known = self.state.scratch.get("binding")
         self.apex = ApexBinder(tree, self.get_metadata, known, self.state.skipping,
-                               self.state.apex_words)
+                               self.state.apex_words, self._known_parent)
         if known is None:
             self.state.scratch["binding"] = self.apex
             if self.state.apex_words is not None:
@@ -293,6 +293,10 @@ class Rule(VisitorBasedCodemodCommand):
                           fixed and not code.falls_back)
         if diag not in self.state.diagnostics:
             self.state.diagnostics.append(diag)
+
+    def _known_parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        """The parent if the traversal has recorded it (no walk over the file)."""
+        return self._seen_parents.get(node)
 
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         # What ParentNodeProvider gives: recorded during the traversal for every node it

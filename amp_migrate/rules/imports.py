@@ -20,7 +20,7 @@ from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import ScopeProvider
 
-from ..binding import APEX, find, is_apex_name, not_reads
+from ..binding import APEX, is_apex_name, read_names
 from ..diagnostics import Severity, define
 from .base import Rule, add_requested_imports
 
@@ -114,10 +114,7 @@ class SettleImports(Rule):
         """Names read anywhere. When the imports alone bind every Apex name (the binder's
         table), a read of the name is a read of the import; reads spell an Apex word."""
         if self._read is None:
-            tree = self.context.wrapper.module
-            where = self.state.skipping(self.state.apex_words)
-            skip = not_reads(tree, where)
-            self._read = {n.value for n in find(tree, m.Name(), where) if id(n) not in skip}
+            self._read = read_names(self.context.wrapper.module, self.state.skipping(self.state.apex_words))
         return self._read
 
     def _unused(self, stmt: cst.CSTNode) -> bool:

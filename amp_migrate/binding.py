@@ -381,22 +381,25 @@ class ApexBinder:
         apex = sorted(q.name for q in names if is_apex_name(q.name))
         return apex[0] if apex else None
 
-    def _plain(self, node: cst.CSTNode) -> Optional[str]:
+    def _plain(self, node: cst.CSTNode, read: Optional[bool] = None) -> Optional[str]:
+        """`read`: known to be a read (the base of an attribute or call rules asked about;
+        rules never ask about names inside import statements)."""
         if isinstance(node, cst.Name):
             if node.value not in self.table:
                 return None
             # Like QualifiedNameProvider: only reads have a name.
-            read = is_read(node, self._parent)
+            if read is None:
+                read = is_read(node, self._parent)
             if read is None:
                 if self._not_reads is None:
                     self._not_reads = not_reads(self._module, self._skip)
                 read = id(node) not in self._not_reads
             return self.table[node.value] if read else None
         if isinstance(node, cst.Attribute):
-            base = self._plain(node.value)
+            base = self._plain(node.value, True)
             return f"{base}.{node.attr.value}" if base is not None else None
         if isinstance(node, cst.Call):
-            return self._plain(node.func)
+            return self._plain(node.func, True)
         return None
 
     def _scan(self, module: cst.Module, words: Optional[Iterable[str]]) -> None:

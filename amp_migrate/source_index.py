@@ -64,6 +64,7 @@ class SourceIndex:
         self._identifiers: Optional[frozenset[str]] = None
         self._words: Optional[frozenset[str]] = None
         self._new_lines: dict[int, list[frozenset[str]]] = {}
+        self._skipped: dict[tuple, frozenset[int]] = {}
         self.original_ids = frozenset(self._places)
 
     # -- pairing ---------------------------------------------------------------------------
@@ -156,6 +157,12 @@ class SourceIndex:
             return frozenset()
         wanted = frozenset(words)
         second = frozenset(also) if also is not None else None
+        key = (wanted, second)
+        if key not in self._skipped:
+            self._skipped[key] = self._skip_ids(wanted, second)
+        return self._skipped[key]
+
+    def _skip_ids(self, wanted: frozenset[str], second: Optional[frozenset[str]]) -> frozenset[int]:
         marks = [0]
         for line in self._line_words:
             hit = bool(line & wanted) and (second is None or bool(line & second))

@@ -68,7 +68,7 @@ class Pruned(cst.CSTVisitor):
 def find(tree: cst.CSTNode, matcher, skip: AbstractSet[int] = NOTHING,
          parents: Optional[dict] = None) -> list[cst.CSTNode]:
     """`m.findall` that does not enter the skipped statements; `parents`, if given, gets
-    each found node's parent."""
+    the parent of every node the search entered."""
     found: list[cst.CSTNode] = []
     path: list[cst.CSTNode] = []
     node_type = getattr(cst, type(matcher).__name__, None)  # m.Call matches cst.Call only
@@ -81,8 +81,8 @@ def find(tree: cst.CSTNode, matcher, skip: AbstractSet[int] = NOTHING,
                 return False
             if isinstance(node, node_type) and m.matches(node, matcher):
                 found.append(node)
-                if parents is not None:
-                    parents[node] = path[-1] if path else None
+            if parents is not None:
+                parents[node] = path[-1] if path else None
             path.append(node)
             return True
 

@@ -141,15 +141,16 @@ class Rule(VisitorBasedCodemodCommand):
                 also: Optional[Iterable[str]] = None) -> list[cst.CSTNode]:
         """`m.findall` over the statements that spell one of `words` (default: `interest()`),
         with one of `also` on the same line if given."""
+        parents = self._seen_parents if tree is self.context.wrapper.module else None
         if words == ():
-            return find(tree, matcher, self._skip)
+            return find(tree, matcher, self._skip, parents)
         skip = self.state.skipping(words, also)
         if words is None:
             self._parent_skip = NOTHING
         elif self._parent_skip:
             self._parent_skip = self._parent_skip & skip
         self._parents = None  # what was found must have parents
-        return find(tree, matcher, skip)
+        return find(tree, matcher, skip, parents)
 
     # -- running ---------------------------------------------------------------------------
     # No rule uses matcher decorators (@m.visit, @m.call_if_inside), so the per-node matcher

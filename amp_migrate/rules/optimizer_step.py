@@ -69,7 +69,8 @@ class OptimizerStepThroughScaler(TrainingRule):
 
     def _step_calls(self, module: cst.Module) -> list[cst.Call]:
         return [c for c in self.findall(module, m.Call(func=m.Attribute(attr=m.Name("step"))))
-                if self.code_of(c.func.value) in self.plan.optimizers]
+                if self.code_of(c.func.value) in self.plan.optimizers
+                and self.position(c)[0] in self.plan.step_lines]
 
     def visit_Module(self, node: cst.Module) -> None:
         if self.plan is None:

@@ -135,6 +135,9 @@ class TrainingPlan:
     autocast_call: cst.Call
     models: set[str] = field(default_factory=set)
     optimizers: set[str] = field(default_factory=set)
+    #: Lines (of the file as given) of the `optimizer.step()` calls that step an optimizer
+    #: `scale_loss` scaled: the same variable, not just the same name.
+    step_lines: frozenset = frozenset()
     hoisted: bool = False  # built before the `if` that guarded `initialize`
     global_casts: bool = False  # `amp.init()`: casts were on everywhere, not for given models
 
@@ -239,6 +242,82 @@ def _string(value: str) -> cst.SimpleString:
     return cst.SimpleString(f'"{value}"')
 
 
+def _binds(function: cst.FunctionDef, name: str) -> Optional[bool]:
+    """Whether `function` makes `name` one of its own variables (a parameter or any binding in
+    its body, not in nested functions or classes); False for `global name`; None if it does
+    not mention the name as a binding at all."""
+    params = function.params
+    for param in [*params.posonly_params, *params.params, *params.kwonly_params,
+                  params.star_arg, params.star_kwarg]:
+        if isinstance(param, cst.Param) and param.name.value == name:
+            return True
+    found: list[bool] = []
+
+    class _Bindings(cst.CSTVisitor):
+        def visit_FunctionDef(self, node) -> bool:
+            if node is not function:
+                if node.name.value == name:
+                    found.append(True)
+                return False
+            return True
+
+        def visit_ClassDef(self, node) -> bool:
+            if node.name.value == name:
+                found.append(True)
+            return False
+
+        def visit_Lambda(self, node) -> bool:
+            return False
+
+        def visit_Global(self, node) -> None:
+            if any(n.name.value == name for n in node.names):
+                found.append(False)
+
+        def visit_Name(self, node) -> None:
+            pass
+
+        def _target(self, target: cst.CSTNode) -> None:
+            if isinstance(target, cst.Name) and target.value == name:
+                found.append(True)
+            elif isinstance(target, (cst.Tuple, cst.List)):
+                for el in target.elements:
+                    self._target(el.value)
+            elif isinstance(target, cst.StarredElement):
+                self._target(target.value)
+
+        def visit_AssignTarget(self, node) -> None:
+            self._target(node.target)
+
+        def visit_AugAssign(self, node) -> None:
+            self._target(node.target)
+
+        def visit_AnnAssign(self, node) -> None:
+            self._target(node.target)
+
+        def visit_NamedExpr(self, node) -> None:
+            self._target(node.target)
+
+        def visit_For(self, node) -> None:
+            self._target(node.target)
+
+        def visit_CompFor(self, node) -> None:
+            pass  # comprehension variables are the comprehension's own
+
+        def visit_AsName(self, node) -> None:
+            self._target(node.name)
+
+        def visit_ImportAlias(self, node) -> None:
+            if node.asname is None and (cst.Module([]).code_for_node(node.name).split(".")[0] == name):
+                found.append(True)
+
+    if name not in cst.Module([]).code_for_node(function.body):
+        return None
+    function.body.visit(_Bindings())
+    if False in found:
+        return False
+    return True if found else None
+
+
 class TrainingRule(Rule):
     """A rule that carries out the plan; it has nothing to do in a file without one."""
 
@@ -328,10 +407,38 @@ class PlanTraining(Rule):
                 codes.update(expression_codes(bound.get("optimizers")))
         return codes
 
-    def _step_sites(self, module: cst.Module, optimizers: set[str]) -> list[cst.Call]:
+    def _step_sites(self, module: cst.Module, optimizers: set[str], init: cst.CSTNode) -> list[cst.Call]:
+        """The `X.step()` calls whose `X` is an optimizer `scale_loss` scaled: in the scope
+        that binds it where `initialize` or `scale_loss` sees it (an `optimizer` parameter of
+        some other function is another variable), or `self.X` in the same class."""
         matcher = m.Call(func=m.Attribute(attr=m.Name("step")))
-        return [c for c in self.findall(module, matcher, words_of(optimizers), ("step",))
-                if self.code_of(c.func.value) in optimizers]
+        calls = [c for c in self.findall(module, matcher, words_of(optimizers), ("step",))
+                 if self.code_of(c.func.value) in optimizers]
+        seen_from = [init] + [s for s in self.scale_losses]
+        return [c for c in calls if self._same_variable(c.func.value, c, seen_from)]
+
+    def _same_variable(self, expr: cst.BaseExpression, where: cst.CSTNode, sites: list[cst.CSTNode]) -> bool:
+        if isinstance(expr, cst.Name):
+            scope = self._binding_scope(where, expr.value)
+            return any(self._binding_scope(s, expr.value) is scope for s in sites)
+        if m.matches(expr, m.Attribute(value=m.Name("self"))):
+            here = self.scope_of(where)
+            owner = self.class_of(here) if here is not None else None
+            return any(self._class_around(s) is owner for s in sites)
+        return True  # `trainer.optimizer`: one object wherever it is read
+
+    def _class_around(self, node: cst.CSTNode) -> Optional[cst.ClassDef]:
+        function = self.scope_of(node)
+        return self.class_of(function) if function is not None else None
+
+    def _binding_scope(self, node: cst.CSTNode, name: str) -> Optional[cst.FunctionDef]:
+        """The function whose variable `name` is where `node` reads it (None: the module's)."""
+        for parent in self.ancestors(node):
+            if isinstance(parent, cst.FunctionDef):
+                binds = _binds(parent, name)
+                if binds is not None:
+                    return parent if binds else None
+        return None
 
     def _placement(self, init_statement: cst.CSTNode, sites: list[cst.CSTNode]) -> Optional[str]:
         init_scope = self.scope_of(init_statement)
@@ -361,7 +468,8 @@ class PlanTraining(Rule):
             self.report(call, OPTION_NOT_LITERAL, "`amp.initialize` takes `*args`/`**kwargs` here")
             return None
         optimizers = self._optimizer_codes()
-        sites = self.sites + self._step_sites(module, optimizers)
+        steps = self._step_sites(module, optimizers, statement)
+        sites = self.sites + steps
         placement = self._placement(statement, sites)
 
         conditions: list[cst.BaseExpression] = []
@@ -477,6 +585,7 @@ class PlanTraining(Rule):
             autocast_call=cst.Call(cst.parse_expression("torch.autocast"), autocast_args),
             models=set(expression_codes(args.get("models"))),
             optimizers=optimizers,
+            step_lines=frozenset(self.position(c)[0] for c in steps),
             hoisted=guard is not None,
             global_casts=is_init,
         )

@@ -42,6 +42,24 @@ class Statement:
     start: int  # first line (decorators included), 1-based
     end: int  # last line
     children: list["Statement"] = field(default_factory=list)
+    #: A compound statement's header parts (decorators, parameters, the `if` test, the `for`
+    #: target and iterable, the `with` items): skipped on their own when their lines spell
+    #: nothing a rule acts on while the body does.
+    header: list[cst.CSTNode] = field(default_factory=list)
+
+
+def _header_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
+    if isinstance(node, cst.FunctionDef):
+        return [*node.decorators, node.name, node.params] + ([node.returns] if node.returns else [])
+    if isinstance(node, cst.ClassDef):
+        return [*node.decorators, node.name, *node.bases, *node.keywords]
+    if isinstance(node, (cst.If, cst.While)):
+        return [node.test]
+    if isinstance(node, cst.For):
+        return [node.target, node.iter]
+    if isinstance(node, cst.With):
+        return list(node.items)
+    return []
 
 
 def pruning_enabled() -> bool:
@@ -90,7 +108,7 @@ class SourceIndex:
                     raise _Unpaired
                 start = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", ())])
                 entry = Statement(node, start, stmt.end_lineno or stmt.lineno,
-                                  self._pair_children(node, stmt))
+                                  self._pair_children(node, stmt), _header_nodes(node))
                 self._places[id(node)] = (stmt.lineno, stmt.col_offset)
             out.append(entry)
         if i != len(stmts):
@@ -174,6 +192,11 @@ class SourceIndex:
             entry = stack.pop()
             if marks[min(entry.end, last)] - marks[min(entry.start, last + 1) - 1] == 0:
                 out.add(id(entry.node))
+            elif entry.children and entry.header:
+                header_end = entry.children[0].start - 1
+                if header_end >= entry.start and \
+                        marks[min(header_end, last)] - marks[min(entry.start, last + 1) - 1] == 0:
+                    out.update(id(part) for part in entry.header)
             stack.extend(entry.children)
         return frozenset(out)
 

@@ -74,6 +74,7 @@ class SourceIndex:
         self.tree = tree
         self._line_words = [frozenset(_WORD.findall(line)) for line in text.splitlines()]
         self._places: dict[int, tuple[int, int]] = {}
+        self._spans: dict[int, tuple[int, int]] = {}  # compound statements of the file as given
         self._kept: list[cst.CSTNode] = []  # statements that took over a place (their ids stay unique)
         try:
             self.statements: Optional[list[Statement]] = self._pair(module.body, tree.body)
@@ -110,6 +111,7 @@ class SourceIndex:
                 entry = Statement(node, start, stmt.end_lineno or stmt.lineno,
                                   self._pair_children(node, stmt), _header_nodes(node))
                 self._places[id(node)] = (stmt.lineno, stmt.col_offset)
+                self._spans[id(node)] = (entry.start, entry.end)
             out.append(entry)
         if i != len(stmts):
             raise _Unpaired
@@ -209,6 +211,14 @@ class SourceIndex:
             lines = self._new_lines[id(node)] = [frozenset(_WORD.findall(l)) for l in code.splitlines()]
             self._kept.append(node)
         return any(line & words and (also is None or line & also) for line in lines)
+
+    def may_spell(self, node: cst.CSTNode, word: str) -> bool:
+        """False when `node` is a compound statement of the file as given none of whose lines
+        spells `word`; True otherwise (it may)."""
+        span = self._spans.get(id(node))
+        if span is None:
+            return True
+        return any(word in line for line in self._line_words[span[0] - 1:span[1]])
 
     def spells(self, word: str) -> bool:
         """Whether the text has `word` anywhere (code, comment or string)."""

@@ -310,8 +310,6 @@ def _binds(function: cst.FunctionDef, name: str) -> Optional[bool]:
             if node.asname is None and (cst.Module([]).code_for_node(node.name).split(".")[0] == name):
                 found.append(True)
 
-    if name not in cst.Module([]).code_for_node(function.body):
-        return None
     function.body.visit(_Bindings())
     if False in found:
         return False
@@ -344,6 +342,7 @@ class PlanTraining(Rule):
         self.inits: list[tuple[cst.Call, cst.CSTNode]] = []  # (call, statement)
         self.sites: list[cst.CSTNode] = []  # every call that will reach the scaler
         self.scale_losses: list[cst.Call] = []
+        self._binds_cache: dict[tuple[int, str], Optional[bool]] = {}
 
     def visit_Call(self, node: cst.Call) -> None:
         name = self.apex_name(node.func)
@@ -435,7 +434,12 @@ class PlanTraining(Rule):
         """The function whose variable `name` is where `node` reads it (None: the module's)."""
         for parent in self.ancestors(node):
             if isinstance(parent, cst.FunctionDef):
-                binds = _binds(parent, name)
+                key = (id(parent), name)
+                if key not in self._binds_cache:
+                    index = self.state.index
+                    self._binds_cache[key] = _binds(parent, name) \
+                        if index is None or index.may_spell(parent, name) else None
+                binds = self._binds_cache[key]
                 if binds is not None:
                     return parent if binds else None
         return None

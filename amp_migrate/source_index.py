@@ -75,6 +75,7 @@ class SourceIndex:
         self._line_words = [frozenset(_WORD.findall(line)) for line in text.splitlines()]
         self._places: dict[int, tuple[int, int]] = {}
         self._spans: dict[int, tuple[int, int]] = {}  # compound statements of the file as given
+        self._ast: dict[int, ast.stmt] = {}  # and what Python's parser made of them
         self._kept: list[cst.CSTNode] = []  # statements that took over a place (their ids stay unique)
         try:
             self.statements: Optional[list[Statement]] = self._pair(module.body, tree.body)
@@ -112,6 +113,7 @@ class SourceIndex:
                                   self._pair_children(node, stmt), _header_nodes(node))
                 self._places[id(node)] = (stmt.lineno, stmt.col_offset)
                 self._spans[id(node)] = (entry.start, entry.end)
+                self._ast[id(node)] = stmt
             out.append(entry)
         if i != len(stmts):
             raise _Unpaired
@@ -219,6 +221,10 @@ class SourceIndex:
         if span is None:
             return True
         return any(word in line for line in self._line_words[span[0] - 1:span[1]])
+
+    def ast_of(self, node: cst.CSTNode) -> Optional[ast.stmt]:
+        """Python's parse of a compound statement of the file as given."""
+        return self._ast.get(id(node))
 
     def spells(self, word: str) -> bool:
         """Whether the text has `word` anywhere (code, comment or string)."""

@@ -123,3 +123,20 @@ def test_unpairable_files_are_not_pruned():
     text = "x = 1\n"
     index = SourceIndex(text, cst.parse_module(text), ast.parse("x = 1\ny = 2\n"))
     assert index.statements is None and index.skipped({"amp"}) == frozenset()
+
+
+@pytest.mark.parametrize("source, name, expected", [
+    ("def f(optimizer):\n    optimizer.step()\n", "optimizer", True),
+    ("def f():\n    optimizer = make()\n    optimizer.step()\n", "optimizer", True),
+    ("def f():\n    optimizer.step()\n", "optimizer", None),
+    ("def f():\n    global optimizer\n    optimizer = make()\n", "optimizer", False),
+    ("def f():\n    for optimizer in opts:\n        optimizer.step()\n", "optimizer", True),
+    ("def f():\n    def g(optimizer):\n        pass\n    optimizer.step()\n", "optimizer", None),
+    ("def f():\n    with make() as (a, optimizer):\n        pass\n", "optimizer", True),
+    ("def f():\n    import optimizer\n", "optimizer", True),
+    ("def f(*, k=1, **optimizer):\n    pass\n", "optimizer", True),
+])
+def test_binding_scope_reads_the_same_from_python_and_libcst_trees(source, name, expected):
+    from amp_migrate.rules.training_plan import _binds, _binds_in_ast
+    assert _binds_in_ast(ast.parse(source).body[0], name) is expected
+    assert _binds(cst.parse_module(source).body[0], name) is expected

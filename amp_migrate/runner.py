@@ -7,6 +7,7 @@ Workers only compute; the parent alone writes, one atomic rename per file, so th
 """
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import signal
@@ -102,6 +103,10 @@ class Workers:
         self.pool: Optional[multiprocessing.pool.Pool] = None
 
     def __enter__(self) -> "Workers":
+        # What the imports made (libcst's grammar and node classes, torch-free) lives as long
+        # as the process: out of the collector's sight, the first files do not pay for
+        # rescanning it, and forked workers do not copy it page by page.
+        gc.freeze()
         if self.size > 1:
             method = "fork" if sys.platform.startswith("linux") else None
             context = multiprocessing.get_context(method)

@@ -85,6 +85,7 @@ class SourceIndex:
         self._words: Optional[frozenset[str]] = None
         self._new_lines: dict[int, list[frozenset[str]]] = {}
         self._skipped: dict[tuple, frozenset[int]] = {}
+        self._by_word: Optional[dict[str, list[int]]] = None
         self.original_ids = frozenset(self._places)
 
     # -- pairing ---------------------------------------------------------------------------
@@ -184,11 +185,27 @@ class SourceIndex:
             self._skipped[key] = self._skip_ids(wanted, second)
         return self._skipped[key]
 
+    def _lines_with(self, words: frozenset[str]) -> set[int]:
+        if self._by_word is None:
+            self._by_word = {}
+            for number, line in enumerate(self._line_words, 1):
+                for word in line:
+                    self._by_word.setdefault(word, []).append(number)
+        out: set[int] = set()
+        for word in words:
+            out.update(self._by_word.get(word, ()))
+        return out
+
     def _skip_ids(self, wanted: frozenset[str], second: Optional[frozenset[str]]) -> frozenset[int]:
-        marks = [0]
-        for line in self._line_words:
-            hit = bool(line & wanted) and (second is None or bool(line & second))
-            marks.append(marks[-1] + hit)
+        hits = self._lines_with(wanted)
+        if second is not None:
+            hits &= self._lines_with(second)
+        marks = [0] * (len(self._line_words) + 1)
+        count = 0
+        for number in range(1, len(marks)):
+            if number in hits:
+                count += 1
+            marks[number] = count
         last = len(marks) - 1
         out: set[int] = set()
         stack = list(self.statements)

@@ -35,6 +35,7 @@ from typing import Optional, Sequence
 import libcst as cst
 import libcst.matchers as m
 
+from ..binding import Pruned
 from ..diagnostics import Severity, define
 from .training_plan import ONE_SCALER, SCALE_LOSS, bind_arguments, literal, TrainingRule
 
@@ -76,9 +77,17 @@ LOSS_ONLY_REGION = define(
 
 def _names(node: cst.CSTNode) -> set[str]:
     """Names and dotted attributes an expression reads (`loss`, `self.loss`)."""
-    found = {n.value for n in m.findall(node, m.Name())}
-    for attr in m.findall(node, m.Attribute()):
-        found.add(cst.Module([]).code_for_node(attr))
+    found: set[str] = set()
+    code = cst.Module([]).code_for_node
+
+    class Collect(Pruned):
+        def visit_Name(self, name: cst.Name) -> None:
+            found.add(name.value)
+
+        def visit_Attribute(self, attr: cst.Attribute) -> None:
+            found.add(code(attr))
+
+    node.visit(Collect())
     return found
 
 
@@ -87,7 +96,7 @@ def _assigned(stmt: cst.CSTNode) -> set[str]:
     out: set[str] = set()
     code = cst.Module([]).code_for_node
 
-    class Collect(cst.CSTVisitor):
+    class Collect(Pruned):
         def visit_FunctionDef(self, node) -> bool:
             return False
 

@@ -408,9 +408,11 @@ class ApexBinder:
         first = find(module, m.Assign(), self._skip)
         more: set[str] = set()
         for a in first:
-            value = a.value.func if isinstance(a.value, cst.Call) else a.value
-            if self._direct(value) is None:
-                continue  # neither an Apex object nor `amp.init()`: no holder, no handle
+            if isinstance(a.value, cst.Call):
+                if self._direct(a.value.func) != "apex.amp.init":
+                    continue  # an instance (`FusedAdam(...)`): no holder, no handle
+            elif self._direct(a.value) is None:
+                continue  # not an Apex object
             for t in a.targets:
                 if m.matches(t.target, m.Attribute(value=m.Name("self"))):
                     more.add(t.target.attr.value)

@@ -12,6 +12,7 @@ statement spans let each rule visit only the statements that spell what it acts 
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -67,6 +68,28 @@ def python_ast(text: str) -> Optional[ast.Module]:
 
 
 _DEPRECATED_MODULES = ("torch.cuda.amp", "torch.cpu.amp")
+
+
+_GAP = r"(?:\s|\\\n)"  # whitespace, or a backslash continuation
+_APEX_IMPORT_TEXT = re.compile(rf"\bimport\b(?:[^\n]|\\\n)*\bapex\b|\bfrom{_GAP}+apex\b"
+                               rf"|\bfrom{_GAP}+torch{_GAP}*\.{_GAP}*(?:cuda|cpu)\b")
+_AMP_ATTRIBUTE_TEXT = re.compile(rf"\.{_GAP}*amp\b")
+_BEFORE_DOT = re.compile(r"(?:\s|\\)*(\w*)(?:\s|\\)*$")
+
+
+def may_touch_apex(text: str) -> bool:
+    """A cheap superset of `touches_apex`, read from the text (comments and strings
+    included): an import line naming `apex` or torch's deprecated amp modules, or an `.amp`
+    attribute of anything but the plain name `torch`."""
+    if _APEX_IMPORT_TEXT.search(text):
+        return True
+    for match in _AMP_ATTRIBUTE_TEXT.finditer(text):
+        before = _BEFORE_DOT.search(text, max(0, match.start() - 200), match.start())
+        name = before.group(1) if before else ""
+        ahead = text[:before.start(1)].rstrip(" \t\n\\") if before else ""
+        if name != "torch" or ahead.endswith("."):
+            return True
+    return False
 
 
 def touches_apex(tree: ast.Module) -> bool:
@@ -160,8 +183,9 @@ def migrate_source(text: str, *, target: Target = "auto", device: str = "cuda",
         return MigrationResult(text, diagnostics, None)
     try:
         verify_output(text, tree, code)
-        after_tree = python_ast(code) if might_use_apex(code) else None
-        if might_use_apex(code) and (after_tree is None or touches_apex(after_tree)):
+        again_possible = might_use_apex(code) and may_touch_apex(code)
+        after_tree = python_ast(code) if again_possible else None
+        if again_possible and (after_tree is None or touches_apex(after_tree)):
             try:
                 after = cst.parse_module(code)
             except cst.ParserSyntaxError as exc:

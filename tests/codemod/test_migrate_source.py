@@ -123,6 +123,7 @@ def test_output_that_a_second_run_would_change_is_refused(monkeypatch):
     # here it is made to look as if it still did, so that the rules run on it again.
     monkeypatch.setattr(migrate, "touches_apex", lambda tree: True)
     monkeypatch.setattr(migrate, "might_use_apex", lambda text: True)
+    monkeypatch.setattr(migrate, "may_touch_apex", lambda text: True)
     result = migrate_source(LOOP, target="native")
     assert result.code == LOOP
     assert any(d.code == "AMP002" and "second run" in d.message for d in result.diagnostics)

@@ -140,3 +140,23 @@ def test_binding_scope_reads_the_same_from_python_and_libcst_trees(source, name,
     from amp_migrate.rules.training_plan import _binds, _binds_in_ast
     assert _binds_in_ast(ast.parse(source).body[0], name) is expected
     assert _binds(cst.parse_module(source).body[0], name) is expected
+
+
+TEXT_CASES = ["import apex\n", "import os, \\\n    apex\n", "from apex import amp\n",
+              "from \\\n  apex import amp\n", "x = torch.cuda.amp.autocast()\n",
+              "from torch.cuda import amp\n", "y = self.amp\n", "z = a.torch.amp\n",
+              "import torch.cuda.amp as tca\n", "from torch.cpu.amp import autocast\n"]
+
+
+@pytest.mark.parametrize("text", TEXT_CASES + [
+    p.read_text() for p in sorted((ROOT / "fixtures").rglob("*.py"))], ids=lambda t: t[:30])
+def test_text_check_never_misses_code_that_touches_apex(text):
+    """A second run is skipped when the text check says no: it must be a superset."""
+    from amp_migrate.migrate import may_touch_apex, touches_apex
+    tree = ast.parse(text)
+    assert may_touch_apex(text) or not touches_apex(tree)
+
+
+def test_text_check_lets_native_torch_amp_through():
+    from amp_migrate.migrate import may_touch_apex
+    assert not may_touch_apex("import torch\n# apex is gone\nscaler = torch.amp.GradScaler()\n")

@@ -1,6 +1,6 @@
 """Codemod throughput beside its peers, on one generated corpus, in one run.
 
-    OMP_NUM_THREADS=1 python bench/codemod_throughput.py [--files 200] [--no-torchfix]
+    OMP_NUM_THREADS=1 python bench/codemod_throughput.py [--files 600] [--no-torchfix]
 
 1. builds the corpus (`bench/codemod_corpus.py`, seeded) under `bench/.corpus/`;
 2. `amp-migrate --check --jobs 1` on it, with each file's job timed (bench/_timed_amp_migrate.py:
@@ -90,7 +90,7 @@ def bare_libcst(paths: list[Path], repeats: int = 3) -> float:
 def main(argv=None) -> int:
     require_single_thread()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--files", type=int, default=200, help="generated files (plus the fixtures)")
+    parser.add_argument("--files", type=int, default=600, help="generated files (plus the fixtures)")
     parser.add_argument("--apex-share", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--corpus", type=Path, default=codemod_corpus.DEFAULT_OUT)

@@ -16,6 +16,7 @@ means the import, and a table from the import statements answers exactly what
 from __future__ import annotations
 
 import ast
+import dataclasses
 from typing import AbstractSet, Callable, Iterable, Optional
 
 import libcst as cst
@@ -39,30 +40,64 @@ _GUARD_VALUES = ("None", "False", "True")
 NOTHING: frozenset[int] = frozenset()
 
 
-class Pruned(cst.CSTVisitor):
-    """A visitor that does not enter the statements whose ids it is given (see SourceIndex)."""
+_FIELDS: dict[type, tuple[str, ...]] = {}
 
-    def __init__(self, skip: AbstractSet[int] = NOTHING) -> None:
-        super().__init__()
+
+def children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """A node's children, read from its fields. (`CSTNode.children` and `CSTNode.visit`
+    rebuild every node they pass; a read-only walk has no need to.) Field order, which is
+    source order but for a few nodes (a function's decorators come after its body)."""
+    names = _FIELDS.get(type(node))
+    if names is None:
+        names = _FIELDS[type(node)] = tuple(f.name for f in dataclasses.fields(node))
+    out: list[cst.CSTNode] = []
+    for name in names:
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            out.append(value)
+        elif isinstance(value, (list, tuple)):
+            out.extend(v for v in value if isinstance(v, cst.CSTNode))
+    return out
+
+
+class Pruned:
+    """A read-only visitor (`visit_<Type>` handlers; returning False skips the children) that
+    does not enter the statements whose ids it is given (see SourceIndex)."""
+
+    def __init__(self, skip: AbstractSet[int] = NOTHING,
+                 parents: Optional[dict] = None) -> None:
         self.skip = skip
+        self.parents = parents  # filled with the parent of every node entered, if given
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if id(node) in self.skip:
-            return False
-        func = getattr(self, "visit_" + type(node).__name__, None)
-        return func is None or func(node) is not False
+    #: Called on every node before its `visit_<Type>` handler (False skips the children).
+    visit_node = None
 
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        func = getattr(self, "leave_" + type(original_node).__name__, None)
-        if func is not None:
-            func(original_node)
+    def walk(self, tree: cst.CSTNode) -> None:
+        stack: list[tuple[cst.CSTNode, Optional[cst.CSTNode]]] = [(tree, None)]
+        skip, parents, cls = self.skip, self.parents, type(self)
+        every = cls.visit_node
+        while stack:
+            node, parent = stack.pop()
+            if id(node) in skip:
+                continue
+            if parents is not None:
+                parents[node] = parent
+            if every is not None and every(self, node) is False:
+                continue
+            func = _visit_handler(cls, type(node))
+            if func is not None and func(self, node) is False:
+                continue
+            stack.extend((child, node) for child in reversed(children(node)))
 
-    # No pruned visitor has `visit_<Type>_<attribute>` handlers.
-    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
-        pass
 
-    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
-        pass
+_VISITS: dict[tuple[type, type], object] = {}
+
+
+def _visit_handler(cls: type, node_type: type):
+    key = (cls, node_type)
+    if key not in _VISITS:
+        _VISITS[key] = getattr(cls, "visit_" + node_type.__name__, None)
+    return _VISITS[key]
 
 
 def find(tree: cst.CSTNode, matcher, skip: AbstractSet[int] = NOTHING,
@@ -70,27 +105,16 @@ def find(tree: cst.CSTNode, matcher, skip: AbstractSet[int] = NOTHING,
     """`m.findall` that does not enter the skipped statements; `parents`, if given, gets
     the parent of every node the search entered."""
     found: list[cst.CSTNode] = []
-    path: list[cst.CSTNode] = []
     node_type = getattr(cst, type(matcher).__name__, None)  # m.Call matches cst.Call only
     if not (isinstance(node_type, type) and issubclass(node_type, cst.CSTNode)):
         node_type = cst.CSTNode
 
     class _Find(Pruned):
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            if id(node) in self.skip:
-                return False
+        def visit_node(self, node: cst.CSTNode) -> None:
             if isinstance(node, node_type) and m.matches(node, matcher):
                 found.append(node)
-            if parents is not None:
-                parents[node] = path[-1] if path else None
-            path.append(node)
-            return True
 
-        def on_leave(self, original_node: cst.CSTNode) -> None:
-            if id(original_node) not in self.skip:
-                path.pop()
-
-    tree.visit(_Find(skip))
+    _Find(skip, parents).walk(tree)
     return found
 
 
@@ -289,25 +313,20 @@ def is_read(name: cst.Name, parent: Callable[[cst.CSTNode], Optional[cst.CSTNode
 def read_names(tree: cst.CSTNode, skip: AbstractSet[int] = NOTHING) -> set[str]:
     """The names read outside import statements and the skipped statements."""
     found: set[str] = set()
-    path: list[cst.CSTNode] = []
-    parents: dict[cst.CSTNode, cst.CSTNode] = {}
+    parents: dict[cst.CSTNode, Optional[cst.CSTNode]] = {}
 
     class _Reads(Pruned):
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            if id(node) in self.skip or isinstance(node, (cst.Import, cst.ImportFrom)):
-                return False
-            if path:
-                parents[node] = path[-1]
-            if isinstance(node, cst.Name) and is_read(node, parents.get) is not False:
+        def visit_Import(self, node: cst.Import) -> bool:
+            return False
+
+        def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+            return False
+
+        def visit_Name(self, node: cst.Name) -> None:
+            if is_read(node, parents.get) is not False:
                 found.add(node.value)
-            path.append(node)
-            return True
 
-        def on_leave(self, original_node: cst.CSTNode) -> None:
-            if not (id(original_node) in self.skip or isinstance(original_node, (cst.Import, cst.ImportFrom))):
-                path.pop()
-
-    tree.visit(_Reads(skip))
+    _Reads(skip, parents).walk(tree)
     return found
 
 
@@ -315,7 +334,7 @@ def not_reads(tree: cst.CSTNode, skip: AbstractSet[int] = NOTHING) -> set[int]:
     """Ids of the Name nodes that read nothing (attribute names, keywords, import aliases,
     plain assignment targets), outside the skipped statements."""
     collect = _NotReads(skip)
-    tree.visit(collect)
+    collect.walk(tree)
     return collect.ids
 
 
@@ -323,7 +342,7 @@ def plain_apex_bindings(module: cst.Module, skip: AbstractSet[int] = NOTHING) ->
     """Local name → Apex name when the imports alone decide what every read means, else None.
     `skip`: statements that spell no Apex word (they can neither import nor rebind one)."""
     seen = _Bindings(skip)
-    module.visit(seen)
+    seen.walk(module)
     return _table(seen)
 
 
@@ -363,7 +382,7 @@ class ApexBinder:
             self.bound_elsewhere = known.bound_elsewhere
         else:
             seen = _Bindings(self._skip)
-            module.visit(seen)
+            seen.walk(module)
             self.table = _table(seen)
             #: Names the file binds other than by an Apex import (only those that spell an
             #: Apex word are known: the others do not matter).

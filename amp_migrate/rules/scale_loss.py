@@ -87,7 +87,7 @@ def _names(node: cst.CSTNode) -> set[str]:
         def visit_Attribute(self, attr: cst.Attribute) -> None:
             found.add(code(attr))
 
-    node.visit(Collect())
+    Collect().walk(node)
     return found
 
 
@@ -132,7 +132,7 @@ def _assigned(stmt: cst.CSTNode) -> set[str]:
             if node.asname is not None:
                 self._targets(node.asname.name)
 
-    stmt.visit(Collect())
+    Collect().walk(stmt)
     return out
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 from typing import AbstractSet, Callable, Iterable, Optional
 
 import libcst as cst
@@ -41,15 +42,21 @@ NOTHING: frozenset[int] = frozenset()
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
+# Fields that hold only whitespace, comments and punctuation: nothing a read-only pass asks about.
+_LAYOUT_FIELD = re.compile(r"^(whitespace|lpar|rpar|comma|semicolon|leading_lines|trailing_whitespace"
+                           r"|lines_after_decorators|header|footer|equal|colon|dot|operator|asynchronous"
+                           r"|first_line|empty_lines|last_line|newline|lbracket|rbracket|lbrace|rbrace)")
 
 
 def children(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """A node's children, read from its fields. (`CSTNode.children` and `CSTNode.visit`
-    rebuild every node they pass; a read-only walk has no need to.) Field order, which is
-    source order but for a few nodes (a function's decorators come after its body)."""
+    """A node's children that can hold code, read from its fields. (`CSTNode.children` and
+    `CSTNode.visit` rebuild every node they pass; a read-only walk has no need to.) Field
+    order, which is source order but for a few nodes (a function's decorators come after its
+    body)."""
     names = _FIELDS.get(type(node))
     if names is None:
-        names = _FIELDS[type(node)] = tuple(f.name for f in dataclasses.fields(node))
+        names = _FIELDS[type(node)] = tuple(f.name for f in dataclasses.fields(node)
+                                            if not _LAYOUT_FIELD.match(f.name))
     out: list[cst.CSTNode] = []
     for name in names:
         value = getattr(node, name)
@@ -156,6 +163,7 @@ class _Bindings(Pruned):
         super().__init__(skip)
         self.apex: dict[str, set[str]] = {}
         self.other: set[str] = set()
+        self.assigns: list[cst.Assign] = []
         self.star = False  # a star import of an Apex module binds names nobody knows
         self.star_names: set[str] = set()  # what the known ones bind
 
@@ -192,6 +200,7 @@ class _Bindings(Pruned):
         return False
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        self.assigns.append(node)
         if isinstance(node.value, cst.Name) and node.value.value in _GUARD_VALUES and all(
                 isinstance(t.target, cst.Name) for t in node.targets):
             return
@@ -387,15 +396,16 @@ class ApexBinder:
             #: Names the file binds other than by an Apex import (only those that spell an
             #: Apex word are known: the others do not matter).
             self.bound_elsewhere: frozenset[str] = frozenset(seen.other)
-            self._scan(module, words)
+            self._scan(module, words, seen.assigns)
 
     def imported_name(self, node: cst.CSTNode) -> Optional[str]:
         """The Apex name `node` reaches through an import alone (not through `self.` holders)."""
         return self._direct(node)
 
-    def _direct(self, node: cst.CSTNode) -> Optional[str]:
+    def _direct(self, node: cst.CSTNode, read: Optional[bool] = None) -> Optional[str]:
+        """`read`: `node` is known to be read (an assigned value)."""
         if self.table is not None:
-            return self._plain(node)
+            return self._plain(node, read)
         names = self._get(QualifiedNameProvider, node, set())
         apex = sorted(q.name for q in names if is_apex_name(q.name))
         return apex[0] if apex else None
@@ -421,16 +431,15 @@ class ApexBinder:
             return self._plain(node.func, True)
         return None
 
-    def _scan(self, module: cst.Module, words: Optional[Iterable[str]]) -> None:
+    def _scan(self, module: cst.Module, words: Optional[Iterable[str]], first: list[cst.Assign]) -> None:
         # Statements that spell an Apex word name the candidates; every assignment to a
         # candidate attribute or a handle spells its name, so a second pass sees them all.
-        first = find(module, m.Assign(), self._skip)
         more: set[str] = set()
         for a in first:
             if isinstance(a.value, cst.Call):
                 if self._direct(a.value.func) != "apex.amp.init":
                     continue  # an instance (`FusedAdam(...)`): no holder, no handle
-            elif self._direct(a.value) is None:
+            elif self._direct(a.value, read=True) is None:
                 continue  # not an Apex object
             for t in a.targets:
                 if m.matches(t.target, m.Attribute(value=m.Name("self"))):
@@ -454,7 +463,7 @@ class ApexBinder:
                         candidates.setdefault(target.attr.value, set()).add(HANDLE)
                 continue
             # `self.norm = FusedLayerNorm(d)` holds an instance, not the Apex object itself.
-            value_name = None if isinstance(assign.value, cst.Call) else self._direct(assign.value)
+            value_name = None if isinstance(assign.value, cst.Call) else self._direct(assign.value, read=True)
             for t in assign.targets:
                 if m.matches(t.target, m.Attribute(value=m.Name("self"))):
                     candidates.setdefault(t.target.attr.value, set()).add(value_name)

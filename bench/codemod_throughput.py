@@ -6,8 +6,11 @@
 2. `amp-migrate --check --jobs 1` on it, with each file's job timed (bench/_timed_amp_migrate.py:
    the same CLI, `runner.process` wrapped with a clock), and `amp-migrate --check --jobs 2`;
    the peak RSS of each run's process tree is sampled from /proc;
-3. bare libcst parse + render (`parse_module(text).code`) of the Apex files alone, in this
-   process, best of 3: the floor for any libcst tool;
+3. on the Apex files alone, in this process, file by file and interleaved (so that both see the
+   same load and the same warm interpreter), each the best of 3: amp-migrate's whole pipeline
+   (`migrate_source`: parse, rules, verification, render) and bare libcst parse + render
+   (`parse_module(text).code`), the floor for any libcst tool; the CLI run's per-file clock for
+   the same files is reported beside them (one cold run, so noisier);
 4. TorchFix (`torchfix --jobs 2 CORPUS`, the way its users run it) from its own virtual
    environment `bench/.torchfix-venv/` (created here on first use: its last release pins
    libcst<1.6, this project's environment has a newer one).
@@ -73,18 +76,33 @@ def run_amp_migrate(jobs: int, corpus: Path, work: Path, timed: bool) -> tuple[d
     return run, report, timings
 
 
-def bare_libcst(paths: list[Path], repeats: int = 3) -> float:
-    """Seconds to parse and render every file once (best of `repeats`)."""
-    import libcst as cst
+def side_by_side(paths: list[Path], repeats: int = 3) -> tuple[float, float, float, int]:
+    """Seconds for `migrate_source` (the whole pipeline: parse, rules, verification, render)
+    and for bare libcst parse + render on the same files, in this process, the two
+    interleaved file by file and each the best of `repeats`, so that both see the same
+    machine load and the same warm interpreter. Also the slowest file's time and lines."""
+    import gc
 
-    texts = [p.read_text() for p in paths]
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for text in texts:
+    import libcst as cst
+    from amp_migrate.migrate import migrate_source
+
+    gc.freeze()  # as the CLI does (runner.Workers) before its first file
+    ours = bare = slowest = 0.0
+    slowest_lines = 0
+    for path in paths:
+        text = path.read_text()
+        mine = floor = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            migrate_source(text)
+            mine = min(mine, time.perf_counter() - start)
+            start = time.perf_counter()
             assert cst.parse_module(text).code == text
-        best = min(best, time.perf_counter() - start)
-    return best
+            floor = min(floor, time.perf_counter() - start)
+        ours, bare = ours + mine, bare + floor
+        if mine > slowest:
+            slowest, slowest_lines = mine, len(text.splitlines())
+    return ours, bare, slowest, slowest_lines
 
 
 def main(argv=None) -> int:
@@ -125,9 +143,9 @@ def main(argv=None) -> int:
     j2, report2, _ = run_amp_migrate(2, corpus, work, timed=False)
     print(f"  {j2['wall_s']:.1f} s", flush=True)
 
-    print("bare libcst parse + render of the Apex files ...", flush=True)
-    bare_s = bare_libcst([corpus / e["path"] for e in apex])
-    print(f"  {bare_s:.2f} s", flush=True)
+    print("amp-migrate and bare libcst parse + render on the Apex files, side by side ...", flush=True)
+    apex_s, bare_s, slowest_s, slowest_lines = side_by_side([corpus / e["path"] for e in apex])
+    print(f"  {apex_s:.2f} s vs {bare_s:.2f} s", flush=True)
 
     tf = None
     if tf_exe is not None:
@@ -147,9 +165,8 @@ def main(argv=None) -> int:
     def job_time(e) -> float:
         return by_path.get(str((corpus / e["path"]).resolve()), float("nan"))
 
-    apex_job_s = sum(job_time(e) for e in apex)
+    apex_cli_s = sum(job_time(e) for e in apex)
     clean_job_s = sum(job_time(e) for e in clean)
-    per_file = sorted(((e["lines"], job_time(e)) for e in apex), key=lambda x: x[0])
     summary1 = report1["summary"]
 
     def rates(wall: float) -> dict:
@@ -166,15 +183,16 @@ def main(argv=None) -> int:
         "amp_migrate_j2": {**rates(j2["wall_s"]), "peak_rss_tree_mb": j2["peak_rss_tree_mb"],
                            "peak_rss_single_mb": j2["peak_rss_single_mb"], "summary": report2["summary"]},
         "apex_only": {
-            "amp_migrate_job_s": round(apex_job_s, 3),
-            "amp_migrate_lines_per_s": round(apex_lines / apex_job_s, 1),
-            "amp_migrate_files_per_s": round(len(apex) / apex_job_s, 3),
-            "amp_migrate_ms_per_line": round(1000 * apex_job_s / apex_lines, 2),
+            "amp_migrate_job_s": round(apex_s, 3),
+            "amp_migrate_lines_per_s": round(apex_lines / apex_s, 1),
+            "amp_migrate_files_per_s": round(len(apex) / apex_s, 3),
+            "amp_migrate_ms_per_line": round(1000 * apex_s / apex_lines, 3),
             "bare_libcst_s": round(bare_s, 3),
             "bare_libcst_lines_per_s": round(apex_lines / bare_s, 1),
             "bare_libcst_files_per_s": round(len(apex) / bare_s, 1),
-            "slowest_file": {"lines": max(per_file, key=lambda x: x[1])[0],
-                             "s": round(max(t for _, t in per_file), 2)},
+            "slowest_file": {"lines": slowest_lines, "s": round(slowest_s, 3)},
+            "cli_job_s": round(apex_cli_s, 3),
+            "cli_lines_per_s": round(apex_lines / apex_cli_s, 1),
         },
         "clean_files": {"count": len(clean), "job_s": round(clean_job_s, 4),
                         "us_per_file": round(1e6 * clean_job_s / max(len(clean), 1), 1),
@@ -229,10 +247,14 @@ def rows(res: dict) -> list[list[str]]:
                     fmt(r.get("peak_rss_tree_mb"), 0)])
     a = res["apex_only"]
     c = res["corpus"]
-    out.append(["amp-migrate, Apex files only (jobs 1, per-file clock)", f"{c['apex_files']}",
+    if "cli_job_s" in a:
+        out.append(["amp-migrate, Apex files only (CLI --jobs 1 run, per-file clock)", f"{c['apex_files']}",
+                    fmt(a["cli_job_s"]), fmt(c["apex_files"] / a["cli_job_s"], 2),
+                    fmt(a["cli_lines_per_s"], 0), "-"])
+    out.append(["amp-migrate `migrate_source`, Apex files only (best of 3 per file)", f"{c['apex_files']}",
                 fmt(a["amp_migrate_job_s"]), fmt(a["amp_migrate_files_per_s"], 2),
                 fmt(a["amp_migrate_lines_per_s"], 0), "-"])
-    out.append(["bare libcst parse + render, Apex files only", f"{c['apex_files']}",
+    out.append(["bare libcst parse + render, Apex files only (best of 3 per file)", f"{c['apex_files']}",
                 fmt(a["bare_libcst_s"], 2), fmt(a["bare_libcst_files_per_s"]),
                 fmt(a["bare_libcst_lines_per_s"], 0), "-"])
     return out
@@ -253,8 +275,8 @@ def render_text(res: dict) -> str:
                      f"amp-migrate --jobs 1 vs TorchFix --jobs 2: {res['ratio_to_torchfix_j1']:.2f}x")
     a = res["apex_only"]
     lines.append(f"ratio to bare libcst on the Apex files: {a['ratio_to_bare_libcst']:.4f}x "
-                 f"({a['amp_migrate_ms_per_line']:.1f} ms per line; slowest file "
-                 f"{a['slowest_file']['lines']} lines in {a['slowest_file']['s']:.1f} s)")
+                 f"({a['amp_migrate_ms_per_line']:.3f} ms per line; slowest file "
+                 f"{a['slowest_file']['lines']} lines in {a['slowest_file']['s']:.2f} s)")
     cl = res["clean_files"]
     lines.append(f"files without Apex: {cl['count']}, {cl['parsed']} parsed, "
                  f"{cl['us_per_file']:.0f} us per file")

@@ -120,7 +120,7 @@ def render() -> str:
         res = json.loads(path.read_text())
         parts.append(section(res))
         missed += _missed(res)
-    head = ["Targets missed in the latest runs:" if missed else "Every target is met in the latest runs.", ""]
+    head = ["Targets missed in the latest runs:", ""] if missed else ["Every target is met in the latest runs."]
     totals = [json.loads((RESULTS / f"{n}.json").read_text())["total_s"]
               for n in ("codemod_throughput", "shim_overhead") if (RESULTS / f"{n}.json").exists()]
     if len(totals) == 2:

@@ -168,10 +168,6 @@ class SourceIndex:
                 self._places[id(node)] = place
                 self._kept.append(node)
 
-    def lines_spelling(self, words: Iterable[str]) -> list[int]:
-        wanted = frozenset(words)
-        return [i + 1 for i, line in enumerate(self._line_words) if line & wanted]
-
     def skipped(self, words: Optional[Iterable[str]], also: Optional[Iterable[str]] = None) -> frozenset[int]:
         """Ids of the statements none of whose lines spells one of `words` (and, if given,
         one of `also` on the same line), at every depth (a rule may have rebuilt the statement

@@ -117,12 +117,6 @@ class Rule(VisitorBasedCodemodCommand):
                 out.add(local)
         return frozenset(out)
 
-    def apex_words_and(self, words: Iterable[str]) -> Optional[frozenset[str]]:
-        """The Apex words and `words` (None while the Apex words are unknown)."""
-        if self.state.apex_words is None:
-            return None
-        return self.state.apex_words | frozenset(words)
-
     def name_is_free(self, name: str, tree: cst.Module) -> bool:
         """No code in the file spells `name` (cheap when the text never does)."""
         index = self.state.index

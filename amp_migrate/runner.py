@@ -80,6 +80,10 @@ def write(result: FileResult) -> FileResult:
     return replace(result, written=True)
 
 
+#: Cyclic-GC thresholds while files are processed (CPython's default: 700, 10, 10).
+GC_THRESHOLDS = (70_000, 10, 10)
+
+
 def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
@@ -103,10 +107,13 @@ class Workers:
         self.pool: Optional[multiprocessing.pool.Pool] = None
 
     def __enter__(self) -> "Workers":
-        # What the imports made (libcst's grammar and node classes, torch-free) lives as long
-        # as the process: out of the collector's sight, the first files do not pay for
-        # rescanning it, and forked workers do not copy it page by page.
+        # What the imports made (libcst's grammar and node classes) lives as long as the
+        # process: out of the collector's sight, the first files do not pay for rescanning it,
+        # and forked workers do not copy it page by page. Syntax trees hold no reference
+        # cycles, so the collector runs a hundred times less often than by default (as mypy
+        # does); reference counting frees each file's trees as before.
         gc.freeze()
+        gc.set_threshold(*GC_THRESHOLDS)
         if self.size > 1:
             method = "fork" if sys.platform.startswith("linux") else None
             context = multiprocessing.get_context(method)

@@ -86,7 +86,10 @@ def side_by_side(paths: list[Path], repeats: int = 3) -> tuple[float, float, flo
     import libcst as cst
     from amp_migrate.migrate import migrate_source
 
-    gc.freeze()  # as the CLI does (runner.Workers) before its first file
+    from amp_migrate.runner import GC_THRESHOLDS
+
+    gc.freeze()  # as the CLI does (runner.Workers) before its first file, for both sides
+    gc.set_threshold(*GC_THRESHOLDS)
     ours = bare = slowest = 0.0
     slowest_lines = 0
     for path in paths:

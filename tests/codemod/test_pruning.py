@@ -159,3 +159,24 @@ def test_text_check_never_misses_code_that_touches_apex(text):
 def test_text_check_lets_native_torch_amp_through():
     from amp_migrate.migrate import may_touch_apex
     assert not may_touch_apex("import torch\n# apex is gone\nscaler = torch.amp.GradScaler()\n")
+
+
+def test_rules_do_not_enter_functions_that_spell_no_apex_word(monkeypatch):
+    from amp_migrate.rules.base import Rule
+
+    entered: set[str] = set()
+    real = Rule.visit_node
+
+    def spy(self, node):
+        if isinstance(node, cst.FunctionDef):
+            entered.add(node.name.value)
+        return real(self, node)
+
+    monkeypatch.setattr(Rule, "visit_node", spy)
+    result = migrate_source(SAMPLE)
+    assert result.changed
+    assert "train" in entered and "evaluate" not in entered
+    monkeypatch.setenv("AMP_MIGRATE_NO_PRUNE", "1")
+    entered.clear()
+    assert migrate_source(SAMPLE).code == result.code
+    assert "evaluate" in entered

@@ -125,7 +125,20 @@ def find(tree: cst.CSTNode, matcher, skip: AbstractSet[int] = NOTHING,
     return found
 
 
-_DEPRECATED_AMP = ("torch.cuda.amp", "torch.cpu.amp")
+DEPRECATED_AMP_MODULES = ("torch.cuda.amp", "torch.cpu.amp")
+
+
+def _apex_or_deprecated(module: str) -> bool:
+    return is_apex_name(module) or module.startswith(DEPRECATED_AMP_MODULES)
+
+
+def imports_apex(node: ast.Import | ast.ImportFrom) -> bool:
+    """Whether an import statement imports Apex or torch's deprecated amp."""
+    if isinstance(node, ast.Import):
+        return any(_apex_or_deprecated(a.name) for a in node.names)
+    module = node.module or ""
+    return not node.level and (_apex_or_deprecated(module) or (
+        module in ("torch.cuda", "torch.cpu") and any(a.name in ("amp", "*") for a in node.names)))
 
 #: Apex modules whose `import *` binds a known set of names (the rules that handle those
 #: names register them). A star import of any other Apex module binds unknown names.
@@ -139,12 +152,11 @@ def apex_import_words(imports: Iterable[ast.Import | ast.ImportFrom]) -> Optiona
     for node in imports:
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if is_apex_name(alias.name) or alias.name.startswith(_DEPRECATED_AMP):
+                if _apex_or_deprecated(alias.name):
                     words.add(alias.asname or alias.name.split(".")[0])
             continue
         module = node.module or ""
-        if node.level or not (is_apex_name(module) or module.startswith(_DEPRECATED_AMP)
-                              or module in ("torch.cuda", "torch.cpu")):
+        if node.level or not (_apex_or_deprecated(module) or module in ("torch.cuda", "torch.cpu")):
             continue
         for alias in node.names:
             if alias.name == "*":

@@ -22,7 +22,7 @@ from libcst.codemod import CodemodContext
 from .diagnostics import NATIVE_IMPOSSIBLE, PARSE_ERROR, VERIFY_FAILED, Diagnostic
 from .options import Options, Target
 from .rules import NATIVE_RULES, SHIM_RULES
-from .binding import apex_import_words, is_apex_name
+from .binding import apex_import_words, imports_apex
 from .rules.base import FileState
 from .source_index import SourceIndex
 from .verify import VerificationError, verify_output
@@ -67,9 +67,6 @@ def python_ast(text: str) -> Optional[ast.Module]:
         return None
 
 
-_DEPRECATED_MODULES = ("torch.cuda.amp", "torch.cpu.amp")
-
-
 _GAP = r"(?:\s|\\\n)"  # whitespace, or a backslash continuation
 _APEX_IMPORT_TEXT = re.compile(rf"\bimport\b(?:[^\n]|\\\n)*\bapex\b|\bfrom{_GAP}+apex\b"
                                rf"|\bfrom{_GAP}+torch{_GAP}*\.{_GAP}*(?:cuda|cpu)\b")
@@ -96,23 +93,14 @@ def touches_apex(tree: ast.Module) -> bool:
     """Whether the code (not its comments or strings) could give a rule anything to do: an
     import of Apex or of torch's deprecated amp, or an `amp` attribute other than `torch.amp`.
     Every rule acts on names those bind, so a file without them is left as it is."""
-    for node in SourceIndex.imports_of(tree):
-        if _imports_apex(node):
-            return True
+    if any(imports_apex(node) for node in SourceIndex.imports_of(tree)):
+        return True
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
             if node.attr == "amp" and not (isinstance(node.value, ast.Name) and node.value.id == "torch"):
                 return True
     return False
 
-
-def _imports_apex(node: ast.Import | ast.ImportFrom) -> bool:
-    if isinstance(node, ast.Import):
-        return any(is_apex_name(a.name) or a.name.startswith(_DEPRECATED_MODULES) for a in node.names)
-    if node.level or not node.module:
-        return False
-    return (is_apex_name(node.module) or node.module.startswith(_DEPRECATED_MODULES)
-            or (node.module in ("torch.cuda", "torch.cpu") and any(a.name in ("amp", "*") for a in node.names)))
 
 
 def parse(text: str) -> cst.Module:

@@ -36,9 +36,8 @@ def undefined_names(code: str) -> set[str]:
         for symbol in table.get_symbols():
             if not symbol.is_referenced():
                 continue
-            global_read = symbol.is_global() or (table is top and not symbol.is_local()) \
-                or (table is top and symbol.is_local() and not symbol.is_assigned()
-                    and not symbol.is_imported() and not symbol.is_namespace())
+            # A module-level read, or a function's read that resolves to the module.
+            global_read = table is top or symbol.is_global()
             if global_read and symbol.get_name() not in bound and symbol.get_name() not in _BUILTINS:
                 missing.add(symbol.get_name())
     return missing

@@ -21,7 +21,7 @@ from libcst.metadata import (MetadataWrapper, ParentNodeProvider, PositionProvid
 
 _UNDEFINED = object()
 
-from ..binding import NOTHING, ApexBinder, find
+from ..binding import NOTHING, ApexBinder, children, find
 from ..source_index import SourceIndex
 from ..diagnostics import Code, Diagnostic
 from ..options import Options
@@ -296,7 +296,7 @@ class Rule(VisitorBasedCodemodCommand):
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         # What ParentNodeProvider gives: recorded during the traversal for every node it
         # entered; for others (asked about before the traversal reaches them), from a walk
-        # over `children` that does not enter the statements this rule skips.
+        # over node fields that does not enter the statements this rule skips.
         if node in self._seen_parents:
             return self._seen_parents[node]
         if self._parents is None:
@@ -305,7 +305,7 @@ class Rule(VisitorBasedCodemodCommand):
             skip = self._parent_skip
             while stack:
                 current = stack.pop()
-                for child in current.children:
+                for child in children(current):
                     self._parents[child] = current
                     if id(child) not in skip:
                         stack.append(child)

@@ -69,6 +69,7 @@ from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, QualifiedNameProvider, ScopeProvider
 
+from ..binding import DEPRECATED_AMP_MODULES
 from ..diagnostics import Code, Severity, define
 from .base import FileState, Rule, add_requested_imports
 
@@ -136,7 +137,7 @@ REFERENCE_KEPT = define(
     after="ctx = torch.cuda.amp.autocast if use_amp else contextlib.nullcontext  # unchanged",
 )
 
-_DEPRECATED_MODULES = ("torch.cuda.amp", "torch.cpu.amp")
+_DEPRECATED_MODULES = DEPRECATED_AMP_MODULES
 _DEFAULT_DTYPE = {"cuda": "float16", "cpu": "bfloat16"}
 _OLD_AUTOCAST_PARAMS = ("enabled", "dtype", "cache_enabled")
 

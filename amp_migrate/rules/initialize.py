@@ -62,13 +62,14 @@ class InitializeToGradScaler(TrainingRule):
     def interest(self):
         return self.words_for(INITIALIZE, INIT)
 
-    def _creation(self, leading_lines=()) -> cst.SimpleStatementLine:
+    def _creation(self, leading_lines=()) -> list[cst.SimpleStatementLine]:
+        """One GradScaler per loss id when the plan keeps Apex's per-loss scalers apart."""
         AddImportsVisitor.add_needed_import(self.context, "torch")
         self.created = True
-        target = cst.parse_expression(self.plan.scaler)
-        return cst.SimpleStatementLine(
-            [cst.Assign([cst.AssignTarget(target)], self.plan.scaler_call.deep_clone())],
-            leading_lines=leading_lines)
+        return [cst.SimpleStatementLine(
+            [cst.Assign([cst.AssignTarget(cst.parse_expression(scaler))], self.plan.scaler_call.deep_clone())],
+            leading_lines=leading_lines if i == 0 else ())
+            for i, scaler in enumerate(self.plan.scalers)]
 
     def _is_init(self, node: Optional[cst.CSTNode]) -> bool:
         return isinstance(node, cst.Call) and self.apex_name(node.func) in (INITIALIZE, INIT)
@@ -93,8 +94,8 @@ class InitializeToGradScaler(TrainingRule):
             return updated_node.with_changes(body=[rest])
         creation = self._creation(original_node.leading_lines)
         if rest is None:
-            return creation
-        return cst.FlattenSentinel([creation, updated_node.with_changes(body=[rest], leading_lines=())])
+            return cst.FlattenSentinel(creation)
+        return cst.FlattenSentinel([*creation, updated_node.with_changes(body=[rest], leading_lines=())])
 
     def _rest(self, original_small, updated_small, call: cst.Call):
         """The statement without initialize, or None when nothing of it is left."""
@@ -126,10 +127,10 @@ class InitializeToGradScaler(TrainingRule):
         body = updated_node.body
         if not body.body or all(isinstance(s, cst.SimpleStatementLine) and
                                 all(isinstance(x, cst.Pass) for x in s.body) for s in body.body):
-            return creation if creation is not None else cst.RemoveFromParent()
+            return cst.FlattenSentinel(creation) if creation is not None else cst.RemoveFromParent()
         if creation is None:
             return updated_node
-        return cst.FlattenSentinel([creation, updated_node.with_changes(leading_lines=())])
+        return cst.FlattenSentinel([*creation, updated_node.with_changes(leading_lines=())])
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if self.plan is None or self.created:
@@ -147,6 +148,6 @@ class InitializeToGradScaler(TrainingRule):
                 break
         creation = self._creation()
         if at > 0:
-            creation = creation.with_changes(leading_lines=[cst.EmptyLine()])
-        body.insert(at, creation)
+            creation[0] = creation[0].with_changes(leading_lines=[cst.EmptyLine()])
+        body[at:at] = creation
         return updated_node.with_changes(body=body)

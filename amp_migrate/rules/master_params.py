@@ -2,8 +2,8 @@
 
 What it does
     Where master params are read between backward and the optimizer's step (gradient
-    clipping, almost always), inserts `scaler.unscale_(opt)` before the statement (once per
-    block) and replaces `amp.master_params(opt)` with the parameters the optimizer steps,
+    clipping, almost always), inserts `scaler.unscale_(opt)` before the first such statement
+    of the step and replaces `amp.master_params(opt)` with the parameters the optimizer steps,
     `(p for group in opt.param_groups for p in group["params"])`.
 
 Why
@@ -12,10 +12,21 @@ Why
     clip at a threshold `scale` times too small. Native weights are the optimizer's params, so
     they stand in for the fp32 masters.
 
+Soundness
+    `unscale_` is inserted only where `opt.step()` follows on every path to the end of the
+    iteration: a later statement of the same block or of an enclosing one (not across a loop
+    or function) that steps unconditionally, with no `continue`/`break`/`return`/`raise` in
+    between. Then each `unscale_` is followed by its `scaler.step(opt)` and `update()` before
+    the next one, which is GradScaler's rule, and the gradients clipping reads are the unscaled
+    ones Apex's clipping read. Further reads before the same step get no second `unscale_`
+    when the first one precedes them on every path.
+
 Fix safety
-    Safe where a `step()` of the same optimizer follows in the same block or an enclosing one.
-    Elsewhere (a helper function, after the step) whether gradients are scaled there cannot be
-    proven, and the file falls back to the shim.
+    Safe where it applies. A step that may not follow (under `if last:` in an accumulation
+    window while clipping runs on every micro-batch; under `if torch.isfinite(norm):`; after an
+    early exit; in another function) falls back to the shim: `unscale_` would run twice
+    before a step (GradScaler raises), and on an overflow Apex's skip stayed armed into the next
+    iteration's step, which no native form reproduces.
 
 Example
     clip_grad_norm_(amp.master_params(optimizer), 1.0)
@@ -28,20 +39,31 @@ becomes
 """
 from __future__ import annotations
 
+from typing import Optional
 
 import libcst as cst
 import libcst.matchers as m
 
 from ..diagnostics import Severity, define
+from .control_flow import exits_early
 from .training_plan import MASTER_PARAMS, TrainingRule
+
+STEP = m.Call(func=m.Attribute(value=m.DoNotCare(), attr=m.Name("step")))
 
 UNPROVEN = define(
     "AMP301", "master-params-outside-step", Severity.WARNING,
-    "`amp.master_params(opt)` is read where no `opt.step()` follows in the same block, so "
-    "whether its gradients are scaled there cannot be proven.",
-    "Natively, gradients stay scaled until `scaler.unscale_(opt)` or `scaler.step(opt)`. "
-    "amp-migrate inserts `unscale_` only before a use that the same iteration's step follows; "
-    "other uses (in a helper method, after the step) keep Apex's semantics through the shim.",
+    "`amp.master_params(opt)` is read where `opt.step()` does not follow on every path, so "
+    "`scaler.unscale_(opt)` cannot be placed soundly.",
+    "Natively, gradients stay scaled until `scaler.unscale_(opt)` or `scaler.step(opt)`, and "
+    "`unscale_` may run once per step. amp-migrate inserts it only before a use that the same "
+    "iteration's step follows unconditionally. Other uses keep Apex's semantics through the "
+    "shim: clipping on every micro-batch of an accumulation window while the step runs under "
+    "`if last:` (`unscale_` would run twice), a step guarded by `if torch.isfinite(norm):` or "
+    "skipped by an early `continue` (on an overflow Apex's skip stayed armed and also skipped "
+    "the next iteration's step), a helper method, or a read after the step.",
+    before="with amp.scale_loss(loss, opt, delay_unscale=not last) as s:\n    s.backward()\n"
+           "clip_grad_norm_(amp.master_params(opt), 1.0)\nif last:\n    opt.step()",
+    after="# unchanged, imports point at amp_shim",
     falls_back=True,
 )
 
@@ -63,40 +85,104 @@ class MasterParamsUnscale(TrainingRule):
         self.calls: set[int] = set()
         self.unscale_before: dict[int, list[str]] = {}  # statement -> optimizers to unscale
 
-    def _steps_after(self, statement: cst.CSTNode, optimizer: str) -> bool:
-        step = m.Call(func=m.Attribute(value=m.DoNotCare(), attr=m.Name("step")))
+    def _steps(self, statement: cst.CSTNode, optimizer: str) -> list[cst.Call]:
+        return [c for c in m.findall(statement, STEP) if self.code_of(c.func.value) == optimizer]
+
+    def _steps_on_every_path(self, statement: cst.CSTNode, optimizer: str) -> bool:
+        """`statement` steps `optimizer` whenever it runs to its end: a line that calls
+        `optimizer.step()`, or a `with` whose body does so before anything can leave early."""
+        if isinstance(statement, cst.SimpleStatementLine):
+            return bool(self._steps(statement, optimizer))
+        if isinstance(statement, cst.With) and isinstance(statement.body, cst.IndentedBlock):
+            for inner in statement.body.body:
+                if self._steps_on_every_path(inner, optimizer):
+                    return True
+                if exits_early(inner) or self._steps(inner, optimizer):
+                    return False
+        return False
+
+    def _step_after(self, statement: cst.CSTNode, optimizer: str) -> tuple[Optional[cst.CSTNode], str]:
+        """The statement that steps `optimizer` on every path from `statement` to the end of
+        the iteration, or None and why there is none."""
         current = statement
         while True:
             block = self.parent(current)
             if not isinstance(block, (cst.IndentedBlock, cst.Module)):
-                return False
+                return None, f"no `{optimizer}.step()` follows it in this iteration"
             body = list(block.body)
             at = next(i for i, s in enumerate(body) if s is current)
             for later in body[at + 1:]:
-                if any(self.code_of(c.func.value) == optimizer for c in m.findall(later, step)):
-                    return True
+                if self._steps_on_every_path(later, optimizer):
+                    return later, ""
+                if self._steps(later, optimizer):
+                    return None, (f"the `{optimizer}.step()` that follows (in the statement at line "
+                                  f"{self.position(later)[0]}) "
+                                  "runs only under a condition, so `unscale_` would run in iterations "
+                                  "that do not step (GradScaler refuses a second `unscale_`, and "
+                                  "Apex kept an overflow's skip armed into the next step)")
+                if exits_early(later):
+                    return None, (f"line {self.position(later)[0]} can leave the iteration between "
+                                  f"this read and `{optimizer}.step()`")
             owner = self.statement_around(block)
             if owner is None:
-                return False
+                return None, f"no `{optimizer}.step()` follows it in this iteration"
             current = owner
 
-    def visit_Call(self, node: cst.Call) -> None:
-        if self.plan is None or self.apex_name(node.func) != MASTER_PARAMS:
-            return
-        if len(node.args) != 1 or node.args[0].keyword is not None or node.args[0].star:
-            self.report(node, UNPROVEN, "`amp.master_params` takes one optimizer")
-            return
-        optimizer = self.code_of(node.args[0].value)
-        statement = next(p for p in self.ancestors(node)
-                         if isinstance(p, (cst.SimpleStatementLine, cst.BaseCompoundStatement)))
-        if not self._steps_after(statement, optimizer):
-            self.report(node, UNPROVEN)
-            return
-        self.calls.add(id(node))
-        wanted = self.unscale_before.setdefault(id(statement), [])
-        if optimizer not in wanted:
-            wanted.append(optimizer)
+    def _chain(self, statement: cst.CSTNode) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
+        """(block, the statement of that block that holds `statement`), innermost first, up
+        to the iteration's boundary."""
+        chain = []
+        current: Optional[cst.CSTNode] = statement
+        while current is not None:
+            block = self.parent(current)
+            if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+                break
+            chain.append((block, current))
+            current = self.statement_around(block)
+        return chain
 
+    def _unscale_point(self, statements: list[cst.CSTNode]) -> Optional[cst.CSTNode]:
+        """The statement before which one `unscale_` precedes every read: the first read's
+        own statement, or the one that holds it in the innermost block that holds them all."""
+        first = self._chain(statements[0])
+        blocks = [block for block, _ in first]
+        level = 0
+        for statement in statements[1:]:
+            held = next((blocks.index(block) for block, _ in self._chain(statement) if block in blocks), None)
+            if held is None:
+                return None
+            level = max(level, held)
+        return first[level][1]
+
+    def visit_Module(self, node: cst.Module) -> None:
+        if self.plan is None:
+            return
+        reads: dict[tuple[int, str], list[tuple[cst.Call, cst.CSTNode]]] = {}
+        for call in self.findall(node, m.Call()):
+            if self.apex_name(call.func) != MASTER_PARAMS:
+                continue
+            if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
+                self.report(call, UNPROVEN, "`amp.master_params` takes one optimizer")
+                continue
+            optimizer = self.code_of(call.args[0].value)
+            statement = next(p for p in self.ancestors(call)
+                             if isinstance(p, (cst.SimpleStatementLine, cst.BaseCompoundStatement)))
+            step, why = self._step_after(statement, optimizer)
+            if step is None:
+                self.report(call, UNPROVEN, f"`amp.master_params({optimizer})` is read where {why}")
+                continue
+            reads.setdefault((id(step), optimizer), []).append((call, statement))
+        for (_, optimizer), found in reads.items():
+            at = self._unscale_point([statement for _, statement in found])
+            if at is None or exits_early(at):
+                for call, _ in found:
+                    self.report(call, UNPROVEN, f"`amp.master_params({optimizer})` is read on paths "
+                                "that no single `unscale_` before the step precedes")
+                continue
+            self.calls.update(id(call) for call, _ in found)
+            wanted = self.unscale_before.setdefault(id(at), [])
+            if optimizer not in wanted:
+                wanted.append(optimizer)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if id(original_node) in self.calls:
@@ -108,7 +194,7 @@ class MasterParamsUnscale(TrainingRule):
         if not optimizers:
             return updated_node
         lines = [cst.SimpleStatementLine([cst.Expr(cst.parse_expression(
-            f"{self.plan.scaler}.unscale_({opt})"))]) for opt in optimizers]
+            f"{self.plan.scaler_for_optimizer(opt)}.unscale_({opt})"))]) for opt in optimizers]
         lines[0] = lines[0].with_changes(leading_lines=updated_node.leading_lines)
         return cst.FlattenSentinel(lines + [updated_node.with_changes(leading_lines=())])
 

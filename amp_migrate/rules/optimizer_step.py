@@ -1,20 +1,34 @@
-"""`optimizer.step()` → `scaler.step(optimizer)`, then one `scaler.update()` per iteration.
+"""`optimizer.step()` → `scaler.step(optimizer)`, then `scaler.update()` after each group of steps.
 
 What it does
-    Every `step()` of an optimizer that a `scale_loss` block names goes through the scaler,
-    and `scaler.update()` follows the last such step of each loop iteration (inside
-    `if (i + 1) % accum == 0:` when the step is there).
+    Every `step()` of an optimizer that a `scale_loss` block names goes through the scaler of
+    that optimizer's loss, and `scaler.update()` follows each group of steps: the step lines of
+    one block that no backward separates (`optD.step()` after the critic's backward and
+    `optG.step()` after the generator's are two groups; `opt1.step(); opt2.step()` after one
+    backward is one). A group under `if (i + 1) % accum == 0:` gets its update inside the `if`.
 
 Why
-    Apex unscaled, checked for overflow and updated the scale at the end of `scale_loss`, and
-    patched `step` to skip after an overflow. GradScaler does the check in `scaler.step`
-    (which skips the step when gradients are not finite) and changes the scale in `update()`,
-    which must run once per iteration, after every optimizer has stepped.
+    Apex unscaled, checked for overflow and updated the scale at the end of every `scale_loss`
+    (not delayed), and patched `step` to skip after an overflow. GradScaler checks in
+    `scaler.step` (which skips the step when gradients are not finite) and changes the scale in
+    `update()`.
+
+Soundness
+    GradScaler allows one `step` per optimizer between `update()`s, and `update()` only after a
+    step recorded its check. An update right after each group keeps both on every path, whatever
+    branches surround the group: a critic that steps every iteration and a generator that steps
+    every `n_critic`-th each get their own update, as each `scale_loss` exit updated Apex's
+    scale. Steps that a backward separates never share an update, and steps that one backward
+    feeds never have an update between them (which would unscale the later ones by a changed
+    scale). A group that a finiteness test decides (`if torch.isfinite(loss): opt.step()`, or an
+    earlier `if ...isnan(...): continue`) falls back: on those iterations Apex had already
+    backed off and armed a skip that also dropped the next iteration's step.
 
 Fix safety
-    Safe. Closures (`optimizer.step(closure)`) are not supported by an enabled GradScaler, and
-    an optimizer whose `step()` this file never calls cannot be routed through the scaler; both
-    fall back to the shim.
+    Safe where it applies. Closures (`optimizer.step(closure)`) are not supported by an enabled
+    GradScaler, an optimizer whose `step()` this file never calls cannot be routed through the
+    scaler, and an early exit between the steps of one group would skip the update; all fall
+    back to the shim.
 
 Example
     optimizer.step()
@@ -24,11 +38,13 @@ becomes
 """
 from __future__ import annotations
 
+from typing import Optional
 
 import libcst as cst
 import libcst.matchers as m
 
 from ..diagnostics import Severity, define
+from .control_flow import exits_early, guarded_exits, runs_backward, tests_finiteness
 from .training_plan import TrainingRule, words_of
 
 NO_STEP = define(
@@ -48,7 +64,31 @@ CLOSURE = define(
     falls_back=True,
 )
 
-LOOPS = (cst.For, cst.While, cst.FunctionDef, cst.Module)
+FINITE_GUARD = define(
+    "AMP212", "step-decided-by-finiteness", Severity.WARNING,
+    "Whether the optimizer steps is decided by a finiteness test (`isfinite`, `isnan`, `isinf`) "
+    "after the backward.",
+    "On an overflow Apex backed off the scale at the end of `scale_loss` and armed a skip that "
+    "stayed armed until the next `step()` call: when the test then kept `step()` from running, "
+    "the next iteration's step was skipped too. GradScaler has no armed skip, and a native "
+    "`update()` inside the test's branch would never back off. No native form behaves like "
+    "Apex here, so the file uses the shim.",
+    before="with amp.scale_loss(loss, opt) as s:\n    s.backward()\nif torch.isfinite(loss):\n    opt.step()",
+    after="# unchanged, imports point at amp_shim",
+    falls_back=True,
+)
+EXIT_IN_GROUP = define(
+    "AMP213", "early-exit-between-steps", Severity.WARNING,
+    "A `continue`, `break`, `return` or `raise` can run between optimizer steps that one "
+    "backward feeds.",
+    "The steps after one backward share one `scaler.update()`, placed after the last of them. "
+    "An early exit between them would skip that update, and the next iteration's "
+    "`scaler.step` would raise; the file uses the shim.",
+    falls_back=True,
+)
+
+_LINES = (cst.SimpleStatementLine, cst.SimpleStatementSuite)
+_ITERATION = (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Module)
 
 
 class OptimizerStepThroughScaler(TrainingRule):
@@ -57,7 +97,7 @@ class OptimizerStepThroughScaler(TrainingRule):
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
         self.steps: set[int] = set()
-        self.anchors: set[int] = set()
+        self.updates_after: dict[int, list[str]] = {}  # step line -> scalers to update after it
 
     def interest(self):
         if self.plan is None or self.state.apex_words is None:
@@ -79,38 +119,102 @@ class OptimizerStepThroughScaler(TrainingRule):
         stepped = {self.code_of(c.func.value) for c in calls}
         for missing in sorted(self.plan.optimizers - stepped):
             self.report(node, NO_STEP, f"`{missing}.step()` is not called in this file")
-        last_in_loop: dict[int, tuple[tuple[int, int], cst.CSTNode]] = {}
+        by_block: dict[int, tuple[cst.CSTNode, dict[int, list[cst.Call]]]] = {}
         for call in calls:
             if call.args:
                 self.report(call, CLOSURE)
                 continue
             self.steps.add(id(call))
-            line = next(p for p in self.ancestors(call)
-                        if isinstance(p, (cst.SimpleStatementLine, cst.SimpleStatementSuite)))
-            loop = next(p for p in self.ancestors(call) if isinstance(p, LOOPS))
-            where = self.position(call)
-            if id(loop) not in last_in_loop or last_in_loop[id(loop)][0] < where:
-                last_in_loop[id(loop)] = (where, line)
-        self.anchors = {id(line) for _, line in last_in_loop.values()}
+            line = next(p for p in self.ancestors(call) if isinstance(p, _LINES))
+            block = line if isinstance(line, cst.SimpleStatementSuite) else self.parent(line)
+            lines = by_block.setdefault(id(block), (block, {}))[1]
+            lines.setdefault(id(line), []).append(call)
+        for block, lines in by_block.values():
+            self._place_updates(block, lines)
 
+    # -- where the updates go -----------------------------------------------------------------
+    def _place_updates(self, block: cst.CSTNode, lines: dict[int, list[cst.Call]]) -> None:
+        """Split the step lines of one block into groups at every backward between them; one
+        update per scaler after each group's last line."""
+        body = [block] if isinstance(block, cst.SimpleStatementSuite) else list(block.body)
+        group: list[cst.CSTNode] = []
+        between: list[cst.CSTNode] = []
+        for statement in body:
+            if id(statement) in lines:
+                if group and any(exits_early(s) for s in between):
+                    self.report(next(s for s in between if exits_early(s)), EXIT_IN_GROUP)
+                group.append(statement)
+                between = []
+            elif group and runs_backward(statement):
+                self._close(group, lines)
+                group, between = [], []
+            elif group:
+                between.append(statement)
+        if group:
+            self._close(group, lines)
+
+    def _close(self, group: list[cst.CSTNode], lines: dict[int, list[cst.Call]]) -> None:
+        guard = self._finiteness_guard(group[0])
+        if guard is not None:
+            self.report(guard, FINITE_GUARD, "whether `{}` runs is decided by the finiteness "
+                        "test at line {}".format(self.code_of(lines[id(group[0])][0]),
+                                                 self.position(guard)[0]))
+        scalers: list[str] = []
+        for line in group:
+            for call in lines[id(line)]:
+                scaler = self.plan.scaler_for_optimizer(self.code_of(call.func.value))
+                if scaler not in scalers:
+                    scalers.append(scaler)
+        self.updates_after[id(group[-1])] = scalers
+
+    def _finiteness_guard(self, line: cst.CSTNode) -> Optional[cst.CSTNode]:
+        """A test of finiteness that decides whether `line` runs in its iteration: an `if`
+        around it, or an earlier `if` after the last backward whose body leaves the iteration."""
+        current: cst.CSTNode = line
+        while not isinstance(current, _ITERATION):
+            parent = self.parent(current)
+            if parent is None:
+                return None
+            if isinstance(parent, cst.If) and current is not parent.test and tests_finiteness(parent.test):
+                return parent
+            if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+                body = list(parent.body)
+                for earlier in reversed(body[:body.index(current)]):
+                    for exit_guard in guarded_exits(earlier):
+                        if tests_finiteness(exit_guard.test):
+                            return exit_guard
+                    if runs_backward(earlier):
+                        return None
+            current = parent
+        return None
+
+    # -- rewriting ----------------------------------------------------------------------------
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if id(original_node) not in self.steps:
             return updated_node
-        return cst.Call(cst.parse_expression(f"{self.plan.scaler}.step"),
-                        [cst.Arg(updated_node.func.value)])
+        scaler = self.plan.scaler_for_optimizer(self.code_of(original_node.func.value))
+        return cst.Call(cst.parse_expression(f"{scaler}.step"), [cst.Arg(updated_node.func.value)])
 
-    def _update(self) -> cst.Expr:
-        return cst.Expr(cst.parse_expression(f"{self.plan.scaler}.update()"))
+    @staticmethod
+    def _update(scaler: str) -> cst.Expr:
+        return cst.Expr(cst.parse_expression(f"{scaler}.update()"))
 
     def leave_SimpleStatementLine(self, original_node, updated_node):
-        if id(original_node) not in self.anchors:
+        scalers = self.updates_after.get(id(original_node))
+        if not scalers:
             return updated_node
-        return cst.FlattenSentinel([updated_node, cst.SimpleStatementLine([self._update()])])
+        return cst.FlattenSentinel([updated_node] + [
+            cst.SimpleStatementLine([self._update(scaler)]) for scaler in scalers])
 
     def leave_SimpleStatementSuite(self, original_node, updated_node):
-        if id(original_node) not in self.anchors:
+        scalers = self.updates_after.get(id(original_node))
+        if not scalers:
             return updated_node
         body = list(updated_node.body)
         body[-1] = body[-1].with_changes(semicolon=cst.Semicolon(
             whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(" ")))
-        return updated_node.with_changes(body=body + [self._update()])
+        updates = [self._update(scaler) for scaler in scalers]
+        for i in range(len(updates) - 1):
+            updates[i] = updates[i].with_changes(semicolon=cst.Semicolon(
+                whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(" ")))
+        return updated_node.with_changes(body=body + updates)

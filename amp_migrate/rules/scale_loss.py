@@ -37,9 +37,9 @@ import libcst.matchers as m
 
 from ..binding import Pruned
 from ..diagnostics import Severity, define
-from .training_plan import ONE_SCALER, SCALE_LOSS, bind_arguments, literal, TrainingRule
+from .training_plan import (ONE_SCALER, SCALE_LOSS, SCALE_LOSS_ARGS, TrainingRule,
+                            bind_arguments, literal)
 
-SCALE_LOSS_ARGS = ("loss", "optimizers", "loss_id", "model", "delay_unscale", "delay_overflow_check")
 
 UNSUPPORTED_BLOCK = define(
     "AMP201", "scale-loss-shape", Severity.WARNING,
@@ -199,7 +199,7 @@ class ScaleLossToGradScaler(TrainingRule):
             self.report(args["delay_overflow_check"], UNSUPPORTED_BLOCK,
                         "`delay_overflow_check` has no GradScaler equivalent")
             return
-        if "loss_id" in args and literal(args["loss_id"]) != 0:
+        if "loss_id" in args and literal(args["loss_id"]) != 0 and not self.plan.loss_scalers:
             self.report(args["loss_id"], ONE_SCALER)
         region = self._region(node, _names(args["loss"]))
         if region is None:
@@ -244,7 +244,9 @@ class ScaleLossToGradScaler(TrainingRule):
         call = updated.items[0].item
         args = bind_arguments(call, SCALE_LOSS_ARGS)
         loss = args["loss"]
-        scaled = cst.Call(cst.parse_expression(f"{self.plan.scaler}.scale"), [cst.Arg(loss)])
+        loss_id = literal(args["loss_id"]) if "loss_id" in args else 0
+        scaler = self.plan.scaler_for_loss(loss_id) if isinstance(loss_id, int) else self.plan.scaler
+        scaled = cst.Call(cst.parse_expression(f"{scaler}.scale"), [cst.Arg(loss)])
         alias = updated.items[0].asname.name.value
         body = updated.body
         statements = list(body.body) if isinstance(body, cst.IndentedBlock) else [

@@ -38,6 +38,7 @@ STATE_DICT = "apex.amp.state_dict"
 LOAD_STATE_DICT = "apex.amp.load_state_dict"
 SCALER_NAMES = ("scaler", "grad_scaler", "amp_scaler")
 LEVELS = ("O0", "O1", "O2", "O3")
+SCALE_LOSS_ARGS = ("loss", "optimizers", "loss_id", "model", "delay_unscale", "delay_overflow_check")
 INITIALIZE_ARGS = ("models", "optimizers", "enabled", "opt_level", "cast_model_type",
                    "patch_torch_functions", "keep_batchnorm_fp32", "master_weights",
                    "loss_scale", "cast_model_outputs", "num_losses", "verbosity",
@@ -114,10 +115,25 @@ IGNORED_OPTIONS = define(
 )
 ONE_SCALER = define(
     "AMP114", "one-scaler-for-all-losses", Severity.INFO,
-    "`num_losses`/`loss_id` per-loss scalers become one GradScaler.",
-    "PyTorch's recipe for several losses and optimizers uses one scaler: each loss is scaled "
-    "by it, each optimizer steps through it, and it is updated once per iteration. An overflow "
-    "in one loss now backs off the scale for all of them.",
+    "`num_losses`/`loss_id` per-loss scalers become one GradScaler, because an optimizer here "
+    "is scaled under more than one loss id.",
+    "Gradients of one optimizer must all carry one scale before `scaler.step` unscales them, "
+    "so two losses that backward into the same optimizer (a GAN discriminator's real and fake "
+    "losses) share one GradScaler, as in PyTorch's recipe for several losses. It is updated "
+    "after each optimizer step. Training is the same until an overflow: Apex backed off only "
+    "the overflowing loss's scaler, the shared scaler backs off for every loss. When each "
+    "optimizer is scaled under one loss id, amp-migrate keeps one GradScaler per loss id instead.",
+)
+PER_LOSS_CHECKPOINT = define(
+    "AMP104", "per-loss-scalers-in-checkpoint", Severity.WARNING,
+    "Apex's per-loss scalers become one GradScaler per loss id here, and `amp.state_dict()` "
+    "has no single native counterpart for them.",
+    "With `num_losses > 1` and each optimizer stepped under its own `loss_id` (a GAN whose "
+    "critic steps more often than its generator), the native loop keeps one GradScaler per "
+    "loss id, as Apex kept one loss scaler per loss id. `amp.state_dict()` saved all of them in "
+    "one dict; a native checkpoint would need one entry per scaler, which this rewrite does not "
+    "invent, so the file uses the shim.",
+    falls_back=True,
 )
 BF16 = define(
     "AMP115", "bfloat16-no-loss-scaling", Severity.INFO,
@@ -141,6 +157,23 @@ class TrainingPlan:
     step_lines: frozenset = frozenset()
     hoisted: bool = False  # built before the `if` that guarded `initialize`
     global_casts: bool = False  # `amp.init()`: casts were on everywhere, not for given models
+    #: Apex's per-loss scalers kept apart (`num_losses > 1`, each optimizer stepped under one
+    #: `loss_id`): loss id -> how code reaches its GradScaler. Empty: `scaler` serves every loss.
+    loss_scalers: dict[int, str] = field(default_factory=dict)
+    #: Optimizer (as `scale_loss` names it) -> its loss id, with `loss_scalers`.
+    optimizer_losses: dict[str, int] = field(default_factory=dict)
+
+    def scaler_for_loss(self, loss_id: int) -> str:
+        return self.loss_scalers.get(loss_id, self.scaler)
+
+    def scaler_for_optimizer(self, optimizer: str) -> str:
+        loss_id = self.optimizer_losses.get(optimizer)
+        return self.scaler if loss_id is None else self.scaler_for_loss(loss_id)
+
+    @property
+    def scalers(self) -> list[str]:
+        """Every GradScaler the plan builds, in loss-id order."""
+        return [self.loss_scalers[k] for k in sorted(self.loss_scalers)] or [self.scaler]
 
 
 def literal(node: Optional[cst.BaseExpression]):
@@ -368,11 +401,30 @@ class PlanTraining(Rule):
             if self.apex_name(call.func) == WRAPPED_SCALE_LOSS:
                 codes.add(self.code_of(call.func.value))
                 continue
-            bound = bind_arguments(call, ("loss", "optimizers", "loss_id", "model",
-                                          "delay_unscale", "delay_overflow_check"))
+            bound = bind_arguments(call, SCALE_LOSS_ARGS)
             if bound is not None:
                 codes.update(expression_codes(bound.get("optimizers")))
         return codes
+
+    def _loss_ids(self) -> Optional[dict[str, int]]:
+        """Optimizer -> the one literal `loss_id` every `scale_loss` of it uses; None when some
+        optimizer is scaled under two loss ids (its gradients would mix two scales natively) or
+        a loss id is only known at run time."""
+        found: dict[str, int] = {}
+        for call in self.scale_losses:
+            if self.apex_name(call.func) == WRAPPED_SCALE_LOSS:
+                return None
+            bound = bind_arguments(call, SCALE_LOSS_ARGS)
+            if bound is None:
+                return None
+            loss_id = literal(bound["loss_id"]) if "loss_id" in bound else 0
+            codes = expression_codes(bound.get("optimizers"))
+            if not isinstance(loss_id, int) or isinstance(loss_id, bool) or not codes:
+                return None
+            for code in codes:
+                if found.setdefault(code, loss_id) != loss_id:
+                    return None
+        return found
 
     def _step_sites(self, module: cst.Module, optimizers: set[str], init: cst.CSTNode) -> list[cst.Call]:
         """The `X.step()` calls whose `X` is an optimizer `scale_loss` scaled: in the scope
@@ -436,6 +488,12 @@ class PlanTraining(Rule):
         while not self.name_is_free(f"scaler_{i}", module):
             i += 1
         return f"scaler_{i}"
+
+    def _free_name(self, module: cst.Module, wanted: str) -> str:
+        name, i = wanted, 1
+        while not self.name_is_free(name, module):
+            name, i = f"{wanted}_{i}", i + 1
+        return name
 
     def _plan(self, call: cst.Call, statement: cst.CSTNode, module: cst.Module) -> Optional[TrainingPlan]:
         is_init = self.apex_name(call.func) == INIT
@@ -518,8 +576,16 @@ class PlanTraining(Rule):
             if option in args and literal(args[option]) is not None:
                 self.report(args[option], IGNORED_OPTIONS, f"`{option}` has no native meaning and was dropped")
         losses = literal(args.get("num_losses"))
+        per_loss: dict[str, int] = {}
         if "num_losses" in args and losses != 1:
-            self.report(args["num_losses"], ONE_SCALER)
+            per_loss = self._loss_ids() or {}
+            if len(set(per_loss.values())) < 2:
+                per_loss = {}
+                self.report(args["num_losses"], ONE_SCALER)
+            elif any(self.apex_name(s.func) in (STATE_DICT, LOAD_STATE_DICT)
+                     for s in self.sites if isinstance(s, cst.Call)):
+                self.report(args["num_losses"], PER_LOSS_CHECKPOINT)
+                ok = False
 
         enabled_expr: Optional[cst.BaseExpression] = None
         for c in conditions:
@@ -535,6 +601,12 @@ class PlanTraining(Rule):
 
         name = self._name(module, placement)
         scaler = f"self.{name}" if placement == "self" else name
+        loss_scalers: dict[int, str] = {}
+        for loss_id in sorted(set(per_loss.values())):
+            own = self._free_name(module, f"{name}{loss_id}")
+            loss_scalers[loss_id] = f"self.{own}" if placement == "self" else own
+        if loss_scalers:
+            scaler = loss_scalers[min(loss_scalers)]
         fp16 = self.options.needs_loss_scaling
         if not fp16:
             self.report(call, BF16)
@@ -565,6 +637,8 @@ class PlanTraining(Rule):
             step_lines=frozenset(self.position(c)[0] for c in steps),
             hoisted=guard is not None,
             global_casts=is_init,
+            loss_scalers=loss_scalers,
+            optimizer_losses=dict(per_loss),
         )
 
     def _guard(self, statement: cst.CSTNode) -> tuple[Optional[cst.BaseExpression], bool]:

@@ -59,6 +59,23 @@ CASES = [
     Case("bf16-transformer", "bf16_transformer.py",
          covers="bfloat16: `AMP_SHIM_DTYPE=bfloat16` vs `--dtype bfloat16`",
          dtype="bfloat16", env=(("AMP_SHIM_DTYPE", "bfloat16"),), scales="native_disabled"),
+    Case("wgan-n-critic-loss-ids", "wgan_n_critic_loss_ids.py",
+         ("--corrupt-step", "7", "--corrupt-g-step", "12"),
+         covers="critic steps every iteration, generator every `n_critic`-th, `num_losses=2` and "
+                "`loss_id` 0/1: one GradScaler per loss id, each updated after its own step; "
+                "overflows forced in both losses", min_skipped=2),
+    Case("wgan-gp-one-loss-id", "wgan_gp_one_loss_id.py", ("--corrupt-step", "7"),
+         covers="one loss scaler, critic step then generator step each iteration (WGAN-GP): an "
+                "`update()` after each step; critic overflow forced", min_skipped=1),
+    Case("accumulation-clip-every-micro-batch", "accumulation_clip_every_micro_batch.py",
+         ("--corrupt-step", "7"),
+         covers="clipping `amp.master_params` on every micro-batch of a `delay_unscale` window "
+                "(justified fallback: a second `unscale_` before the step)",
+         native_xfail="AMP301"),
+    Case("clip-then-step-if-finite", "clip_then_step_if_finite.py", ("--corrupt-step", "7"),
+         covers="`if torch.isfinite(grad_norm): optimizer.step()` after clipping (justified "
+                "fallback: Apex's skip stays armed into the next step)",
+         native_xfail="AMP301", min_skipped=1),
 ]
 
 BY_ID = {case.id: case for case in CASES}

@@ -44,7 +44,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from ..diagnostics import Severity, define
-from .control_flow import exits_early, guarded_exits, runs_backward, tests_finiteness
+from .control_flow import BACKWARD, exits_early, guarded_exits, runs_backward, tests_finiteness
 from .training_plan import TrainingRule, words_of
 
 NO_STEP = define(
@@ -87,6 +87,20 @@ EXIT_IN_GROUP = define(
     falls_back=True,
 )
 
+STEPS_APART = define(
+    "AMP214", "steps-of-one-backward-apart", Severity.WARNING,
+    "Optimizers that one backward feeds are stepped in different blocks (one of them under an "
+    "`if` or in another branch).",
+    "Their steps must share one `scaler.update()` after the last of them: an update between "
+    "them may change the scale, and the later optimizer's gradients would then be unscaled by "
+    "the wrong factor. No single place after both steps runs exactly when they do, so the file "
+    "uses the shim.",
+    before="with amp.scale_loss(loss, [opt_a, opt_b]) as s:\n    s.backward()\nopt_a.step()\n"
+           "if train_b:\n    opt_b.step()",
+    after="# unchanged, imports point at amp_shim",
+    falls_back=True,
+)
+
 _LINES = (cst.SimpleStatementLine, cst.SimpleStatementSuite)
 _ITERATION = (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Module)
 
@@ -98,6 +112,7 @@ class OptimizerStepThroughScaler(TrainingRule):
         super().__init__(context, state)
         self.steps: set[int] = set()
         self.updates_after: dict[int, list[str]] = {}  # step line -> scalers to update after it
+        self.group_end: dict[int, cst.CSTNode] = {}  # step line -> last line of its group
 
     def interest(self):
         if self.plan is None or self.state.apex_words is None:
@@ -131,6 +146,35 @@ class OptimizerStepThroughScaler(TrainingRule):
             lines.setdefault(id(line), []).append(call)
         for block, lines in by_block.values():
             self._place_updates(block, lines)
+        self._check_windows(node, calls)
+
+    def _check_windows(self, module: cst.Module, calls: list[cst.Call]) -> None:
+        """The steps between two backwards of one function (in the order of the text) must be
+        one group: in one block, with one update after them."""
+        events: dict[int, list[tuple[tuple[int, int], str, cst.CSTNode]]] = {}
+        for call in calls:
+            line = next(p for p in self.ancestors(call) if isinstance(p, _LINES))
+            events.setdefault(id(self._function_of(call)), []).append((self.position(call), "step", line))
+        for backward in self.findall(module, BACKWARD, ("backward",)):
+            events.setdefault(id(self._function_of(backward)), []).append(
+                (self.position(backward), "backward", backward))
+        for found in events.values():
+            window: list[cst.CSTNode] = []
+            for _, kind, node in sorted(found, key=lambda e: e[0]) + [((0, 0), "backward", None)]:
+                if kind == "step":
+                    window.append(node)
+                    continue
+                groups = {id(self._group_of(line)) for line in window}
+                if len(groups) > 1:
+                    self.report(window[-1], STEPS_APART)
+                window = []
+
+    def _function_of(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        return next((p for p in self.ancestors(node) if isinstance(p, (cst.FunctionDef, cst.Lambda))), None)
+
+    def _group_of(self, line: cst.CSTNode) -> cst.CSTNode:
+        """The last line of the group `line` belongs to (where its update goes)."""
+        return self.group_end.get(id(line), line)
 
     # -- where the updates go -----------------------------------------------------------------
     def _place_updates(self, block: cst.CSTNode, lines: dict[int, list[cst.Call]]) -> None:
@@ -166,6 +210,8 @@ class OptimizerStepThroughScaler(TrainingRule):
                 if scaler not in scalers:
                     scalers.append(scaler)
         self.updates_after[id(group[-1])] = scalers
+        for line in group:
+            self.group_end[id(line)] = group[-1]
 
     def _finiteness_guard(self, line: cst.CSTNode) -> Optional[cst.CSTNode]:
         """A test of finiteness that decides whether `line` runs in its iteration: an `if`

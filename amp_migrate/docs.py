@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 import sys
 from pathlib import Path
 
@@ -54,10 +55,46 @@ def register_all_codes() -> None:
         importlib.import_module(f"{rules.__name__}.{module.name}")
 
 
+_SECTION = re.compile(r"^Soundness\n((?:[ \t]+.*\n|\n)+)", re.M)
+
+_SOUNDNESS_INTRO = """\
+# Why each native rewrite is sound
+
+A native rewrite must behave like the Apex code it replaces. Each rule states, in its module's
+docstring, for which statement shapes that holds and why; anything else is one of the
+falling-back diagnostics above. The equivalence harness (tests/equivalence/) runs a program per
+idiom both ways with the GradScaler live and compares every step.
+"""
+
+
+def soundness(module) -> str:
+    """The "Soundness" section of a rule module's docstring, as one paragraph."""
+    found = _SECTION.search(module.__doc__ or "")
+    return " ".join(found.group(1).split()) if found else ""
+
+
+def native_rule_modules() -> list:
+    """The modules of the native rules, in the order they run."""
+    seen: list = []
+    for rule in rules.NATIVE_RULES:
+        module = sys.modules[rule.__module__]
+        if module not in seen:
+            seen.append(module)
+    return seen
+
+
+def render_soundness() -> str:
+    parts = [_SOUNDNESS_INTRO]
+    for module in native_rule_modules():
+        names = ", ".join(f"`{r.__name__}`" for r in rules.NATIVE_RULES if r.__module__ == module.__name__)
+        parts.append(f"## {module.__name__.rsplit('.', 1)[-1]} ({names})\n\n{soundness(module)}\n")
+    return "\n".join(parts)
+
+
 def render() -> str:
-    """The whole of docs/diagnostics.md, codes in order."""
+    """The whole of docs/diagnostics.md, codes in order, then each native rule's argument."""
     register_all_codes()
-    return "\n".join([_INTRO] + [render_code(CODES[c]) for c in sorted(CODES)])
+    return "\n".join([_INTRO] + [render_code(CODES[c]) for c in sorted(CODES)] + [render_soundness()])
 
 
 def main(argv: list[str]) -> int:

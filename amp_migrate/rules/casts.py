@@ -30,6 +30,16 @@ Why
     function with autocast off is what makes the cast stick: a float function called under
     autocast would otherwise have its inputs cast back to half by autocast's own op lists.
 
+Soundness
+    `_cast_inputs` casts the same floating tensors to the same dtype as Apex's registered
+    wrappers did (half: the autocast dtype; float: fp32; promote: the widest present) and runs
+    the function with autocast off, as Apex ran it with its patches bypassed; where autocast is
+    off (O0, `enabled=False`) it calls the function unchanged, as Apex's registry did nothing
+    there. `torch.amp.custom_fwd(cast_inputs=...)` is used only on `autograd.Function.forward`,
+    where it is what Apex's decorator did. `with amp.disable_casts():` becomes
+    `torch.autocast(enabled=False)`, which switches casting off for exactly that block.
+    tests/codemod/test_casts_semantics.py runs both forms.
+
 Fix safety
     Safe for the dtypes the registered function sees and returns: fp16 inputs of a float
     function are computed in fp32, any input of a half function in the autocast dtype, a mix

@@ -10,6 +10,14 @@ Why
     code must be converted once with `amp-migrate convert-checkpoint` (lossless) before the
     migrated code loads it; each load site gets a warning that says so.
 
+Soundness
+    The GradScaler's `state_dict()` holds everything its future depends on (scale, growth
+    tracker and constants), as Apex's held each loss scaler's scale and clean-step count, so
+    saving one and loading it back resumes the native loop exactly (tests/equivalence
+    `checkpoint-resume` runs save, then resume in a new process, bit for bit). Old checkpoints
+    hold Apex's format, which `convert-checkpoint` translates losslessly; every load site says
+    so.
+
 Fix safety
     Safe for new checkpoints; old checkpoints need the one-time conversion.
 

@@ -21,6 +21,13 @@ Why
     torch 2.4 and are thin wrappers around `torch.amp`. Many migrations off Apex stopped at
     them; finishing the job leaves one spelling in the code base.
 
+Soundness
+    The deprecated `torch.cuda.amp` / `torch.cpu.amp` entry points are thin wrappers that call
+    `torch.amp` with a fixed device and default dtype; the rewrite calls the same function with
+    those values written out (positional arguments become keywords, the old default dtype is
+    passed explicitly because `torch.autocast` without one would inherit an enclosing region's),
+    so every call does what it did.
+
 Fix safety
     Every rewrite calls what the deprecated wrapper called, with the same values:
 

@@ -24,6 +24,13 @@ Why
     its checkpoint keys (`network.` and `1.` prefixes); amp-migrate does not rewrite that
     without proof, so the shim keeps the Apex behaviour.
 
+Soundness
+    Only helpers whose torch form is the same call are rewritten: `to_python_float(t)` is
+    `t.item()` for every tensor and NumPy scalar, and `clip_grad_norm` was bound to
+    `torch.nn.utils.clip_grad_norm_` itself on every torch since 0.4. Everything that changes a
+    model's dtype or manages master weights by hand changes the training loop and the
+    checkpoint keys, and falls back to the shim.
+
 Fix safety
     Safe. `to_python_float(t)` was `t.item()` whenever `t` has `.item()` (every tensor and
     NumPy scalar); for other objects Apex returned `t[0]` (a list holding the number), which

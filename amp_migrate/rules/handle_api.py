@@ -11,6 +11,13 @@ Why
     `OptimWrapper` kept one dynamic loss scaler per loss (`num_loss`) and skipped the step when
     any overflowed; one GradScaler does the same for all losses together.
 
+Soundness
+    `OptimWrapper` only forwarded `step`, `zero_grad` and `state_dict` to the optimizer it
+    wrapped, so the bare optimizer behaves the same in everything but loss scaling, which the
+    GradScaler takes over exactly as for `amp.initialize` (its steps and updates are placed by
+    the same rules). `amp.init()` cast every op from then on, so the autocast region covers
+    the whole iteration up to the loss instead of starting at a model's forward.
+
 Fix safety
     Safe. `wrap_optimizer` with other arguments than the optimizer and a literal `num_loss`
     falls back to the shim.

@@ -9,6 +9,13 @@ are removed, together with the scaffolding that existed only to guard them
 amp`), and `import torch` is added where a rule needs it. Any Apex use still left is reported
 and sends the file to the shim: native output never keeps an import of a package that no
 longer exists.
+
+Soundness
+    Shim target: `amp_shim` exports Apex's names with Apex's behaviour, so pointing the imports
+    at it changes what module is loaded and nothing the program does. Native target: an import
+    is removed only when no read of its names is left, and any Apex use that no rule rewrote is
+    reported and sends the file to the shim, so a native output never runs part Apex, part
+    native.
 """
 from __future__ import annotations
 

@@ -11,6 +11,15 @@ Why
     they are, and loss scaling is an object. O0 and `enabled=False` become
     `enabled=False`; a run-time `opt_level` becomes `enabled=opt_level != "O0"`.
 
+Soundness
+    `initialize` returned the very models and optimizers it was given at O0/O1 (at O2/O3 the
+    models cast to fp16, which the native recipe replaces by fp32 weights under autocast, as
+    AMP110 says), so keeping the assignment keeps every name bound to the same objects. The
+    scaler (one per loss id where the plan keeps Apex's per-loss scalers) is created where
+    every use the plan found can reach it: at the `initialize` call, before the `if` that
+    guarded it (with that condition as `enabled=`, so a disabled scaler passes everything
+    through exactly when Apex was never initialised), or at module level after the imports.
+
 Fix safety
     Safe: the plan refuses options it cannot express. An `initialize` guarded by `if cond:`
     becomes a scaler built with `enabled=cond` before the `if`, so code after the branch can

@@ -8,6 +8,13 @@ Why
     Apex's fused norms import `fused_layer_norm_cuda` even to run on CPU; torch's modules
     compute the same normalisation with their own fused kernels and need nothing else.
 
+Soundness
+    `torch.nn.LayerNorm`/`RMSNorm` normalise over the same trailing shape with the same affine
+    parameters under the same names, so outputs and checkpoints match; Apex's `eps` is always
+    passed because torch's RMSNorm defaults differ. Variants whose output dtype differs
+    (`MixedFused*`), unknown arguments and uses where the torch class would mean something else
+    (`isinstance`, bases, a bare `FusedRMSNorm`) fall back.
+
 Fix safety
     The parameters are named `weight` (and `bias`) in both, so checkpoints load unchanged
     (apex_api.md §11.3). `memory_efficient` only trades memory for recomputation in backward

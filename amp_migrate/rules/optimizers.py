@@ -11,6 +11,14 @@ Why
     same update in one kernel, take `GradScaler`'s `found_inf`/`grad_scale` directly and need
     nothing besides torch.
 
+Soundness
+    FusedAdam's decoupled decay is AdamW's update and its L2 mode Adam's; FusedSGD and
+    FusedAdagrad are torch's SGD and Adagrad step for step (tests/shim/test_optimizers.py
+    compares them bit for bit). Every argument is carried over by name and defaults that
+    differ are written out; torch's fused kernels take GradScaler's `found_inf`, so a step the
+    scaler skips leaves parameters and state untouched, as Apex's patched step did. Apex-only
+    arguments with non-default values and optimizers with no torch counterpart fall back.
+
 Fix safety
     The update math is Apex's (apex_api.md §10): FusedAdam's decoupled decay is AdamW's, its
     L2 mode is Adam's, FusedSGD and FusedAdagrad match torch step for step. Every argument is

@@ -10,6 +10,13 @@ Why
     Apex deprecated its DDP and SyncBatchNorm in favour of torch's, which need no compiled
     extension (apex_api.md §11).
 
+Soundness
+    Both DDPs average gradients over ranks with an allreduce after backward and broadcast rank
+    0's parameters when wrapping; `broadcast_buffers=False` keeps Apex's never-synchronised
+    buffers, and the bucket size carries over. Options that change the reduced values fall
+    back. torch's SyncBatchNorm computes the same global batch statistics as Apex's
+    (tests/shim/test_parallel.py compares them over two gloo ranks).
+
 Fix safety
     DDP: both average gradients over ranks with an allreduce after backward, and both
     broadcast rank 0's parameters when wrapping. `device_ids` is left out on purpose: Apex

@@ -13,6 +13,17 @@ Why
     the `scale_loss` block. `loss_id` and `delay_unscale` have no native meaning: one scaler
     scales every loss, and gradients are unscaled once, at `scaler.step` or `unscale_`.
 
+Soundness
+    `scaler.scale(loss).backward()` produces the gradients Apex's `(loss.float() * S).backward()`
+    did: the same power-of-two scale, multiplied in fp32. Each loss is scaled by its own loss
+    id's scaler when the plan keeps them apart, and gradients stay scaled until `unscale_` or
+    `step`, where Apex unscaled at the block's exit; the rules for `master_params` and `step`
+    place those calls so that every read of gradients sees what Apex's code saw. Autocast
+    covers the forward from the first use of an `initialize`d model to the loss, as Apex's O1
+    patches did from `initialize` on, and ends before backward, which Apex never cast. A loss
+    computed elsewhere (no forward to wrap), several context managers in one `with`, and
+    `delay_overflow_check` fall back.
+
 Fix safety
     Safe when the loss is computed in the function that calls `scale_loss` (the plan falls
     back otherwise). `delay_overflow_check` has no native equivalent and falls back.

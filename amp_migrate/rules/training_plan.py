@@ -12,6 +12,19 @@ This rule changes nothing; it reads the original file, decides, and reports what
 made native (several `initialize` calls, options that are not literals where they would have
 to be, `scale_loss` with no `initialize` in the file, ...). The rules after it carry the plan
 out.
+
+Soundness
+    The plan builds the GradScaler from `initialize`'s options only where their meaning is
+    exact: O0 and `enabled=False` give a disabled scaler (its `scale`, `step` and `update` pass
+    through, as Apex's disabled amp did); a run-time `opt_level` gives
+    `enabled=opt_level != "O0"`, right for every value; a guard around `initialize` becomes
+    `enabled=<guard>`. It keeps one GradScaler per loss id when `num_losses > 1` and each
+    optimizer is scaled under one loss id, because Apex kept one loss scale per loss id and an
+    overflow in one backed off only that one; an optimizer scaled under two loss ids shares one
+    scaler (its gradients must carry one scale), as AMP114 says. It refuses what it cannot
+    express: several `initialize` calls, options with side effects or only known at run time
+    where a literal is needed, a scaler no single place reaches, and per-loss scalers whose
+    state `amp.state_dict()` would have to save as one.
 """
 from __future__ import annotations
 

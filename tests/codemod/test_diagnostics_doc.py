@@ -29,3 +29,10 @@ def test_every_code_has_a_section():
     page = docs.render()
     for code, entry in CODES.items():
         assert f"\n## {code} {entry.name}\n" in page
+
+
+@pytest.mark.parametrize("module", docs.native_rule_modules(), ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_every_native_rule_states_why_its_rewrite_is_sound(module):
+    argument = docs.soundness(module)
+    assert len(argument) > 150, f"{module.__name__} has no Soundness section in its docstring"
+    assert f"{argument}\n" in docs.render()

@@ -101,6 +101,23 @@ STEPS_APART = define(
     falls_back=True,
 )
 
+UPDATED_PER_STEP = define(
+    "AMP215", "scale-updated-per-step", Severity.INFO,
+    "Apex updated the loss scale at every `scale_loss` exit of this accumulation window; the "
+    "GradScaler is updated once, after the step.",
+    "Without `delay_unscale`, each micro-batch's `scale_loss` exit unscaled, checked for "
+    "overflow and updated Apex's scale. Natively the accumulated gradients stay scaled until "
+    "the step, which checks once and updates once. Steps, skips and parameters are the same "
+    "while at most one micro-batch of a window overflows; the scale grows after 2000 optimizer "
+    "steps instead of 2000 micro-batches, and two overflows in one window back off once, not "
+    "twice. `delay_unscale=True` on all but the last micro-batch, as Apex recommended, has "
+    "neither difference.",
+    before="with amp.scale_loss(loss, opt) as s:\n    s.backward()\nif (i + 1) % accum == 0:\n"
+           "    opt.step()",
+    after="scaler.scale(loss).backward()\nif (i + 1) % accum == 0:\n    scaler.step(opt)\n"
+          "    scaler.update()",
+)
+
 _LINES = (cst.SimpleStatementLine, cst.SimpleStatementSuite)
 _ITERATION = (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Module)
 
@@ -160,14 +177,29 @@ class OptimizerStepThroughScaler(TrainingRule):
                 (self.position(backward), "backward", backward))
         for found in events.values():
             window: list[cst.CSTNode] = []
-            for _, kind, node in sorted(found, key=lambda e: e[0]) + [((0, 0), "backward", None)]:
+            backward: Optional[tuple[int, cst.CSTNode]] = None
+            for where, kind, node in sorted(found, key=lambda e: e[0]) + [((0, 0), "backward", None)]:
                 if kind == "step":
                     window.append(node)
                     continue
                 groups = {id(self._group_of(line)) for line in window}
                 if len(groups) > 1:
                     self.report(window[-1], STEPS_APART)
-                window = []
+                elif window and backward is not None and backward[0] in self.plan.eager_unscale_lines \
+                        and self._guarded_apart(window[0], backward[1]):
+                    self.report(window[0], UPDATED_PER_STEP)
+                window, backward = [], (where[0], node)
+
+    def _guarded_apart(self, line: cst.CSTNode, backward: cst.CSTNode) -> bool:
+        """`line` sits under an `if` of its iteration that does not also hold `backward`: the
+        backward runs in iterations where the step does not."""
+        held = set(map(id, self.ancestors(backward)))
+        for parent in self.ancestors(line):
+            if isinstance(parent, _ITERATION):
+                return False
+            if isinstance(parent, cst.If) and id(parent) not in held:
+                return True
+        return False
 
     def _function_of(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         return next((p for p in self.ancestors(node) if isinstance(p, (cst.FunctionDef, cst.Lambda))), None)

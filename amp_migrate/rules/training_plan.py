@@ -168,6 +168,8 @@ class TrainingPlan:
     #: Lines (of the file as given) of the `optimizer.step()` calls that step an optimizer
     #: `scale_loss` scaled: the same variable, not just the same name.
     step_lines: frozenset = frozenset()
+    #: Lines of the `scale_loss` calls at whose exit Apex unscaled and updated the scale.
+    eager_unscale_lines: frozenset = frozenset()
     hoisted: bool = False  # built before the `if` that guarded `initialize`
     global_casts: bool = False  # `amp.init()`: casts were on everywhere, not for given models
     #: Apex's per-loss scalers kept apart (`num_losses > 1`, each optimizer stepped under one
@@ -367,6 +369,18 @@ class PlanTraining(Rule):
             self.sites.append(node)
         elif name in (MASTER_PARAMS, STATE_DICT, LOAD_STATE_DICT):
             self.sites.append(node)
+
+    def _unscales_at_exit(self, call: cst.Call) -> bool:
+        """Apex unscaled and updated its scale at this `scale_loss`'s exit (no `delay_unscale`,
+        or a literal False)."""
+        bound = bind_arguments(call, SCALE_LOSS_ARGS) or {}
+        return literal(bound.get("delay_unscale")) in (None, False)
+
+    def _lines_of(self, statement: cst.CSTNode) -> range:
+        first = self.position(statement)[0]
+        tree = self.state.index.ast_of(statement) if self.state.index is not None else None
+        last = getattr(tree, "end_lineno", None) or first
+        return range(first, last + 1)
 
     def _statement(self, node: cst.CSTNode) -> cst.CSTNode:
         for parent in self.ancestors(node):
@@ -648,6 +662,8 @@ class PlanTraining(Rule):
             models=set(expression_codes(args.get("models"))),
             optimizers=optimizers,
             step_lines=frozenset(self.position(c)[0] for c in steps),
+            eager_unscale_lines=frozenset(line for c in self.scale_losses if self._unscales_at_exit(c)
+                                          for line in self._lines_of(self._statement(c))),
             hoisted=guard is not None,
             global_casts=is_init,
             loss_scalers=loss_scalers,

@@ -11,18 +11,24 @@ Scope analysis is the codemod's largest cost, and most files do not need it: whe
 Apex import binds is bound any other way anywhere in the file (no `amp = ...`, no parameter or
 loop variable called `amp`; `amp = None` in an import guard excepted), every read of that name
 means the import, and a table from the import statements answers exactly what
-`QualifiedNameProvider` would. Files that do rebind such a name get the full analysis.
+`QualifiedNameProvider` would. Files that do rebind such a name get a flow analysis of those
+names (`reaching.py`): a read is the Apex object only where every binding that can reach it is
+the Apex import (or the `amp = None` guard); reads that other bindings reach too are reported
+by the rule that checks them (`rules/rebinding.py`) and send the file to the shim.
 """
 from __future__ import annotations
 
 import ast
 import dataclasses
 import re
-from typing import AbstractSet, Callable, Iterable, Optional
+from typing import TYPE_CHECKING, AbstractSet, Callable, Iterable, Optional
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import QualifiedNameProvider
+
+if TYPE_CHECKING:
+    from .reaching import Binding, Reaching
 
 APEX = "apex"
 HANDLE = "apex.amp.AmpHandle"  # what `amp.init()` returns
@@ -178,6 +184,7 @@ class _Bindings(Pruned):
         self.assigns: list[cst.Assign] = []
         self.star = False  # a star import of an Apex module binds names nobody knows
         self.star_names: set[str] = set()  # what the known ones bind
+        self._guards: set[int] = set()
 
     def _bind(self, target: cst.CSTNode) -> None:
         for name in m.findall(target, m.Name()) if not isinstance(target, cst.Name) else [target]:
@@ -213,8 +220,7 @@ class _Bindings(Pruned):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self.assigns.append(node)
-        if isinstance(node.value, cst.Name) and node.value.value in _GUARD_VALUES and all(
-                isinstance(t.target, cst.Name) for t in node.targets):
+        if id(node) in self._guards:
             return
         for t in node.targets:
             self._bind(_bound_part(t.target))
@@ -241,6 +247,17 @@ class _Bindings(Pruned):
     def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
         if node.name is not None:
             self._bind(node.name.name)
+        # `except ImportError: amp = None`: the import guard binds no other object (reads
+        # elsewhere that only `amp = None` reaches are told apart by the flow analysis).
+        for statement in node.body.body:
+            for small in getattr(statement, "body", ()) if isinstance(statement, cst.SimpleStatementLine) else ():
+                if isinstance(small, cst.Assign) and isinstance(small.value, cst.Name) \
+                        and small.value.value in _GUARD_VALUES \
+                        and all(isinstance(t.target, cst.Name) for t in small.targets):
+                    self._guards.add(id(small))
+
+    def visit_Del(self, node: cst.Del) -> None:
+        self._bind(_bound_part(node.target))  # `del amp` unbinds: reads after it fail
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.other.add(node.name.value)
@@ -401,10 +418,15 @@ class ApexBinder:
             self.table = known.table
             self.holders, self.handles, self.wrapped = known.holders, known.handles, known.wrapped
             self.bound_elsewhere = known.bound_elsewhere
+            self.imported, self._stars = known.imported, known._stars
         else:
             seen = _Bindings(self._skip)
             seen.walk(module)
             self.table = _table(seen)
+            #: Names an Apex import binds; where one is bound otherwise too, the flow of its
+            #: bindings decides what each read means.
+            self.imported: frozenset[str] = frozenset(seen.apex)
+            self._stars = seen.star or bool(seen.star_names)
             #: Names the file binds other than by an Apex import (only those that spell an
             #: Apex word are known: the others do not matter).
             self.bound_elsewhere: frozenset[str] = frozenset(seen.other)
@@ -418,9 +440,62 @@ class ApexBinder:
         """`read`: `node` is known to be read (an assigned value)."""
         if self.table is not None:
             return self._plain(node, read)
+        base = node
+        while isinstance(base, (cst.Attribute, cst.Call)):
+            base = base.value if isinstance(base, cst.Attribute) else base.func
+        if isinstance(base, cst.Name) and base.value in self.imported:
+            return self._flowing(node)
+        if not self._stars:  # only an import (tracked above) or a star import binds Apex names
+            return None
         names = self._get(QualifiedNameProvider, node, set())
         apex = sorted(q.name for q in names if is_apex_name(q.name))
         return apex[0] if apex else None
+
+    _reaching: Optional[Reaching] = None
+
+    def reaching(self) -> Reaching:
+        """The bindings that reach each read of the names Apex imports bind (computed once per
+        tree, only for files that rebind one of them)."""
+        if self._reaching is None:
+            from .reaching import Reaching  # it reads trees with this module's helpers
+            self._reaching = Reaching(self._module, self.imported)
+        return self._reaching
+
+    def _flowing(self, node: cst.CSTNode) -> Optional[str]:
+        if isinstance(node, cst.Name):
+            reaching = self.reaching().reads.get(node)
+            apex = sorted({b.apex for b in reaching or () if b.apex is not None})
+            # A read that something else can reach too is reported (rules/rebinding.py) and
+            # the file falls back; answering Apex keeps the other rules' view as it was.
+            return apex[0] if apex else None
+        if isinstance(node, cst.Attribute):
+            base = self._flowing(node.value)
+            return f"{base}.{node.attr.value}" if base is not None else None
+        if isinstance(node, cst.Call):
+            return self._flowing(node.func)
+        return None
+
+    def ambiguous_reads(self) -> list[tuple[cst.Name, list[Binding], list[Binding]]]:
+        """Reads that an Apex import reaches and so does another binding (or another Apex
+        import of a different object): (the read, the Apex bindings, the others). The
+        `amp = None` of an import guard is no other object: nothing would call it."""
+        if self.table is not None:
+            return []
+        out = []
+        for read, reaching in self.reaching().reads.items():
+            apex = [b for b in reaching if b.apex is not None]
+            other = [b for b in reaching if b.apex is None and not b.harmless]
+            if apex and (other or len({b.apex for b in apex}) > 1):
+                out.append((read, apex, other))
+        return out
+
+    def import_is_read(self, alias: cst.ImportAlias) -> Optional[bool]:
+        """Whether some read can see the binding this import alias makes (None: not known,
+        the alias binds no name the flow analysis follows)."""
+        binding = self.reaching().bindings.get(alias) if self.imported else None
+        if binding is None:
+            return None
+        return any(binding in reaching for reaching in self.reaching().reads.values())
 
     def _plain(self, node: cst.CSTNode, read: Optional[bool] = None) -> Optional[str]:
         """`read`: known to be a read (the base of an attribute or call rules asked about;

@@ -11,11 +11,13 @@ from .normalization import FusedNormsToTorch
 from .optimizer_step import OptimizerStepThroughScaler
 from .optimizers import FusedOptimizersToTorch
 from .parallel import ApexParallelToTorch
+from .rebinding import ReboundApexNames
 from .scale_loss import ScaleLossToGradScaler
 from .training_plan import PlanTraining
 
 NATIVE_RULES = [
     PlanTraining,
+    ReboundApexNames,
     InitializeToGradScaler,
     WrapOptimizerToOptimizer,
     ScaleLossToGradScaler,

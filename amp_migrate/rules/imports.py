@@ -138,6 +138,12 @@ class SettleImports(Rule):
                     return False
             return True
         for small in body:
+            if not isinstance(small.names, cst.ImportStar):
+                known = [self.apex.import_is_read(alias) for alias in small.names]
+                if None not in known:  # the flow of a rebound name says which reads see it
+                    if any(known):
+                        return False
+                    continue
             scope = self.get_metadata(ScopeProvider, small, None)
             if scope is None or isinstance(small.names, cst.ImportStar):
                 return False

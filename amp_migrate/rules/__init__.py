@@ -34,4 +34,4 @@ NATIVE_RULES = [
     RemainingApexUses,
 ]
 
-SHIM_RULES = [ShimImports]
+SHIM_RULES = [DeprecatedTorchAmp, ShimImports]

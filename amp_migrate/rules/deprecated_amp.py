@@ -14,7 +14,9 @@ What it does
     whatever the file calls them (`from torch.cuda.amp import autocast as ac`,
     `from torch.cuda import amp`, `import torch.cuda.amp as tamp`), and removes the old imports
     that nothing reads any more. The device comes from the old spelling, never from
-    `--device`. It runs on every file, Apex or not.
+    `--device`. It runs on every file, Apex or not, and in every target: the shim target
+    too, since a file left with deprecated spellings would be rewritten by the next run
+    (shim output must be final, like native output).
 
 Why
     The `torch.cuda.amp` / `torch.cpu.amp` entry points have warned `FutureWarning` since
@@ -66,7 +68,8 @@ Example
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence, Union
 
 import libcst as cst
@@ -78,6 +81,7 @@ from libcst.metadata import MetadataWrapper, QualifiedNameProvider, ScopeProvide
 
 from ..binding import DEPRECATED_AMP_MODULES
 from ..diagnostics import Code, Severity, define
+from ..source_index import SourceIndex
 from .base import FileState, Rule, add_requested_imports
 
 AUTOCAST_FIXED = define(
@@ -435,25 +439,68 @@ class DeprecatedTorchAmp(Rule):
         if not self.changed:
             return tree
         if self.imports and not self.plain_imports and not _imports_torch(tree):
-            tree = _import_torch_before_deprecated_import(tree)
+            tree = _import_torch_before_deprecated_import(tree, self.state.index)
         AddImportsVisitor.add_needed_import(self.context, "torch")
         removals = CodemodContext()
         for module, obj, alias in self.imports:
             RemoveImportsVisitor.remove_unused_import(removals, module, obj, alias)
         if self.imports:
-            tree = _RemoveUnusedImports(removals).transform_module(tree)
+            tree = _RemoveUnusedImports(removals, self.state.index).transform_module(tree)
         if self.plain_imports and not _reads_deprecated_names(tree):
-            tree = tree.visit(_PlainImportsToTorch(self.plain_imports, _imports_torch(tree)))
+            tree = tree.visit(_PlainImportsToTorch(self.plain_imports, _imports_torch(tree),
+                                                   self.state.index))
         # SettleImports only runs on files that mention Apex; this rule's files need not.
-        return add_requested_imports(self.context, tree)
+        return add_requested_imports(self.context, tree, self.state.index)
 
 
 _IMPORT_LINE = m.SimpleStatementLine(body=[m.AtLeastN(m.Import() | m.ImportFrom(), n=1)])
 
 
-class _RemoveUnusedImports(RemoveImportsVisitor):
+class _KeepIdentity(cst.CSTTransformer):
+    """A transform that hands back the very node it got wherever nothing below it changed,
+    and passes a replaced statement's place in the file on to its replacement, so that the
+    rules after this one still place their diagnostics on the original lines."""
+
+    def __init__(self, index: Optional[SourceIndex]) -> None:
+        super().__init__()
+        self._index = index
+        self._changed: list[bool] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self._changed.append(False)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node, updated_node):
+        children_changed = self._changed.pop()
+        result = super().on_leave(original_node, updated_node)
+        if result is updated_node and not children_changed:
+            return original_node
+        if self._changed:
+            self._changed[-1] = True
+        if self._index is not None:
+            self._index.inherit(original_node, result)
+        return result
+
+
+class _RemoveUnusedImports(_KeepIdentity, RemoveImportsVisitor):
     """libcst's unused-import removal, without the blank line a function body would start
     with when the import it started with goes."""
+
+    def __init__(self, context: CodemodContext, index: Optional[SourceIndex]) -> None:
+        RemoveImportsVisitor.__init__(self, context)
+        self._index = index
+        self._changed = []
+
+    @contextmanager
+    def _handle_metadata_reference(self, module: cst.Module):
+        # The tree is this rule's own output: no copy, so unchanged statements keep their ids.
+        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        with self.resolve(wrapper):
+            self.context = replace(self.context, wrapper=wrapper)
+            try:
+                yield wrapper.module
+            finally:
+                self.context = replace(self.context, wrapper=None)
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock,
                             updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
@@ -463,8 +510,10 @@ class _RemoveUnusedImports(RemoveImportsVisitor):
                 and updated_node.body[0].deep_equals(body[1])):
             first = updated_node.body[0]
             kept = [line for line in first.leading_lines if line.comment is not None]
-            return updated_node.with_changes(
-                body=[first.with_changes(leading_lines=kept), *updated_node.body[1:]])
+            moved = first.with_changes(leading_lines=kept)
+            if self._index is not None:
+                self._index.inherit(first, moved)
+            return updated_node.with_changes(body=[moved, *updated_node.body[1:]])
         return updated_node
 
 
@@ -510,16 +559,20 @@ def _is_deprecated_import(stmt: cst.CSTNode) -> bool:
     return any(_in_deprecated_module(n) for n in names)
 
 
-def _import_torch_before_deprecated_import(tree: cst.Module) -> cst.Module:
+def _import_torch_before_deprecated_import(tree: cst.Module,
+                                           index: Optional[SourceIndex]) -> cst.Module:
     """`import torch` where the file's first deprecated AMP import is, so that it takes the
     place of the import it replaces (removed afterwards if nothing reads it any more)."""
     body = list(tree.body)
-    for index, stmt in enumerate(body):
+    for at, stmt in enumerate(body):
         if _is_deprecated_import(stmt):
             torch_import = cst.SimpleStatementLine(
                 body=[cst.Import(names=[cst.ImportAlias(name=cst.Name("torch"))])],
                 leading_lines=stmt.leading_lines)
-            body[index:index + 1] = [torch_import, stmt.with_changes(leading_lines=[])]
+            moved = stmt.with_changes(leading_lines=[])
+            if index is not None:
+                index.inherit(stmt, moved)
+            body[at:at + 1] = [torch_import, moved]
             return tree.with_changes(body=body)
     return tree
 
@@ -531,12 +584,12 @@ def _imports_torch(tree: cst.Module) -> bool:
         for stmt in tree.body)
 
 
-class _PlainImportsToTorch(cst.CSTTransformer):
+class _PlainImportsToTorch(_KeepIdentity):
     """`import torch.cuda.amp` (which binds `torch`) → `import torch`, once nothing reads the
     deprecated module; dropped where the module imports torch already."""
 
-    def __init__(self, names: set[str], imports_torch: bool) -> None:
-        super().__init__()
+    def __init__(self, names: set[str], imports_torch: bool, index: Optional[SourceIndex]) -> None:
+        super().__init__(index)
         self.names = names
         self.imports_torch = imports_torch
 

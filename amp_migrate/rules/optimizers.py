@@ -377,9 +377,9 @@ class FusedOptimizersToTorch(ApexClassRule):
     def _fused(self) -> list[cst.Arg]:
         return [new_keyword("fused", "True")] if self.options.device in FUSED_DEVICES else []
 
-    def _refuse(self, call: cst.Call, name: str, why: str) -> cst.Call:
-        self.report(call, OPTIMIZER_ARGUMENT, f"`{self._short(name)}(...)` kept: {why}")
-        return call
+    def _refuse(self, original: cst.Call, updated: cst.Call, name: str, why: str) -> cst.Call:
+        self.report(original, OPTIMIZER_ARGUMENT, f"`{self._short(name)}(...)` kept: {why}")
+        return updated
 
     def rewrite_call(self, original: cst.Call, updated: cst.Call, name: str) -> cst.BaseExpression:
         short = self._short(name)
@@ -414,7 +414,7 @@ class FusedOptimizersToTorch(ApexClassRule):
         if why is None and not bound.is_("adam_w_mode", True, False):
             why = "`adam_w_mode` is not a literal, so Adam or AdamW cannot be chosen"
         if why is not None:
-            return self._refuse(updated, name, why)
+            return self._refuse(original, updated, name, why)
         decoupled = bound.is_("adam_w_mode", True)
         torch_cls = "torch.optim.AdamW" if decoupled else "torch.optim.Adam"
         extra = []
@@ -433,7 +433,7 @@ class FusedOptimizersToTorch(ApexClassRule):
         if why is None and "lr" not in bound.args:
             why = "FusedSGD requires `lr`"
         if why is not None:
-            return self._refuse(updated, name, why)
+            return self._refuse(original, updated, name, why)
         self._zero_grad(original, bound, "FusedSGD", False)
         keep = ("params", "lr", "momentum", "dampening", "weight_decay", "nesterov")
         return rebuild_call(updated, "torch.optim.SGD", bound, TORCH_SGD, keep, self._fused())
@@ -442,7 +442,7 @@ class FusedOptimizersToTorch(ApexClassRule):
         bound = bind(updated, ADAGRAD_SIGNATURE)
         why = self._unmappable(bound, {"adagrad_w_mode": (False,)})
         if why is not None:
-            return self._refuse(updated, name, why)
+            return self._refuse(original, updated, name, why)
         self._zero_grad(original, bound, "FusedAdagrad", True)
         self.report(original, CHECKPOINT_FORMAT,
                     "FusedAdagrad → torch.optim.Adagrad: state dicts saved by FusedAdagrad need "

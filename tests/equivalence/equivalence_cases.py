@@ -76,6 +76,10 @@ CASES = [
          covers="`if torch.isfinite(grad_norm): optimizer.step()` after clipping (justified "
                 "fallback: Apex's skip stays armed into the next step)",
          native_xfail="AMP301", min_skipped=1),
+    Case("amp-rebound-helper", "amp_rebound_helper.py", ("--corrupt-step", "9"),
+         covers="`amp` rebound after training (`amp = AverageMeterPrinter()`, its own "
+                "`state_dict()`): only the reads before the rebinding are Apex's; overflow forced",
+         min_skipped=1),
 ]
 
 BY_ID = {case.id: case for case in CASES}

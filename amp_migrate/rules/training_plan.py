@@ -18,7 +18,10 @@ Soundness
     exact: O0 and `enabled=False` give a disabled scaler (its `scale`, `step` and `update` pass
     through, as Apex's disabled amp did); a run-time `opt_level` gives
     `enabled=opt_level != "O0"`, right for every value; a guard around `initialize` becomes
-    `enabled=<guard>`. It keeps one GradScaler per loss id when `num_losses > 1` and each
+    `enabled=<guard>`. A static `loss_scale` of 1.0 (O3's default) gives a disabled scaler
+    under an enabled autocast, as Apex's `scale_loss` then neither scaled nor skipped; another
+    static scale gives a scaler that never grows, Apex's bit for bit until a step with
+    non-finite gradients (AMP111 states that one difference). It keeps one GradScaler per loss id when `num_losses > 1` and each
     optimizer is scaled under one loss id, because Apex kept one loss scale per loss id and an
     overflow in one backed off only that one; an optimizer scaled under two loss ids shares one
     scaler (its gradients must carry one scale), as AMP114 says. It refuses what it cannot
@@ -100,14 +103,48 @@ O2_O3 = define(
     before='model, opt = amp.initialize(model, opt, opt_level="O2")',
     after='scaler = torch.amp.GradScaler("cuda")\n# forward under torch.autocast("cuda", dtype=torch.float16)',
 )
+#: GradScaler's growth interval for a static scale: the largest count its int32 growth tracker
+#: reaches, so the scale grows after 2,147,483,647 clean steps at the earliest, in no real run.
+STATIC_GROWTH_INTERVAL = "2**31 - 1"
 STATIC_SCALE = define(
     "AMP111", "static-loss-scale", Severity.INFO,
-    "A static `loss_scale` becomes the initial scale of a dynamic GradScaler.",
-    "Apex's static scale never changed and never skipped a step, even on inf/NaN gradients. "
-    "GradScaler has no static mode: it starts at the given scale, skips steps whose gradients "
-    "are not finite and backs off, and grows after 2000 clean steps.",
+    "A static `loss_scale` becomes a GradScaler that starts at that scale and never grows; it "
+    "differs from Apex only on a step whose gradients are not finite.",
+    "Apex's static scale never changed and never skipped a step. GradScaler has no static mode; "
+    "`init_scale=S, growth_interval=2**31 - 1` comes closest: the interval is the largest count "
+    "GradScaler's int32 growth tracker reaches, so the scale never grows in a real run, and "
+    "losses, gradients, steps and parameters are Apex's bit for bit while gradients stay "
+    "finite. The one difference is a step with inf/NaN gradients: Apex applied it (the "
+    "parameters took the non-finite values) and kept the scale; GradScaler skips it and halves "
+    "the scale (its backoff factor must be below 1), which then stays halved. A loss scale of 1.0 "
+    "disables the scaler instead (AMP116).",
     before='amp.initialize(model, opt, opt_level="O1", loss_scale=128.0)',
-    after='scaler = torch.amp.GradScaler("cuda", init_scale=128.0)',
+    after='scaler = torch.amp.GradScaler("cuda", init_scale=128.0, growth_interval=2**31 - 1)',
+)
+UNSCALED = define(
+    "AMP116", "unit-loss-scale-disables-scaler", Severity.INFO,
+    "Apex did not scale losses here (a static `loss_scale` of 1.0, O3's default), so the "
+    "GradScaler is disabled; autocast stays on.",
+    "With a static scale of 1.0 Apex's `scale_loss` took its fast path: no scaling, no unscale, no "
+    "overflow check, no skipped step (`loss_scale=1.0` is a common way to switch loss scaling "
+    "off). A disabled GradScaler does the same: `scale(loss)` returns the loss, `step(opt)` "
+    "calls `opt.step()`, `update()` does nothing and `get_scale()` is 1.0. A dynamic scaler "
+    "would skip the steps with inf/NaN gradients that Apex applied.",
+    before='amp.initialize(model, opt, opt_level="O1", loss_scale=1.0)',
+    after='scaler = torch.amp.GradScaler("cuda", enabled=False)\n'
+          '# the forward still runs under torch.autocast("cuda", dtype=torch.float16)',
+)
+RUNTIME_O3 = define(
+    "AMP117", "run-time-o3-scaled", Severity.INFO,
+    "If `opt_level` is \"O3\" at run time, this GradScaler is enabled, although Apex's O3 kept a "
+    "static loss scale of 1.0.",
+    "Where `initialize` and the autocast regions share a function, a run-time `opt_level` gives "
+    "`GradScaler(enabled=level not in (\"O0\", \"O3\"))` and `autocast(enabled=level != \"O0\")`, "
+    "right for every level. Here autocast runs elsewhere and follows `scaler.is_enabled()`, so "
+    "the scaler is on at O3 too: it skips steps whose gradients are not finite, which Apex's O3 "
+    "applied. O0, O1 and O2 are exact.",
+    before='amp.initialize(model, opt, opt_level=opt_level)  # in Trainer.__init__',
+    after='self.scaler = torch.amp.GradScaler("cuda", enabled=opt_level != "O0")',
 )
 SCALE_BOUNDS = define(
     "AMP112", "loss-scale-bounds", Severity.INFO,
@@ -538,13 +575,14 @@ class PlanTraining(Rule):
         ok = True
         level = args.get("opt_level", None)
         level_value = "O1" if level is None else literal(level)
+        level_test: Optional[cst.Comparison] = None  # `opt_level != "O0"`, for a run-time level
         if level_value is NOT_LITERAL:
             if not pure(level):
                 self.report(level, OPTION_NOT_LITERAL, "`opt_level` is an expression with side effects")
                 ok = False
             else:
-                conditions.append(cst.Comparison(level, [cst.ComparisonTarget(
-                    cst.NotEqual(), _string("O0"))]))
+                level_test = cst.Comparison(level, [cst.ComparisonTarget(cst.NotEqual(), _string("O0"))])
+                conditions.append(level_test)
         elif level_value not in LEVELS:
             self.report(level, OPTION_NOT_LITERAL, f"`opt_level={level_value!r}` is not one of O0-O3")
             ok = False
@@ -580,18 +618,37 @@ class PlanTraining(Rule):
         scaler_args: list[cst.Arg] = [cst.Arg(_string(self.options.device))]
         loss_scale = args.get("loss_scale")
         scale_value = literal(loss_scale)
-        if isinstance(scale_value, str) and scale_value != "dynamic":
+        if isinstance(scale_value, (str, bool)) and scale_value != "dynamic":
             try:
-                scale_value = float(scale_value)
+                scale_value = float(scale_value)  # as Apex did: "128" -> 128.0, True -> 1.0
             except ValueError:
                 scale_value = NOT_LITERAL
+        unscaled = False  # a static scale of 1.0: Apex's scale_loss took its fast path
+        scaling_test: Optional[cst.Comparison] = None  # which run-time levels scale losses
         if scale_value is NOT_LITERAL:
             self.report(loss_scale, OPTION_NOT_LITERAL,
                         "`loss_scale` is chosen at run time (it may be \"dynamic\" or a number)")
             ok = False
-        elif isinstance(scale_value, (int, float)) and not isinstance(scale_value, bool):
-            scaler_args.append(_kw("init_scale", cst.Float(repr(float(scale_value)))))
-            self.report(loss_scale, STATIC_SCALE)
+        elif scale_value is None and level_value == "O3":
+            unscaled = True
+            self.report(level, UNSCALED, "O3's default loss scale is a static 1.0: Apex did not scale "
+                        "losses, so the GradScaler is disabled; autocast stays on")
+        elif scale_value is None and level_test is not None:
+            scaling_test = cst.Comparison(level.deep_clone(), [cst.ComparisonTarget(
+                cst.NotIn(), cst.Tuple([cst.Element(_string("O0")), cst.Element(_string("O3"))]))])
+        elif isinstance(scale_value, (int, float)):
+            if not 0.0 < scale_value < float("inf"):
+                self.report(loss_scale, OPTION_NOT_LITERAL, f"`loss_scale={scale_value!r}` is no usable scale")
+                ok = False
+            elif scale_value == 1.0:
+                unscaled = level_value != "O0"
+                if unscaled:
+                    self.report(loss_scale, UNSCALED, "a static `loss_scale` of 1.0: Apex did not scale "
+                                "losses, so the GradScaler is disabled; autocast stays on")
+            else:
+                scaler_args.append(_kw("init_scale", cst.Float(repr(float(scale_value)))))
+                scaler_args.append(_kw("growth_interval", cst.parse_expression(STATIC_GROWTH_INTERVAL)))
+                self.report(loss_scale, STATIC_SCALE)
         max_scale = literal(args.get("max_loss_scale"))
         if isinstance(max_scale, (int, float)) and max_scale < 2.0**16 and scale_value in (None, "dynamic"):
             scaler_args.append(_kw("init_scale", cst.Float(repr(float(max_scale)))))
@@ -614,11 +671,13 @@ class PlanTraining(Rule):
                 self.report(args["num_losses"], PER_LOSS_CHECKPOINT)
                 ok = False
 
-        enabled_expr: Optional[cst.BaseExpression] = None
+        enabled_expr: Optional[cst.BaseExpression] = None  # whether amp is on: autocast's `enabled`
+        scaling_expr: Optional[cst.BaseExpression] = None  # whether losses are scaled: the scaler's
         for c in conditions:
             enabled_expr = _and(enabled_expr, c)
+            scaling_expr = _and(scaling_expr, scaling_test if c is level_test and scaling_test else c.deep_clone())
         if any(literal(c) is False for c in conditions):
-            enabled_expr = cst.Name("False")
+            enabled_expr = scaling_expr = cst.Name("False")
         if placement == "module" and enabled_expr is not None and literal(enabled_expr) is NOT_LITERAL:
             self.report(call, NO_PLACE, "the scaler must be module-level here, but whether amp is "
                         "enabled is only known inside the function that calls `initialize`")
@@ -637,23 +696,29 @@ class PlanTraining(Rule):
         fp16 = self.options.needs_loss_scaling
         if not fp16:
             self.report(call, BF16)
-            if enabled_expr is not None and literal(enabled_expr) is NOT_LITERAL and placement != "local":
-                self.report(call, NO_PLACE, "with bfloat16 the scaler is disabled, so autocast "
-                            "cannot follow it; whether amp is enabled is only known where `initialize` is")
-                return None
+        if (not fp16 or unscaled) and enabled_expr is not None and literal(enabled_expr) is NOT_LITERAL \
+                and placement != "local":
+            why = "with bfloat16" if not fp16 else "with a static loss scale of 1.0"
+            self.report(call, NO_PLACE, f"{why} the scaler is disabled, so autocast cannot follow "
+                        "it; whether amp is enabled is only known where `initialize` is")
+            return None
         autocast_args = [cst.Arg(_string(self.options.device)),
                          _kw("dtype", cst.parse_expression(f"torch.{self.options.dtype}"))]
-        if enabled_expr is not None:
-            if literal(enabled_expr) is False:
-                autocast_args.append(_kw("enabled", cst.Name("False")))
-                scaler_args.append(_kw("enabled", cst.Name("False")))
-            elif fp16:
-                scaler_args.append(_kw("enabled", enabled_expr))
-                autocast_args.append(_kw("enabled", cst.parse_expression(f"{scaler}.is_enabled()")))
-            else:
-                autocast_args.append(_kw("enabled", enabled_expr))
-        if not fp16 and not any(a.keyword and a.keyword.value == "enabled" for a in scaler_args):
+        if enabled_expr is not None and literal(enabled_expr) is False:
+            autocast_args.append(_kw("enabled", cst.Name("False")))
             scaler_args.append(_kw("enabled", cst.Name("False")))
+        elif not fp16 or unscaled:
+            scaler_args.append(_kw("enabled", cst.Name("False")))
+            if enabled_expr is not None:
+                autocast_args.append(_kw("enabled", enabled_expr))
+        elif scaling_test is not None and placement == "local":
+            scaler_args.append(_kw("enabled", scaling_expr))
+            autocast_args.append(_kw("enabled", enabled_expr))
+        elif enabled_expr is not None:
+            if scaling_test is not None:
+                self.report(level, RUNTIME_O3)
+            scaler_args.append(_kw("enabled", enabled_expr))
+            autocast_args.append(_kw("enabled", cst.parse_expression(f"{scaler}.is_enabled()")))
         return TrainingPlan(
             scaler=scaler,
             placement=placement,

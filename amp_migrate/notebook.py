@@ -8,27 +8,62 @@ markers. When the rewrite moved code across a marker (or lost a placeholder), th
 cannot be cut back faithfully: `auto` then takes the shim's import-only rewrite, which never
 does.
 
+IPython lines are code the migration cannot see, so what they reference must survive it.
+`%time STMT` and `%timeit STMT` run one Python statement; where it spells an Apex word it is
+migrated as code (`%time` as the statement itself, `%timeit` as the body of a loop, since it
+runs many times) and put back behind its magic, or the notebook cannot be cut back. Any other
+IPython line (shell commands' `{expr}`/`$name`, `obj?`, magics whose arguments name objects)
+that names something the migration removes (an Apex import's name under the native target, or
+any binding the output no longer makes) is reported (AMP021) at its cell and line, and `auto`
+takes the shim for the notebook.
+
 The JSON is written back the way it was read (indentation, key order, escaping, trailing
 newline), so that only the changed cells' `source` differs from the original bytes.
 """
 from __future__ import annotations
 
+import ast
 import json
 import re
-from dataclasses import dataclass, replace
-from typing import Any, Optional
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Optional
 
-from .diagnostics import Diagnostic
+from .binding import apex_import_words, imports_apex
+from .diagnostics import NATIVE_IMPOSSIBLE, Diagnostic, Severity, define
 from .file_result import FileResult, Finding
-from .migrate import MigrationError, migrate_source
+from .migrate import MigrationError, migrate_source, python_ast
 from .options import Options
 from .report import unified_diff
 from .source_file import SourceError
+from .source_index import SourceIndex
+
+MAGIC_USES_MIGRATED_NAME = define(
+    "AMP021", "ipython-line-uses-migrated-name", Severity.WARNING,
+    "An IPython line (a magic, a shell command, `obj?`) names something the native rewrite "
+    "removes; the notebook uses the shim.",
+    "Notebook cells are migrated as one Python module with their IPython lines set aside, so "
+    "the rules cannot rewrite what those lines say. A line that names an Apex import's name "
+    "(`%store amp`, `!echo {amp.state_dict()}`, `amp.initialize?`) or any other name the "
+    "rewrite no longer binds would fail, or do something else, after a native migration. "
+    "`%time STMT` and `%timeit STMT` are migrated as code, since their argument is one Python "
+    "statement; other lines are not guessed at. The shim keeps every name bound as it was. "
+    "Move the use into plain code (`%time` of a function works) to migrate natively.",
+    before="from apex import amp\n%store amp",
+    after="from amp_shim import amp\n%store amp",
+    falls_back=True,
+)
 
 _CELL = "__amp_migrate_cell_{}__"
 _CELL_LINE = re.compile(r"^__amp_migrate_cell_(\d+)__\n", re.M)
 _MAGIC_PLACEHOLDER = "import __amp_migrate_magic_{}__"
 _MAGIC_LINE = re.compile(r"^([ \t]*)import __amp_migrate_magic_(\d+)__[ \t]*$")
+# `%time STMT` as the statement, marked by a comment; `%timeit STMT` as a loop's body.
+_TIME_PLACEHOLDER = "{1}  # __amp_migrate_time_{0}__"
+_TIME_LINE = re.compile(r"^([ \t]*)(?P<code>.*?)[ \t]*# __amp_migrate_time_(\d+)__[ \t]*$")
+_TIMEIT_PLACEHOLDER = "for __amp_migrate_timeit_{0}__ in __amp_migrate_repeat__: {1}"
+_TIMEIT_LINE = re.compile(r"^([ \t]*)for __amp_migrate_timeit_(\d+)__ in __amp_migrate_repeat__:"
+                          r"[ \t]*(?P<code>.*?)[ \t]*$")
+_CODE_MAGIC = re.compile(r"^[ \t]*(%time[ \t]+|%timeit((?:[ \t]+-(?:[nrp][ \t]*\d+|[tcqo]))*)[ \t]+)(\S.*)$")
 _IPYTHON_LINE = re.compile(
     r"^[ \t]*(?:[%!]|\?{1,2}[\w.]|[\w.]+[ \t]*\?{1,2}[ \t]*$|[\w.]+[ \t]*=[ \t]*[%!])")
 # Cell magics whose body is Python; any other `%%magic` cell (bash, html, ...) is left alone.
@@ -36,44 +71,115 @@ _PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}
 
 
 @dataclass
+class _Masked:
+    """An IPython line set aside: `lines` as written (continuations included), its line in
+    the cell (1-based); `prefix` ("%time ", "%timeit -n 3 ") when its statement is migrated
+    as code, which `code` holds."""
+
+    lines: list[str]
+    line: int
+    prefix: str = ""
+    code: str = ""
+
+    @property
+    def timeit(self) -> bool:
+        return self.prefix.startswith("%timeit")
+
+
+@dataclass
 class _Cell:
     index: int  # position among all cells
     source: str
     added_newline: bool
-    magics: list[list[str]]
+    magics: list[_Masked] = field(default_factory=list)
 
 
-def _protect(source: str, magics: list[list[str]]) -> str:
-    """`source` with each IPython line (and its backslash continuations) as a placeholder."""
+def _one_simple_statement(code: str) -> bool:
+    try:
+        body = ast.parse(code).body
+    except (SyntaxError, ValueError):
+        return False
+    return len(body) == 1 and not isinstance(body[0], (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With,
+                                                       ast.AsyncWith, ast.Try, ast.FunctionDef, ast.ClassDef,
+                                                       ast.AsyncFunctionDef, getattr(ast, "Match", ast.If)))
+
+
+def _identifiers(text: str) -> set[str]:
+    return set(re.findall(r"[A-Za-z_]\w*", text))
+
+
+def _protect(source: str, magics: list[_Masked], words: Optional[frozenset[str]] = None) -> str:
+    """`source` with each IPython line (and its backslash continuations) as a placeholder;
+    `%time`/`%timeit` lines whose statement spells one of `words` (None: any) as code."""
     out: list[str] = []
     lines = source.split("\n")
     i = 0
     while i < len(lines):
         line = lines[i]
         if _IPYTHON_LINE.match(line):
+            start = i
             block = [line]
             while block[-1].endswith("\\") and i + 1 < len(lines):
                 i += 1
                 block.append(lines[i])
             indent = line[: len(line) - len(line.lstrip())]
-            out.append(indent + _MAGIC_PLACEHOLDER.format(len(magics)))
-            magics.append(block)
+            code = _CODE_MAGIC.match(line) if len(block) == 1 else None
+            if code is not None and _one_simple_statement(code.group(3)) \
+                    and (words is None or _identifiers(code.group(3)) & words):
+                masked = _Masked(block, start + 1, code.group(1).rstrip() + " ", code.group(3))
+                template = _TIMEIT_PLACEHOLDER if masked.timeit else _TIME_PLACEHOLDER
+                out.append(indent + template.format(len(magics), masked.code))
+            else:
+                masked = _Masked(block, start + 1)
+                out.append(indent + _MAGIC_PLACEHOLDER.format(len(magics)))
+            magics.append(masked)
         else:
             out.append(line)
         i += 1
     return "\n".join(out)
 
 
-def _restore(code: str, magics: list[list[str]], seen: set[int]) -> str:
+def _whole_lines(code: str) -> Optional[set[int]]:
+    """Lines that hold one simple statement from their first character to their end (None:
+    the code does not parse)."""
+    tree = python_ast(code)
+    if tree is None:
+        return None
+    lines = code.split("\n")
+    whole = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt) and node.lineno == node.end_lineno and not hasattr(node, "body"):
+            line = lines[node.lineno - 1]
+            if node.col_offset == len(line) - len(line.lstrip()):
+                whole.add(node.lineno)
+    return whole
+
+
+def _restore(code: str, magics: list[_Masked], seen: set[int]) -> Optional[str]:
+    """The cell with its IPython lines back; None when a migrated `%time`/`%timeit`
+    statement is no longer one whole statement on one line (a `%timeit` loop's only one)."""
     out = []
-    for line in code.split("\n"):
+    whole = _whole_lines(code) if "__amp_migrate_time" in code else set()
+    for number, line in enumerate(code.split("\n"), 1):
         match = _MAGIC_LINE.match(line)
+        timed = _TIMEIT_LINE.match(line) or _TIME_LINE.match(line)
         if match:
             number = int(match.group(2))
+            if number >= len(magics) or magics[number].prefix:
+                return None
             seen.add(number)
-            block = magics[number]
+            block = magics[number].lines
             out.append(match.group(1) + block[0].lstrip())
             out.extend(block[1:])
+        elif timed:
+            loop = timed.re is _TIMEIT_LINE
+            which = int(timed.group(2 if loop else 3))
+            if which >= len(magics) or not magics[which].prefix or magics[which].timeit != loop \
+                    or not _one_simple_statement(timed.group("code")) \
+                    or not loop and (whole is None or number not in whole):
+                return None
+            seen.add(which)
+            out.append(timed.group(1) + magics[which].prefix + timed.group("code"))
         else:
             out.append(line)
     return "\n".join(out)
@@ -148,7 +254,7 @@ def _style_of(text: str, nb: dict) -> _Style:
                   trailing or "\n", False)
 
 
-def _cells_to_migrate(nb: dict) -> list[_Cell]:
+def _cells_to_migrate(nb: dict, words: Optional[frozenset[str]] = None) -> list[_Cell]:
     cells = []
     for index, cell in enumerate(nb["cells"]):
         if cell.get("cell_type") != "code":
@@ -159,8 +265,8 @@ def _cells_to_migrate(nb: dict) -> list[_Cell]:
         first = source.lstrip().split("\n", 1)[0]
         if first.startswith("%%") and first[2:].split(" ", 1)[0].strip() not in _PYTHON_CELL_MAGICS:
             continue
-        magics: list[list[str]] = []
-        protected = _protect(source, magics)
+        magics: list[_Masked] = []
+        protected = _protect(source, magics, words)
         added = not protected.endswith("\n")
         cells.append(_Cell(index, protected + ("\n" if added else ""), added, magics))
     return cells
@@ -198,12 +304,113 @@ def _split(code: str, cells: list[_Cell]) -> Optional[list[str]]:
     for cell, piece in zip(cells, pieces[0::2]):
         seen: set[int] = set()
         text = _restore(piece, cell.magics, seen)
-        if seen != set(range(len(cell.magics))):
+        if text is None or seen != set(range(len(cell.magics))):
             return None
         if cell.added_newline and text.endswith("\n"):
             text = text[:-1]
         out.append(text)
     return out
+
+
+def _bound_names(tree: Optional[ast.Module]) -> Optional[set[str]]:
+    """Every name the code binds anywhere (None: it does not parse)."""
+    if tree is None:
+        return None
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name.split(".")[0]) for a in node.names if a.name != "*")
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+    return names
+
+
+def _apex_bound(tree: ast.Module) -> set[str]:
+    """The names Apex (or torch's deprecated amp) imports bind."""
+    names: set[str] = set()
+    for node in SourceIndex.imports_of(tree):
+        for alias in node.names:
+            one = ast.Import([alias]) if isinstance(node, ast.Import) else \
+                ast.ImportFrom(node.module, [alias], node.level)
+            if alias.name != "*" and imports_apex(one):
+                names.add(alias.asname or alias.name.split(".")[0])
+    return names
+
+
+_INTERPOLATED = re.compile(r"\{([^{}]*)\}|(?<!\$)\$(\w+)")
+# Magics whose arguments are text (paths, packages, options), not Python names; IPython still
+# expands `{expr}` and `$name` in them.
+_TEXT_MAGICS = {
+    "pip", "conda", "mamba", "matplotlib", "load_ext", "reload_ext", "unload_ext", "cd", "env",
+    "config", "run", "autoreload", "aimport", "pylab", "gui", "xmode", "precision", "sx", "system",
+    "sh", "bash", "writefile", "load", "save", "pycat", "mkdir", "ls", "pwd", "rm", "cp", "mv",
+    "cat", "history", "alias", "lsmagic", "magic", "pushd", "popd", "bookmark", "dhist",
+    "autosave", "time", "timeit", "capture", "prun", "debug",
+}
+_CODE_MAGICS = {"time", "timeit", "prun", "debug"}  # the arguments (after options) are code
+
+
+def _python_names(code: str) -> set[str]:
+    try:
+        tree = ast.parse(code.strip())
+    except (SyntaxError, ValueError):
+        return _identifiers(code)
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+
+
+def _referenced(masked: _Masked) -> set[str]:
+    """The Python names an IPython line can read (or bind, `x = !cmd`), as IPython runs it."""
+    text = " ".join(line.rstrip("\\") for line in masked.lines).strip()
+    names: set[str] = set()
+    assigned = re.match(r"([\w.]+)[ \t]*=[ \t]*(?=[%!])", text)
+    if assigned:
+        names.add(assigned.group(1).split(".")[0])
+        text = text[assigned.end():]
+    for expr, plain in _INTERPOLATED.findall(text):
+        names |= _python_names(expr) if expr else {plain}
+    if text.startswith("!"):
+        return names
+    magic = re.match(r"%%?(\w+)(.*)$", text)
+    if magic is None:  # `obj?`, `??obj`: the object
+        return names | set(re.findall(r"[A-Za-z_]\w*", text.strip("? \t"))[:1])
+    name, args = magic.group(1), magic.group(2)
+    if name in _CODE_MAGICS:
+        args = re.sub(r"^(?:[ \t]+-(?:[nrp][ \t]*\d+|[tcqoDTsl](?:[ \t]+\S+)?|\w))*", "", args)
+        return names | _python_names(args)
+    if name in _TEXT_MAGICS:
+        return names
+    return names | _identifiers(args)  # `%store amp`, `%pinfo amp`, `%xdel amp`, ...
+
+
+def _broken_magics(module: str, code: str, cells: list[_Cell], native: bool) -> list[Finding]:
+    """IPython lines that name something the migrated code no longer binds (under the native
+    target, the names Apex imports bind too: those objects are gone even where a name stays)."""
+    before = python_ast(module)
+    after = _bound_names(python_ast(code))
+    bound = _bound_names(before)
+    if before is None or after is None or bound is None:
+        return []  # not parsed: the migration itself reports it
+    gone = (bound - after) | (_apex_bound(before) if native else set())
+    findings = []
+    for cell in cells:
+        for masked in cell.magics:
+            if masked.prefix:
+                continue  # migrated as code
+            for name in sorted(_referenced(masked) & gone):
+                col = re.search(rf"\b{re.escape(name)}\b", masked.lines[0])
+                what = masked.lines[0].strip() + (" \\ ..." if len(masked.lines) > 1 else "")
+                findings.append(Finding(Diagnostic(
+                    MAGIC_USES_MIGRATED_NAME.code, MAGIC_USES_MIGRATED_NAME.severity, masked.line,
+                    col.start() + 1 if col else 1,
+                    f"`{what}` names `{name}`, which the {'native ' if native else ''}migration "
+                    "no longer binds; IPython lines are not rewritten", False), cell.index + 1))
+    return findings
 
 
 def _ended(text: str) -> str:
@@ -219,26 +426,45 @@ def migrate(path: str, data: bytes, options: Options, want_diff: bool) -> FileRe
     cells = _cells_to_migrate(nb)
     if not cells:
         return result
+    tree = python_ast(_join(cells)[0])
+    if tree is not None:  # `%time` statements that spell an Apex word are migrated as code
+        words = apex_import_words(SourceIndex.imports_of(tree))
+        cells = _cells_to_migrate(nb, words)
     module, spans = _join(cells)
     notes: list[str] = []
+    broken: list[Finding] = []
+
+    def run(target: str):
+        migrated = migrate_source(module, target=target, device=options.device, dtype=options.dtype)
+        if not migrated.changed:
+            return migrated, None, []
+        sources = _split(migrated.code, cells)
+        lost = _broken_magics(module, migrated.code, cells, migrated.target_used == "native") \
+            if sources is not None else []
+        return migrated, sources, lost
+
     try:
-        migrated = migrate_source(module, target=options.target, device=options.device,
-                                  dtype=options.dtype)
-        sources = _split(migrated.code, cells) if migrated.changed else None
-        if migrated.changed and sources is None:
+        migrated, sources, broken = run(options.target)
+        if migrated.changed and (sources is None or broken):
+            why = ("the native rewrite moves code across cells or IPython lines" if sources is None
+                   else "IPython lines name what the native rewrite removes")
             if options.target == "native":
-                return replace(result, error="the native rewrite moves code across cells or "
-                                             "IPython lines; left untouched (`--target auto` "
-                                             "would use the shim)")
-            notes.append("the native rewrite moves code across cells or IPython lines; "
-                         "migrated to the shim instead")
-            migrated = migrate_source(module, target="shim", device=options.device, dtype=options.dtype)
-            sources = _split(migrated.code, cells) if migrated.changed else None
-            if migrated.changed and sources is None:
-                return replace(result, error="the migrated code cannot be cut back into cells; left untouched")
+                if broken:
+                    refused = Finding(Diagnostic(NATIVE_IMPOSSIBLE.code, NATIVE_IMPOSSIBLE.severity, 1, 1,
+                                                 NATIVE_IMPOSSIBLE.summary, False), cells[0].index + 1)
+                    return replace(result, findings=(*broken, refused))
+                return replace(result, error=f"{why}; left untouched (`--target auto` would use the shim)")
+            lost = broken
+            if migrated.target_used == "native":  # auto: the shim rewrites imports only
+                notes.append(f"{why}; migrated to the shim instead")
+                migrated, sources, lost = run("shim")
+                broken = broken + lost
+            if migrated.changed and (sources is None or lost):
+                return replace(result, findings=tuple(broken),
+                               error="the migrated code cannot be cut back into cells; left untouched")
     except MigrationError as exc:
         return replace(result, findings=(_locate(exc.as_diagnostic(), spans),))
-    findings = tuple(_locate(d, spans) for d in migrated.diagnostics)
+    findings = tuple(broken) + tuple(_locate(d, spans) for d in migrated.diagnostics)
     result = replace(result, findings=findings, notes=tuple(notes))
     if sources is None:
         return result

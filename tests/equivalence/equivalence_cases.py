@@ -80,6 +80,10 @@ CASES = [
          covers="`amp` rebound after training (`amp = AverageMeterPrinter()`, its own "
                 "`state_dict()`): only the reads before the rebinding are Apex's; overflow forced",
          min_skipped=1),
+    Case("notebook-time-magic", "time_magic_notebook.ipynb",
+         covers="a notebook: `%time state = amp.state_dict()` and `%timeit ... amp.state_dict()` "
+                "migrated as code behind their magics, `!pip`/`%matplotlib` kept; overflow forced",
+         min_skipped=1),
 ]
 
 BY_ID = {case.id: case for case in CASES}

@@ -8,6 +8,10 @@ For a case (a program from fixtures/programs/equivalence/ plus its arguments):
 * ``shim-target``: ``migrate_source(target="shim")`` of it (imports rewritten to amp_shim), run
   with plain ``python``.
 
+A notebook program (`.ipynb`) runs as its code cells joined into a script, with the IPython
+lines it uses played the way IPython runs them (notebook_programs.py); its migrations are the
+notebook migrations (`amp_migrate.notebook`).
+
 Each run goes through recorder.py, which records losses, real optimizer steps, loss scales and
 final parameters from outside the program. `compare` checks a pair of runs against the case's
 expectation: "exact" (O0, O1, bf16: the shim's O1 is the native recipe) or a measured tolerance
@@ -90,6 +94,12 @@ class MigrationFellBack(Exception):
 def migrate(case: Case, target: str) -> str:
     from amp_migrate import migrate_source
 
+    if case.program.endswith(".ipynb"):  # the migrated cells, as a script (notebook_programs.py)
+        from notebook_programs import migrated
+        code, used, findings = migrated(case.path, target, "cpu", case.dtype)
+        if used != target:
+            raise MigrationFellBack([f.diagnostic for f in findings])
+        return code
     result = migrate_source(case.path.read_text(), target=target, device="cpu", dtype=case.dtype)
     if result.target_used != target:
         raise MigrationFellBack([d for d in result.diagnostics])
@@ -167,8 +177,12 @@ def run(case: Case, mode: str, base: Path, fresh: bool = False) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
     if mode == "shim":
         source = case.path
+        if case.program.endswith(".ipynb"):
+            from notebook_programs import cell_sources, script
+            source = workdir / (case.path.stem + ".py")
+            source.write_text(script(cell_sources(case.path.read_bytes())))
     else:
-        source = workdir / Path(case.program).name
+        source = workdir / (Path(case.program).stem + ".py")
         source.write_text(migrate(case, "native" if mode == "native" else "shim"))
     phases = case.phases or (case.args,)
     combined = {"losses": [], "scales": [], "steps": [], "imported": [], "stdout": "", "stderr": ""}

@@ -88,3 +88,19 @@ NATIVE_IMPOSSIBLE = define(
     "Native output must train the way the Apex code did. The diagnostics before this one name "
     "each use that blocks it; `--target auto` would migrate the file to the shim instead.",
 )
+# Notebooks (amp_migrate/notebook.py): cells are migrated as one module, IPython lines set aside.
+MAGIC_USES_MIGRATED_NAME = define(
+    "AMP021", "ipython-line-uses-migrated-name", Severity.WARNING,
+    "An IPython line (a magic, a shell command, `obj?`) names something the native rewrite "
+    "removes; the notebook uses the shim.",
+    "Notebook cells are migrated as one Python module with their IPython lines set aside, so "
+    "the rules cannot rewrite what those lines say. A line that names an Apex import's name "
+    "(`%store amp`, `!echo {amp.state_dict()}`, `amp.initialize?`) or any other name the "
+    "rewrite no longer binds would fail, or do something else, after a native migration. "
+    "`%time STMT` and `%timeit STMT` are migrated as code, since their argument is one Python "
+    "statement; other lines are not guessed at. The shim keeps every name bound as it was. "
+    "Move the use into plain code (`%time` of a function works) to migrate natively.",
+    before="from apex import amp\n%store amp",
+    after="from amp_shim import amp\n%store amp",
+    falls_back=True,
+)

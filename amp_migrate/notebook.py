@@ -26,32 +26,16 @@ import ast
 import json
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 from .binding import apex_import_words, imports_apex
-from .diagnostics import NATIVE_IMPOSSIBLE, Diagnostic, Severity, define
+from .diagnostics import MAGIC_USES_MIGRATED_NAME, NATIVE_IMPOSSIBLE, Diagnostic
 from .file_result import FileResult, Finding
 from .migrate import MigrationError, migrate_source, python_ast
 from .options import Options
 from .report import unified_diff
 from .source_file import SourceError
 from .source_index import SourceIndex
-
-MAGIC_USES_MIGRATED_NAME = define(
-    "AMP021", "ipython-line-uses-migrated-name", Severity.WARNING,
-    "An IPython line (a magic, a shell command, `obj?`) names something the native rewrite "
-    "removes; the notebook uses the shim.",
-    "Notebook cells are migrated as one Python module with their IPython lines set aside, so "
-    "the rules cannot rewrite what those lines say. A line that names an Apex import's name "
-    "(`%store amp`, `!echo {amp.state_dict()}`, `amp.initialize?`) or any other name the "
-    "rewrite no longer binds would fail, or do something else, after a native migration. "
-    "`%time STMT` and `%timeit STMT` are migrated as code, since their argument is one Python "
-    "statement; other lines are not guessed at. The shim keeps every name bound as it was. "
-    "Move the use into plain code (`%time` of a function works) to migrate natively.",
-    before="from apex import amp\n%store amp",
-    after="from amp_shim import amp\n%store amp",
-    falls_back=True,
-)
 
 _CELL = "__amp_migrate_cell_{}__"
 _CELL_LINE = re.compile(r"^__amp_migrate_cell_(\d+)__\n", re.M)

@@ -50,8 +50,11 @@ _TIMEIT_LINE = re.compile(r"^([ \t]*)for __amp_migrate_timeit_(\d+)__ in __amp_m
 _CODE_MAGIC = re.compile(r"^[ \t]*(%time[ \t]+|%timeit((?:[ \t]+-(?:[nrp][ \t]*\d+|[tcqo]))*)[ \t]+)(\S.*)$")
 _IPYTHON_LINE = re.compile(
     r"^[ \t]*(?:[%!]|\?{1,2}[\w.]|[\w.]+[ \t]*\?{1,2}[ \t]*$|[\w.]+[ \t]*=[ \t]*[%!])")
-# Cell magics whose body is Python; any other `%%magic` cell (bash, html, ...) is left alone.
-_PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}
+# Cell magics whose body is Python run once in the user namespace; any other `%%magic` cell
+# (bash, html, ...) is left alone. A `%%timeit` body runs many times in a namespace of its own
+# (its assignments do not persist), so it is not part of the module: it is checked like an
+# IPython line instead.
+_PYTHON_CELL_MAGICS = {"time", "capture", "prun", "debug"}
 
 
 @dataclass
@@ -64,6 +67,7 @@ class _Masked:
     line: int
     prefix: str = ""
     code: str = ""
+    body: bool = False  # a `%%timeit` cell: the lines after the first are Python
 
     @property
     def timeit(self) -> bool:
@@ -78,11 +82,15 @@ class _Cell:
     magics: list[_Masked] = field(default_factory=list)
 
 
-def _one_simple_statement(code: str) -> bool:
+def _one_simple_statement(code: str, expression: bool = False) -> bool:
+    """`code` is one simple statement (an expression, if asked: what `%timeit` runs keeps
+    no assignment, so its statement may bind nothing)."""
     try:
         body = ast.parse(code).body
     except (SyntaxError, ValueError):
         return False
+    if expression:
+        return len(body) == 1 and isinstance(body[0], ast.Expr)
     return len(body) == 1 and not isinstance(body[0], (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With,
                                                        ast.AsyncWith, ast.Try, ast.FunctionDef, ast.ClassDef,
                                                        ast.AsyncFunctionDef, getattr(ast, "Match", ast.If)))
@@ -108,7 +116,7 @@ def _protect(source: str, magics: list[_Masked], words: Optional[frozenset[str]]
                 block.append(lines[i])
             indent = line[: len(line) - len(line.lstrip())]
             code = _CODE_MAGIC.match(line) if len(block) == 1 else None
-            if code is not None and _one_simple_statement(code.group(3)) \
+            if code is not None and _one_simple_statement(code.group(3), code.group(2) is not None) \
                     and (words is None or _identifiers(code.group(3)) & words):
                 masked = _Masked(block, start + 1, code.group(1).rstrip() + " ", code.group(3))
                 template = _TIMEIT_PLACEHOLDER if masked.timeit else _TIME_PLACEHOLDER
@@ -159,7 +167,7 @@ def _restore(code: str, magics: list[_Masked], seen: set[int]) -> Optional[str]:
             loop = timed.re is _TIMEIT_LINE
             which = int(timed.group(2 if loop else 3))
             if which >= len(magics) or not magics[which].prefix or magics[which].timeit != loop \
-                    or not _one_simple_statement(timed.group("code")) \
+                    or not _one_simple_statement(timed.group("code"), loop) \
                     or not loop and (whole is None or number not in whole):
                 return None
             seen.add(which)
@@ -236,6 +244,18 @@ def _style_of(text: str, nb: dict) -> _Style:
                     return _Style(indent, sep, ensure_ascii, newline, trailing, True)
     return _Style(indents[0] if indents[0] is not None else 1, (",", ": "), False, newline,
                   trailing or "\n", False)
+
+
+def _timeit_cells(nb: dict) -> list[_Cell]:
+    """`%%timeit` cells, each as one IPython block to check (not migrated)."""
+    out = []
+    for index, cell in enumerate(nb["cells"]):
+        source = _source_text(cell.get("source", "")) if cell.get("cell_type") == "code" else ""
+        lines = source.split("\n")
+        start = next((n for n, line in enumerate(lines) if line.strip()), None)
+        if start is not None and re.match(r"[ \t]*%%timeit\b", lines[start]):
+            out.append(_Cell(index, "", False, [_Masked(lines[start:], start + 1, body=True)]))
+    return out
 
 
 def _cells_to_migrate(nb: dict, words: Optional[frozenset[str]] = None) -> list[_Cell]:
@@ -350,6 +370,8 @@ def _python_names(code: str) -> set[str]:
 
 def _referenced(masked: _Masked) -> set[str]:
     """The Python names an IPython line can read (or bind, `x = !cmd`), as IPython runs it."""
+    if masked.body:
+        return _python_names("\n".join(masked.lines[1:])) | _referenced(_Masked(masked.lines[:1], 1))
     text = " ".join(line.rstrip("\\") for line in masked.lines).strip()
     names: set[str] = set()
     assigned = re.match(r"([\w.]+)[ \t]*=[ \t]*(?=[%!])", text)
@@ -372,7 +394,8 @@ def _referenced(masked: _Masked) -> set[str]:
     return names | _identifiers(args)  # `%store amp`, `%pinfo amp`, `%xdel amp`, ...
 
 
-def _broken_magics(module: str, code: str, cells: list[_Cell], native: bool) -> list[Finding]:
+def _broken_magics(module: str, code: str, cells: list[_Cell], native: bool,
+                   timeit_cells: list[_Cell] = ()) -> list[Finding]:
     """IPython lines that name something the migrated code no longer binds (under the native
     target, the names Apex imports bind too: those objects are gone even where a name stays)."""
     before = python_ast(module)
@@ -382,16 +405,21 @@ def _broken_magics(module: str, code: str, cells: list[_Cell], native: bool) -> 
         return []  # not parsed: the migration itself reports it
     gone = (bound - after) | (_apex_bound(before) if native else set())
     findings = []
-    for cell in cells:
+    for cell in [*cells, *timeit_cells]:
         for masked in cell.magics:
             if masked.prefix:
                 continue  # migrated as code
             for name in sorted(_referenced(masked) & gone):
-                col = re.search(rf"\b{re.escape(name)}\b", masked.lines[0])
-                what = masked.lines[0].strip() + (" \\ ..." if len(masked.lines) > 1 else "")
+                at, col = 0, None
+                for at, line in enumerate(masked.lines):
+                    col = re.search(rf"\b{re.escape(name)}\b", line)
+                    if col:
+                        break
+                what = masked.lines[0].strip() + (" cell" if masked.body else
+                                                  " \\ ..." if len(masked.lines) > 1 else "")
                 findings.append(Finding(Diagnostic(
-                    MAGIC_USES_MIGRATED_NAME.code, MAGIC_USES_MIGRATED_NAME.severity, masked.line,
-                    col.start() + 1 if col else 1,
+                    MAGIC_USES_MIGRATED_NAME.code, MAGIC_USES_MIGRATED_NAME.severity,
+                    masked.line + (at if col else 0), col.start() + 1 if col else 1,
                     f"`{what}` names `{name}`, which the {'native ' if native else ''}migration "
                     "no longer binds; IPython lines are not rewritten", False), cell.index + 1))
     return findings
@@ -423,8 +451,8 @@ def migrate(path: str, data: bytes, options: Options, want_diff: bool) -> FileRe
         if not migrated.changed:
             return migrated, None, []
         sources = _split(migrated.code, cells)
-        lost = _broken_magics(module, migrated.code, cells, migrated.target_used == "native") \
-            if sources is not None else []
+        lost = _broken_magics(module, migrated.code, cells, migrated.target_used == "native",
+                              _timeit_cells(nb)) if sources is not None else []
         return migrated, sources, lost
 
     try:

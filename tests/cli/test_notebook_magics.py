@@ -52,6 +52,7 @@ def test_time_magic_statements_are_migrated_as_code(project, line, migrated):
     ("amp.initialize?", "amp", 1),
     ("%time x = 1; print(amp)", "amp", 20),  # two statements: not migrated as code
     ("%timeit -n 1 -r 1 amp.state_dict() \\\n    if True else None", "amp", 19),  # continued
+    ("%timeit state = amp.state_dict()", "amp", 17),  # %timeit keeps no assignment
 ])
 def test_ipython_lines_naming_a_removed_name_fall_back_at_their_cell_and_line(project, line, name, col):
     entry, sources = migrate(project, "x = 1\n" + line)
@@ -62,6 +63,17 @@ def test_ipython_lines_naming_a_removed_name_fall_back_at_their_cell_and_line(pr
     assert (found["cell"], found["line"], found["col"]) == (4, 2, col)
     assert f"names `{name}`" in found["message"]
     assert any("IPython lines name what the native rewrite removes" in n for n in entry["notes"])
+
+
+def test_a_timeit_cell_is_not_migrated_and_is_checked_like_an_ipython_line(project):
+    """IPython runs a `%%timeit` body many times, in a namespace of its own."""
+    cell = "%%timeit -n 2\nstate = dict(lr=0.1)\nstate.update(amp.state_dict())"
+    entry, sources = migrate(project, cell)
+    assert entry["target_used"] == "shim" and sources[3] == cell
+    (found,) = [d for d in entry["diagnostics"] if d["code"] == "AMP021"]
+    assert (found["cell"], found["line"], found["col"]) == (4, 3, 14)
+    entry, sources = migrate(project, "%%timeit -n 2\nstate = dict(lr=0.1)")
+    assert entry["target_used"] == "native" and sources[3] == "%%timeit -n 2\nstate = dict(lr=0.1)"
 
 
 def test_native_target_leaves_the_notebook_untouched_and_says_where(project):
@@ -89,6 +101,8 @@ def test_ipython_lines_that_name_nothing_removed_stay_native(project, line):
     "scaler.step(  # __amp_migrate_time_0__\n    optimizer)",
     # the `%timeit` loop's body became two statements
     "for __amp_migrate_timeit_0__ in __amp_migrate_repeat__: scaler.step(optimizer); scaler.update()",
+    # or an assignment, which `%timeit` would not keep
+    "for __amp_migrate_timeit_0__ in __amp_migrate_repeat__: scaler = torch.amp.GradScaler()",
 ])
 def test_a_timed_statement_that_is_not_one_statement_any_more_cannot_be_put_back(piece):
     prefix = "%timeit " if "timeit" in piece else "%time "

@@ -29,6 +29,7 @@ def test_import_table_when_nothing_rebinds(source, table):
     "amp = Meter()", "def f(amp):\n    pass", "for amp in xs:\n    pass",
     "with open(p) as amp:\n    pass", "[amp for amp in xs]", "import torch.cuda.amp as amp",
     "class amp:\n    pass", "from apex.amp.frontend import *", "from apex import parallel as amp",
+    "del amp", "amp = None",  # outside an import guard, `amp = None` is a binding like any other
 ])
 def test_any_other_binding_of_an_imported_name_needs_scope_analysis(rebinding):
     assert plain_apex_bindings(cst.parse_module(f"from apex import amp\n{rebinding}\n")) is None

@@ -391,6 +391,15 @@ def _table(seen: _Bindings) -> Optional[dict[str, str]]:
     return {name: next(iter(values)) for name, values in seen.apex.items()}
 
 
+def _unsubscripted(node: cst.CSTNode) -> cst.CSTNode:
+    """`x[i][j]` → `x`: an attribute of an item has the container's name with the attribute, as
+    QualifiedNameProvider says (`amp._amp_state.loss_scalers[0].loss_scale` is
+    `apex.amp._amp_state.loss_scalers.loss_scale`)."""
+    while isinstance(node, cst.Subscript):
+        node = node.value
+    return node
+
+
 class ApexBinder:
     """Answers "which Apex name is this expression?" for one module."""
 
@@ -441,8 +450,8 @@ class ApexBinder:
         if self.table is not None:
             return self._plain(node, read)
         base = node
-        while isinstance(base, (cst.Attribute, cst.Call)):
-            base = base.value if isinstance(base, cst.Attribute) else base.func
+        while isinstance(base, (cst.Attribute, cst.Call, cst.Subscript)):
+            base = base.func if isinstance(base, cst.Call) else base.value
         if isinstance(base, cst.Name) and base.value in self.imported:
             return self._flowing(node)
         if not self._stars:  # only an import (tracked above) or a star import binds Apex names
@@ -469,7 +478,7 @@ class ApexBinder:
             # the file falls back; answering Apex keeps the other rules' view as it was.
             return apex[0] if apex else None
         if isinstance(node, cst.Attribute):
-            base = self._flowing(node.value)
+            base = self._flowing(_unsubscripted(node.value))
             return f"{base}.{node.attr.value}" if base is not None else None
         if isinstance(node, cst.Call):
             return self._flowing(node.func)
@@ -512,7 +521,7 @@ class ApexBinder:
                 read = id(node) not in self._not_reads
             return self.table[node.value] if read else None
         if isinstance(node, cst.Attribute):
-            base = self._plain(node.value, True)
+            base = self._plain(_unsubscripted(node.value), True)
             return f"{base}.{node.attr.value}" if base is not None else None
         if isinstance(node, cst.Call):
             return self._plain(node.func, True)

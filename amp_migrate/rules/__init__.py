@@ -13,11 +13,13 @@ from .optimizers import FusedOptimizersToTorch
 from .parallel import ApexParallelToTorch
 from .rebinding import ReboundApexNames
 from .scale_loss import ScaleLossToGradScaler
+from .scaler_state import ScalerStateReads
 from .training_plan import PlanTraining
 
 NATIVE_RULES = [
     PlanTraining,
     ReboundApexNames,
+    ScalerStateReads,
     InitializeToGradScaler,
     WrapOptimizerToOptimizer,
     ScaleLossToGradScaler,

@@ -52,6 +52,8 @@ WRAPPED_SCALE_LOSS = "apex.amp.OptimWrapper.scale_loss"  # `optimizer.scale_loss
 MASTER_PARAMS = "apex.amp.master_params"
 STATE_DICT = "apex.amp.state_dict"
 LOAD_STATE_DICT = "apex.amp.load_state_dict"
+#: `amp._amp_state.loss_scalers` (`from apex.amp import _amp_state`, or from its own module)
+LOSS_SCALERS = ("apex.amp._amp_state.loss_scalers", "apex.amp._amp_state._amp_state.loss_scalers")
 SCALER_NAMES = ("scaler", "grad_scaler", "amp_scaler")
 LEVELS = ("O0", "O1", "O2", "O3")
 SCALE_LOSS_ARGS = ("loss", "optimizers", "loss_id", "model", "delay_unscale", "delay_overflow_check")
@@ -388,7 +390,8 @@ class PlanTraining(Rule):
     APEX_ON_THE_LINE = True
 
     def interest(self):
-        return self.words_for(INITIALIZE, INIT, *SCALE_LOSS, MASTER_PARAMS, STATE_DICT, LOAD_STATE_DICT)
+        return self.words_for(INITIALIZE, INIT, *SCALE_LOSS, MASTER_PARAMS, STATE_DICT, LOAD_STATE_DICT,
+                              *LOSS_SCALERS)
 
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
@@ -406,6 +409,10 @@ class PlanTraining(Rule):
             self.sites.append(node)
         elif name in (MASTER_PARAMS, STATE_DICT, LOAD_STATE_DICT):
             self.sites.append(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value == "loss_scalers" and self.apex_name(node) in LOSS_SCALERS:
+            self.sites.append(node)  # a read of Apex's scale reaches the scaler too
 
     def _unscales_at_exit(self, call: cst.Call) -> bool:
         """Apex unscaled and updated its scale at this `scale_loss`'s exit (no `delay_unscale`,

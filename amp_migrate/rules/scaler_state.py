@@ -1,0 +1,456 @@
+"""Reads of Apex's loss scale → `scaler.get_scale()`; the rest of Apex's scaler state falls back.
+
+What it does
+    Rewrites the reads of the current loss scale that real code logs or saves as checkpoint
+    metadata, `amp.state_dict()["loss_scaler0"]["loss_scale"]`,
+    `amp._amp_state.loss_scalers[0].loss_scale()` and `amp._amp_state.loss_scalers[0]._loss_scale`,
+    to `scaler.get_scale()` (with one GradScaler per loss id, loss id i reads its own).
+    `amp.state_dict()` as a whole is left to the checkpoint rule (`scaler.state_dict()`). Every
+    other use of Apex's scaler state is reported at its line and the file uses the shim: other
+    keys (`"unskipped"`), Apex's per-scaler entry, a loss scaler chosen at run time or one no
+    GradScaler stands for, iterating over or taking the keys of `amp.state_dict()`, writes such
+    as `loss_scalers[0]._loss_scale = 2**20`, and keys of Apex's checkpoint format
+    (`"loss_scaler0"`) read from a dict elsewhere.
+
+Why
+    Rewriting `amp.state_dict()` alone turns `amp.state_dict()["loss_scaler0"]["loss_scale"]`
+    into `scaler.state_dict()["loss_scaler0"]...`, a `KeyError` at run time: GradScaler's state
+    dict has other keys (`scale`, `_growth_tracker`, ...). The scale itself is public
+    (`get_scale()`); Apex's clean-step counter and its scaler objects have no public counterpart.
+
+Soundness
+    Apex's `loss_scale` entry, `loss_scale()` and `_loss_scale` are the scale that loss id's next
+    backward is multiplied by, which is what `get_scale()` returns for the GradScaler that scales
+    that loss id (1.0 for a disabled one, as Apex's static 1.0 was). The two change at different
+    points: Apex at the `scale_loss` exit, GradScaler in `update()` right after the step. A read
+    is rewritten only where both have changed or neither has: the last scaling event before it
+    in its iteration, on every path, is a step whose update has run (not a step still waiting for
+    the rest of its group), or no event comes before it in the iteration and the previous
+    iteration cannot end between a `scale_loss` exit and its step (no `continue`/`break` in a loop
+    whose `scale_loss` updates at exit); reads outside the training loop's function are taken to
+    run between iterations. Reads between a `scale_loss` exit and the update fall back (AMP312).
+    Events of other loss ids' scalers do not count; a `scale_loss` whose `delay_unscale` is
+    computed at run time is taken to update exactly when its step follows, as the accumulation
+    idiom has it; with a disabled scaler (O0, a static scale of 1.0) neither scale ever changes.
+
+Fix safety
+    Safe where it applies. `get_scale()` reads the scale from the device (one host sync per read
+    on CUDA), where Apex's was a Python float.
+
+Example
+    logger.info("loss scale %s", amp.state_dict()["loss_scaler0"]["loss_scale"])
+    scale = amp._amp_state.loss_scalers[0].loss_scale()
+becomes
+    logger.info("loss scale %s", scaler.get_scale())
+    scale = scaler.get_scale()
+"""
+from __future__ import annotations
+
+import re
+from typing import Optional, Sequence
+
+import libcst as cst
+import libcst.matchers as m
+
+from ..binding import children
+from ..diagnostics import Severity, define
+from .control_flow import runs_backward
+from .training_plan import (LOSS_SCALERS, SCALE_LOSS, SCALE_LOSS_ARGS, STATE_DICT, TrainingRule,
+                            bind_arguments, literal)
+
+NOT_NATIVE = define(
+    "AMP311", "apex-scaler-state-not-native", Severity.WARNING,
+    "This use of Apex's loss-scaler state has no GradScaler counterpart; the file uses the shim.",
+    "Reads of the current scale (`amp.state_dict()[\"loss_scaler0\"][\"loss_scale\"]`, "
+    "`amp._amp_state.loss_scalers[0].loss_scale()` or `._loss_scale`) become "
+    "`scaler.get_scale()`, and `amp.state_dict()` as a whole becomes `scaler.state_dict()`. The "
+    "rest of Apex's state has no public native form: the clean-step count `unskipped`, a "
+    "scaler's whole entry or object, a loss scaler chosen at run time or one that no GradScaler "
+    "stands for, the keys of `amp.state_dict()` (iterated, counted, `.items()`: GradScaler's "
+    "state dict has other keys), and keys of Apex's checkpoint format read from some other "
+    "dict (`checkpoint[\"amp\"][\"loss_scaler0\"]`). The message names the use.",
+    before='print(amp.state_dict()["loss_scaler0"]["unskipped"])',
+    after='print(amp.state_dict()["loss_scaler0"]["unskipped"])  # imports point at amp_shim',
+    falls_back=True,
+)
+READ_MID_STEP = define(
+    "AMP312", "scaler-state-read-before-update", Severity.WARNING,
+    "This reads the loss scale between a `scale_loss` exit and the step whose `update()` would "
+    "change it natively.",
+    "Apex updated its loss scale at the end of `scale_loss`; GradScaler updates it in "
+    "`scaler.update()`, right after the optimizer step. A read in between (a log line after the "
+    "backward, a checkpoint saved before `optimizer.step()`) would see the scale after an "
+    "overflow's back-off in Apex and before it natively. Reads after the step, before the "
+    "iteration's `scale_loss`, or outside the training loop see the same value in both and are "
+    "rewritten; this one makes the file use the shim. Moving the read after the step makes it "
+    "native.",
+    before='with amp.scale_loss(loss, opt) as scaled:\n    scaled.backward()\n'
+           'log(amp._amp_state.loss_scalers[0].loss_scale())\nopt.step()',
+    after='# unchanged, imports point at amp_shim',
+    falls_back=True,
+)
+SCALE_WRITTEN = define(
+    "AMP313", "apex-loss-scale-written", Severity.WARNING,
+    "This sets Apex's loss scaler state directly; the file uses the shim.",
+    "`amp._amp_state.loss_scalers[0]._loss_scale = 2**20` (common in BERT scripts, to start from "
+    "another scale) changes a live Apex object. GradScaler takes its first scale at "
+    "construction (`init_scale=`) and changes it only in `update()`, so the assignment has no "
+    "rewrite that keeps its meaning wherever it runs. Pass the value as `init_scale=` by hand, "
+    "or keep the shim.",
+    before="amp._amp_state.loss_scalers[0]._loss_scale = 2**20",
+    after="# unchanged, imports point at amp_shim",
+    falls_back=True,
+)
+
+_APEX_KEY = re.compile(r"loss_scaler(\d+)")
+_APEX_WORD = re.compile(r"\bloss_scaler\d+\b|\bunskipped\b")
+#: Builtins that read a dict by its keys.
+_BY_KEYS = frozenset({"len", "list", "tuple", "set", "sorted", "iter", "next", "enumerate", "zip",
+                      "dict", "map", "filter", "any", "all", "reversed", "sum", "min", "max"})
+
+NONE, STEP, APEX = "none", "step", "apex"  # the last scaling event on the paths through code
+
+
+def _combine(verdicts: Sequence[str]) -> str:
+    """The last event over several paths: Apex's exit on one of them wins, a step must end all."""
+    if APEX in verdicts:
+        return APEX
+    return STEP if verdicts and all(v == STEP for v in verdicts) else NONE
+
+
+class ScalerStateReads(TrainingRule):
+    MARKERS = ("state_dict", "loss_scaler", "unskipped")
+
+    def interest(self):
+        words = self.words_for(STATE_DICT, *LOSS_SCALERS)
+        if words is None:
+            return None
+        return words | set(_APEX_WORD.findall(self.state.original))
+
+    def __init__(self, context, state) -> None:
+        super().__init__(context, state)
+        self.replace: dict[int, str] = {}  # node -> the scaler whose get_scale() it becomes
+        self.consumed: set[int] = set()  # string keys the rewritten reads spell
+
+    # -- what a use is ------------------------------------------------------------------------
+    def _parent_on_path(self, depth: int) -> Optional[cst.CSTNode]:
+        return self._path[-1 - depth] if len(self._path) > depth else None
+
+    def _scaler_of(self, loss_id: object) -> Optional[str]:
+        if not isinstance(loss_id, int) or isinstance(loss_id, bool):
+            return None
+        if self.plan.loss_scalers:
+            return self.plan.loss_scalers.get(loss_id)
+        return self.plan.scaler if loss_id == 0 else None
+
+    def _no_scaler(self, node: cst.CSTNode, loss_id: object, what: str) -> None:
+        if not isinstance(loss_id, int) or isinstance(loss_id, bool):
+            self.report(node, NOT_NATIVE, f"{what} picks its loss scaler at run time")
+        elif self.plan.loss_scalers:
+            self.report(node, NOT_NATIVE, f"{what} reads loss scaler {loss_id}, which no loss id of "
+                        "this file's `scale_loss` calls uses")
+        else:
+            self.report(node, NOT_NATIVE, f"{what} reads loss scaler {loss_id}; one GradScaler "
+                        "serves every loss here, and Apex's scaler 0 is the only one it stands for")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.plan is None or self.apex_name(node.func) != STATE_DICT:
+            return
+        shown = "`amp.state_dict()`"
+        if node.args:
+            self.report(node, NOT_NATIVE, f"{shown} with a `destination` fills a dict in Apex's format")
+            return
+        parent, grand = self._parent_on_path(1), self._parent_on_path(2)
+        if isinstance(parent, cst.Subscript) and parent.value is node:
+            keys = [parent] + ([grand] if isinstance(grand, cst.Subscript) and grand.value is parent else [])
+            self.consumed.update(id(e.slice.value) for k in keys for e in k.slice if isinstance(e.slice, cst.Index))
+            key = self._key(parent)
+            found = _APEX_KEY.fullmatch(key) if isinstance(key, str) else None
+            if found is None:
+                why = "by a key known only at run time" if key is None else f"by {key!r}, not a loss scaler's key"
+                self.report(parent, NOT_NATIVE, f"{shown} is subscripted {why}")
+                return
+            inner = self._key(grand) if isinstance(grand, cst.Subscript) and grand.value is parent else None
+            if inner != "loss_scale":
+                what = (f"`[{key!r}]` (Apex's per-scaler entry)" if inner is None or grand is None
+                        or not isinstance(grand, cst.Subscript) else f"`[{key!r}][{inner!r}]`")
+                if inner == "unskipped":
+                    what += ", Apex's count of clean steps, which GradScaler keeps privately"
+                self.report(parent, NOT_NATIVE, f"{shown} is read for {what}")
+                return
+            loss_id = int(found.group(1))
+            scaler = self._scaler_of(loss_id)
+            if scaler is None:
+                self._no_scaler(grand, loss_id, f"`amp.state_dict()[{key!r}]`")
+                return
+            self._rewrite_if_settled(grand, scaler)
+            return
+        if isinstance(parent, cst.Attribute) and parent.value is node:
+            self.report(node, NOT_NATIVE, f"`amp.state_dict().{parent.attr.value}` reads Apex's dict by its keys")
+        elif isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is node:
+            self.report(node, NOT_NATIVE, f"{shown} is iterated over, key by key")
+        elif isinstance(parent, (cst.StarredElement, cst.StarredDictElement)) or \
+                (isinstance(parent, cst.Arg) and parent.star):
+            self.report(node, NOT_NATIVE, f"{shown} is unpacked, key by key")
+        elif isinstance(parent, cst.Arg) and isinstance(grand, cst.Call) \
+                and m.matches(grand.func, m.Name()) and grand.func.value in _BY_KEYS:
+            self.report(node, NOT_NATIVE, f"`{grand.func.value}({self.code_of(node)})` reads Apex's dict by its keys")
+        elif isinstance(parent, cst.ComparisonTarget) and parent.comparator is node \
+                and isinstance(parent.operator, (cst.In, cst.NotIn)):
+            self.report(node, NOT_NATIVE, f"{shown} is searched for a key")
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if self.plan is None or node.attr.value != "loss_scalers" or self.apex_name(node) not in LOSS_SCALERS:
+            return
+        shown = "`_amp_state.loss_scalers`"
+        parent = self._parent_on_path(1)
+        if not (isinstance(parent, cst.Subscript) and parent.value is node):
+            self.report(node, NOT_NATIVE, f"{shown} is used as a list of Apex's scaler objects")
+            return
+        loss_id = self._key(parent, int)
+        shown = f"`_amp_state.loss_scalers[{loss_id}]`" if loss_id is not None else shown
+        member, above = self._parent_on_path(2), self._parent_on_path(3)
+        if not (isinstance(member, cst.Attribute) and member.value is parent):
+            self.report(parent, NOT_NATIVE, f"{shown} hands Apex's scaler object on")
+            return
+        attr = member.attr.value
+        if attr == "loss_scale" and isinstance(above, cst.Call) and above.func is member and not above.args:
+            read = above
+        elif attr == "_loss_scale" and not self._is_target(member, above):
+            read = member
+        elif attr in ("_loss_scale", "_unskipped", "_has_overflow", "_overflow_buf") \
+                and self._is_target(member, above):
+            self.report(member, SCALE_WRITTEN, f"{shown[:-1]}.{attr}` is assigned")
+            return
+        else:
+            self.report(member, NOT_NATIVE, f"{shown[:-1]}.{attr}` has no GradScaler counterpart")
+            return
+        scaler = self._scaler_of(loss_id)
+        if scaler is None:
+            self._no_scaler(read, loss_id, f"{shown[:-1]}.{attr}`")
+            return
+        self._rewrite_if_settled(read, scaler)
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        if self.plan is None or id(node) in self.consumed:
+            return
+        try:
+            value = node.evaluated_value
+        except Exception:  # noqa: BLE001 - bytes or odd prefixes: not a key of Apex's format
+            return
+        if isinstance(value, str) and (_APEX_KEY.fullmatch(value) or value == "unskipped"):
+            self.report(node, NOT_NATIVE, f"{node.value} is a key of Apex's checkpoint format; the "
+                        "dict it is read from holds GradScaler state after the migration")
+
+    @staticmethod
+    def _key(subscript: Optional[cst.CSTNode], kind: type = str) -> Optional[object]:
+        """The one literal key of `x[key]` (of type `kind`), else None."""
+        if not isinstance(subscript, cst.Subscript) or len(subscript.slice) != 1 \
+                or not isinstance(subscript.slice[0].slice, cst.Index):
+            return None
+        value = literal(subscript.slice[0].slice.value)
+        return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+    @staticmethod
+    def _is_target(node: cst.CSTNode, parent: Optional[cst.CSTNode]) -> bool:
+        return (isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)) and parent.target is node) \
+            or (isinstance(parent, cst.Del) and parent.target is node)
+
+    def _rewrite_if_settled(self, read: cst.CSTNode, scaler: str) -> None:
+        if self._check_settled(read, scaler):
+            self.replace[id(read)] = scaler
+
+    def leave_node(self, original_node, updated_node):
+        scaler = self.replace.get(id(original_node))
+        if scaler is not None:
+            return cst.parse_expression(f"{scaler}.get_scale()").with_changes(
+                lpar=updated_node.lpar, rpar=updated_node.rpar)
+        return super().leave_node(original_node, updated_node)
+
+    # -- when a read happens ------------------------------------------------------------------
+    def _check_settled(self, read: cst.CSTNode, scaler: str) -> bool:
+        """Whether Apex's scale and the GradScaler's agree where `read` runs; reports if not."""
+        if self._disabled():
+            return True  # Apex's static 1.0 (or amp off) and a disabled scaler never change
+        self._scaler, self._memo = scaler, {}
+        why = self._unsettled(list(self._path))
+        if why is None:
+            return True
+        self.report(read, READ_MID_STEP, why)
+        return False
+
+    def _unsettled(self, path: list[cst.CSTNode], stop: Optional[cst.CSTNode] = None) -> Optional[str]:
+        """Why Apex's scale may have changed and the GradScaler's not yet when the node at the end
+        of `path` (the nodes from the module down to it) runs, or None when they agree. The
+        search does not go above `stop`, nor above the function it is in."""
+        child = path[-1]
+        for parent in reversed(path[:-1]):
+            if parent is stop or isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                return None
+            if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+                body = list(parent.body)
+                at = body.index(child)
+                for earlier in reversed(body[:at]):
+                    verdict = self._last(earlier)
+                    if verdict == APEX:
+                        return self._exit_first(self._apex_line(earlier))
+                    if verdict == STEP:
+                        return self._group_open(earlier, body[at:])
+            elif isinstance(parent, (cst.For, cst.While)):
+                if child is parent.body or (isinstance(parent, cst.While) and child is parent.test):
+                    why = self._ends_at_exit(parent)  # the end of the previous iteration
+                    if why is not None:
+                        return why
+                elif child is parent.orelse:
+                    verdict = self._block(parent.body)
+                    if verdict == APEX:
+                        return self._exit_first(self._apex_line(parent.body))
+                    if verdict == STEP:
+                        return None
+            elif isinstance(parent, cst.Try):
+                if child is parent.orelse:
+                    verdict = self._block(parent.body)
+                    if verdict == APEX:
+                        return self._exit_first(self._apex_line(parent.body))
+                    if verdict == STEP:
+                        return None
+                elif child is not parent.body and self._apex_line(parent) is not None:
+                    return self._exit_first(self._apex_line(parent))  # a handler or `finally`
+            child = parent
+        return None
+
+    def _ends_at_exit(self, loop: cst.CSTNode) -> Optional[str]:
+        """Why an iteration of `loop` can end with a `scale_loss` exit as its last scaling event
+        (at the end of its body, or before a `continue` or `break`), or None."""
+        if self._apex_line(loop.body) is None:
+            return None
+        if self._block(loop.body) == APEX:
+            return self._exit_first(self._apex_line(loop.body))
+        for path in self._exits(loop):
+            why = self._unsettled(path, stop=loop)
+            if why is not None:
+                return why
+        return None
+
+    @staticmethod
+    def _exit_first(line: Optional[int]) -> str:
+        return (f"Apex's scale may already have changed at the `scale_loss` exit at line {line}; "
+                "GradScaler's changes only at the `update()` after the step")
+
+    @staticmethod
+    def _exits(loop: cst.CSTNode):
+        """Paths from `loop` to each `continue`/`break` of its own."""
+        stack: list[list[cst.CSTNode]] = [[loop, loop.body]]
+        while stack:
+            path = stack.pop()
+            node = path[-1]
+            if isinstance(node, (cst.Continue, cst.Break)):
+                yield path
+                continue
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) or \
+                    (isinstance(node, (cst.For, cst.While)) and node is not loop):
+                continue
+            stack.extend(path + [child] for child in children(node))
+
+    def _group_open(self, step_line: cst.CSTNode, rest: list[cst.CSTNode]) -> Optional[str]:
+        """After `step_line` a step of the same group (no backward between) follows the read, so
+        the group's update comes after the read: why that matters."""
+        if not isinstance(step_line, cst.SimpleStatementLine):
+            return None  # the update is inside the statement that holds the step
+        for statement in rest:
+            if runs_backward(statement):
+                return None
+            if statement is not rest[0] and isinstance(statement, cst.SimpleStatementLine) \
+                    and self._steps(statement, any_scaler=True):
+                return (f"the steps at lines {self._first_line(step_line)}-{self._first_line(statement)} "
+                        "share one `update()` after the last of them, and this read comes before it; "
+                        "Apex's scale changed at the `scale_loss` exit")
+        return None
+
+    def _last(self, node: cst.CSTNode) -> str:
+        """The last scaling event on the paths through statement `node`: a step of the read's
+        scaler (whose update follows it), a `scale_loss` exit that updates Apex's scale, or none."""
+        key = id(node)
+        if key not in self._memo:
+            self._memo[key] = self._last_uncached(node)
+        return self._memo[key]
+
+    def _last_uncached(self, node: cst.CSTNode) -> str:
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            return NONE
+        if isinstance(node, cst.SimpleStatementLine):
+            return STEP if self._steps(node) else NONE
+        if isinstance(node, cst.With):
+            return APEX if self._updates_at_exit(node) else self._block(node.body)
+        if isinstance(node, cst.If):
+            other = NONE if node.orelse is None else (
+                self._last(node.orelse) if isinstance(node.orelse, cst.If) else self._block(node.orelse.body))
+            return _combine([self._block(node.body), other])
+        if isinstance(node, (cst.For, cst.While)):
+            ends = self._ends_at_exit(node) is not None
+            return APEX if ends or (node.orelse is not None and self._apex_line(node.orelse) is not None) else NONE
+        if isinstance(node, cst.Try):
+            if node.finalbody is not None and self._block(node.finalbody.body) != NONE:
+                return self._block(node.finalbody.body)
+            if node.handlers and self._apex_line(node.body) is not None:
+                return APEX  # a handler may run after an exit and before the step
+            main = self._block(node.orelse.body) if node.orelse is not None else NONE
+            if main == NONE:
+                main = self._block(node.body)
+            return _combine([main] + [self._block(h.body) for h in node.handlers])
+        return APEX if self._apex_line(node) is not None else NONE  # `match`: conservative
+
+    def _block(self, suite: cst.BaseSuite) -> str:
+        if isinstance(suite, cst.SimpleStatementSuite):
+            return STEP if self._steps(suite) else NONE
+        for statement in reversed(suite.body):
+            verdict = self._last(statement)
+            if verdict != NONE:
+                return verdict
+        return NONE
+
+    def _disabled(self) -> bool:
+        return any(a.keyword is not None and a.keyword.value == "enabled" and literal(a.value) is False
+                   for a in self.plan.scaler_call.args)
+
+    # -- the events ---------------------------------------------------------------------------
+    def _steps(self, line: cst.CSTNode, any_scaler: bool = False) -> bool:
+        """`line` (a simple statement line or suite) steps an optimizer the plan routes through
+        the read's scaler (any of the plan's, with `any_scaler`)."""
+        for call in m.findall(line, m.Call(func=m.Attribute(attr=m.Name("step")), args=[])):
+            optimizer = self.code_of(call.func.value)
+            if optimizer in self.plan.optimizers and (
+                    any_scaler or self.plan.scaler_for_optimizer(optimizer) == self._scaler):
+                break
+        else:
+            return False
+        if not isinstance(line, cst.SimpleStatementLine):
+            return True  # `if last: opt.step()`: its line is the owner's
+        first = self._first_line(line)
+        span = self.code_of(line.with_changes(leading_lines=())).count("\n")
+        return any(n in self.plan.step_lines for n in range(first, first + max(1, span)))
+
+    def _updates_at_exit(self, node: cst.With) -> bool:
+        """`node` is a `scale_loss` block whose exit updates the Apex scaler the read stands for."""
+        calls = [item.item for item in node.items
+                 if isinstance(item.item, cst.Call) and self.apex_name(item.item.func) in SCALE_LOSS]
+        if not calls or self._first_line(node) not in self.plan.eager_unscale_lines:
+            return False
+        bound = bind_arguments(calls[0], SCALE_LOSS_ARGS)
+        loss_id = literal(bound.get("loss_id")) if bound is not None and "loss_id" in bound else 0
+        return not isinstance(loss_id, int) or self.plan.scaler_for_loss(loss_id) == self._scaler
+
+    def _apex_line(self, node: cst.CSTNode) -> Optional[int]:
+        """The first line of a `scale_loss` in `node` whose exit updates Apex's scale."""
+        key = ("apex", id(node))
+        if key not in self._memo:
+            self._memo[key] = next((self._first_line(w) for w in m.findall(node, m.With())
+                                    if self._updates_at_exit(w)), None)
+        return self._memo[key]
+
+    def _first_line(self, statement: cst.CSTNode) -> int:
+        index = self.state.index
+        place = index.place_of(statement) if index is not None else None
+        if place is not None:
+            return place[0]
+        return self.position(statement)[0]

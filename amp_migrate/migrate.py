@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -24,8 +25,9 @@ from .options import Options, Target
 from .rules import NATIVE_RULES, SHIM_RULES
 from .binding import apex_import_words, imports_apex
 from .rules.base import FileState
+from .rules.imports import SHIM_ARGUMENT_REJECTED, SHIM_NAME_MISSING
 from .source_index import SourceIndex
-from .verify import VerificationError, verify_output
+from .verify import VerificationError, imports_apex as output_imports_apex, shim_names_missing, verify_output
 
 # Cheap text test: a file that never spells these cannot use Apex or torch's deprecated
 # `torch.cuda.amp` / `torch.cpu.amp` (`from torch.cuda import amp` included), and is
@@ -62,7 +64,9 @@ def might_use_apex(text: str) -> bool:
 def python_ast(text: str) -> Optional[ast.Module]:
     """Python's parse of `text`, or None (syntax newer than this interpreter, NUL bytes)."""
     try:
-        return ast.parse(text)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. invalid escapes: the user's to fix, not ours
+            return ast.parse(text)
     except (SyntaxError, ValueError):
         return None
 
@@ -151,13 +155,20 @@ def _transform(module: cst.Module, original: str, tree: Optional[ast.Module],
     return shimmed.code, _sorted(reasons + shim_state.diagnostics), "shim"
 
 
+def _missing_diagnostic(missing) -> Diagnostic:
+    code = SHIM_ARGUMENT_REJECTED if missing.kind == "argument" else SHIM_NAME_MISSING
+    return Diagnostic(code.code, code.severity, missing.line, missing.col, missing.message, False)
+
+
 def migrate_source(text: str, *, target: Target = "auto", device: str = "cuda",
                    dtype: str = "float16") -> MigrationResult:
     """Migrate one Python source text off Apex.
 
     Raises `MigrationError` when the text does not parse. Never returns code that does not
     parse, compile, resolve its names, or that a second run would change: such output is
-    dropped, the text is returned as given, and an AMP002 diagnostic says why.
+    dropped, the text is returned as given, and an AMP002 diagnostic says why. Nor shim
+    output that takes from `amp_shim` what it does not have: the text is returned as given,
+    with an error (AMP470, AMP471) where the file uses it.
     """
     options = Options(target, device, dtype)
     if not might_use_apex(text):
@@ -172,7 +183,14 @@ def migrate_source(text: str, *, target: Target = "auto", device: str = "cuda",
     try:
         verify_output(text, tree, code)
         again_possible = might_use_apex(code) and may_touch_apex(code)
-        after_tree = python_ast(code) if again_possible else None
+        after_tree = python_ast(code) if again_possible or used == "shim" or "apex" in code else None
+        if used == "shim":
+            missing = shim_names_missing(text, tree, code, after_tree)
+            if missing:  # the file stays as it is: no fix was applied
+                kept = [d for d in diagnostics if not d.fixed]
+                return MigrationResult(text, _sorted([*kept, *map(_missing_diagnostic, missing)]), None)
+        elif after_tree is not None and output_imports_apex(after_tree):
+            raise VerificationError(f"the native output still imports `{output_imports_apex(after_tree)}`")
         if again_possible and (after_tree is None or touches_apex(after_tree)):
             try:
                 after = cst.parse_module(code)

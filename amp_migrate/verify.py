@@ -10,9 +10,12 @@ from __future__ import annotations
 import ast
 import builtins
 import symtable
+import warnings
 from typing import Optional
 
 import libcst as cst
+
+from .shim_surface import Missing, missing_names
 
 _BUILTINS = set(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__loader__",
                                   "__package__", "__builtins__", "__path__", "__annotations__",
@@ -21,7 +24,9 @@ _BUILTINS = set(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__",
 
 def undefined_names(code: str) -> set[str]:
     """Names read somewhere that resolve to the module scope, where nothing binds them."""
-    top = symtable.symtable(code, "<amp-migrate>", "exec")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the user's code's warnings are not ours to print
+        top = symtable.symtable(code, "<amp-migrate>", "exec")
     bound = {s.get_name() for s in top.get_symbols()
              if s.is_assigned() or s.is_imported() or s.is_namespace() or s.is_parameter()}
     tables, stack = [], [top]
@@ -88,7 +93,10 @@ class VerificationError(Exception):
 
 def _compile_error(code: str) -> Optional[SyntaxError]:
     try:
-        compile(code, "<amp-migrate>", "exec", dont_inherit=True)
+        with warnings.catch_warnings():
+            # `x is not ()` and invalid escapes warn at compile time: the user's code, not ours.
+            warnings.simplefilter("ignore")
+            compile(code, "<amp-migrate>", "exec", dont_inherit=True)
     except SyntaxError as exc:
         return exc
     except ValueError as exc:  # NUL bytes
@@ -117,3 +125,33 @@ def verify_output(before: str, before_tree: Optional[ast.Module], after: str) ->
         new = set()  # the input is beyond this interpreter: nothing to compare with
     if new:
         raise VerificationError("the output reads names that nothing defines: " + ", ".join(sorted(new)))
+
+
+def shim_names_missing(before: str, before_tree: Optional[ast.Module], after: str,
+                       after_tree: Optional[ast.Module]) -> list[Missing]:
+    """The modules, names and keyword arguments the shim output takes from `amp_shim` that it
+    does not have, placed where the input spells them (the shim target only renames `apex`
+    to `amp_shim`, so the input's Apex uses are the output's shim uses). An output whose uses
+    the input's do not account for is a rewrite bug: VerificationError."""
+    if after_tree is None:
+        return []  # syntax beyond this interpreter: `compile` judged it, nothing to read
+    found = missing_names(after_tree, after)
+    if not found:
+        return []
+    located = missing_names(before_tree, before, ("apex", "amp_shim")) if before_tree else []
+    if sorted(m.key for m in located) != sorted(m.key for m in found):
+        raise VerificationError("the output uses what amp_shim does not have: "
+                                + ", ".join(sorted({m.shim_name for m in found})))
+    return located
+
+
+def imports_apex(tree: ast.Module) -> Optional[str]:
+    """The first Apex module a native output still imports (a rule bug), or None."""
+    for node in ast.walk(tree):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                 else [])
+        for name in names:
+            if name == "apex" or name.startswith("apex."):
+                return name
+    return None

@@ -46,6 +46,36 @@ UNSUPPORTED = define(
     falls_back=True,
 )
 
+SHIM_NAME_MISSING = define(
+    "AMP470", "shim-name-missing", Severity.ERROR,
+    "An Apex module or name this file uses does not exist in the shim; the file was left "
+    "untouched.",
+    "The shim target only points imports at `amp_shim`, which provides `apex.amp`, "
+    "`apex.fp16_utils`, `apex.optimizers`, `apex.parallel` and `apex.normalization` as of "
+    "Apex's last release. Names that older releases had (`apex.optimizers.FP16_Optimizer`, "
+    "`apex.reparameterization`) or that live elsewhere in Apex (`apex.contrib`, fused "
+    "autograd functions) would fail at import or when read, so no output is written: every "
+    "name the shim target emits is checked against what `amp_shim` really exports. Migrate "
+    "the named use by hand (e.g. to `torch.nn.utils.parametrizations.weight_norm`, or to the "
+    "shim's `amp_shim.fp16_utils.FP16_Optimizer` after checking its behaviour), then run again.",
+    before="from apex.optimizers import FP16_Optimizer",
+    after="from apex.optimizers import FP16_Optimizer  # unchanged: amp_shim.optimizers has none",
+)
+SHIM_ARGUMENT_REJECTED = define(
+    "AMP471", "shim-argument-rejected", Severity.ERROR,
+    "A call passes an Apex class or function an argument the shim's version does not take; "
+    "the file was left untouched.",
+    "`amp_shim` has the signatures of Apex's last release. Older releases took arguments it "
+    "dropped, e.g. FusedAdam's `max_grad_norm=` and `eps_inside_sqrt=` (pre-2019 FusedAdam, "
+    "which clipped by the gradient norms the old `apex.optimizers.FP16_Optimizer` passed to "
+    "its `step`); under the shim the call would raise TypeError, so no output is written. "
+    "Remove the argument (clip with `torch.nn.utils.clip_grad_norm_` where it clipped) and "
+    "run again.",
+    before="optimizer = FusedAdam(params, lr=1e-4, bias_correction=False, max_grad_norm=1.0)",
+    after="optimizer = FusedAdam(params, lr=1e-4, bias_correction=False, max_grad_norm=1.0)"
+          "  # unchanged",
+)
+
 
 def shim_module_name(name: str) -> str:
     return SHIM + name[len(APEX):]

@@ -20,8 +20,8 @@ CASES = [
          covers="one model, one optimizer, O2 (fp16 weights, fp32 masters, BatchNorm fp32)",
          expect="tolerance", tolerance=O2_TOL),
     Case("convnet-O3", "convnet_opt_levels.py", ("--opt-level", "O3"),
-         covers="one model, one optimizer, O3 (pure fp16, static loss scale 1.0)",
-         expect="tolerance", tolerance=O3_TOL, scales="own"),
+         covers="one model, one optimizer, O3 (pure fp16, static loss scale 1.0: GradScaler disabled)",
+         expect="tolerance", tolerance=O3_TOL),
     Case("gan-num-losses", "gan_num_losses.py", ("--corrupt-step", "12"),
          covers="lists of models and optimizers, `num_losses=3`, `loss_id` (GAN); one overflow "
                 "in loss 0",
@@ -84,6 +84,20 @@ CASES = [
          covers="a notebook: `%time state = amp.state_dict()` and `%timeit ... amp.state_dict()` "
                 "migrated as code behind their magics, `!pip`/`%matplotlib` kept; overflow forced",
          min_skipped=1),
+    Case("log-loss-scale-and-checkpoint", "log_loss_scale_and_checkpoint.py", ("--corrupt-batch", "5"),
+         covers="the scale logged from `amp._amp_state.loss_scalers[0].loss_scale()` and "
+                "`amp.state_dict()[\"loss_scaler0\"][\"loss_scale\"]` and saved as checkpoint "
+                "metadata (`scaler.get_scale()`); one overflow per epoch", min_skipped=3),
+    Case("static-loss-scale-128", "static_loss_scale.py",
+         covers="static `loss_scale=128.0` over 2,050 steps: the scale never grows (a default "
+                "GradScaler doubles at step 2,000)"),
+    Case("static-loss-scale-128-overflow", "static_loss_scale.py", ("--steps", "30", "--corrupt-step", "20"),
+         covers="static `loss_scale=128.0` with a forced overflow: bit for bit until it, then the "
+                "documented AMP111 difference (Apex applies the step, GradScaler skips and halves)",
+         expect="static-overflow"),
+    Case("static-loss-scale-one", "static_loss_scale_one.py", ("--corrupt-step", "25"),
+         covers="`loss_scale=1.0` (no loss scaling): a disabled GradScaler; the forced overflow's "
+                "step is applied, as Apex did"),
 ]
 
 BY_ID = {case.id: case for case in CASES}

@@ -54,12 +54,16 @@ class Case:
     args: tuple = ()
     covers: str = ""
     # "exact": losses, real steps, loss scales and final parameters equal bit for bit.
+    # "static-overflow": exact until the first step with non-finite gradients, where the
+    # difference AMP111 documents for a static loss scale starts (Apex applies the step and
+    # keeps its scale, GradScaler skips it and halves its scale); `compare_static_overflow`
+    # checks that difference, it does not waive it.
     expect: str = "exact"
     tolerance: Optional[Tolerance] = None
     # How the shim's loss scales relate to native's: "equal" (same list), "per_loss" (native's
     # single GradScaler equals the smallest of the shim's per-loss scalers: num_losses/loss_id),
     # "native_disabled" (bf16: native's GradScaler is disabled, get_scale() is 1.0), "own"
-    # (O3's static 1.0 vs native's dynamic scaler: compared only for "no skips").
+    # (scales not compared).
     scales: str = "equal"
     dtype: str = "float16"
     env: tuple = ()  # extra environment of the shim runs, e.g. (("AMP_SHIM_DTYPE", "bfloat16"),)
@@ -244,6 +248,14 @@ def _same_float(a: float, b: float) -> bool:
     return a == b or (math.isnan(a) and math.isnan(b))
 
 
+def _same_tensor(p, q) -> bool:
+    """Bit for bit, NaN where the other has NaN (a step Apex applied on inf/NaN gradients)."""
+    import torch
+
+    nan = p.isnan()
+    return torch.equal(nan, q.isnan()) and torch.equal(p.masked_fill(nan, 0), q.masked_fill(nan, 0))
+
+
 def compare_exact(case: Case, ref: dict, other: dict, scales: str = "equal") -> list:
     """Every difference between two runs that must be identical; [] when they are."""
     import torch
@@ -265,7 +277,7 @@ def compare_exact(case: Case, ref: dict, other: dict, scales: str = "equal") -> 
             problems.append(f"optimizer {k}: {len(ps)} vs {len(qs)} params")
             continue
         for j, (p, q) in enumerate(zip(ps, qs)):
-            if p.shape != q.shape or not torch.equal(p, q):
+            if p.shape != q.shape or not _same_tensor(p, q):
                 diff = (p - q).abs().max().item() if p.shape == q.shape else "shape"
                 problems.append(f"optimizer {k} param {j} differs (max abs {diff})")
                 break
@@ -291,6 +303,46 @@ def compare_scales(ref: dict, other: dict, how: str) -> list:
     if how == "own":
         return []
     raise ValueError(how)
+
+
+def compare_static_overflow(shim: dict, native: dict) -> list:
+    """A static loss scale (AMP111): the runs agree bit for bit up to the first iteration whose
+    gradients are not finite, where Apex applies the step and keeps its scale while GradScaler
+    skips the step and halves its scale, which then never grows back. Every departure from that
+    is reported."""
+    import torch
+
+    problems = []
+    if len(shim["losses"]) != len(native["losses"]):
+        problems.append(f"{len(shim['losses'])} vs {len(native['losses'])} iterations")
+    native_skips = skipped(native)
+    if not native_skips:
+        return problems + ["no step with non-finite gradients: nothing tells the two runs apart"]
+    k = native_skips[0][0]
+    for i, (a, b) in enumerate(zip(shim["losses"][:k + 1], native["losses"][:k + 1])):
+        if len(a) != len(b) or not all(_same_float(x, y) for x, y in zip(a, b)):
+            problems.append(f"loss at iteration {i} (before the overflow at {k}): {a} vs {b}")
+            break
+    def before(record):
+        return sorted(tuple(s) for s in record["steps"] if s[0] < k)
+
+    if before(shim) != before(native):
+        problems.append(f"steps before the overflow at {k} differ")
+    if skipped(shim):
+        problems.append(f"the shim skipped {skipped(shim)[:3]}: Apex's static scale never skips")
+    static = shim["scales"][0][0]
+    if any(s != [static] for s in shim["scales"]):
+        problems.append(f"the shim's static scale changed: {sorted({s[0] for s in shim['scales']})}")
+    if native["scales"][:k] != shim["scales"][:k]:
+        problems.append("native scales differ before the overflow")
+    after = [s[0] for s in native["scales"][k + 1:]]
+    if not after or after[0] != static / 2 or max(after) > static / 2:
+        problems.append(f"native scales after the overflow {after[:3]}...: not halved to {static / 2} for good")
+    if all(torch.isfinite(p).all() for ps in shim["params"] for p in ps):
+        problems.append("the shim's parameters are finite: Apex applied no non-finite step")
+    if not all(torch.isfinite(p).all() for ps in native["params"] for p in ps):
+        problems.append("native parameters are not finite: GradScaler applied a non-finite step")
+    return problems
 
 
 def relative_gaps(ref: dict, other: dict) -> tuple[float, float]:

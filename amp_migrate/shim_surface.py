@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import re
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Optional, Sequence
@@ -29,6 +30,9 @@ TABLE_PATH = Path(__file__).with_name("_shim_surface_table.py")
 #: Attributes every module has; the table leaves them out.
 MODULE_ATTRIBUTES = frozenset({"__name__", "__doc__", "__file__", "__loader__", "__package__",
                                "__spec__", "__builtins__", "__cached__", "__path__", "__dict__"})
+
+#: What every module object answers to (`amp.__class__`, `amp.__dict__`, ...).
+_ON_EVERY_MODULE = MODULE_ATTRIBUTES | frozenset(dir(types.ModuleType))
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # the line breaks Python's tokenizer counts
 
@@ -66,7 +70,7 @@ def member(module: str, name: str) -> Optional[Ref]:
     bound name first (`amp_shim.amp._amp_state` is the state object, not the submodule of
     that name), then a submodule."""
     path = f"{module}.{name}"
-    if name in MODULES.get(module, ()) or name in MODULE_ATTRIBUTES:
+    if name in MODULES.get(module, ()) or name in _ON_EVERY_MODULE:
         return (path, False)
     if path in MODULES:
         return (path, True)

@@ -124,6 +124,11 @@ def test_state_object_attributes_are_not_module_members():
     assert found(code) == [("name", "amp_shim.amp._amp_state.no_such_helper", 7, 14)]
 
 
+def test_what_every_module_object_has_is_no_missing_name():
+    code = "import apex.amp as amp\nprint(amp.__class__, amp.__dict__, amp.__name__, amp.__all__)\n"
+    assert found(code) == []
+
+
 def test_keyword_arguments_are_checked_unless_hidden_in_double_star():
     code = ("from apex.optimizers import FusedAdam, FusedSGD\n"
             "a = FusedAdam(params, lr=1e-3, max_grad_norm=1.0)\n"

@@ -170,12 +170,16 @@ class ScalerStateReads(TrainingRule):
                 why = "by a key known only at run time" if key is None else f"by {key!r}, not a loss scaler's key"
                 self.report(parent, NOT_NATIVE, f"{shown} is subscripted {why}")
                 return
-            inner = self._key(grand) if isinstance(grand, cst.Subscript) and grand.value is parent else None
+            inner = self._key(grand) if len(keys) == 2 else None
             if inner != "loss_scale":
-                what = (f"`[{key!r}]` (Apex's per-scaler entry)" if inner is None or grand is None
-                        or not isinstance(grand, cst.Subscript) else f"`[{key!r}][{inner!r}]`")
-                if inner == "unskipped":
-                    what += ", Apex's count of clean steps, which GradScaler keeps privately"
+                if len(keys) == 1:
+                    what = f"`[{key!r}]`, Apex's whole entry for one scaler"
+                elif inner is None:
+                    what = f"`[{key!r}]` and a key known only at run time"
+                else:
+                    what = f"`[{key!r}][{inner!r}]`"
+                    if inner == "unskipped":
+                        what += ", Apex's count of clean steps, which GradScaler keeps privately"
                 self.report(parent, NOT_NATIVE, f"{shown} is read for {what}")
                 return
             loss_id = int(found.group(1))

@@ -95,7 +95,18 @@ class MigrationFellBack(Exception):
         super().__init__("; ".join(f"{d.code} line {d.line}: {d.message}" for d in diagnostics))
 
 
+#: CPython 3.11 keeps the AST constructor's recursion depth in interpreter-wide state, so two
+#: threads building ASTs at once can fail with "SystemError: AST constructor recursion depth
+#: mismatch" (python/cpython#106905). The runner migrates from a thread pool: one at a time.
+_MIGRATING = threading.Lock()
+
+
 def migrate(case: Case, target: str) -> str:
+    with _MIGRATING:
+        return _migrate(case, target)
+
+
+def _migrate(case: Case, target: str) -> str:
     from amp_migrate import migrate_source
 
     if case.program.endswith(".ipynb"):  # the migrated cells, as a script (notebook_programs.py)

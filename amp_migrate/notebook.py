@@ -31,6 +31,7 @@ from typing import Any, Optional
 from .binding import apex_import_words, imports_apex
 from .diagnostics import MAGIC_USES_MIGRATED_NAME, NATIVE_IMPOSSIBLE, Diagnostic
 from .file_result import FileResult, Finding
+from .lines import count_line_breaks, split_lines
 from .migrate import MigrationError, migrate_source, python_ast
 from .options import Options
 from .report import unified_diff
@@ -137,7 +138,7 @@ def _whole_lines(code: str) -> Optional[set[int]]:
     tree = python_ast(code)
     if tree is None:
         return None
-    lines = code.split("\n")
+    lines = split_lines(code)
     whole = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.stmt) and node.lineno == node.end_lineno and not hasattr(node, "body"):
@@ -283,7 +284,7 @@ def _join(cells: list[_Cell]) -> tuple[str, list[tuple[int, int, int]]]:
         if n:
             parts.append(_CELL.format(cell.index) + "\n")
             line += 1
-        length = cell.source.count("\n")
+        length = count_line_breaks(cell.source)
         spans.append((cell.index, line, length))
         parts.append(cell.source)
         line += length

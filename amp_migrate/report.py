@@ -21,6 +21,7 @@ from rich.text import Text
 from . import __version__
 from .diagnostics import CODES, Severity
 from .file_result import FileResult
+from .lines import split_lines
 from .options import Options
 
 JSON_SCHEMA_VERSION = 1
@@ -29,9 +30,9 @@ _SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Sever
 
 def unified_diff(old: str, new: str, name: str) -> str:
     lines = []
-    for line in difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+    for line in difflib.unified_diff(split_lines(old, keepends=True), split_lines(new, keepends=True),
                                      fromfile=name, tofile=name):
-        lines.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+        lines.append(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n")
     return "".join(lines)
 
 

@@ -16,13 +16,13 @@ imports torch, which costs more than a whole run of the codemod on a small proje
 from __future__ import annotations
 
 import ast
-import re
 import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Optional, Sequence
 
 from ._shim_surface_table import MODULES, SIGNATURES
+from .lines import split_lines
 
 SHIM = "amp_shim"
 TABLE_PATH = Path(__file__).with_name("_shim_surface_table.py")
@@ -33,8 +33,6 @@ MODULE_ATTRIBUTES = frozenset({"__name__", "__doc__", "__file__", "__loader__", 
 
 #: What every module object answers to (`amp.__class__`, `amp.__dict__`, ...).
 _ON_EVERY_MODULE = MODULE_ATTRIBUTES | frozenset(dir(types.ModuleType))
-
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # the line breaks Python's tokenizer counts
 
 
 @dataclass(frozen=True)
@@ -118,7 +116,7 @@ def _is_guard_value(value: Optional[ast.expr]) -> bool:
 class _Checker:
     def __init__(self, text: str, roots: tuple[str, ...]) -> None:
         self.roots = roots
-        self.lines = _LINE_BREAK.split(text)
+        self.lines = split_lines(text)
         self.found: list[Missing] = []
         self.module_scope: Optional[_Scope] = None
         self.shim_names: set[str] = set()  # names some import binds to the shim's

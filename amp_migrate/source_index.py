@@ -21,6 +21,8 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 import libcst as cst
 
+from .lines import split_lines
+
 _WORD = re.compile(r"\w+")
 
 _COMPOUND = {
@@ -72,7 +74,7 @@ class SourceIndex:
     def __init__(self, text: str, module: cst.Module, tree: ast.Module) -> None:
         self.module = module  # holds every indexed node alive, so their ids stay unique
         self.tree = tree
-        self._line_words = [frozenset(_WORD.findall(line)) for line in text.splitlines()]
+        self._line_words = [frozenset(_WORD.findall(line)) for line in split_lines(text)]
         self._places: dict[int, tuple[int, int]] = {}
         self._spans: dict[int, tuple[int, int]] = {}  # compound statements of the file as given
         self._ast: dict[int, ast.stmt] = {}  # and what Python's parser made of them
@@ -223,7 +225,7 @@ class SourceIndex:
         lines = self._new_lines.get(id(node))
         if lines is None:
             code = cst.Module([]).code_for_node(node)
-            lines = self._new_lines[id(node)] = [frozenset(_WORD.findall(l)) for l in code.splitlines()]
+            lines = self._new_lines[id(node)] = [frozenset(_WORD.findall(l)) for l in split_lines(code)]
             self._kept.append(node)
         return any(line & words and (also is None or line & also) for line in lines)
 

@@ -54,6 +54,7 @@ import libcst.matchers as m
 
 from ..binding import children
 from ..diagnostics import Severity, define
+from ..lines import count_line_breaks
 from .control_flow import runs_backward
 from .training_plan import (LOSS_SCALERS, SCALE_LOSS, SCALE_LOSS_ARGS, STATE_DICT, TrainingRule,
                             bind_arguments, literal)
@@ -431,7 +432,7 @@ class ScalerStateReads(TrainingRule):
         if not isinstance(line, cst.SimpleStatementLine):
             return True  # `if last: opt.step()`: its line is the owner's
         first = self._first_line(line)
-        span = self.code_of(line.with_changes(leading_lines=())).count("\n")
+        span = count_line_breaks(self.code_of(line.with_changes(leading_lines=())))
         return any(n in self.plan.step_lines for n in range(first, first + max(1, span)))
 
     def _updates_at_exit(self, node: cst.With) -> bool:

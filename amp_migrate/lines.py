@@ -9,11 +9,18 @@ from here. The splits run at C speed (`str.split`, `re.findall`), as `splitlines
 """
 from __future__ import annotations
 
+import ast
+import difflib
+import io
 import re
+import tokenize
+from dataclasses import dataclass
+from typing import Optional
 
 #: The line breaks Python's tokenizer counts, longest first.
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _LINE_WITH_END = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
+_FORM_FEED_INDENT = re.compile(r"[ \t\f]*\f")
 
 
 def split_lines(text: str, keepends: bool = False) -> list[str]:
@@ -32,3 +39,71 @@ def split_lines(text: str, keepends: bool = False) -> list[str]:
 def count_line_breaks(text: str) -> int:
     """How many line breaks the parser sees in `text`."""
     return text.count("\n") + text.count("\r") - text.count("\r\n")
+
+
+@dataclass(frozen=True)
+class FormFeedIndents:
+    """A text whose statements start after a form feed, and the same program without them.
+
+    The tokenizer resets the indentation column at a form feed, so `\\f    x = 1` is indented
+    by four; libcst's tokenizer counts the form feed as indentation (a block whose first
+    statement has one fails to parse, and a rendered module drops or repeats them). The
+    codemod therefore works on `text`, each such line's whitespace up to its last form feed
+    taken out (the same program), and `restore` puts them back on the lines it left as they
+    were."""
+
+    original: str
+    text: str
+    removed: dict[int, str]  # line (1-based) -> the whitespace taken out of its start
+
+    def restore(self, code: str) -> str:
+        """`code` (a migration of `text`) with the form feeds back on every unchanged line;
+        `code` itself if that would not be the same program."""
+        if code == self.text:
+            return self.original
+        before, after = split_lines(self.text, keepends=True), split_lines(code, keepends=True)
+        out = list(after)
+        matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
+        for tag, i1, i2, j1, _ in matcher.get_opcodes():
+            if tag == "equal":
+                for k in range(i2 - i1):
+                    out[j1 + k] = self.removed.get(i1 + k + 1, "") + after[j1 + k]
+        restored = "".join(out)
+        try:
+            same = ast.dump(ast.parse(restored)) == ast.dump(ast.parse(code))
+        except (SyntaxError, ValueError):
+            same = False
+        return restored if same else code
+
+    def column(self, line: int, col: int) -> int:
+        """A column of `text` as a column of the original."""
+        return col + len(self.removed.get(line, ""))
+
+
+def form_feed_indents(text: str) -> Optional[FormFeedIndents]:
+    """The statements of `text` that start after a form feed, or None when there are none
+    (or the text does not tokenize)."""
+    if "\f" not in text:
+        return None
+    lines = split_lines(text, keepends=True)
+    candidates = {n for n, line in enumerate(lines, 1) if _FORM_FEED_INDENT.match(line)}
+    if not candidates:
+        return None
+    removed: dict[int, str] = {}
+    try:
+        starts = True
+        for token in tokenize.generate_tokens(io.StringIO(text, newline=None).readline):
+            if token.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
+                starts = True
+            elif starts and token.type not in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT,
+                                                tokenize.DEDENT):
+                starts = False
+                row = token.start[0]
+                if row in candidates:
+                    removed[row] = _FORM_FEED_INDENT.match(lines[row - 1]).group(0)
+    except (SyntaxError, tokenize.TokenError):
+        return None
+    if not removed:
+        return None
+    new = [line[len(removed[n]):] if n in removed else line for n, line in enumerate(lines, 1)]
+    return FormFeedIndents(text, "".join(new), removed)

@@ -14,13 +14,14 @@ from __future__ import annotations
 import ast
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 import libcst as cst
 from libcst.codemod import CodemodContext
 
 from .diagnostics import NATIVE_IMPOSSIBLE, PARSE_ERROR, VERIFY_FAILED, Diagnostic
+from .lines import form_feed_indents
 from .options import Options, Target
 from .rules import NATIVE_RULES, SHIM_RULES
 from .binding import apex_import_words, imports_apex
@@ -173,6 +174,14 @@ def migrate_source(text: str, *, target: Target = "auto", device: str = "cuda",
     options = Options(target, device, dtype)
     if not might_use_apex(text):
         return MigrationResult(text, (), None)
+    indents = form_feed_indents(text)
+    if indents is not None:  # libcst cannot parse statements indented past a form feed
+        try:
+            result = migrate_source(indents.text, target=target, device=device, dtype=dtype)
+        except MigrationError as exc:
+            raise MigrationError(exc.message, exc.line, indents.column(exc.line, exc.col)) from None
+        return replace(result, code=indents.restore(result.code), diagnostics=tuple(
+            replace(d, col=indents.column(d.line, d.col)) for d in result.diagnostics))
     tree = python_ast(text)
     if tree is not None and not touches_apex(tree):
         return MigrationResult(text, (), None)

@@ -51,6 +51,19 @@ class FileState:
         return self.index.skipped(words, also)
 
 
+@contextmanager
+def metadata_without_copy(codemod: Codemod, module: cst.Module):
+    """What `Codemod._handle_metadata_reference` does, minus libcst's defensive deep copy of a
+    tree: unchanged statements keep their identity, which positions are keyed by."""
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    with codemod.resolve(wrapper):
+        codemod.context = replace(codemod.context, wrapper=wrapper)
+        try:
+            yield wrapper.module
+        finally:
+            codemod.context = replace(codemod.context, wrapper=None)
+
+
 class Rule(VisitorBasedCodemodCommand):
     """Base class of the codemod's rules."""
 
@@ -204,17 +217,10 @@ class Rule(VisitorBasedCodemodCommand):
     def transform_module(self, tree: cst.Module) -> cst.Module:
         return Codemod.transform_module(self, tree)
 
-    @contextmanager
     def _handle_metadata_reference(self, module: cst.Module):
         # Every rule gets a tree no one else holds (the parse, or the previous rule's output),
         # so the defensive deep copy libcst makes by default would only cost time.
-        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-        with self.resolve(wrapper):
-            self.context = replace(self.context, wrapper=wrapper)
-            try:
-                yield wrapper.module
-            finally:
-                self.context = replace(self.context, wrapper=None)
+        return metadata_without_copy(self, module)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         known = self.state.scratch.get("binding")

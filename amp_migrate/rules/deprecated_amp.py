@@ -68,8 +68,7 @@ Example
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
 import libcst as cst
@@ -82,7 +81,7 @@ from libcst.metadata import MetadataWrapper, QualifiedNameProvider, ScopeProvide
 from ..binding import DEPRECATED_AMP_MODULES
 from ..diagnostics import Code, Severity, define
 from ..source_index import SourceIndex
-from .base import FileState, Rule, add_requested_imports
+from .base import FileState, Rule, add_requested_imports, metadata_without_copy
 
 AUTOCAST_FIXED = define(
     "AMP601", "deprecated-autocast", Severity.INFO,
@@ -491,16 +490,9 @@ class _RemoveUnusedImports(_KeepIdentity, RemoveImportsVisitor):
         self._index = index
         self._changed = []
 
-    @contextmanager
     def _handle_metadata_reference(self, module: cst.Module):
         # The tree is this rule's own output: no copy, so unchanged statements keep their ids.
-        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-        with self.resolve(wrapper):
-            self.context = replace(self.context, wrapper=wrapper)
-            try:
-                yield wrapper.module
-            finally:
-                self.context = replace(self.context, wrapper=None)
+        return metadata_without_copy(self, module)
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock,
                             updated_node: cst.IndentedBlock) -> cst.IndentedBlock:

@@ -98,6 +98,10 @@ CASES = [
     Case("static-loss-scale-one", "static_loss_scale_one.py", ("--corrupt-step", "25"),
          covers="`loss_scale=1.0` (no loss scaling): a disabled GradScaler; the forced overflow's "
                 "step is applied, as Apex did"),
+    Case("line-breaks-in-comments", "line_breaks_in_comments.py", ("--corrupt-step", "4"),
+         covers="form feeds, U+2028/U+2029 and U+0085 in comments and docstrings (a U+2028 "
+                "between the classifier's step and the temperature's `scale_loss`); one loss "
+                "scaler for both; an overflow per epoch", min_skipped=3),
 ]
 
 BY_ID = {case.id: case for case in CASES}

@@ -21,6 +21,7 @@ from typing import Optional
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _LINE_WITH_END = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
 _FORM_FEED_INDENT = re.compile(r"[ \t\f]*\f")
+_FORM_FEED_BEFORE_CODE = re.compile(r"[ \t\f]*\f[ \t\f]*[^\s#]")  # not a blank or comment line
 
 
 def split_lines(text: str, keepends: bool = False) -> list[str]:
@@ -86,7 +87,7 @@ def form_feed_indents(text: str) -> Optional[FormFeedIndents]:
     if "\f" not in text:
         return None
     lines = split_lines(text, keepends=True)
-    candidates = {n for n, line in enumerate(lines, 1) if _FORM_FEED_INDENT.match(line)}
+    candidates = {n for n, line in enumerate(lines, 1) if _FORM_FEED_BEFORE_CODE.match(line)}
     if not candidates:
         return None
     removed: dict[int, str] = {}

@@ -8,8 +8,9 @@ a word it acts on (an Apex name, an optimizer the plan steps). The rest keep the
 through every rule, which `Rule` relies on.
 
 The index is a conservative filter: words are matched in the raw text (comments and strings
-included), so it can only visit too much, never too little, for a rule whose work is keyed to
-the words it declares. `AMP_MIGRATE_NO_PRUNE=1` turns it off (the tests compare both ways).
+included), line by line as the parser numbers lines (`lines.split_lines`: a form feed or U+2028
+in a comment starts no line), so it can only visit too much, never too little, for a rule
+whose work is keyed to the words it declares. `AMP_MIGRATE_NO_PRUNE=1` turns it off (the tests compare both ways).
 """
 from __future__ import annotations
 

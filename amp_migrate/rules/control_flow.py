@@ -16,7 +16,7 @@ from typing import Iterator
 import libcst as cst
 import libcst.matchers as m
 
-from ..binding import children
+from ..binding import children, find
 
 #: Calls that test whether values are finite: the guards people put around a step after an
 #: overflow (`if torch.isfinite(grad_norm): opt.step()`, `if math.isnan(loss): continue`).
@@ -51,10 +51,10 @@ def exits_early(statement: cst.CSTNode) -> bool:
 
 def guarded_exits(statement: cst.CSTNode) -> Iterator[cst.If]:
     """The `if`s inside `statement` whose body can leave the iteration early."""
-    for node in m.findall(statement, m.If()):
+    for node in find(statement, m.If()):
         if exits_early(node.body):
             yield node
 
 
 def runs_backward(statement: cst.CSTNode) -> bool:
-    return bool(m.findall(statement, BACKWARD))
+    return bool(find(statement, BACKWARD))

@@ -44,6 +44,7 @@ from typing import Optional
 import libcst as cst
 import libcst.matchers as m
 
+from ..binding import find
 from ..diagnostics import Severity, define
 from .control_flow import exits_early
 from .training_plan import MASTER_PARAMS, TrainingRule
@@ -86,7 +87,7 @@ class MasterParamsUnscale(TrainingRule):
         self.unscale_before: dict[int, list[str]] = {}  # statement -> optimizers to unscale
 
     def _steps(self, statement: cst.CSTNode, optimizer: str) -> list[cst.Call]:
-        return [c for c in m.findall(statement, STEP) if self.code_of(c.func.value) == optimizer]
+        return [c for c in find(statement, STEP) if self.code_of(c.func.value) == optimizer]
 
     def _steps_on_every_path(self, statement: cst.CSTNode, optimizer: str) -> bool:
         """`statement` steps `optimizer` whenever it runs to its end: a line that calls

@@ -168,27 +168,29 @@ class OptimizerStepThroughScaler(TrainingRule):
     def _check_windows(self, module: cst.Module, calls: list[cst.Call]) -> None:
         """The steps between two backwards of one function (in the order of the text) must be
         one group: in one block, with one update after them."""
-        events: dict[int, list[tuple[tuple[int, int], str, cst.CSTNode]]] = {}
-        for call in calls:
-            line = next(p for p in self.ancestors(call) if isinstance(p, _LINES))
-            events.setdefault(id(self._function_of(call)), []).append((self.position(call), "step", line))
-        for backward in self.findall(module, BACKWARD, ("backward",)):
-            events.setdefault(id(self._function_of(backward)), []).append(
-                (self.position(backward), "backward", backward))
+        steps = {id(call) for call in calls}
+        either = m.Call(func=m.Attribute(attr=m.Name("step") | m.Name("backward")))
+        events: dict[int, list[tuple[str, cst.CSTNode]]] = {}
+        for call in self.findall(module, either, ("step", "backward")):  # in the order of the text
+            if id(call) in steps:
+                line = next(p for p in self.ancestors(call) if isinstance(p, _LINES))
+                events.setdefault(id(self._function_of(call)), []).append(("step", line))
+            elif call.func.attr.value == "backward":
+                events.setdefault(id(self._function_of(call)), []).append(("backward", call))
         for found in events.values():
             window: list[cst.CSTNode] = []
-            backward: Optional[tuple[int, cst.CSTNode]] = None
-            for where, kind, node in sorted(found, key=lambda e: e[0]) + [((0, 0), "backward", None)]:
+            backward: Optional[cst.CSTNode] = None
+            for kind, node in found + [("backward", None)]:
                 if kind == "step":
                     window.append(node)
                     continue
                 groups = {id(self._group_of(line)) for line in window}
                 if len(groups) > 1:
                     self.report(window[-1], STEPS_APART)
-                elif window and backward is not None and backward[0] in self.plan.eager_unscale_lines \
-                        and self._guarded_apart(window[0], backward[1]):
+                elif window and backward is not None and self._guarded_apart(window[0], backward) \
+                        and self.position(backward)[0] in self.plan.eager_unscale_lines:
                     self.report(window[0], UPDATED_PER_STEP)
-                window, backward = [], (where[0], node)
+                window, backward = [], node
 
     def _guarded_apart(self, line: cst.CSTNode, backward: cst.CSTNode) -> bool:
         """`line` sits under an `if` of its iteration that does not also hold `backward`: the

@@ -105,9 +105,9 @@ SCALE_WRITTEN = define(
 
 _APEX_KEY = re.compile(r"loss_scaler(\d+)")
 _APEX_WORD = re.compile(r"\bloss_scaler\d+\b|\bunskipped\b")
-#: Builtins that read a dict by its keys.
+#: Builtins that read a dict by its keys (`dict(...)` copies it whole, as saving it does).
 _BY_KEYS = frozenset({"len", "list", "tuple", "set", "sorted", "iter", "next", "enumerate", "zip",
-                      "dict", "map", "filter", "any", "all", "reversed", "sum", "min", "max"})
+                      "map", "filter", "any", "all", "reversed", "sum", "min", "max"})
 
 NONE, STEP, APEX = "none", "step", "apex"  # the last scaling event on the paths through code
 

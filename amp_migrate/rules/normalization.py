@@ -39,7 +39,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..diagnostics import Severity, define
-from .optimizers import ApexClassRule, bind, new_keyword, rebuild_call
+from .apex_calls import ApexClassRule, bind, new_keyword, rebuild_call
 
 NORM_REFERENCE = define(
     "AMP540", "fused-norm-class-reference", Severity.INFO,

@@ -51,7 +51,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from ..diagnostics import Severity, define
-from .optimizers import ApexClassRule, Bound, bind, literal, new_keyword, rebuild_call
+from .apex_calls import ApexClassRule, Bound, bind, literal, new_keyword, rebuild_call
 
 DDP_REPLACED = define(
     "AMP520", "apex-ddp-to-torch", Severity.INFO,

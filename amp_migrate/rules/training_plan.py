@@ -40,6 +40,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from ..diagnostics import Severity, define
+from .apex_calls import NOT_LITERAL, literal as literal_value
 from .base import Rule
 
 _WORD = re.compile(r"\w+")
@@ -230,25 +231,22 @@ class TrainingPlan:
         return [self.loss_scalers[k] for k in sorted(self.loss_scalers)] or [self.scaler]
 
 
+_COMPOUND = (cst.UnaryOperation, cst.BinaryOperation, cst.Tuple, cst.List, cst.ConcatenatedString)
+
+
 def literal(node: Optional[cst.BaseExpression]):
-    """A Python value for simple literals (strings, numbers, True/False/None), else a marker."""
+    """The Python value of a literal argument (strings, numbers, True/False/None, arithmetic on
+    numbers such as `2**24` or `128 * 128`, tuples), else NOT_LITERAL; None for an absent one.
+    Compound expressions are judged by the evaluator every rule shares."""
     if node is None:
         return None
     if isinstance(node, (cst.SimpleString, cst.Integer, cst.Float)):
         return node.evaluated_value
-    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
-        return {"True": True, "False": False, "None": None}[node.value]
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
-        inner = literal(node.expression)
-        return -inner if isinstance(inner, (int, float)) else NOT_LITERAL
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Power):
-        base, exp = literal(node.left), literal(node.right)
-        if isinstance(base, (int, float)) and isinstance(exp, (int, float)):
-            return base ** exp
+    if isinstance(node, cst.Name):
+        return {"True": True, "False": False, "None": None}.get(node.value, NOT_LITERAL)
+    if isinstance(node, _COMPOUND):
+        return literal_value(node)
     return NOT_LITERAL
-
-
-NOT_LITERAL = object()
 
 
 def pure(node: cst.BaseExpression) -> bool:

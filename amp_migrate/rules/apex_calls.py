@@ -1,0 +1,233 @@
+"""What the rules that replace Apex calls share: literal values, argument binding, rebuilt calls.
+
+Apex's classes (`FusedAdam`, `DistributedDataParallel`, `FusedLayerNorm`) and `amp.initialize`
+are replaced by torch calls only when their arguments say provably what the torch call needs,
+so every such rule reads arguments the same way: matched to the Apex signature by name, and
+judged by their literal value where they have one (`2**24`, `128 * 128`, `(0.9, 0.999)`,
+`"dynamic"`), with one marker, `NOT_LITERAL`, for everything known only at run time.
+"""
+from __future__ import annotations
+
+import ast
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence, Union
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+
+from .base import FileState, Rule
+
+NOT_LITERAL: Any = object()
+
+
+_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+               ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow}
+
+
+def _evaluate(node: ast.AST) -> Any:
+    """`ast.literal_eval`, plus arithmetic on numbers (`2**24`, `1024 * 1024`)."""
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+        left, right = _evaluate(node.left), _evaluate(node.right)
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (left, right))
+        if not numbers or isinstance(node.op, ast.Pow) and abs(right) > 64:
+            raise ValueError("not a small numeric expression")
+        return _ARITHMETIC[type(node.op)](left, right)
+    return ast.literal_eval(node)
+
+
+def literal(expr: Optional[cst.BaseExpression]) -> Any:
+    """The Python value of a literal expression (`True`, `-1e-8`, `(0.9, 0.99)`, `2**24`),
+    else NOT_LITERAL."""
+    if expr is None:
+        return NOT_LITERAL
+    try:
+        return _evaluate(ast.parse(cst.Module([]).code_for_node(expr).strip(), mode="eval").body)
+    except (ValueError, SyntaxError, TypeError, ZeroDivisionError, OverflowError, MemoryError,
+            RecursionError):
+        return NOT_LITERAL
+
+
+def dotted(name: str) -> Union[cst.Name, cst.Attribute]:
+    return cst.parse_expression(name)  # type: ignore[return-value]
+
+
+@dataclass
+class Bound:
+    """A call's arguments matched to a signature by parameter name."""
+
+    args: dict[str, cst.Arg] = field(default_factory=dict)
+    problem: Optional[str] = None  # why the call cannot be matched, if it cannot
+
+    def value(self, name: str) -> Optional[cst.BaseExpression]:
+        arg = self.args.get(name)
+        return None if arg is None else arg.value
+
+    def is_(self, name: str, *allowed: Any) -> bool:
+        """The argument is absent or a literal equal to one of `allowed`."""
+        if name not in self.args:
+            return True
+        value = literal(self.value(name))
+        return value is not NOT_LITERAL and any(_same(value, a) for a in allowed)
+
+
+def _same(value: Any, allowed: Any) -> bool:
+    """Flags compare by truth, as Apex reads them (`1 if adam_w_mode else 0`); numbers by value."""
+    if isinstance(allowed, bool):
+        return isinstance(value, (bool, int, float)) and bool(value) is allowed
+    if allowed is None or value is None:
+        return value is allowed
+    return not isinstance(value, bool) and value == allowed
+
+
+def bind(call: cst.Call, signature: Sequence[str]) -> Bound:
+    """Match `call`'s arguments to `signature` (positional-or-keyword names, in order)."""
+    bound = Bound()
+    for index, arg in enumerate(call.args):
+        if arg.star:
+            bound.problem = f"`{arg.star}` arguments cannot be checked"
+            return bound
+        if arg.keyword is None:
+            if index >= len(signature):
+                bound.problem = f"it takes at most {len(signature)} positional arguments"
+                return bound
+            name = signature[index]
+        else:
+            name = arg.keyword.value
+            if name not in signature:
+                bound.problem = f"`{name}` is not one of its arguments"
+                return bound
+        if name in bound.args:
+            bound.problem = f"`{name}` is given twice"
+            return bound
+        bound.args[name] = arg
+    return bound
+
+
+def as_keyword(arg: cst.Arg, name: str) -> cst.Arg:
+    if arg.keyword is not None and arg.keyword.value == name:
+        return arg
+    return arg.with_changes(keyword=cst.Name(name), equal=cst.AssignEqual(
+        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+
+
+def new_keyword(name: str, value: str) -> cst.Arg:
+    return as_keyword(cst.Arg(cst.parse_expression(value)), name)
+
+
+def rebuild_call(call: cst.Call, func: str, bound: Bound, signature: Sequence[str],
+                 keep: Sequence[str], extra: Sequence[cst.Arg] = ()) -> cst.Call:
+    """`call` as a call of `func`: the arguments named in `keep`, in their original order, then
+    `extra`. A positional argument stays positional only where `signature` (the new callee's)
+    has it at the same place; commas, line breaks and comments of the kept arguments stay."""
+    position = {id(arg): i for i, arg in enumerate(call.args)}
+    kept = sorted((bound.args[n] for n in keep if n in bound.args), key=lambda a: position[id(a)])
+    args: list[cst.Arg] = []
+    positional = True
+    for arg in kept:
+        name = next(n for n, a in bound.args.items() if a is arg)
+        if arg.keyword is None and positional and len(args) < len(signature) and signature[len(args)] == name:
+            args.append(arg)
+            continue
+        positional = False
+        args.append(as_keyword(arg, name))
+    args.extend(extra)
+    if not args:
+        return call.with_changes(func=dotted(func), args=())
+    last = call.args[-1] if call.args else None
+    separator = next((a.comma for a in call.args[:-1] if isinstance(a.comma, cst.Comma)),
+                     cst.MaybeSentinel.DEFAULT)
+    out = []
+    for i, arg in enumerate(args):
+        if i == len(args) - 1:
+            arg = arg.with_changes(
+                comma=last.comma if last is not None else cst.MaybeSentinel.DEFAULT,
+                whitespace_after_arg=last.whitespace_after_arg if last is not None else cst.SimpleWhitespace(""))
+        elif (last is not None and arg.value is last.value) or not isinstance(arg.comma, cst.Comma):
+            arg = arg.with_changes(comma=separator, whitespace_after_arg=cst.SimpleWhitespace(""))
+        out.append(arg)
+    return call.with_changes(func=dotted(func), args=out)
+
+
+class ApexClassRule(Rule):
+    """A rule that rewrites calls of some Apex callables and judges their bare references."""
+
+    #: Apex qualified names this rule is about.
+    HANDLED: frozenset = frozenset()
+
+    def __init__(self, context: CodemodContext, state: FileState) -> None:
+        super().__init__(context, state)
+        self.replacements: dict[int, str] = {}  # id(original node) -> torch name
+
+    def interest(self):
+        return self.words_for(*self.HANDLED)
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def handled_name(self, node: cst.CSTNode) -> Optional[str]:
+        name = self.apex_name(node)
+        return name if name in self.HANDLED else None
+
+    def direct(self, node: cst.CSTNode) -> bool:
+        """`node` names the Apex object through an import. The binder also resolves
+        `self.<attr>` when every assignment to it is Apex-valued, but it cannot tell a held
+        class (`self.norm_cls = FusedLayerNorm`) from a held instance
+        (`self.norm = FusedLayerNorm(d)`); the assignment is judged instead, where the class is
+        named directly."""
+        assert self.apex is not None
+        return self.apex.imported_name(node) is not None
+
+    def use_torch(self) -> None:
+        AddImportsVisitor.add_needed_import(self.context, "torch")
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        name = self.handled_name(original_node.func)
+        if name is None or not self.direct(original_node.func):
+            return updated_node
+        replaced = self.rewrite_call(original_node, updated_node, name)
+        if replaced is not updated_node:
+            self.use_torch()
+        return replaced
+
+    def visit_node(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            name = self.handled_name(node)
+            if name is not None and self.direct(node):
+                parent = self.parent(node)
+                if not (isinstance(parent, cst.Call) and parent.func is node):
+                    self.bare_reference(node, name)
+                return False
+        return super().visit_node(node)
+
+    def leave_node(self, original_node, updated_node):
+        replacement = self.replacements.get(id(original_node))
+        if replacement is not None:
+            self.use_torch()
+            return dotted(replacement)
+        return super().leave_node(original_node, updated_node)
+
+    def reference_context(self, node: cst.CSTNode) -> str:
+        """'check' for isinstance/issubclass arguments and class bases, else 'value'."""
+        parent = self.parent(node)
+        while isinstance(parent, (cst.Element, cst.Tuple)):
+            parent = self.parent(parent)
+        if isinstance(parent, cst.Arg):
+            owner = self.parent(parent)
+            if isinstance(owner, cst.ClassDef):
+                return "check"
+            if isinstance(owner, cst.Call) and m.matches(owner.func, m.Name("isinstance") | m.Name("issubclass")):
+                return "check"
+        return "value"
+
+    # -- what subclasses implement ---------------------------------------------------------
+    def rewrite_call(self, original: cst.Call, updated: cst.Call, name: str) -> cst.BaseExpression:
+        raise NotImplementedError
+
+    def bare_reference(self, node: cst.CSTNode, name: str) -> None:
+        raise NotImplementedError

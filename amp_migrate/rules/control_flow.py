@@ -24,6 +24,7 @@ _FINITENESS = re.compile(r"\b(isfinite|isnan|isinf|isposinf|isneginf|nan_to_num)
 _CODE = cst.Module([]).code_for_node
 
 BACKWARD = m.Call(func=m.Attribute(attr=m.Name("backward")))
+STEP = m.Call(func=m.Attribute(attr=m.Name("step")))
 
 
 def tests_finiteness(test: cst.BaseExpression) -> bool:

@@ -46,10 +46,8 @@ import libcst.matchers as m
 
 from ..binding import find
 from ..diagnostics import Severity, define
-from .control_flow import exits_early
+from .control_flow import STEP, exits_early
 from .training_plan import MASTER_PARAMS, TrainingRule
-
-STEP = m.Call(func=m.Attribute(value=m.DoNotCare(), attr=m.Name("step")))
 
 UNPROVEN = define(
     "AMP301", "master-params-outside-step", Severity.WARNING,

@@ -44,7 +44,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from ..diagnostics import Severity, define
-from .control_flow import BACKWARD, exits_early, guarded_exits, runs_backward, tests_finiteness
+from .control_flow import BACKWARD, STEP, exits_early, guarded_exits, runs_backward, tests_finiteness
 from .training_plan import TrainingRule, words_of
 
 NO_STEP = define(
@@ -140,7 +140,7 @@ class OptimizerStepThroughScaler(TrainingRule):
         return ("step",) if self.plan is not None else None
 
     def _step_calls(self, module: cst.Module) -> list[cst.Call]:
-        return [c for c in self.findall(module, m.Call(func=m.Attribute(attr=m.Name("step"))))
+        return [c for c in self.findall(module, STEP)
                 if self.code_of(c.func.value) in self.plan.optimizers
                 and self.position(c)[0] in self.plan.step_lines]
 

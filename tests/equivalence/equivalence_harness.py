@@ -12,6 +12,10 @@ A notebook program (`.ipynb`) runs as its code cells joined into a script, with 
 lines it uses played the way IPython runs them (notebook_programs.py); its migrations are the
 notebook migrations (`amp_migrate.notebook`).
 
+A project program is a directory (Apex set up in one module, used in others): it runs from its
+`entry` script, and each migration migrates the whole tree as `amp-migrate DIR` does; the
+native migration falls back when any file of the tree uses the shim.
+
 Each run goes through recorder.py, which records losses, real optimizer steps, loss scales and
 final parameters from outside the program. `compare` checks a pair of runs against the case's
 expectation: "exact" (O0, O1, bf16: the shim's O1 is the native recipe) or a measured tolerance
@@ -74,10 +78,16 @@ class Case:
     native_xfail: str = ""
     # What the run must show besides equality (e.g. the storm must skip steps).
     min_skipped: int = 0
+    # A project program (a directory): the script that runs it.
+    entry: str = "main.py"
 
     @property
     def path(self) -> Path:
         return PROGRAMS / self.program
+
+    @property
+    def is_project(self) -> bool:
+        return self.path.is_dir()
 
 
 def _env(extra=()) -> dict:
@@ -106,8 +116,34 @@ def migrate(case: Case, target: str) -> str:
         return _migrate(case, target)
 
 
+def migrate_tree(case: Case, target: str) -> dict[str, str]:
+    """A project program's files (relative path -> code) as `amp-migrate DIR` leaves them."""
+    with _MIGRATING:
+        return _migrate_tree(case, target)
+
+
+def _migrate_tree(case: Case, target: str) -> dict[str, str]:
+    from amp_migrate import migrate_source
+
+    files = {str(p.relative_to(case.path)): p.read_text() for p in sorted(case.path.rglob("*.py"))}
+    try:
+        from amp_migrate.project import migrate_project
+    except ImportError:  # no project pass: each file alone
+        results = {name: migrate_source(text, target=target, device="cpu", dtype=case.dtype)
+                   for name, text in files.items()}
+    else:
+        results = migrate_project(files, target=target, device="cpu", dtype=case.dtype)
+    fell_back = [d for r in results.values() if r.changed and r.target_used != target for d in r.diagnostics]
+    if fell_back or not any(r.changed for r in results.values()):
+        raise MigrationFellBack(fell_back or [d for r in results.values() for d in r.diagnostics])
+    return {name: results[name].code for name in files}
+
+
 def _migrate(case: Case, target: str) -> str:
     from amp_migrate import migrate_source
+
+    if case.is_project:
+        return "".join(f"# {name}\n{code}" for name, code in _migrate_tree(case, target).items())
 
     if case.program.endswith(".ipynb"):  # the migrated cells, as a script (notebook_programs.py)
         from notebook_programs import migrated
@@ -190,7 +226,14 @@ def run(case: Case, mode: str, base: Path, fresh: bool = False) -> dict:
 
     workdir = base / case.id / (mode + ("-fresh" if fresh else ""))
     workdir.mkdir(parents=True, exist_ok=True)
-    if mode == "shim":
+    if case.is_project:
+        tree = case.path if mode == "shim" else workdir / "src"
+        if mode != "shim":
+            for name, code in migrate_tree(case, "native" if mode == "native" else "shim").items():
+                (tree / name).parent.mkdir(parents=True, exist_ok=True)
+                (tree / name).write_text(code)
+        source = tree / case.entry
+    elif mode == "shim":
         source = case.path
         if case.program.endswith(".ipynb"):
             from notebook_programs import cell_sources, script

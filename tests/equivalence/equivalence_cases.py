@@ -102,6 +102,10 @@ CASES = [
          covers="form feeds, U+2028/U+2029 and U+0085 in comments and docstrings (a U+2028 "
                 "between the classifier's step and the temperature's `scale_loss`); one loss "
                 "scaler for both; an overflow per epoch", min_skipped=3),
+    Case("trainer-package", "trainer_package", ("--corrupt-step", "7", "--checkpoint", "{dir}/ckpt.pt"),
+         covers="a project: `amp.initialize` in an optimizer factory module, `scale_loss`, "
+                "`master_params` and the step in a Trainer module, `amp.state_dict()` in a "
+                "checkpoint module; one overflow", min_skipped=1, native_xfail="AMP102"),
 ]
 
 BY_ID = {case.id: case for case in CASES}

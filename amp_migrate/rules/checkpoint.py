@@ -34,7 +34,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..diagnostics import Severity, define
-from .training_plan import LOAD_STATE_DICT, STATE_DICT, TrainingRule
+from .plan import LOAD_STATE_DICT, STATE_DICT, TrainingRule
 
 OLD_CHECKPOINTS = define(
     "AMP310", "convert-old-checkpoints", Severity.WARNING,

@@ -34,7 +34,7 @@ import libcst as cst
 
 from ..binding import HANDLE
 from ..diagnostics import Severity, define
-from .training_plan import ONE_SCALER, bind_arguments, literal, TrainingRule
+from .plan import ONE_SCALER, bind_arguments, literal, TrainingRule
 
 WRAP_ARGS = define(
     "AMP710", "wrap-optimizer-arguments", Severity.WARNING,

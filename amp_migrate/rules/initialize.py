@@ -4,7 +4,7 @@ What it does
     Removes `amp.initialize` (or the old `amp.init()`), keeps what its assignment meant
     (`initialize` returns the models and optimizers it was given, in the shape it was given),
     and creates the scaler: `scaler = torch.amp.GradScaler("cuda")` as a local, a
-    `self.scaler` attribute, or a module-level global (see `training_plan`).
+    `self.scaler` attribute, or a module-level global (see `training_plan`, which makes the plan).
 
 Why
     Native mixed precision has no global state to initialise: models and optimizers stay as
@@ -37,7 +37,7 @@ from typing import Optional, Union
 import libcst as cst
 from libcst.codemod.visitors import AddImportsVisitor
 
-from .training_plan import INIT, INITIALIZE, bind_arguments, TrainingRule
+from .plan import INIT, INITIALIZE, bind_arguments, TrainingRule
 
 Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
 

@@ -47,7 +47,7 @@ import libcst.matchers as m
 from ..binding import find
 from ..diagnostics import Severity, define
 from .control_flow import STEP, exits_early
-from .training_plan import MASTER_PARAMS, TrainingRule
+from .plan import MASTER_PARAMS, TrainingRule
 
 UNPROVEN = define(
     "AMP301", "master-params-outside-step", Severity.WARNING,

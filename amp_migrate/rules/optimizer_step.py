@@ -45,7 +45,7 @@ import libcst.matchers as m
 
 from ..diagnostics import Severity, define
 from .control_flow import BACKWARD, STEP, exits_early, guarded_exits, runs_backward, tests_finiteness
-from .training_plan import TrainingRule, words_of
+from .plan import TrainingRule, words_of
 
 NO_STEP = define(
     "AMP210", "optimizer-step-not-found", Severity.WARNING,

@@ -48,8 +48,8 @@ import libcst.matchers as m
 
 from ..binding import Pruned
 from ..diagnostics import Severity, define
-from .training_plan import (ONE_SCALER, SCALE_LOSS, SCALE_LOSS_ARGS, TrainingRule,
-                            bind_arguments, literal)
+from .plan import (ONE_SCALER, SCALE_LOSS, SCALE_LOSS_ARGS, TrainingRule,
+                   bind_arguments, literal)
 
 
 UNSUPPORTED_BLOCK = define(

@@ -56,8 +56,8 @@ from ..binding import children
 from ..diagnostics import Severity, define
 from ..lines import count_line_breaks
 from .control_flow import runs_backward
-from .training_plan import (LOSS_SCALERS, SCALE_LOSS, SCALE_LOSS_ARGS, STATE_DICT, TrainingRule,
-                            bind_arguments, literal)
+from .plan import (LOSS_SCALERS, SCALE_LOSS, SCALE_LOSS_ARGS, STATE_DICT, TrainingRule,
+                   bind_arguments, literal)
 
 NOT_NATIVE = define(
     "AMP311", "apex-scaler-state-not-native", Severity.WARNING,

@@ -1,0 +1,211 @@
+"""What the training rules share: Apex's training calls, the plan for a file's GradScaler, and
+the readers of `initialize`'s and `scale_loss`'s arguments.
+
+`PlanTraining` (training_plan.py) fills a `TrainingPlan` from the file as given; every
+`TrainingRule` after it reads the plan and has nothing to do in a file without one. This
+module holds no rule.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+import libcst as cst
+
+from ..diagnostics import Severity, define
+from .apex_calls import NOT_LITERAL, literal as literal_value
+from .base import Rule
+
+_WORD = re.compile(r"\w+")
+
+INITIALIZE = "apex.amp.initialize"
+INIT = "apex.amp.init"
+SCALE_LOSS = ("apex.amp.scale_loss", "apex.amp.handle.scale_loss", "apex.amp.AmpHandle.scale_loss",
+              "apex.amp.OptimWrapper.scale_loss")
+WRAPPED_SCALE_LOSS = "apex.amp.OptimWrapper.scale_loss"  # `optimizer.scale_loss(loss)`
+MASTER_PARAMS = "apex.amp.master_params"
+STATE_DICT = "apex.amp.state_dict"
+LOAD_STATE_DICT = "apex.amp.load_state_dict"
+#: `amp._amp_state.loss_scalers` (`from apex.amp import _amp_state`, or from its own module)
+LOSS_SCALERS = ("apex.amp._amp_state.loss_scalers", "apex.amp._amp_state._amp_state.loss_scalers")
+SCALER_NAMES = ("scaler", "grad_scaler", "amp_scaler")
+LEVELS = ("O0", "O1", "O2", "O3")
+SCALE_LOSS_ARGS = ("loss", "optimizers", "loss_id", "model", "delay_unscale", "delay_overflow_check")
+INITIALIZE_ARGS = ("models", "optimizers", "enabled", "opt_level", "cast_model_type",
+                   "patch_torch_functions", "keep_batchnorm_fp32", "master_weights",
+                   "loss_scale", "cast_model_outputs", "num_losses", "verbosity",
+                   "min_loss_scale", "max_loss_scale")
+
+ONE_SCALER = define(
+    "AMP114", "one-scaler-for-all-losses", Severity.INFO,
+    "`num_losses`/`loss_id` per-loss scalers become one GradScaler, because an optimizer here "
+    "is scaled under more than one loss id.",
+    "Gradients of one optimizer must all carry one scale before `scaler.step` unscales them, "
+    "so two losses that backward into the same optimizer (a GAN discriminator's real and fake "
+    "losses) share one GradScaler, as in PyTorch's recipe for several losses. It is updated "
+    "after each optimizer step. Training is the same until an overflow: Apex backed off only "
+    "the overflowing loss's scaler, the shared scaler backs off for every loss. When each "
+    "optimizer is scaled under one loss id, amp-migrate keeps one GradScaler per loss id instead.",
+)
+@dataclass
+class TrainingPlan:
+    scaler: str  # how code reaches it: "scaler" or "self.scaler"
+    placement: str  # "local" | "self" | "module"
+    scaler_call: cst.Call
+    autocast_call: cst.Call
+    models: set[str] = field(default_factory=set)
+    optimizers: set[str] = field(default_factory=set)
+    #: Lines (of the file as given) of the `optimizer.step()` calls that step an optimizer
+    #: `scale_loss` scaled: the same variable, not just the same name.
+    step_lines: frozenset = frozenset()
+    #: Lines of the `scale_loss` calls at whose exit Apex unscaled and updated the scale.
+    eager_unscale_lines: frozenset = frozenset()
+    hoisted: bool = False  # built before the `if` that guarded `initialize`
+    global_casts: bool = False  # `amp.init()`: casts were on everywhere, not for given models
+    #: Apex's per-loss scalers kept apart (`num_losses > 1`, each optimizer stepped under one
+    #: `loss_id`): loss id -> how code reaches its GradScaler. Empty: `scaler` serves every loss.
+    loss_scalers: dict[int, str] = field(default_factory=dict)
+    #: Optimizer (as `scale_loss` names it) -> its loss id, with `loss_scalers`.
+    optimizer_losses: dict[str, int] = field(default_factory=dict)
+
+    def scaler_for_loss(self, loss_id: int) -> str:
+        return self.loss_scalers.get(loss_id, self.scaler)
+
+    def scaler_for_optimizer(self, optimizer: str) -> str:
+        loss_id = self.optimizer_losses.get(optimizer)
+        return self.scaler if loss_id is None else self.scaler_for_loss(loss_id)
+
+    @property
+    def scalers(self) -> list[str]:
+        """Every GradScaler the plan builds, in loss-id order."""
+        return [self.loss_scalers[k] for k in sorted(self.loss_scalers)] or [self.scaler]
+
+
+_COMPOUND = (cst.UnaryOperation, cst.BinaryOperation, cst.Tuple, cst.List, cst.ConcatenatedString)
+
+
+def literal(node: Optional[cst.BaseExpression]):
+    """The Python value of a literal argument (strings, numbers, True/False/None, arithmetic on
+    numbers such as `2**24` or `128 * 128`, tuples), else NOT_LITERAL; None for an absent one.
+    Compound expressions are judged by the evaluator every rule shares."""
+    if node is None:
+        return None
+    if isinstance(node, (cst.SimpleString, cst.Integer, cst.Float)):
+        return node.evaluated_value
+    if isinstance(node, cst.Name):
+        return {"True": True, "False": False, "None": None}.get(node.value, NOT_LITERAL)
+    if isinstance(node, _COMPOUND):
+        return literal_value(node)
+    return NOT_LITERAL
+
+
+def pure(node: cst.BaseExpression) -> bool:
+    """Reading the expression twice gives the same value and does nothing else."""
+    if literal(node) is not NOT_LITERAL:
+        return True
+    if isinstance(node, cst.Name):
+        return True
+    if isinstance(node, cst.Attribute):
+        return pure(node.value)
+    if isinstance(node, cst.Subscript):
+        return pure(node.value) and all(
+            isinstance(e.slice, cst.Index) and pure(e.slice.value) for e in node.slice)
+    if isinstance(node, cst.Comparison):
+        return pure(node.left) and all(pure(c.comparator) for c in node.comparisons)
+    if isinstance(node, cst.BooleanOperation):
+        return pure(node.left) and pure(node.right)
+    if isinstance(node, cst.UnaryOperation):
+        return pure(node.expression)
+    return False
+
+
+def bind_arguments(call: cst.Call, names=INITIALIZE_ARGS) -> Optional[dict[str, cst.BaseExpression]]:
+    """Map a call's arguments to parameter names, or None when they cannot be (`*a`, `**k`)."""
+    bound: dict[str, cst.BaseExpression] = {}
+    for i, arg in enumerate(call.args):
+        if arg.star:
+            return None
+        if arg.keyword is None:
+            if i >= len(names):
+                return None
+            bound[names[i]] = arg.value
+        else:
+            bound[arg.keyword.value] = arg.value
+    return bound
+
+
+def words_of(codes) -> set[str]:
+    """What a statement must spell to mention one of these expressions: each one's last name
+    (`self.opt` → `opt`)."""
+    return {found[-1] for found in (_WORD.findall(code) for code in codes) if found}
+
+
+def expression_codes(node: Optional[cst.BaseExpression]) -> list[str]:
+    """`model` → ["model"]; `[netD, netG]` → ["netD", "netG"]; anything else → []."""
+    if node is None:
+        return []
+    if isinstance(node, (cst.List, cst.Tuple)):
+        out = []
+        for el in node.elements:
+            if isinstance(el, cst.StarredElement):
+                return []
+            out.extend(expression_codes(el.value))
+        return out
+    if isinstance(node, (cst.Name, cst.Attribute)) and pure(node):
+        return [cst.Module([]).code_for_node(node)]
+    return []
+
+
+_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_OWN_SCOPE = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def binds_in_ast(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> Optional[bool]:
+    """Whether `function` makes `name` one of its own variables (a parameter or any binding in
+    its body, not in nested functions, classes or comprehensions); False for `global name`;
+    None if it does not bind the name at all."""
+    args = function.args
+    if any(a.arg == name for a in [*args.posonlyargs, *args.args, *args.kwonlyargs,
+                                   *(a for a in (args.vararg, args.kwarg) if a is not None)]):
+        return True
+    found: Optional[bool] = None
+    stack: list[ast.AST] = list(function.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _NESTED):
+            if node.name == name:
+                found = True
+            stack.extend(node.decorator_list)
+            continue
+        if isinstance(node, _OWN_SCOPE):
+            continue
+        if isinstance(node, ast.Global) and name in node.names:
+            return False
+        if isinstance(node, ast.Name):
+            if node.id == name and isinstance(node.ctx, ast.Store):
+                found = True
+            continue
+        if isinstance(node, ast.alias):
+            if (node.asname or node.name.split(".")[0]) == name:
+                found = True
+            continue
+        if isinstance(node, ast.ExceptHandler) and node.name == name:
+            found = True
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name == name:
+            found = True
+        stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+class TrainingRule(Rule):
+    """A rule that carries out the plan; it has nothing to do in a file without one."""
+
+    def __init__(self, context, state) -> None:
+        super().__init__(context, state)
+        self.plan: Optional[TrainingPlan] = state.scratch.get("training")
+
+    @classmethod
+    def applies(cls, state, context) -> bool:
+        return "training" in state.scratch and super().applies(state, context)

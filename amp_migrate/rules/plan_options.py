@@ -1,0 +1,343 @@
+"""How `amp.initialize`'s options become the arguments of the GradScaler and of autocast.
+
+Two switches say what Apex did at run time: whether amp was on at all (autocast's `enabled`)
+and whether losses were scaled (the GradScaler's `enabled`). Each is a literal bool or an
+expression read where the scaler is built; a guard around `initialize`, `enabled=`, the opt
+level and the loss scale each contribute a part, and the parts are joined with `and`. The
+static scale, if any, adds `init_scale`/`growth_interval`. PlanTraining (training_plan.py)
+reads them here and decides where the scaler lives; this module holds no rule.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Union
+
+import libcst as cst
+
+from ..diagnostics import Severity, define
+from .apex_calls import NOT_LITERAL
+from .plan import LEVELS, literal, pure
+
+#: A switch: a literal bool, or an expression that is true where the thing is on.
+Switch = Union[bool, cst.BaseExpression]
+Report = Callable[..., None]
+
+OPTION_NOT_LITERAL = define(
+    "AMP103", "option-not-provable", Severity.WARNING,
+    "An `amp.initialize` option is computed at run time in a way native code cannot follow.",
+    "Options such as `opt_level=args.opt_level` are rewritten to an expression that is right "
+    "for every value (`enabled=args.opt_level != \"O0\"`). A run-time `loss_scale` (which may be "
+    "\"dynamic\" or a number), `**kwargs`, or an expression with side effects cannot be, so the "
+    "file uses the shim.",
+    before='amp.initialize(model, opt, loss_scale=args.loss_scale)',
+    after='# unchanged, imports point at amp_shim',
+    falls_back=True,
+)
+O2_O3 = define(
+    "AMP110", "fp16-weights-become-autocast", Severity.INFO,
+    "O2/O3 kept fp16 model weights (with fp32 masters at O2); native code keeps fp32 weights "
+    "and runs ops in reduced precision under autocast.",
+    "torch has no master-weights mode. Autocast with fp32 weights is the native recipe and is "
+    "numerically at least as good; memory use and speed differ from pure fp16 weights, and "
+    "checkpoints hold fp32 weights as they did with Apex.",
+    before='model, opt = amp.initialize(model, opt, opt_level="O2")',
+    after='scaler = torch.amp.GradScaler("cuda")\n# forward under torch.autocast("cuda", dtype=torch.float16)',
+)
+#: GradScaler's growth interval for a static scale: the largest count its int32 growth tracker
+#: reaches, so the scale grows after 2,147,483,647 clean steps at the earliest, in no real run.
+STATIC_GROWTH_INTERVAL = "2**31 - 1"
+STATIC_SCALE = define(
+    "AMP111", "static-loss-scale", Severity.INFO,
+    "A static `loss_scale` becomes a GradScaler that starts at that scale and never grows; it "
+    "differs from Apex only on a step whose gradients are not finite.",
+    "Apex's static scale never changed and never skipped a step. GradScaler has no static mode; "
+    "`init_scale=S, growth_interval=2**31 - 1` comes closest: the interval is the largest count "
+    "GradScaler's int32 growth tracker reaches, so the scale never grows in a real run, and "
+    "losses, gradients, steps and parameters are Apex's bit for bit while gradients stay "
+    "finite. The one difference is a step with inf/NaN gradients: Apex applied it (the "
+    "parameters took the non-finite values) and kept the scale; GradScaler skips it and halves "
+    "the scale (its backoff factor must be below 1), which then stays halved. A loss scale of 1.0 "
+    "disables the scaler instead (AMP116).",
+    before='amp.initialize(model, opt, opt_level="O1", loss_scale=128.0)',
+    after='scaler = torch.amp.GradScaler("cuda", init_scale=128.0, growth_interval=2**31 - 1)',
+)
+UNSCALED = define(
+    "AMP116", "unit-loss-scale-disables-scaler", Severity.INFO,
+    "Apex did not scale losses here (a static `loss_scale` of 1.0, O3's default), so the "
+    "GradScaler is disabled; autocast stays on.",
+    "With a static scale of 1.0 Apex's `scale_loss` took its fast path: no scaling, no unscale, no "
+    "overflow check, no skipped step (`loss_scale=1.0` is a common way to switch loss scaling "
+    "off). A disabled GradScaler does the same: `scale(loss)` returns the loss, `step(opt)` "
+    "calls `opt.step()`, `update()` does nothing and `get_scale()` is 1.0. A dynamic scaler "
+    "would skip the steps with inf/NaN gradients that Apex applied.",
+    before='amp.initialize(model, opt, opt_level="O1", loss_scale=1.0)',
+    after='scaler = torch.amp.GradScaler("cuda", enabled=False)\n'
+          '# the forward still runs under torch.autocast("cuda", dtype=torch.float16)',
+)
+RUNTIME_O3 = define(
+    "AMP117", "run-time-o3-scaled", Severity.INFO,
+    "If `opt_level` is \"O3\" at run time, this GradScaler is enabled, although Apex's O3 kept a "
+    "static loss scale of 1.0.",
+    "Where `initialize` and the autocast regions share a function, a run-time `opt_level` gives "
+    "`GradScaler(enabled=level not in (\"O0\", \"O3\"))` and `autocast(enabled=level != \"O0\")`, "
+    "right for every level. Here autocast runs elsewhere and follows `scaler.is_enabled()`, so "
+    "the scaler is on at O3 too: it skips steps whose gradients are not finite, which Apex's O3 "
+    "applied. O0, O1 and O2 are exact.",
+    before='amp.initialize(model, opt, opt_level=opt_level)  # in Trainer.__init__',
+    after='self.scaler = torch.amp.GradScaler("cuda", enabled=opt_level != "O0")',
+)
+SCALE_BOUNDS = define(
+    "AMP112", "loss-scale-bounds", Severity.INFO,
+    "`min_loss_scale`/`max_loss_scale` have no GradScaler equivalent and were dropped.",
+    "GradScaler's scale is unbounded: it can back off below Apex's floor and grow above its "
+    "cap (2**24 by default, reached only after tens of thousands of clean steps).",
+    before='amp.initialize(model, opt, min_loss_scale=1.0)',
+    after='scaler = torch.amp.GradScaler("cuda")',
+)
+IGNORED_OPTIONS = define(
+    "AMP113", "option-without-native-meaning", Severity.INFO,
+    "An `amp.initialize` option with no native meaning was dropped "
+    "(`keep_batchnorm_fp32`, `master_weights`, `cast_model_type`, `patch_torch_functions`, "
+    "`cast_model_outputs`).",
+    "Native weights stay fp32 (BatchNorm included) and autocast chooses each op's dtype, so "
+    "these switches have nothing to act on. `cast_model_outputs` in particular: model outputs "
+    "now come back in whatever dtype autocast gave their last op.",
+)
+BF16 = define(
+    "AMP115", "bfloat16-no-loss-scaling", Severity.INFO,
+    "With `--dtype bfloat16` autocast runs in bfloat16 and the GradScaler is disabled.",
+    "bfloat16 has float32's exponent range, so gradients do not underflow and loss scaling is "
+    "unnecessary; a disabled GradScaler passes losses and steps through unchanged, so the code "
+    "keeps its shape and can be switched back to float16.",
+)
+
+_DROPPED = ("keep_batchnorm_fp32", "master_weights", "cast_model_type", "patch_torch_functions",
+            "cast_model_outputs")
+
+
+# -- switches ------------------------------------------------------------------------------------
+def is_expression(switch: Switch) -> bool:
+    return not isinstance(switch, bool)
+
+
+def switch_of(node: cst.BaseExpression) -> Switch:
+    value = literal(node)
+    return value if isinstance(value, bool) else node
+
+
+def both(*switches: Switch) -> Switch:
+    """`a and b and ...`, literal where any part is False or every part is True."""
+    if any(s is False for s in switches):
+        return False
+    out: Switch = True
+    for s in switches:
+        out = s if out is True else (out if s is True else _and(out, s))
+    return out
+
+
+def _and(left: cst.BaseExpression, right: cst.BaseExpression) -> cst.BooleanOperation:
+    def wrap(e):
+        if isinstance(e, cst.BooleanOperation) and isinstance(e.operator, cst.Or):
+            return e.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        return e
+    return cst.BooleanOperation(wrap(left), cst.And(), wrap(right))
+
+
+def clone(switch: Switch) -> Switch:
+    return switch.deep_clone() if is_expression(switch) else switch
+
+
+def as_expression(switch: Switch) -> cst.BaseExpression:
+    return cst.Name(str(switch)) if isinstance(switch, bool) else switch
+
+
+def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
+    return cst.Arg(value=value, keyword=cst.Name(name),
+                   equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+
+
+def string(value: str) -> cst.SimpleString:
+    return cst.SimpleString(f'"{value}"')
+
+
+# -- reading the options -------------------------------------------------------------------------
+@dataclass
+class Level:
+    """What an `opt_level` says: amp on, and losses scaled when `loss_scale` is left to it."""
+    amp_on: Switch = True
+    scaled_by_default: Switch = True
+    value: object = "O1"  # the literal level, or NOT_LITERAL
+    ok: bool = True
+
+
+@dataclass
+class Reading:
+    """The two switches and the static scale, from every option of one `initialize`."""
+    amp_on: Switch = True
+    scaling_on: Switch = True
+    scale_args: list[cst.Arg] = field(default_factory=list)
+    #: The run-time `opt_level` where the switches differ only when it is O3.
+    o3_at_run_time: Optional[cst.BaseExpression] = None
+    ok: bool = True
+
+
+def read_level(level: Optional[cst.BaseExpression], call: cst.Call, report: Report) -> Level:
+    if level is None:
+        return Level()
+    value = literal(level)
+    if value is NOT_LITERAL:
+        if not pure(level):
+            report(level, OPTION_NOT_LITERAL, "`opt_level` is an expression with side effects")
+            return Level(ok=False)
+        amp_on = cst.Comparison(level, [cst.ComparisonTarget(cst.NotEqual(), string("O0"))])
+        scaled = cst.Comparison(level.deep_clone(), [cst.ComparisonTarget(
+            cst.NotIn(), cst.Tuple([cst.Element(string("O0")), cst.Element(string("O3"))]))])
+        return Level(amp_on, scaled, NOT_LITERAL)
+    if value not in LEVELS:
+        report(level, OPTION_NOT_LITERAL, f"`opt_level={value!r}` is not one of O0-O3")
+        return Level(ok=False)
+    if value in ("O2", "O3"):
+        report(call, O2_O3)
+    return Level(value != "O0", value in ("O1", "O2"), value)
+
+
+def read_enabled(enabled: Optional[cst.BaseExpression], report: Report) -> Optional[Switch]:
+    """`enabled=`'s switch; None when it cannot be read."""
+    value = literal(enabled)
+    if enabled is None or value is True:
+        return True
+    if value is False:
+        return False
+    if value is NOT_LITERAL and pure(enabled):
+        return enabled
+    report(enabled, OPTION_NOT_LITERAL, "`enabled` is not a plain expression")
+    return None
+
+
+@dataclass
+class Scale:
+    """What `loss_scale` says: None where the level's default applies, else whether losses are
+    scaled; with the GradScaler arguments of a static scale."""
+    scaled: Optional[Switch] = None
+    args: list[cst.Arg] = field(default_factory=list)
+    ok: bool = True
+
+
+def static_value(node: Optional[cst.BaseExpression]):
+    """A literal `loss_scale` as Apex read it ("128" -> 128.0, True -> 1.0), else NOT_LITERAL."""
+    value = literal(node)
+    if isinstance(value, (str, bool)) and value != "dynamic":
+        try:
+            return float(value)
+        except ValueError:
+            return NOT_LITERAL
+    return value
+
+
+def read_loss_scale(loss_scale: Optional[cst.BaseExpression], level_node: Optional[cst.BaseExpression],
+                    level: Level, report: Report) -> Scale:
+    value = static_value(loss_scale)
+    if value is NOT_LITERAL:
+        report(loss_scale, OPTION_NOT_LITERAL,
+               "`loss_scale` is chosen at run time (it may be \"dynamic\" or a number)")
+        return Scale(ok=False)
+    if value is None:
+        if level.value == "O3":
+            report(level_node, UNSCALED,
+                   "O3's default loss scale is a static 1.0: Apex did not scale losses, so the "
+                   "GradScaler is disabled; autocast stays on")
+        return Scale()
+    if value == "dynamic":
+        return Scale(True)
+    if not 0.0 < value < float("inf"):
+        report(loss_scale, OPTION_NOT_LITERAL, f"`loss_scale={value!r}` is no usable scale")
+        return Scale(ok=False)
+    if value == 1.0:
+        if level.value != "O0":
+            report(loss_scale, UNSCALED, "a static `loss_scale` of 1.0: Apex did not scale "
+                   "losses, so the GradScaler is disabled; autocast stays on")
+        return Scale(False)
+    report(loss_scale, STATIC_SCALE)
+    return Scale(True, [keyword("init_scale", cst.Float(repr(float(value)))),
+                        keyword("growth_interval", cst.parse_expression(STATIC_GROWTH_INTERVAL))])
+
+
+def max_scale_args(args: dict, scale: Scale) -> list[cst.Arg]:
+    """A dynamic scale starts at `max_loss_scale` where that is below Apex's 2**16."""
+    max_scale = literal(args.get("max_loss_scale"))
+    if isinstance(max_scale, (int, float)) and max_scale < 2.0**16 and scale.scaled is not False \
+            and not scale.args:
+        return [keyword("init_scale", cst.Float(repr(float(max_scale))))]
+    return []
+
+
+def report_dropped(args: dict, report: Report) -> None:
+    for bound in ("min_loss_scale", "max_loss_scale"):
+        if bound in args and literal(args[bound]) is not None:
+            report(args[bound], SCALE_BOUNDS)
+    for option in _DROPPED:
+        if option in args and literal(args[option]) is not None:
+            report(args[option], IGNORED_OPTIONS, f"`{option}` has no native meaning and was dropped")
+
+
+def read_options(args: dict, call: cst.Call, guard: Switch, report: Report) -> Reading:
+    """Both switches from the guard around `initialize`, its `opt_level`, `enabled` and
+    `loss_scale` (in that order, as `and` reads them)."""
+    level = read_level(args.get("opt_level"), call, report)
+    enabled = read_enabled(args.get("enabled"), report)
+    scale = read_loss_scale(args.get("loss_scale"), args.get("opt_level"), level, report) \
+        if level.ok else Scale(ok=False)
+    report_dropped(args, report)
+    if not (level.ok and scale.ok) or enabled is None:
+        return Reading(ok=False)
+    amp_on = both(guard, level.amp_on, enabled)
+    if scale.scaled is None:
+        scaling_on = both(clone(guard), level.scaled_by_default, clone(enabled))
+    else:
+        scaling_on = both(clone(guard), clone(level.amp_on), clone(enabled), scale.scaled)
+    return Reading(amp_on, scaling_on, scale.args + max_scale_args(args, scale),
+                   o3_at_run_time=args.get("opt_level") if scale.scaled is None and level.value is NOT_LITERAL
+                   else None)
+
+
+def _same(a: Switch, b: Switch) -> bool:
+    code = cst.Module([]).code_for_node
+    return a is b if isinstance(a, bool) or isinstance(b, bool) else code(a) == code(b)
+
+
+def arguments(reading: Reading, local: bool, scaler: str, options, call: cst.Call,
+              report: Report) -> Union[tuple[cst.Call, cst.Call], str]:
+    """The GradScaler's and autocast's calls; or why autocast, which runs where the scaler is
+    only reached (not where it is built), cannot follow the switches."""
+    scaler_args: list[cst.Arg] = [cst.Arg(string(options.device)), *reading.scale_args]
+    autocast_args = [cst.Arg(string(options.device)),
+                     keyword("dtype", cst.parse_expression(f"torch.{options.dtype}"))]
+    amp_on, scaling_on = reading.amp_on, reading.scaling_on
+    if not options.needs_loss_scaling:
+        report(call, BF16)
+        scaling_on = False
+    if amp_on is False:
+        autocast_args.append(keyword("enabled", cst.Name("False")))
+        scaler_args.append(keyword("enabled", cst.Name("False")))
+    elif scaling_on is False:
+        if is_expression(amp_on) and not local:
+            return ("with bfloat16" if not options.needs_loss_scaling else
+                    "with a static loss scale of 1.0") + " the scaler is disabled, so autocast " \
+                "cannot follow it; whether amp is enabled is only known where `initialize` is"
+        scaler_args.append(keyword("enabled", cst.Name("False")))
+        if is_expression(amp_on):
+            autocast_args.append(keyword("enabled", amp_on))
+    elif not _same(amp_on, scaling_on) and (local or not is_expression(amp_on)):
+        scaler_args.append(keyword("enabled", as_expression(scaling_on)))
+        if is_expression(amp_on):
+            autocast_args.append(keyword("enabled", amp_on))
+    elif is_expression(amp_on):
+        if not _same(amp_on, scaling_on):
+            if reading.o3_at_run_time is None:
+                return "losses are scaled only for some values of the options, and autocast, " \
+                    "which runs elsewhere, cannot follow the scaler there"
+            report(reading.o3_at_run_time, RUNTIME_O3)
+        scaler_args.append(keyword("enabled", amp_on))
+        autocast_args.append(keyword("enabled", cst.parse_expression(f"{scaler}.is_enabled()")))
+    return (cst.Call(cst.parse_expression("torch.amp.GradScaler"), scaler_args),
+            cst.Call(cst.parse_expression("torch.autocast"), autocast_args))

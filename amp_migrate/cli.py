@@ -126,6 +126,7 @@ def migrate(paths: tuple[str, ...], target: Optional[str], device: Optional[str]
     """Rewrite Apex-using Python files and notebooks under PATHS in place."""
     from . import config, discover, report, runner
     from .options import Options
+    from .project import Tree
 
     if interactive and (diff or check or fmt == "json"):
         raise click.UsageError("--interactive cannot be combined with --diff, --check or --format json")
@@ -157,8 +158,11 @@ def migrate(paths: tuple[str, ...], target: Optional[str], device: Optional[str]
     try:
         with runner.Workers(jobs or runner.default_jobs(), len(jobs_)) as workers, \
                 _progress(len(jobs_), show_progress) as advance:
-            for result in workers.results(jobs_):
-                results.append(runner.write(result) if mode == "fix" else result)
+            stream = workers.results(jobs_)
+            tree = Tree([f.path for f in files if f.kind == "python"], options, diff or interactive)
+            for result in stream:
+                for final in tree.feed(result):
+                    results.append(runner.write(final) if mode == "fix" else final)
                 advance()
         results.sort(key=lambda r: r.path)
         if interactive:
@@ -172,7 +176,7 @@ def migrate(paths: tuple[str, ...], target: Optional[str], device: Optional[str]
     summary = report.Summary.of(results, time.perf_counter() - start)
     if summary.failed:
         code = EXIT_ERRORS
-    elif check and summary.changed:
+    elif check and (summary.changed or summary.kept_apex):
         code = EXIT_CHANGES
     else:
         code = EXIT_OK

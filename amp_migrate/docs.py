@@ -53,6 +53,7 @@ def register_all_codes() -> None:
     `NATIVE_RULES` or not yet."""
     for module in pkgutil.iter_modules(rules.__path__):
         importlib.import_module(f"{rules.__name__}.{module.name}")
+    importlib.import_module("amp_migrate.project.codes")  # the whole-tree pass's AMP030-AMP049
 
 
 _SECTION = re.compile(r"^Soundness\n((?:[ \t]+.*\n|\n)+)", re.M)

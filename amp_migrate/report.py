@@ -25,6 +25,8 @@ from .lines import split_lines
 from .options import Options
 
 JSON_SCHEMA_VERSION = 1
+#: Apex reached where no rule can rewrite it (project/codes.py): the file keeps needing Apex.
+KEPT_APEX_CODES = frozenset({"AMP031", "AMP032"})
 _SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
 
@@ -47,6 +49,7 @@ class Summary:
     failed: int
     severities: dict[str, int]
     elapsed: float
+    kept_apex: int = 0  # files whose Apex uses no rule rewrites (AMP031, AMP032): --check counts them
 
     @classmethod
     def of(cls, results: Sequence[FileResult], elapsed: float) -> "Summary":
@@ -62,12 +65,14 @@ class Summary:
             failed=sum(r.failed for r in results),
             severities={str(s): severities.get(str(s), 0) for s in Severity},
             elapsed=elapsed,
+            kept_apex=sum(any(f.diagnostic.code in KEPT_APEX_CODES for f in r.findings) for r in results),
         )
 
     def to_dict(self) -> dict[str, Any]:
         return {"files": self.files, "mention_apex": self.mention_apex, "changed": self.changed,
                 "written": self.written, "native": self.native, "shim": self.shim,
-                "errors": self.failed, "diagnostics": dict(self.severities),
+                "errors": self.failed, "kept_apex": self.kept_apex,
+                "diagnostics": dict(self.severities),
                 "elapsed_s": round(self.elapsed, 3)}
 
 
@@ -150,6 +155,8 @@ def summary_table(summary: Summary, mode: str) -> Table:
     table.add_row("  native torch.amp", str(summary.native))
     table.add_row("  shim fallback", str(summary.shim))
     table.add_row("Errors (left untouched)", str(summary.failed))
+    if summary.kept_apex:
+        table.add_row("Apex left in place", str(summary.kept_apex))
     table.add_row("Diagnostics", ", ".join(f"{n} {s}" for s, n in summary.severities.items()))
     table.add_row("Time", f"{summary.elapsed:.2f} s")
     return table

@@ -136,13 +136,12 @@ class Workers:
         self.pool.join()
 
     def results(self, jobs: Iterable[Job]) -> Iterator[FileResult]:
-        """Results in completion order; callers sort."""
+        """Results in completion order; callers sort. The workers start at once, so the caller
+        can do its own work (the project index) before reading the first result."""
         if self.pool is None:
-            for job in jobs:
-                yield process(job)
-            return
+            return (process(job) for job in jobs)
         # Largest files first: one big Apex file started last would leave the other workers idle.
-        yield from self.pool.imap_unordered(process, sorted(jobs, key=_size, reverse=True), chunksize=1)
+        return self.pool.imap_unordered(process, sorted(jobs, key=_size, reverse=True), chunksize=1)
 
 
 def _size(job: Job) -> int:

@@ -1,0 +1,175 @@
+"""Migrating a tree as a whole: index it, migrate each file alone, then settle each group.
+
+`migrate_project` does it in memory (tests, the equivalence harness, the corpus bench);
+`Tree` does it for the command line, fed by the process pool as results arrive, so that files
+outside any group are final (and written) at once and a group's files as soon as the last of
+them is in.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, replace
+from typing import Iterable, Mapping, Optional, Sequence
+
+from ..diagnostics import Diagnostic, Severity
+from ..file_result import FileResult, Finding
+from ..migrate import MigrationError, MigrationResult, migrate_source
+from ..options import Options
+from ..source_file import SourceError, read_bytes
+from .groups import Group, find_groups
+from .index import ProjectIndex, build_index
+from .settle import Outcome, Verdict, own_warnings, settle
+
+
+def _by_line(diagnostics: Iterable[Diagnostic]) -> tuple[Diagnostic, ...]:
+    return tuple(sorted(diagnostics, key=lambda d: (d.line, d.col, d.code)))
+
+
+def _outcome(result: MigrationResult) -> Outcome:
+    return _outcome_of(result.diagnostics, result.changed, result.target_used)
+
+
+def _outcome_of(diagnostics: Sequence[Diagnostic], changed: bool, target_used: Optional[str]) -> Outcome:
+    errors = [d for d in diagnostics if d.severity == Severity.ERROR]
+    if errors:
+        return Outcome("error", tuple(errors[:1]))
+    if not changed:
+        return Outcome("unchanged")
+    return Outcome(target_used or "error", tuple(d for d in diagnostics if d.falls_back))
+
+
+def _migrate_one(text: str, target: str, device: str, dtype: str) -> MigrationResult:
+    try:
+        return migrate_source(text, target=target, device=device, dtype=dtype)
+    except MigrationError as exc:
+        return MigrationResult(text, (exc.as_diagnostic(),), None)
+
+
+def migrate_project(files: Mapping[str, str], *, target: str = "auto", device: str = "cuda",
+                    dtype: str = "float16") -> dict[str, MigrationResult]:
+    """Migrate a tree given as relative path -> text: files that share Apex objects end on one
+    target (docs/cli.md, "Projects"). Files not ending in `.py` are migrated alone."""
+    index = build_index({p: t for p, t in files.items() if p.endswith(".py")})
+    results = {p: _migrate_one(t, target, device, dtype) for p, t in files.items()}
+    outcomes = {p: _outcome(r) for p, r in results.items()}
+    groups = find_groups(index)
+    grouped = {p for g in groups for p in g.members}
+    for group in groups:
+        for path, verdict in settle(index, group, outcomes, target).items():
+            result = results[path]
+            if verdict.redo == "shim":
+                result = _migrate_one(files[path], "shim", device, dtype)
+            elif verdict.redo == "untouched":
+                result = MigrationResult(files[path], result.diagnostics, None)
+            results[path] = replace(result, diagnostics=_by_line(result.diagnostics + verdict.diagnostics))
+    for path in index.modules:
+        extra = own_warnings(index, path, outcomes[path], path in grouped)
+        if extra:
+            results[path] = replace(results[path], diagnostics=_by_line(results[path].diagnostics + extra))
+    return results
+
+
+def _file_outcome(result: FileResult) -> Outcome:
+    if result.error is not None:
+        return Outcome("error", (Diagnostic("AMP001", Severity.ERROR, 1, 1, result.error, False),))
+    return _outcome_of([f.diagnostic for f in result.findings], result.changed, result.target_used)
+
+
+def _with(result: FileResult, diagnostics: Sequence[Diagnostic]) -> FileResult:
+    if not diagnostics:
+        return result
+    findings = sorted([*result.findings, *(Finding(d) for d in diagnostics)],
+                      key=lambda f: (f.diagnostic.line, f.diagnostic.col, f.diagnostic.code))
+    return replace(result, findings=tuple(findings), scanned=True)
+
+
+def _read_text(path: str) -> Optional[str]:
+    try:
+        data = read_bytes(path)
+    except SourceError:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
+
+
+def tree_root(paths: Sequence[str]) -> str:
+    """The folder module names are counted from: the deepest one holding every file."""
+    folders = [os.path.dirname(os.path.abspath(p)) for p in paths]
+    return os.path.commonpath(folders) if folders else os.getcwd()
+
+
+@dataclass
+class _Pending:
+    group: Group
+    results: dict[str, FileResult]
+
+
+class Tree:
+    """The command line's project pass over the Python files of a run."""
+
+    def __init__(self, paths: Sequence[str], options: Options, want_diff: bool) -> None:
+        started = time.perf_counter()
+        root = tree_root(paths)
+        self.rel = {p: os.path.relpath(os.path.abspath(p), root).replace(os.sep, "/") for p in paths}
+        texts = {}
+        for path, rel in self.rel.items():
+            text = _read_text(path)
+            if text is not None:
+                texts[rel] = text
+        self.index: ProjectIndex = build_index(texts)
+        # Under --target shim every file already uses the shim: nothing to settle or wait for.
+        groups = find_groups(self.index) if options.target != "shim" else []
+        self.pending = {}
+        for group in groups:
+            shared = _Pending(group, {})
+            self.pending.update((rel, shared) for rel in group.members)
+        self.options = options
+        self.want_diff = want_diff
+        self.index_seconds = time.perf_counter() - started
+
+    @property
+    def groups(self) -> list[Group]:
+        return list({id(p.group): p.group for p in self.pending.values()}.values())
+
+    def feed(self, result: FileResult) -> list[FileResult]:
+        """The results that are final now that `result` is in."""
+        rel = self.rel.get(result.path)
+        if rel is None or rel not in self.index.modules:
+            return [result]
+        pending = self.pending.get(rel)
+        if pending is None:
+            return [_with(result, own_warnings(self.index, rel, _file_outcome(result), False))]
+        pending.results[rel] = result
+        if len(pending.results) < len(pending.group.members):
+            return []
+        return self._settle(pending)
+
+    def _settle(self, pending: _Pending) -> list[FileResult]:
+        from ..runner import Job, process
+
+        outcomes = {rel: _file_outcome(r) for rel, r in pending.results.items()}
+        names = {rel: r.path for rel, r in pending.results.items()}
+        verdicts = settle(self.index, pending.group, outcomes, self.options.target, names)
+        final = []
+        for rel, result in sorted(pending.results.items()):
+            verdict = verdicts.get(rel, Verdict())
+            if verdict.redo == "shim":
+                result = process(Job(result.path, result.kind, replace(self.options, target="shim"),
+                                     self.want_diff))
+            elif verdict.redo == "untouched":
+                result = replace(result, changed=False, target_used=None, new_bytes=None, diff="")
+            extra = verdict.diagnostics + own_warnings(self.index, rel, outcomes[rel], True)
+            final.append(_with(result, extra))
+        return final
+
+    def leftover(self) -> list[FileResult]:
+        """Members of groups some of whose files never came back (unreadable): each as it is."""
+        seen, out = set(), []
+        for pending in self.pending.values():
+            if id(pending) not in seen and len(pending.results) < len(pending.group.members):
+                seen.add(id(pending))
+                out += list(pending.results.values())
+        return out

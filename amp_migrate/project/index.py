@@ -208,11 +208,13 @@ def _bindings(nodes: Iterable[ast.AST]) -> dict[str, str]:
 class _Reader:
     """Fills a module's facts from the parts of its tree that hold a hit line."""
 
-    def __init__(self, facts: ModuleFacts, tree: ast.Module, hits: list[int]) -> None:
+    def __init__(self, facts: ModuleFacts, tree: ast.Module, hits: list[int],
+                 provided: Mapping[str, str] = {}) -> None:
         self.facts = facts
         self.nodes = [(node, stack) for unit, stack in _units(tree.body, hits, ())
                       for node in ast.walk(unit)]
-        self.bound = _bindings(node for node, _ in self.nodes)  # local name -> the Apex name
+        # local name -> the Apex name it means
+        self.bound = {**provided, **_bindings(node for node, _ in self.nodes)}
         self.handled: set[int] = set()
 
     def read(self) -> "_Reader":
@@ -387,9 +389,12 @@ def build_index(sources: Mapping[str, str]) -> ProjectIndex:
     trees: dict[str, ast.Module] = {}
     for path, text in sources.items():
         facts = modules[path] = ModuleFacts(path, module_name(path))
-        tree = _parse(text) if _CANDIDATE_TEXT.search(text) else None
+        candidate = _CANDIDATE_TEXT.search(text)
+        tree = _parse(text) if candidate else None
         if tree is None:
             facts.imports = _text_imports(text)
+            if candidate:
+                _unparsed(facts, text)
             continue
         trees[path] = tree
         _Reader(facts, tree, hit_lines(text)).read()
@@ -398,6 +403,16 @@ def build_index(sources: Mapping[str, str]) -> ProjectIndex:
              for path, facts in modules.items()}
     _resolve_provided(sources, modules, trees, edges)
     return ProjectIndex(modules, edges)
+
+
+def _unparsed(facts: ModuleFacts, text: str) -> None:
+    """A file that imports Apex but does not parse is left untouched, Apex and all: count its
+    first Apex import as a use of amp state, so that its group cannot go native around it."""
+    for imp in facts.imports:
+        if _apex_module(imp.module):
+            line = hit_lines(text, re.compile(r"^[ \t]*(?:from|import)[ \t]+apex\b", re.M))
+            facts.uses.append(Site(line[0] if line else 1, 1, "Apex, in a file that does not parse"))
+            return
 
 
 def _resolve_provided(sources: Mapping[str, str], modules: dict[str, ModuleFacts],
@@ -421,6 +436,21 @@ def _resolve_provided(sources: Mapping[str, str], modules: dict[str, ModuleFacts
             for node in ast.walk(unit):
                 if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
                     _provided(modules[path], node, stack, providers, edges[path])
+        names = {site.what.split(" = ")[0] for site in modules[path].provided}
+        if any("." not in name and not _amp_like(name) for name in names):
+            _reread(modules, path, text, tree, {n: "apex.amp" for n in names if "." not in n})
+
+
+def _reread(modules: dict[str, ModuleFacts], path: str, text: str, tree: ast.Module,
+            provided: dict[str, str]) -> None:
+    """Read a module again with the names a provider's call binds (`mp = get_amp()`) known
+    as Apex's module, so that `mp.initialize(...)` counts as it would under any other name."""
+    old = modules[path]
+    facts = modules[path] = ModuleFacts(path, old.name, provided=old.provided)
+    _Reader(facts, tree, hit_lines(text), provided).read()
+    facts.parsed = True
+    if not old.parsed:
+        facts.imports = old.imports
 
 
 def _provided(facts: ModuleFacts, node: ast.Assign, stack: tuple[str, ...],

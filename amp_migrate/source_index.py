@@ -89,6 +89,7 @@ class SourceIndex:
         self._new_lines: dict[int, list[frozenset[str]]] = {}
         self._skipped: dict[tuple, frozenset[int]] = {}
         self._by_word: Optional[dict[str, list[int]]] = None
+        self._qualifying: dict[str, Optional[frozenset[str]]] = {}
         self.original_ids = frozenset(self._places)
 
     # -- pairing ---------------------------------------------------------------------------
@@ -254,6 +255,29 @@ class SourceIndex:
         if self._identifiers is None:
             self._identifiers = frozenset(_identifiers(self.tree))
         return self._identifiers
+
+    def qualifying(self, part: str) -> Optional[frozenset[str]]:
+        """What a name must spell for one of its qualified names (libcst's
+        `QualifiedNameProvider`) to have `part` as a dotted component: `part` itself, or a
+        name that an import with `part` in its module or imported name binds (an import's
+        text, a local's function or class prefix or the name's own spelling are the only
+        sources of a qualified name's parts). None, every name may, when a function or
+        class is named `part`, or pruning is off."""
+        if part not in self._qualifying:
+            self._qualifying[part] = self._qualifying_words(part) if pruning_enabled() else None
+        return self._qualifying[part]
+
+    def _qualifying_words(self, part: str) -> Optional[frozenset[str]]:
+        words = {part}
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == part:
+                return None
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                module = getattr(node, "module", None) or ""
+                for alias in node.names:
+                    if part in module.split(".") or part in alias.name.split("."):
+                        words.add(alias.asname or alias.name.split(".")[0])
+        return frozenset(words)
 
     def imports(self) -> Iterator[ast.Import | ast.ImportFrom]:
         """Every import statement, at any depth."""

@@ -7,7 +7,8 @@ per-command import passes of `CodemodCommand.transform_module` are skipped here.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
+import re
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import AbstractSet, ClassVar, Iterable, Optional, Sequence
 
@@ -16,13 +17,14 @@ import libcst.matchers as m
 from libcst.codemod import Codemod, CodemodContext, VisitorBasedCodemodCommand
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst._metadata_dependent import LazyValue
+from libcst.helpers import get_full_name_for_node
 from libcst.metadata import (MetadataWrapper, ParentNodeProvider, PositionProvider,
                              QualifiedNameProvider, ScopeProvider)
 
 _UNDEFINED = object()
 
 from ..binding import NOTHING, ApexBinder, children, find
-from ..source_index import SourceIndex
+from ..source_index import SourceIndex, pruning_enabled
 from ..diagnostics import Code, Diagnostic
 from ..options import Options
 
@@ -62,6 +64,77 @@ def metadata_without_copy(codemod: Codemod, module: cst.Module):
             yield wrapper.module
         finally:
             codemod.context = replace(codemod.context, wrapper=None)
+
+
+class _Everything:
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+_WORD = re.compile(r"\w+")
+
+
+def may_read_names(tree: cst.CSTNode, names: AbstractSet[str], skip: AbstractSet[int] = NOTHING) -> bool:
+    """Whether scope analysis could find a use of one of `names` in `tree` outside import
+    statements: a `Name` spelling one (an attribute's own name is none), or a string with one
+    as a word (`__all__` entries, string annotations). `skip`: statements that spell none."""
+    stack: list[cst.CSTNode] = [tree]
+    while stack:
+        node = stack.pop()
+        if id(node) in skip or isinstance(node, (cst.Import, cst.ImportFrom)):
+            continue
+        if isinstance(node, cst.Name):
+            if node.value in names:
+                return True
+        elif isinstance(node, cst.Attribute):
+            stack.append(node.value)
+        elif isinstance(node, (cst.SimpleString, cst.FormattedStringText)):
+            if not names.isdisjoint(_WORD.findall(node.value)):
+                return True
+        else:
+            stack.extend(children(node))
+    return False
+
+
+class PrunedImportRemoval:
+    """For a `RemoveImportsVisitor` subclass that keeps statement identity and holds the
+    file's SourceIndex as `_index`: it enters only the statements that spell `import`, and
+    when no name the removals bind is used (`may_read_names`), it skips libcst's scope and
+    qualified-name analysis of the whole file, which could then find no use either."""
+
+    _index: Optional[SourceIndex]
+    _skip_ids: AbstractSet[int] = NOTHING
+    _all_unused = False
+
+    def _bound_names(self) -> set[str]:
+        names = {alias or module.split(".")[0] for module, alias in self.unused_module_imports.items()}
+        for objects in self.unused_obj_imports.values():
+            names.update(alias or obj for obj, alias in objects)
+        return names
+
+    def transform_module(self, tree: cst.Module) -> cst.Module:
+        index = self._index
+        if index is not None and pruning_enabled():
+            self._skip_ids = index.skipped({"import"})
+            names = self._bound_names()
+            self._all_unused = bool(names) and not may_read_names(tree, names, index.skipped(names))
+        return super().transform_module(tree)
+
+    def _handle_metadata_reference(self, module: cst.Module):
+        return nullcontext(module) if self._all_unused else metadata_without_copy(self, module)
+
+    def visit_Module(self, node: cst.Module) -> None:
+        if not self._all_unused:
+            return super().visit_Module(node)
+        self._unused_imports = _Everything()
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return id(node) not in self._skip_ids and super().on_visit(node)
+
+    def on_leave(self, original_node, updated_node):
+        if id(original_node) in self._skip_ids:
+            return original_node
+        return super().on_leave(original_node, updated_node)
 
 
 class Rule(VisitorBasedCodemodCommand):
@@ -129,6 +202,19 @@ class Rule(VisitorBasedCodemodCommand):
             if full.rsplit(".", 1)[-1] in lasts or any(full == n or full.startswith(n + ".") for n in names):
                 out.add(local)
         return frozenset(out)
+
+    def qualifying_words(self, part: str) -> Optional[frozenset[str]]:
+        """What a statement must spell for a name in it to have a qualified name with the
+        dotted component `part` (None: unknown, every statement)."""
+        return self.state.index.qualifying(part) if self.state.index is not None else None
+
+    def may_qualify_as(self, node: cst.CSTNode, part: str) -> bool:
+        """False when no qualified name of `node` (QualifiedNameProvider's) can have the
+        dotted component `part`, told from its spelling and the file's imports, without scope
+        analysis; True when it may."""
+        words = self.qualifying_words(part)
+        name = get_full_name_for_node(node) if words is not None else None
+        return name is None or not words.isdisjoint(name.split("."))
 
     def name_is_free(self, name: str, tree: cst.Module) -> bool:
         """No code in the file spells `name` (cheap when the text never does)."""
@@ -239,6 +325,12 @@ class Rule(VisitorBasedCodemodCommand):
         return super().transform_module_impl(tree)
 
     def get_metadata(self, key, node, default=_UNDEFINED):
+        if key is QualifiedNameProvider and key not in self.metadata \
+                and isinstance(default, (set, frozenset)) and not default:
+            # What QualifiedNameProvider's value for `node` is (scope.get_qualified_names_for,
+            # or nothing where no scope is recorded), without its pass over every node.
+            scope = self.get_metadata(ScopeProvider, node, None)
+            return scope.get_qualified_names_for(node) if scope else default
         if key not in self.metadata:
             if key not in self.LAZY_METADATA and key not in self.get_inherited_dependencies():
                 raise KeyError(f"{key.__name__} is not available to {type(self).__name__}")

@@ -69,7 +69,7 @@ Example
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
+from typing import Iterable, Optional, Sequence, Union
 
 import libcst as cst
 import libcst.matchers as m
@@ -81,7 +81,7 @@ from libcst.metadata import MetadataWrapper, QualifiedNameProvider, ScopeProvide
 from ..binding import DEPRECATED_AMP_MODULES
 from ..diagnostics import Code, Severity, define
 from ..source_index import SourceIndex
-from .base import FileState, Rule, add_requested_imports, metadata_without_copy
+from .base import FileState, PrunedImportRemoval, Rule, add_requested_imports
 
 AUTOCAST_FIXED = define(
     "AMP601", "deprecated-autocast", Severity.INFO,
@@ -255,9 +255,14 @@ class DeprecatedTorchAmp(Rule):
         self.imports: list[tuple[str, Optional[str], Optional[str]]] = []
         self.plain_imports: set[str] = set()  # `import torch.cuda.amp` (binds `torch`)
 
+    def interest(self) -> Optional[Iterable[str]]:
+        return self.qualifying_words("amp")
+
     # -- what a node means ------------------------------------------------------------------
     def deprecated(self, node: cst.CSTNode) -> Optional[Deprecated]:
         """The deprecated object `node` names, `_AMBIGUOUS` if it may also be another, else None."""
+        if not self.may_qualify_as(node, "amp"):  # every deprecated name has an `amp` part
+            return None
         names = {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
         ours = sorted((DEPRECATED[n] for n in names if n in DEPRECATED), key=lambda d: d.old)
         if not ours:
@@ -481,7 +486,7 @@ class _KeepIdentity(cst.CSTTransformer):
         return result
 
 
-class _RemoveUnusedImports(_KeepIdentity, RemoveImportsVisitor):
+class _RemoveUnusedImports(PrunedImportRemoval, _KeepIdentity, RemoveImportsVisitor):
     """libcst's unused-import removal, without the blank line a function body would start
     with when the import it started with goes."""
 
@@ -489,10 +494,6 @@ class _RemoveUnusedImports(_KeepIdentity, RemoveImportsVisitor):
         RemoveImportsVisitor.__init__(self, context)
         self._index = index
         self._changed = []
-
-    def _handle_metadata_reference(self, module: cst.Module):
-        # The tree is this rule's own output: no copy, so unchanged statements keep their ids.
-        return metadata_without_copy(self, module)
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock,
                             updated_node: cst.IndentedBlock) -> cst.IndentedBlock:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Collection, Optional
 
 import libcst as cst
 
@@ -101,23 +101,42 @@ def literal(node: Optional[cst.BaseExpression]):
     return NOT_LITERAL
 
 
-def pure(node: cst.BaseExpression) -> bool:
-    """Reading the expression twice gives the same value and does nothing else."""
-    if literal(node) is not NOT_LITERAL:
-        return True
-    if isinstance(node, cst.Name):
+#: Builtins whose calls on pure arguments are pure, where the file does not rebind them.
+PURE_BUILTINS = ("str", "int", "float", "format")
+
+
+def pure(node: cst.BaseExpression, builtins: Collection[str] = ()) -> bool:
+    """Reading the expression twice gives the same value and does nothing else: names,
+    attribute and subscript reads, comparisons, arithmetic and formatting of such values,
+    conditionals, and calls of the `builtins` given (those the file leaves alone)."""
+    def each(*parts: Optional[cst.CSTNode]) -> bool:
+        return all(part is None or pure(part, builtins) for part in parts)
+
+    if literal(node) is not NOT_LITERAL or isinstance(node, cst.Name):
         return True
     if isinstance(node, cst.Attribute):
-        return pure(node.value)
+        return each(node.value)
     if isinstance(node, cst.Subscript):
-        return pure(node.value) and all(
-            isinstance(e.slice, cst.Index) and pure(e.slice.value) for e in node.slice)
+        return each(node.value) and all(isinstance(e.slice, cst.Index) and each(e.slice.value)
+                                        for e in node.slice)
     if isinstance(node, cst.Comparison):
-        return pure(node.left) and all(pure(c.comparator) for c in node.comparisons)
-    if isinstance(node, cst.BooleanOperation):
-        return pure(node.left) and pure(node.right)
+        return each(node.left, *(c.comparator for c in node.comparisons))
+    if isinstance(node, (cst.BooleanOperation, cst.BinaryOperation)):
+        return each(node.left, node.right)
     if isinstance(node, cst.UnaryOperation):
-        return pure(node.expression)
+        return each(node.expression)
+    if isinstance(node, cst.IfExp):
+        return each(node.test, node.body, node.orelse)
+    if isinstance(node, (cst.Tuple, cst.List)):
+        return all(isinstance(e, cst.Element) and each(e.value) for e in node.elements)
+    if isinstance(node, cst.FormattedString):
+        return all(isinstance(p, cst.FormattedStringText) or
+                   (each(p.expression) and (p.format_spec is None or all(
+                       isinstance(f, cst.FormattedStringText) or each(f.expression) for f in p.format_spec)))
+                   for p in node.parts)
+    if isinstance(node, cst.Call):
+        return isinstance(node.func, cst.Name) and node.func.value in builtins and all(
+            not a.star and each(a.value) for a in node.args)
     return False
 
 

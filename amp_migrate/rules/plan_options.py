@@ -10,13 +10,13 @@ reads them here and decides where the scaler lives; this module holds no rule.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Union
+from typing import Callable, Collection, Optional, Union
 
 import libcst as cst
 
 from ..diagnostics import Severity, define
 from .apex_calls import NOT_LITERAL
-from .plan import LEVELS, literal, pure
+from .plan import LEVELS, PURE_BUILTINS, literal, pure
 
 #: A switch: a literal bool, or an expression that is true where the thing is on.
 Switch = Union[bool, cst.BaseExpression]
@@ -103,6 +103,22 @@ IGNORED_OPTIONS = define(
     "these switches have nothing to act on. `cast_model_outputs` in particular: model outputs "
     "now come back in whatever dtype autocast gave their last op.",
 )
+RUN_TIME_SCALE = define(
+    "AMP120", "run-time-loss-scale", Severity.INFO,
+    "`loss_scale` is chosen at run time; the GradScaler's arguments are expressions right for "
+    "each value it may take.",
+    "\"dynamic\" (or None, the opt level's dynamic default) keeps GradScaler's defaults "
+    "(`init_scale=2.0**16`, `growth_interval=2000`); a number S gives `init_scale=float(S)` "
+    "and `growth_interval=2**31 - 1`, a scale that never grows (AMP111: it differs from Apex "
+    "only on a step with non-finite gradients); 1.0 disables the scaler while autocast stays "
+    "on, as Apex's `scale_loss` then neither scaled nor skipped (AMP116). An `opt_level` that "
+    "may be O3 (whose default is a static 1.0) falls back instead.",
+    before='amp.initialize(model, opt, opt_level="O1", loss_scale=args.loss_scale)',
+    after='scaler = torch.amp.GradScaler(\n    "cuda",\n'
+          '    init_scale=2.0**16 if args.loss_scale in (None, "dynamic") else float(args.loss_scale),\n'
+          '    growth_interval=2000 if args.loss_scale in (None, "dynamic") else 2**31 - 1,\n'
+          '    enabled=args.loss_scale in (None, "dynamic") or float(args.loss_scale) != 1.0,\n)',
+)
 BF16 = define(
     "AMP115", "bfloat16-no-loss-scaling", Severity.INFO,
     "With `--dtype bfloat16` autocast runs in bfloat16 and the GradScaler is disabled.",
@@ -137,10 +153,22 @@ def both(*switches: Switch) -> Switch:
 
 def _and(left: cst.BaseExpression, right: cst.BaseExpression) -> cst.BooleanOperation:
     def wrap(e):
-        if isinstance(e, cst.BooleanOperation) and isinstance(e.operator, cst.Or):
-            return e.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        if isinstance(e, cst.BooleanOperation) and isinstance(e.operator, cst.Or) \
+                or isinstance(e, (cst.IfExp, cst.Lambda, cst.NamedExpr)):
+            return parenthesized(e)
         return e
     return cst.BooleanOperation(wrap(left), cst.And(), wrap(right))
+
+
+_LOOSE = (cst.IfExp, cst.BooleanOperation, cst.Comparison, cst.Lambda, cst.NamedExpr)
+
+
+def parenthesized(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`node` as the operand of a comparison: in parentheses where it binds more loosely."""
+    loose = isinstance(node, _LOOSE) or (isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not))
+    if loose and not node.lpar:
+        return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return node
 
 
 def clone(switch: Switch) -> Switch:
@@ -166,7 +194,17 @@ class Level:
     """What an `opt_level` says: amp on, and losses scaled when `loss_scale` is left to it."""
     amp_on: Switch = True
     scaled_by_default: Switch = True
-    value: object = "O1"  # the literal level, or NOT_LITERAL
+    values: tuple = ("O1",)  # the levels it may be
+    run_time: Optional[cst.BaseExpression] = None  # a level read at run time, not a literal choice
+    ok: bool = True
+
+
+@dataclass
+class Scale:
+    """What `loss_scale` says: None where the level's default applies, else whether losses are
+    scaled; with the GradScaler arguments of a static scale."""
+    scaled: Optional[Switch] = None
+    args: list[cst.Arg] = field(default_factory=list)
     ok: bool = True
 
 
@@ -181,48 +219,6 @@ class Reading:
     ok: bool = True
 
 
-def read_level(level: Optional[cst.BaseExpression], call: cst.Call, report: Report) -> Level:
-    if level is None:
-        return Level()
-    value = literal(level)
-    if value is NOT_LITERAL:
-        if not pure(level):
-            report(level, OPTION_NOT_LITERAL, "`opt_level` is an expression with side effects")
-            return Level(ok=False)
-        amp_on = cst.Comparison(level, [cst.ComparisonTarget(cst.NotEqual(), string("O0"))])
-        scaled = cst.Comparison(level.deep_clone(), [cst.ComparisonTarget(
-            cst.NotIn(), cst.Tuple([cst.Element(string("O0")), cst.Element(string("O3"))]))])
-        return Level(amp_on, scaled, NOT_LITERAL)
-    if value not in LEVELS:
-        report(level, OPTION_NOT_LITERAL, f"`opt_level={value!r}` is not one of O0-O3")
-        return Level(ok=False)
-    if value in ("O2", "O3"):
-        report(call, O2_O3)
-    return Level(value != "O0", value in ("O1", "O2"), value)
-
-
-def read_enabled(enabled: Optional[cst.BaseExpression], report: Report) -> Optional[Switch]:
-    """`enabled=`'s switch; None when it cannot be read."""
-    value = literal(enabled)
-    if enabled is None or value is True:
-        return True
-    if value is False:
-        return False
-    if value is NOT_LITERAL and pure(enabled):
-        return enabled
-    report(enabled, OPTION_NOT_LITERAL, "`enabled` is not a plain expression")
-    return None
-
-
-@dataclass
-class Scale:
-    """What `loss_scale` says: None where the level's default applies, else whether losses are
-    scaled; with the GradScaler arguments of a static scale."""
-    scaled: Optional[Switch] = None
-    args: list[cst.Arg] = field(default_factory=list)
-    ok: bool = True
-
-
 def static_value(node: Optional[cst.BaseExpression]):
     """A literal `loss_scale` as Apex read it ("128" -> 128.0, True -> 1.0), else NOT_LITERAL."""
     value = literal(node)
@@ -234,32 +230,178 @@ def static_value(node: Optional[cst.BaseExpression]):
     return value
 
 
-def read_loss_scale(loss_scale: Optional[cst.BaseExpression], level_node: Optional[cst.BaseExpression],
-                    level: Level, report: Report) -> Scale:
-    value = static_value(loss_scale)
-    if value is NOT_LITERAL:
-        report(loss_scale, OPTION_NOT_LITERAL,
-               "`loss_scale` is chosen at run time (it may be \"dynamic\" or a number)")
-        return Scale(ok=False)
-    if value is None:
-        if level.value == "O3":
-            report(level_node, UNSCALED,
-                   "O3's default loss scale is a static 1.0: Apex did not scale losses, so the "
-                   "GradScaler is disabled; autocast stays on")
-        return Scale()
-    if value == "dynamic":
-        return Scale(True)
-    if not 0.0 < value < float("inf"):
-        report(loss_scale, OPTION_NOT_LITERAL, f"`loss_scale={value!r}` is no usable scale")
-        return Scale(ok=False)
-    if value == 1.0:
-        if level.value != "O0":
-            report(loss_scale, UNSCALED, "a static `loss_scale` of 1.0: Apex did not scale "
-                   "losses, so the GradScaler is disabled; autocast stays on")
-        return Scale(False)
-    report(loss_scale, STATIC_SCALE)
-    return Scale(True, [keyword("init_scale", cst.Float(repr(float(value)))),
-                        keyword("growth_interval", cst.parse_expression(STATIC_GROWTH_INTERVAL))])
+def choose(test: cst.BaseExpression, when_true: Switch, when_false: Switch) -> Switch:
+    """`when_true if test else when_false` for literal arms: a literal, the test, or its negation."""
+    if when_true is when_false:
+        return when_true
+    return test if when_true is True else negation(test)
+
+
+_OPPOSITE = ((cst.Equal, cst.NotEqual), (cst.NotEqual, cst.Equal), (cst.In, cst.NotIn),
+             (cst.NotIn, cst.In), (cst.Is, cst.IsNot), (cst.IsNot, cst.Is))
+
+
+def negation(test: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) and not test.lpar:
+        return test.expression
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and not test.lpar:
+        target = test.comparisons[0]
+        for op, opposite in _OPPOSITE:
+            if type(target.operator) is op:
+                return test.with_changes(comparisons=[target.with_changes(operator=opposite())])
+    if isinstance(test, (cst.BooleanOperation, cst.IfExp, cst.Comparison)) and not test.lpar:
+        test = test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.UnaryOperation(cst.Not(), test)
+
+
+class OptionReader:
+    """Reads one `initialize`'s options into a Reading, reporting what it cannot follow."""
+
+    def __init__(self, args: dict, call: cst.Call, report: Report, builtins: Collection[str] = ()) -> None:
+        self.args, self.call, self.report, self.builtins = args, call, report, builtins
+
+    def pure(self, node: cst.BaseExpression) -> bool:
+        return pure(node, self.builtins)
+
+    def read(self, guard: Switch) -> Reading:
+        """Both switches from the guard around `initialize`, its `opt_level`, `enabled` and
+        `loss_scale` (in that order, as `and` reads them)."""
+        level = self.level()
+        enabled = self.enabled()
+        scale = self.loss_scale(level) if level.ok else Scale(ok=False)
+        report_dropped(self.args, self.report)
+        if not (level.ok and scale.ok) or enabled is None:
+            return Reading(ok=False)
+        amp_on = both(guard, level.amp_on, enabled)
+        if scale.scaled is None:
+            scaling_on = both(clone(guard), level.scaled_by_default, clone(enabled))
+        else:  # a loss scale given is used at every level, O0 included
+            scaling_on = both(clone(guard), clone(enabled), scale.scaled)
+        return Reading(amp_on, scaling_on, scale.args + max_scale_args(self.args, scale),
+                       o3_at_run_time=level.run_time if scale.scaled is None else None)
+
+    def level(self) -> Level:
+        level = self.args.get("opt_level")
+        if level is None:
+            return Level()
+        value = literal(level)
+        if value is NOT_LITERAL:
+            return self._conditional_level(level) or self._run_time_level(level)
+        if value not in LEVELS:
+            self.report(level, OPTION_NOT_LITERAL, f"`opt_level={value!r}` is not one of O0-O3")
+            return Level(ok=False)
+        if value in ("O2", "O3"):
+            self.report(self.call, O2_O3)
+        return Level(value != "O0", value in ("O1", "O2"), (value,))
+
+    def _conditional_level(self, level: cst.BaseExpression) -> Optional[Level]:
+        """`"O2" if args.half else "O0"`: each switch is a literal, the test or its negation."""
+        if not isinstance(level, cst.IfExp) or not self.pure(level.test):
+            return None
+        arms = (literal(level.body), literal(level.orelse))
+        if not all(isinstance(a, str) and a in LEVELS for a in arms):
+            return None
+        if {"O2", "O3"} & set(arms):
+            self.report(self.call, O2_O3)
+        return Level(choose(level.test, *(a != "O0" for a in arms)),
+                     choose(level.test.deep_clone(), *(a in ("O1", "O2") for a in arms)), arms)
+
+    def _run_time_level(self, level: cst.BaseExpression) -> Level:
+        if not self.pure(level):
+            why = "calls a builtin this file rebinds" if pure(level, PURE_BUILTINS) else "has side effects"
+            self.report(level, OPTION_NOT_LITERAL, f"`opt_level` is an expression that {why}")
+            return Level(ok=False)
+        amp_on = cst.Comparison(parenthesized(level), [cst.ComparisonTarget(cst.NotEqual(), string("O0"))])
+        scaled = cst.Comparison(parenthesized(level.deep_clone()), [cst.ComparisonTarget(
+            cst.NotIn(), cst.Tuple([cst.Element(string("O0")), cst.Element(string("O3"))]))])
+        return Level(amp_on, scaled, LEVELS, level)
+
+    def enabled(self) -> Optional[Switch]:
+        """`enabled=`'s switch; None when it cannot be read."""
+        enabled = self.args.get("enabled")
+        value = literal(enabled)
+        if enabled is None or value is True:
+            return True
+        if value is False:
+            return False
+        if value is NOT_LITERAL and self.pure(enabled):
+            return enabled
+        self.report(enabled, OPTION_NOT_LITERAL, "`enabled` is not a plain expression")
+        return None
+
+    def loss_scale(self, level: Level) -> Scale:
+        loss_scale = self.args.get("loss_scale")
+        value = static_value(loss_scale)
+        if value is NOT_LITERAL:
+            return self._run_time_scale(loss_scale, level)
+        if value is None:
+            if "O3" in level.values and level.run_time is None:
+                self.report(self.args.get("opt_level"), UNSCALED,
+                            "O3's default loss scale is a static 1.0: Apex did not scale losses, so "
+                            "the GradScaler is disabled" + (" where `opt_level` is O3" if
+                                                            len(level.values) > 1 else "")
+                            + "; autocast stays on")
+            return Scale()
+        if value == "dynamic":
+            return Scale(True)
+        if not 0.0 < value < float("inf"):
+            self.report(loss_scale, OPTION_NOT_LITERAL, f"`loss_scale={value!r}` is no usable scale")
+            return Scale(ok=False)
+        if value == 1.0:
+            if level.values != ("O0",):
+                self.report(loss_scale, UNSCALED, "a static `loss_scale` of 1.0: Apex did not scale "
+                            "losses, so the GradScaler is disabled; autocast stays on")
+            return Scale(False)
+        self.report(loss_scale, STATIC_SCALE)
+        return Scale(True, [keyword("init_scale", cst.Float(repr(float(value)))),
+                            keyword("growth_interval", cst.parse_expression(STATIC_GROWTH_INTERVAL))])
+
+    def _run_time_scale(self, loss_scale: cst.BaseExpression, level: Level) -> Scale:
+        """"dynamic" or None: GradScaler's defaults; a number S: `init_scale=float(S)` that never
+        grows; 1.0: no scaling. One expression per argument, right for each of them."""
+        why = ("it has side effects" if not self.pure(loss_scale) else
+               "the file rebinds `float`" if "float" not in self.builtins else
+               "`opt_level` may be O3, whose default scale is a static 1.0" if "O3" in level.values
+               else None)
+        if why is not None:
+            self.report(loss_scale, OPTION_NOT_LITERAL, f"`loss_scale` is chosen at run time and {why}")
+            return Scale(ok=False)
+        self.report(loss_scale, RUN_TIME_SCALE)
+
+        test, number = _dynamic_arm(loss_scale)
+
+        def dynamic() -> cst.BaseExpression:
+            of_number = cst.Comparison(parenthesized(number.deep_clone()), [cst.ComparisonTarget(
+                cst.In(), cst.Tuple([cst.Element(cst.Name("None")), cst.Element(string("dynamic"))]))])
+            return of_number if test is None else cst.BooleanOperation(
+                _or_operand(test.deep_clone()), cst.Or(), of_number)
+
+        def as_float() -> cst.Call:
+            return cst.Call(cst.Name("float"), [cst.Arg(number.deep_clone())])
+
+        start = literal(self.args.get("max_loss_scale"))
+        start = float(start) if isinstance(start, (int, float)) and start < 2.0**16 else None
+        init = cst.IfExp(dynamic(), cst.Float(repr(start)) if start else cst.parse_expression("2.0**16"),
+                         as_float())
+        growth = cst.IfExp(dynamic(), cst.Integer("2000"), cst.parse_expression(STATIC_GROWTH_INTERVAL))
+        scaled = cst.BooleanOperation(dynamic(), cst.Or(), cst.Comparison(
+            as_float(), [cst.ComparisonTarget(cst.NotEqual(), cst.Float("1.0"))]))
+        return Scale(scaled, [keyword("init_scale", init), keyword("growth_interval", growth)])
+
+
+def _or_operand(node: cst.BaseExpression) -> cst.BaseExpression:
+    return parenthesized(node) if isinstance(node, (cst.IfExp, cst.Lambda, cst.NamedExpr)) else node
+
+
+def _dynamic_arm(loss_scale: cst.BaseExpression) -> tuple[Optional[cst.BaseExpression], cst.BaseExpression]:
+    """`None if args.loss_scale == 0 else args.loss_scale` -> (`args.loss_scale == 0`,
+    `args.loss_scale`): the test that picks a dynamic arm, and the value otherwise."""
+    if isinstance(loss_scale, cst.IfExp):
+        for dynamic, other, test in ((loss_scale.body, loss_scale.orelse, loss_scale.test),
+                                     (loss_scale.orelse, loss_scale.body, None)):
+            if literal(dynamic) in (None, "dynamic") and literal(other) is NOT_LITERAL:
+                return (test if test is not None else negation(loss_scale.test.deep_clone())), other
+    return None, loss_scale
 
 
 def max_scale_args(args: dict, scale: Scale) -> list[cst.Arg]:
@@ -280,26 +422,6 @@ def report_dropped(args: dict, report: Report) -> None:
             report(args[option], IGNORED_OPTIONS, f"`{option}` has no native meaning and was dropped")
 
 
-def read_options(args: dict, call: cst.Call, guard: Switch, report: Report) -> Reading:
-    """Both switches from the guard around `initialize`, its `opt_level`, `enabled` and
-    `loss_scale` (in that order, as `and` reads them)."""
-    level = read_level(args.get("opt_level"), call, report)
-    enabled = read_enabled(args.get("enabled"), report)
-    scale = read_loss_scale(args.get("loss_scale"), args.get("opt_level"), level, report) \
-        if level.ok else Scale(ok=False)
-    report_dropped(args, report)
-    if not (level.ok and scale.ok) or enabled is None:
-        return Reading(ok=False)
-    amp_on = both(guard, level.amp_on, enabled)
-    if scale.scaled is None:
-        scaling_on = both(clone(guard), level.scaled_by_default, clone(enabled))
-    else:
-        scaling_on = both(clone(guard), clone(level.amp_on), clone(enabled), scale.scaled)
-    return Reading(amp_on, scaling_on, scale.args + max_scale_args(args, scale),
-                   o3_at_run_time=args.get("opt_level") if scale.scaled is None and level.value is NOT_LITERAL
-                   else None)
-
-
 def _same(a: Switch, b: Switch) -> bool:
     code = cst.Module([]).code_for_node
     return a is b if isinstance(a, bool) or isinstance(b, bool) else code(a) == code(b)
@@ -316,9 +438,10 @@ def arguments(reading: Reading, local: bool, scaler: str, options, call: cst.Cal
     if not options.needs_loss_scaling:
         report(call, BF16)
         scaling_on = False
-    if amp_on is False:
+    if amp_on is False:  # O0: fp32 throughout, losses scaled only by a `loss_scale` given
         autocast_args.append(keyword("enabled", cst.Name("False")))
-        scaler_args.append(keyword("enabled", cst.Name("False")))
+        if scaling_on is not True:
+            scaler_args.append(keyword("enabled", as_expression(scaling_on)))
     elif scaling_on is False:
         if is_expression(amp_on) and not local:
             return ("with bfloat16" if not options.needs_loss_scaling else

@@ -15,13 +15,18 @@ out.
 
 Soundness
     The plan builds the GradScaler from `initialize`'s options only where their meaning is
-    exact: O0 and `enabled=False` give a disabled scaler (its `scale`, `step` and `update` pass
-    through, as Apex's disabled amp did); a run-time `opt_level` gives
-    `enabled=opt_level != "O0"`, right for every value; a guard around `initialize` becomes
-    `enabled=<guard>`. A static `loss_scale` of 1.0 (O3's default) gives a disabled scaler
-    under an enabled autocast, as Apex's `scale_loss` then neither scaled nor skipped; another
-    static scale gives a scaler that never grows, Apex's bit for bit until a step with
-    non-finite gradients (AMP111 states that one difference). It keeps one GradScaler per loss id when `num_losses > 1` and each
+    exact. Two switches say what Apex did: amp on (autocast's `enabled`) and losses scaled
+    (the GradScaler's `enabled`). O0 and `enabled=False` turn amp off, and O0 scales losses
+    only by a `loss_scale` given explicitly, as Apex's O0 did; a run-time `opt_level` gives
+    `enabled=opt_level != "O0"`, right for every value, and a conditional of literal levels
+    (`"O2" if args.half else "O0"`) its test or the test's negation; any other side-effect-free
+    expression (`"O%d" % level`, `"O" + str(level)`, an f-string) is compared as it stands. A
+    guard around `initialize` becomes `enabled=<guard>`. A static `loss_scale` of 1.0 (O3's
+    default) gives a disabled scaler under an enabled autocast, as Apex's `scale_loss` then
+    neither scaled nor skipped; another static scale gives a scaler that never grows, Apex's
+    bit for bit until a step with non-finite gradients (AMP111 states that one difference); a
+    run-time `loss_scale` gives one expression per argument that is each of these for the
+    value it has (AMP120). It keeps one GradScaler per loss id when `num_losses > 1` and each
     optimizer is scaled under one loss id, because Apex kept one loss scale per loss id and an
     overflow in one backed off only that one; an optimizer scaled under two loss ids shares one
     scaler (its gradients must carry one scale), as AMP114 says. It refuses what it cannot
@@ -46,8 +51,9 @@ from .plan import (INIT, INITIALIZE, INITIALIZE_ARGS, LEVELS, LOAD_STATE_DICT,  
                    SCALER_NAMES, STATE_DICT, WRAPPED_SCALE_LOSS, TrainingPlan, TrainingRule,
                    bind_arguments, binds_in_ast, expression_codes, literal, pure, words_of)
 from .plan import binds_in_ast as _binds_in_ast  # noqa: F401
-from .plan_options import (OPTION_NOT_LITERAL, STATIC_GROWTH_INTERVAL, Switch,  # noqa: F401
-                           arguments, is_expression, read_options, switch_of)
+from .plan import PURE_BUILTINS
+from .plan_options import (OPTION_NOT_LITERAL, STATIC_GROWTH_INTERVAL, OptionReader,  # noqa: F401
+                           Switch, arguments, is_expression, switch_of)
 
 NO_PLACE = define(
     "AMP101", "scaler-unreachable", Severity.WARNING,
@@ -84,6 +90,20 @@ PER_LOSS_CHECKPOINT = define(
 )
 
 
+def _bound_names(node: ast.AST) -> tuple[str, ...]:
+    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+        return (node.id,)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return (node.name,)
+    if isinstance(node, ast.alias):
+        return (node.asname or node.name.split(".")[0],)
+    if isinstance(node, ast.arg):
+        return (node.arg,)
+    if isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
+        return (node.name,)
+    return ()
+
+
 class PlanTraining(Rule):
     """Read the file's Apex training calls and decide where its GradScaler lives."""
 
@@ -100,6 +120,7 @@ class PlanTraining(Rule):
         self.sites: list[cst.CSTNode] = []  # every call that will reach the scaler
         self.scale_losses: list[cst.Call] = []
         self._binds_cache: dict[tuple[int, str], Optional[bool]] = {}
+        self._builtins: Optional[tuple[str, ...]] = None
 
     def visit_Call(self, node: cst.Call) -> None:
         name = self.apex_name(node.func)
@@ -277,11 +298,12 @@ class PlanTraining(Rule):
         steps = self._step_sites(module, optimizers, statement)
         placement = self._placement(statement, self.sites + steps)
         guard_node, guard = self._guard_switch(statement)
-        reading = read_options(args, call, True if guard is None else guard, self.report)
+        reading = OptionReader(args, call, self.report, self._free_builtins()).read(
+            True if guard is None else guard)
         per_loss = self._per_loss(args)
         if guard is None or not reading.ok or per_loss is None:
             return None
-        if placement == "module" and is_expression(reading.amp_on):
+        if placement == "module" and (is_expression(reading.amp_on) or is_expression(reading.scaling_on)):
             self.report(call, NO_PLACE, "the scaler must be module-level here, but whether amp is "
                         "enabled is only known inside the function that calls `initialize`")
             return None
@@ -324,11 +346,25 @@ class PlanTraining(Rule):
             return guard, None
         if guard is None:
             return None, True
-        if not pure(guard):
+        if not pure(guard, self._free_builtins()):
             self.report(statement, OPTION_NOT_LITERAL,
                         "`amp.initialize` runs under a condition with side effects")
             return guard, None
         return guard, switch_of(guard)
+
+    def _free_builtins(self) -> tuple[str, ...]:
+        """The builtins of PURE_BUILTINS that nothing in the file binds (any scope)."""
+        if self._builtins is None:
+            index = self.state.index
+            spelled = {b for b in PURE_BUILTINS if index is None or index.spells(b)}
+            try:
+                tree = ast.parse(self.state.original) if spelled else None
+            except (SyntaxError, ValueError):
+                tree, spelled = None, set(PURE_BUILTINS)
+            bound = {name for node in (ast.walk(tree) if tree is not None else ())
+                     for name in _bound_names(node)} & spelled
+            self._builtins = tuple(b for b in PURE_BUILTINS if b not in bound)
+        return self._builtins
 
     def _per_loss(self, args: dict[str, cst.BaseExpression]) -> Optional[dict[str, int]]:
         """Optimizer -> loss id where Apex's per-loss scalers stay apart ({}: one scaler for

@@ -106,6 +106,25 @@ CASES = [
          covers="a project: `amp.initialize` in an optimizer factory module, `scale_loss`, "
                 "`master_params` and the step in a Trainer module, `amp.state_dict()` in a "
                 "checkpoint module; one overflow", min_skipped=1, native_xfail="AMP102"),
+    Case("flags-opt-level-dynamic", "opt_level_and_loss_scale_flags.py",
+         ("--half", "--loss-scale", "dynamic", "--corrupt-step", "7"),
+         covers="`opt_level=\"O1\" if args.half else \"O0\"` and a run-time `loss_scale` "
+                "(\"dynamic\" here): `enabled=args.half`, GradScaler defaults; one overflow",
+         min_skipped=1),
+    Case("flags-opt-level-static-128", "opt_level_and_loss_scale_flags.py",
+         ("--half", "--loss-scale", "128"),
+         covers="the same flags with `--loss-scale 128`: `init_scale=float(args.loss_scale)`, "
+                "a scale that never grows"),
+    Case("flags-opt-level-static-128-overflow", "opt_level_and_loss_scale_flags.py",
+         ("--half", "--loss-scale", "128", "--corrupt-step", "7"),
+         covers="`--loss-scale 128` with a forced overflow: the documented AMP111 difference",
+         expect="static-overflow"),
+    Case("flags-opt-level-unit-scale", "opt_level_and_loss_scale_flags.py",
+         ("--half", "--loss-scale", "1.0", "--corrupt-step", "7"),
+         covers="`--loss-scale 1.0`: the scaler is disabled by its `enabled=` expression, autocast "
+                "stays on; the overflowing step is applied as Apex did"),
+    Case("flags-opt-level-off", "opt_level_and_loss_scale_flags.py", ("--loss-scale", "128"),
+         covers="the flags without `--half`: O0, scaler and autocast disabled"),
 ]
 
 BY_ID = {case.id: case for case in CASES}

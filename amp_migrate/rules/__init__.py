@@ -2,6 +2,7 @@
 from .casts import CastRegistrationToAutocast
 from .checkpoint import CheckpointToScaler
 from .deprecated_amp import DeprecatedTorchAmp
+from .fp16_optimizer import Fp16OptimizerToGradScaler
 from .fp16_utils import Fp16UtilsToTorch
 from .handle_api import WrapOptimizerToOptimizer
 from .imports import RemainingApexUses, SettleImports, ShimImports
@@ -24,6 +25,7 @@ NATIVE_RULES = [
     WrapOptimizerToOptimizer,
     ScaleLossToGradScaler,
     MasterParamsUnscale,
+    Fp16OptimizerToGradScaler,
     OptimizerStepThroughScaler,
     CheckpointToScaler,
     DeprecatedTorchAmp,

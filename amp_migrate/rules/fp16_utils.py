@@ -48,12 +48,12 @@ from typing import Optional, Union
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod.visitors import AddImportsVisitor
-from libcst.helpers import get_full_name_for_node
 from libcst.metadata import ScopeProvider
 
-from ..binding import STAR_EXPORTS, find, not_reads
+from ..binding import find, not_reads
 from ..diagnostics import Code, Severity, define
 from .base import Rule, add_requested_imports
+from .fp16_names import PACKAGE, STAR, public, star_module
 
 TO_ITEM = define(
     "AMP450", "to-python-float-to-item", Severity.INFO,
@@ -143,8 +143,6 @@ STAR_IMPORT_NEEDED = define(
     falls_back=True,
 )
 
-PACKAGE = "apex.fp16_utils"
-_SUBMODULES = ("fp16util", "fp16_optimizer", "loss_scaler")
 _TO_PYTHON_FLOAT = "apex.fp16_utils.to_python_float"
 _CLIP_GRAD_NORM = "apex.fp16_utils.clip_grad_norm"
 _FALLBACKS: dict[str, Code] = {
@@ -155,27 +153,9 @@ _FALLBACKS: dict[str, Code] = {
                     MASTER_PARAMS),
     **dict.fromkeys(("LossScaler", "DynamicLossScaler"), LEGACY_SCALER),
 }
-_FP16UTIL = {"BN_convert_float", "network_to_half", "prep_param_lists", "model_grads_to_master_grads",
-             "master_params_to_model_params", "tofp16", "to_python_float", "clip_grad_norm",
-             "convert_module", "convert_network", "FP16Model"}
-#: What `import *` binds: the public names, the submodules the package imports (and, for
-#: `fp16util`, the modules it imports itself), including names of older Apex releases.
-_STAR_EXPORTS = {
-    PACKAGE: _FP16UTIL | set(_FALLBACKS) | set(_SUBMODULES) | {"Fused_Weight_Norm"},
-    PACKAGE + ".fp16util": _FP16UTIL | {"torch", "nn", "Variable", "backwards_debug_hook"},
-}
-STAR_EXPORTS.update({module: frozenset(names) for module, names in _STAR_EXPORTS.items()})
-
-
-def _public(name: Optional[str]) -> Optional[str]:
-    """`apex.fp16_utils.fp16util.to_python_float` → `apex.fp16_utils.to_python_float`."""
-    if name is None:
-        return None
-    for sub in _SUBMODULES:
-        internal = f"{PACKAGE}.{sub}."
-        if name.startswith(internal):
-            return PACKAGE + "." + name[len(internal):]
-    return name
+_STAR_EXPORTS = STAR
+_public = public
+_star_module = star_module
 
 
 def _only_argument(call: cst.Call) -> Optional[cst.BaseExpression]:
@@ -193,13 +173,6 @@ def _receiver(expr: cst.BaseExpression) -> cst.BaseExpression:
     if expr.lpar or isinstance(expr, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
         return expr
     return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-
-
-def _star_module(node: cst.ImportFrom) -> Optional[str]:
-    if not isinstance(node.names, cst.ImportStar) or node.relative or node.module is None:
-        return None
-    name = get_full_name_for_node(node.module)
-    return name if name in _STAR_EXPORTS else None
 
 
 class Fp16UtilsToTorch(Rule):
@@ -322,6 +295,8 @@ class Fp16UtilsToTorch(Rule):
         if name is None or not name.startswith(PACKAGE + "."):
             return
         code = _FALLBACKS.get(name[len(PACKAGE) + 1:])
+        if code is FP16_OPTIMIZER and self.state.scratch.get("fp16_optimizer_refused"):
+            return  # the flow's own rule said where and why
         if code is not None:
             self.report(node, code, f"`{self.code_of(node)}` ({name}) has no native form amp-migrate "
                                     "can prove right; the file uses the shim")

@@ -106,6 +106,16 @@ CASES = [
          covers="a project: `amp.initialize` in an optimizer factory module, `scale_loss`, "
                 "`master_params` and the step in a Trainer module, `amp.state_dict()` in a "
                 "checkpoint module; one overflow", min_skipped=1, native_xfail="AMP102"),
+    Case("fp16-optimizer-static", "fp16_optimizer_flow.py",
+         covers="`apex.fp16_utils`: `network_to_half` + `FP16_Optimizer(static_loss_scale=128)`, "
+                "`optimizer.backward`, `clip_master_grads`, `optimizer.loss_scale` (fp16 weights "
+                "with fp32 masters vs fp32 weights under autocast)",
+         expect="tolerance", tolerance=Tolerance(loss_rel=5e-3, param_rel=1e-2, converge=0.9), scales="own"),
+    Case("fp16-optimizer-dynamic-overflow", "fp16_optimizer_flow.py",
+         ("--dynamic-loss-scale", "--corrupt-step", "9"),
+         covers="`FP16_Optimizer(dynamic_loss_scale=True, dynamic_loss_args=...)` with a forced "
+                "overflow: the same skipped step and final loss scale",
+         expect="tolerance", tolerance=Tolerance(loss_rel=5e-3, param_rel=1e-2, converge=0.9), scales="own"),
     Case("flags-opt-level-dynamic", "opt_level_and_loss_scale_flags.py",
          ("--half", "--loss-scale", "dynamic", "--corrupt-step", "7"),
          covers="`opt_level=\"O1\" if args.half else \"O0\"` and a run-time `loss_scale` "

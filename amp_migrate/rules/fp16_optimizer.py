@@ -1,0 +1,798 @@
+"""fp16_optimizer: an `apex.fp16_utils.FP16_Optimizer` training flow → fp32 weights, autocast, GradScaler.
+
+What it does
+    Where a file builds one `FP16_Optimizer` and its whole use is visible, the legacy recipe
+    (an fp16 model from `network_to_half` / `.half()` / `FP16Model`, fp32 master weights and a
+    loss scaler inside the optimizer wrapper) becomes the native one:
+
+    * `optimizer = FP16_Optimizer(opt, static_loss_scale=S | dynamic_loss_scale=True, ...)` →
+      `scaler = torch.amp.GradScaler(...)` (and `optimizer = opt` when the names differ);
+    * `model = network_to_half(model)`, `model.half()`, `BN_convert_float(...)`,
+      `FP16Model(model)` → removed: the weights stay fp32;
+    * `optimizer.backward(loss)` → `scaler.scale(loss).backward()`, with the forward from the
+      first use of a converted model to the loss under `torch.autocast`;
+    * `optimizer.clip_master_grads(m)` → `scaler.unscale_(optimizer)` then
+      `torch.nn.utils.clip_grad_norm_(<the optimizer's params>, m)` (its value kept);
+    * `optimizer.step()` → `scaler.step(optimizer); scaler.update()` (the training plan's step
+      rule places the update);
+    * `optimizer.zero_grad()` → `optimizer.zero_grad(set_to_none=False)`, `optimizer.optimizer`
+      → `optimizer`, `optimizer.loss_scale` → `scaler.get_scale()`.
+
+Why
+    NVIDIA deprecated `FP16_Optimizer` ("deprecated and dangerous") in favour of amp, which
+    torch.amp replaced. The native recipe keeps fp32 weights, so no master copies are needed,
+    and it is what current PyTorch documents.
+
+Soundness
+    The flow is rewritten only when everything that touches the wrapper is visible in the file
+    and has a native counterpart: one `FP16_Optimizer`, bound to a plain name that nothing else
+    reads (no passing it on, no `state_dict`, no other attribute); every `backward` followed in
+    its own block by the same optimizer's `step`, with only `clip_master_grads` in between and
+    no early exit or second backward (Apex updated its scale at `backward`, GradScaler at
+    `update()`, which then runs at the same point of every iteration); every parameter the
+    wrapped optimizer holds comes from a model whose conversion to fp16 this rule removes; and
+    no other fp16 value (`x.half()`, `torch.float16`) that fp32 weights would meet outside
+    autocast. Loss scaling then matches Apex's: FP16_Optimizer's dynamic scaler is Apex's amp
+    `LossScaler` (start 2**16 capped at `max_loss_scale` 2**24, halve on overflow and skip the
+    step, double after `scale_window` 2000 clean steps), which GradScaler's
+    `init_scale`/`backoff_factor`/`growth_factor`/`growth_interval` express exactly but for the
+    cap; a static scale S becomes `init_scale=S, growth_interval=2**31 - 1`, equal while
+    gradients are finite (AMP467). What changes is the arithmetic of the weights: fp32 weights
+    under autocast instead of fp16 weights with fp32 masters (AMP465), which the equivalence
+    harness bounds (docs/differences.md). Anything else falls back to the shim, located (AMP466).
+
+Fix safety
+    Safe where it applies; evaluation forwards outside the autocast region run in fp32, and
+    state-dict keys lose the `1.` (`network_to_half`) or `network.` (`FP16Model`) prefix, so
+    checkpoints of the converted model saved by the old code need their keys renamed.
+
+Example
+    model = network_to_half(model)                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    optimizer = torch.optim.SGD(model.parameters(),    scaler = torch.amp.GradScaler("cuda")
+                                lr=0.1)                for x, y in loader:
+    optimizer = FP16_Optimizer(optimizer,                  optimizer.zero_grad(set_to_none=False)
+                               dynamic_loss_scale=True)    with torch.autocast("cuda", dtype=torch.float16):
+    for x, y in loader:                                        loss = crit(model(x), y)
+        optimizer.zero_grad()                              scaler.scale(loss).backward()
+        loss = crit(model(x), y)                           scaler.step(optimizer)
+        optimizer.backward(loss)                           scaler.update()
+        optimizer.step()
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.codemod.visitors import AddImportsVisitor
+from libcst.metadata import ScopeProvider
+
+from ..diagnostics import Code, Severity, define
+from .apex_calls import NOT_LITERAL
+from .base import Rule
+from .control_flow import exits_early, runs_backward
+from .fp16_names import PACKAGE, fp16_name, star_only_names
+from .training_plan import STATIC_GROWTH_INTERVAL, TrainingPlan, bind_arguments, literal, pure
+
+FLOW = define(
+    "AMP465", "fp16-optimizer-to-grad-scaler", Severity.INFO,
+    "The `FP16_Optimizer` flow became the native recipe: fp32 weights, the forward under "
+    "`torch.autocast`, and a `torch.amp.GradScaler`.",
+    "Apex kept the model's weights in fp16 and fp32 master copies inside the optimizer "
+    "wrapper. Natively the weights stay fp32 and autocast runs each op of the forward in fp16 "
+    "where that is safe, so no masters are needed; the loss scaling is the same (AMP467, "
+    "AMP468). Trained weights differ from Apex's in the last bits of fp16 rounding, within the "
+    "bound docs/differences.md gives; forwards outside the autocast region (evaluation) now run "
+    "in fp32, and the model's state-dict keys lose the wrapper's prefix (AMP469).",
+    before="model = network_to_half(model)\noptimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)\n"
+           "loss = crit(model(x), y)\noptimizer.backward(loss)\noptimizer.step()",
+    after='scaler = torch.amp.GradScaler("cuda")\nwith torch.autocast("cuda", dtype=torch.float16):\n'
+          "    loss = crit(model(x), y)\nscaler.scale(loss).backward()\nscaler.step(optimizer)\nscaler.update()",
+)
+REFUSED = define(
+    "AMP466", "fp16-optimizer-flow-not-provable", Severity.WARNING,
+    "This `FP16_Optimizer` flow has no native form amp-migrate can prove right; the file uses "
+    "the shim.",
+    "The native recipe replaces the model's dtype, the optimizer wrapper and its loss scaler "
+    "together, so every use of them must be visible and have a native counterpart. The message "
+    "names the one that does not: the wrapper passed to code the file does not show, its "
+    "`state_dict()` (which holds Apex's loss scaler object and the fp32 masters, unreadable "
+    "natively), a `backward` not followed by its `step` in the same block, parameters from a "
+    "model whose fp16 conversion is not visible, or fp16 data fp32 weights would meet outside "
+    "autocast.",
+    before="optimizer = FP16_Optimizer(optimizer)\ntorch.save(optimizer.state_dict(), path)",
+    after="# unchanged, imports point at amp_shim",
+    falls_back=True,
+)
+STATIC = define(
+    "AMP467", "fp16-optimizer-static-scale", Severity.INFO,
+    "`FP16_Optimizer`'s static loss scale became a GradScaler that starts there and never grows; "
+    "it differs from Apex only on a step whose gradients are not finite.",
+    "A static scale S never changed and never skipped a step. `init_scale=S, "
+    "growth_interval=2**31 - 1` scales and unscales by the same S while gradients are finite; "
+    "on a step with inf/NaN gradients Apex applied them (the weights became non-finite), "
+    "GradScaler skips the step and halves its scale (as for AMP111). The default static scale "
+    "1.0 scales nothing, so the GradScaler is disabled, which is exact.",
+    before="optimizer = FP16_Optimizer(optimizer, static_loss_scale=128.0)",
+    after='scaler = torch.amp.GradScaler("cuda", init_scale=128.0, growth_interval=2**31 - 1)',
+)
+DYNAMIC = define(
+    "AMP468", "fp16-optimizer-dynamic-scale", Severity.INFO,
+    "`FP16_Optimizer`'s dynamic loss scaler became a GradScaler with the same schedule.",
+    "With `dynamic_loss_scale=True` FP16_Optimizer uses Apex's amp `LossScaler(\"dynamic\")` "
+    "(not the legacy `DynamicLossScaler`): it starts at `min(init_scale, max_loss_scale)` "
+    "(2**16 and 2**24 by default), halves the scale and skips the step on an overflow and "
+    "doubles it after `scale_window` (2000) clean steps. GradScaler's `init_scale`, "
+    "`backoff_factor=0.5`, `growth_factor=2.0` and `growth_interval` do the same. "
+    "`scale_factor` was ignored by Apex and is dropped; `min_loss_scale`/`max_loss_scale` bounds "
+    "have no GradScaler equivalent (its scale is unbounded).",
+    before="optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True,\n"
+           "                           dynamic_loss_args={\"scale_window\": 500})",
+    after='scaler = torch.amp.GradScaler("cuda", growth_interval=500)',
+)
+CONVERSION = define(
+    "AMP469", "fp16-model-conversion-removed", Severity.INFO,
+    "The model's conversion to fp16 was removed: its weights stay fp32 and autocast chooses "
+    "each op's precision.",
+    "`network_to_half`, `.half()`, `BN_convert_float` and `FP16Model` made the fp16 model "
+    "FP16_Optimizer needed. Natively the fp32 model runs under autocast. `network_to_half` "
+    "wrapped the model in `nn.Sequential(tofp16(), model)` (state-dict keys `1.*`) and "
+    "`FP16Model` in a module with a `network` attribute (keys `network.*`); the model is now "
+    "the bare one, so old checkpoints of it need their keys renamed.",
+    before="model = network_to_half(model)",
+    after="# removed",
+)
+CLIP_NORM = define(
+    "AMP480", "clip-master-grads-norm-on-overflow", Severity.INFO,
+    "`clip_master_grads` returned -1 on an overflow; `clip_grad_norm_` returns the non-finite "
+    "norm there.",
+    "Apex skipped the clipping when the step would be skipped and returned -1. After "
+    "`scaler.unscale_`, `torch.nn.utils.clip_grad_norm_` computes the norm of the unscaled "
+    "gradients, which is inf or NaN on such a step (the step is skipped all the same). Code "
+    "that tests the value for -1 must test `torch.isfinite(norm)` instead.",
+    before="norm = optimizer.clip_master_grads(1.0)",
+    after="scaler.unscale_(optimizer)\nnorm = torch.nn.utils.clip_grad_norm_(params, 1.0)",
+)
+
+FP16_OPTIMIZER = f"{PACKAGE}.FP16_Optimizer"
+_CONVERTERS = {f"{PACKAGE}.network_to_half": "1.", f"{PACKAGE}.FP16Model": "network.",
+               f"{PACKAGE}.BN_convert_float": ""}
+_ARGS = ("init_optimizer", "static_loss_scale", "dynamic_loss_scale", "dynamic_loss_args", "verbose")
+_DYNAMIC_KEYS = ("init_scale", "scale_factor", "scale_window", "min_loss_scale", "max_loss_scale")
+_METHODS = ("backward", "step", "zero_grad", "clip_master_grads")
+_PROXIED = ("param_groups", "state")  # FP16_Optimizer forwards these to the optimizer it wraps
+_HALF_SPELLINGS = ("float16", "half", "HalfTensor")
+_HOUSEKEEPING = ("zero_grad", "train", "eval", "to", "cuda", "cpu", "requires_grad_")
+_CODE = cst.Module([]).code_for_node
+
+
+class Refused(Exception):
+    def __init__(self, node: cst.CSTNode, why: str) -> None:
+        super().__init__(why)
+        self.node, self.why = node, why
+
+
+@dataclass
+class Flow:
+    """What the rewrite does, keyed by ids of the nodes of the tree as this rule got it."""
+
+    target: str
+    statement: cst.SimpleStatementLine
+    inner: cst.BaseExpression
+    scaler: str = "scaler"
+    scaler_call: Optional[cst.Call] = None
+    backwards: dict[int, cst.Call] = field(default_factory=dict)  # statement -> backward call
+    steps: list[cst.Call] = field(default_factory=list)
+    clips: dict[int, cst.Call] = field(default_factory=dict)  # statement -> clip call
+    calls: set[int] = field(default_factory=set)  # zero_grad / clip calls to rewrite
+    unwraps: set[int] = field(default_factory=set)  # `optimizer.optimizer`
+    scale_reads: set[int] = field(default_factory=set)  # `optimizer.loss_scale`
+    conversions: dict[int, Optional[cst.BaseExpression]] = field(default_factory=dict)
+    models: set[str] = field(default_factory=set)
+    regions: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    notes: list[tuple[cst.CSTNode, Code, Optional[str]]] = field(default_factory=list)
+
+
+def _kw(name: str, value: cst.BaseExpression) -> cst.Arg:
+    return cst.Arg(value=value, keyword=cst.Name(name),
+                   equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+
+
+def _reads(node: cst.CSTNode) -> set[str]:
+    """Names and dotted attributes an expression or statement reads (`loss`, `self.model`)."""
+    found: set[str] = set()
+    for name in m.findall(node, m.Name() | m.Attribute()):
+        found.add(_CODE(name))
+    return found
+
+
+def _assigned(statement: cst.CSTNode) -> set[str]:
+    """What a statement assigns, anywhere in it (targets of `=`, `+=`, `for`, `with ... as`)."""
+    targets = m.findall(statement, m.AssignTarget() | m.AugAssign() | m.AnnAssign() | m.For() | m.WithItem())
+    out: set[str] = set()
+    for node in targets:
+        target = getattr(node, "target", None) or (node.asname.name if getattr(node, "asname", None) else None)
+        if target is not None:
+            out |= {_CODE(t) for t in m.findall(target, m.Name() | m.Attribute())}
+    return out
+
+
+class Fp16OptimizerToGradScaler(Rule):
+    """Plan and rewrite a file's `FP16_Optimizer` flow; the step rule places the updates."""
+
+    MARKERS = ("FP16_Optimizer",)
+
+    def interest(self):
+        return None
+
+    @classmethod
+    def applies(cls, state, context) -> bool:
+        return "training" not in state.scratch and super().applies(state, context)
+
+    def __init__(self, context, state) -> None:
+        super().__init__(context, state)
+        self.flow: Optional[Flow] = None
+        self._star: set[str] = set()
+
+    def _name(self, node: cst.CSTNode) -> Optional[str]:
+        return fp16_name(self, node, self._star)
+
+    # -- deciding ------------------------------------------------------------------------------
+    def visit_Module(self, node: cst.Module) -> None:
+        self._star = star_only_names(self)
+        try:
+            flow = self._analyse(node)
+        except Refused as refused:
+            self.state.scratch["fp16_optimizer_refused"] = True
+            self.report(refused.node, REFUSED, refused.why + "; the file uses the shim")
+            return
+        if flow is None:
+            return
+        self.flow = flow
+        for where, code, message in flow.notes:
+            self.report(where, code, message)
+        in_function = any(isinstance(p, cst.FunctionDef) for p in self.ancestors(flow.statement))
+        autocast = cst.Call(cst.parse_expression("torch.autocast"), [
+            cst.Arg(cst.SimpleString(f'"{self.options.device}"')),
+            _kw("dtype", cst.parse_expression(f"torch.{self.options.dtype}"))])
+        self.state.scratch["training"] = TrainingPlan(
+            scaler=flow.scaler, placement="local" if in_function else "module",
+            scaler_call=flow.scaler_call, autocast_call=autocast, models=set(flow.models),
+            optimizers={flow.target}, step_lines=frozenset(self.position(c)[0] for c in flow.steps))
+        AddImportsVisitor.add_needed_import(self.context, "torch")
+
+    def _analyse(self, module: cst.Module) -> Optional[Flow]:
+        call = self._the_call(module)
+        if call is None:
+            return None
+        flow = self._flow_of(call)
+        flow.scaler = self._free(module)
+        flow.scaler_call = self._scaler_call(call, flow)
+        self._uses(flow)
+        self._pairs(flow)
+        self._conversions(module, flow)
+        self._tie(flow)
+        for statement_id, backward in list(flow.backwards.items()):
+            self._region(backward, flow)
+        flow.notes.insert(0, (call, FLOW, f"`{flow.target} = FP16_Optimizer(...)` became `{flow.scaler} = "
+                              "torch.amp.GradScaler(...)`: the model keeps fp32 weights (Apex: fp16 weights "
+                              "with fp32 master copies) and its forward up to the loss runs under "
+                              "torch.autocast; forwards outside that region run in fp32"))
+        return flow
+
+    def _the_call(self, module: cst.Module) -> Optional[cst.Call]:
+        """The one `FP16_Optimizer(...)` call; a second one or a use other than a call refuses."""
+        uses = [n for n in m.findall(module, m.Name("FP16_Optimizer") | m.Attribute(attr=m.Name("FP16_Optimizer")))
+                if not (isinstance(n, cst.Name) and isinstance(self.parent(n), cst.Attribute)
+                        and self.parent(n).attr is n)
+                and self._name(n) == FP16_OPTIMIZER
+                and not any(isinstance(a, (cst.Import, cst.ImportFrom)) for a in self.ancestors(n))]
+        if not uses:
+            return None
+        calls = [self.parent(n) for n in uses if isinstance(self.parent(n), cst.Call) and self.parent(n).func is n]
+        other = next((n for n in uses if not (isinstance(self.parent(n), cst.Call) and self.parent(n).func is n)), None)
+        if other is not None:
+            raise Refused(other, f"`{self.code_of(other)}` is used as a value (a type check or a "
+                          "reference the rule cannot follow), not called")
+        if len(calls) > 1:
+            raise Refused(calls[1], "the file builds more than one `FP16_Optimizer`")
+        return calls[0]
+
+    def _flow_of(self, call: cst.Call) -> Flow:
+        assign = self.parent(call)
+        line = self.parent(assign) if assign is not None else None
+        if not (isinstance(assign, cst.Assign) and assign.value is call and len(assign.targets) == 1
+                and isinstance(assign.targets[0].target, cst.Name)
+                and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
+            raise Refused(call, "the `FP16_Optimizer` is not assigned to a plain name on a line of its own")
+        if any(isinstance(p, (cst.For, cst.While, cst.If, cst.Try, cst.With)) for p in self._up_to_function(line)):
+            raise Refused(call, "the `FP16_Optimizer` is built inside a loop, branch, `try` or `with`")
+        args = bind_arguments(call, _ARGS)
+        if args is None or "init_optimizer" not in args:
+            raise Refused(call, "the `FP16_Optimizer` arguments are `*args`/`**kwargs`")
+        return Flow(target=assign.targets[0].target.value, statement=line, inner=args["init_optimizer"])
+
+    def _up_to_function(self, node: cst.CSTNode):
+        for parent in self.ancestors(node):
+            if isinstance(parent, (cst.FunctionDef, cst.Module)):
+                return
+            yield parent
+
+    def _free(self, module: cst.Module) -> str:
+        for name in ("scaler", "grad_scaler", "amp_scaler"):
+            if self.name_is_free(name, module):
+                return name
+        i = 1
+        while not self.name_is_free(f"scaler_{i}", module):
+            i += 1
+        return f"scaler_{i}"
+
+    # -- the loss scale ---------------------------------------------------------------------------
+    def _scaler_call(self, call: cst.Call, flow: Flow) -> cst.Call:
+        args = bind_arguments(call, _ARGS) or {}
+        scaler_args = [cst.Arg(cst.SimpleString(f'"{self.options.device}"'))]
+        if not self.options.needs_loss_scaling:  # bfloat16: no scaling at all
+            return cst.Call(cst.parse_expression("torch.amp.GradScaler"), scaler_args + [_kw("enabled", cst.Name("False"))])
+        dynamic = args.get("dynamic_loss_scale")
+        dynamic_value = literal(dynamic) if dynamic is not None else False
+        static = args.get("static_loss_scale")
+        static_value = literal(static) if static is not None else 1.0
+        for node, value in ((dynamic, dynamic_value), (static, static_value)):
+            if value is NOT_LITERAL and not pure(node):
+                raise Refused(node, f"`{self.code_of(node)}` is an expression with side effects")
+        init, window = self._dynamic_schedule(args.get("dynamic_loss_args"), flow) \
+            if dynamic_value is not False else (None, None)
+        if dynamic_value is not NOT_LITERAL and dynamic_value:
+            flow.notes.append((dynamic, DYNAMIC, None))
+            return self._built(scaler_args, init, window)
+        if isinstance(static_value, (int, float)) and not isinstance(static_value, bool):
+            if not 0.0 < static_value < float("inf"):
+                raise Refused(static, f"`static_loss_scale={static_value!r}` is no usable scale")
+            if static_value == 1.0 and dynamic_value is False:
+                flow.notes.append((static or call, STATIC, "a static loss scale of 1.0 scaled nothing: the "
+                                   "GradScaler is disabled, exactly as Apex neither scaled nor skipped"))
+                return self._built(scaler_args + [_kw("enabled", cst.Name("False"))], None, None)
+        elif static_value is not NOT_LITERAL:
+            raise Refused(static, f"`static_loss_scale={static_value!r}` is no number")
+        static_expr = static if static is not None else cst.Float("1.0")
+        flow.notes.append((static if static is not None else call, STATIC, None))
+        never = cst.parse_expression(STATIC_GROWTH_INTERVAL)
+        if dynamic_value is False:
+            return self._built(scaler_args, static_expr, never)
+        flow.notes.append((dynamic, DYNAMIC, f"`{self.code_of(dynamic)}` chooses at run time between "
+                           "Apex's dynamic scaler and the static scale; the GradScaler's arguments follow it"))
+        return self._built(scaler_args, _if(dynamic, init or cst.Float("65536.0"), static_expr),
+                           _if(dynamic, window or cst.Integer("2000"), never))
+
+    @staticmethod
+    def _built(args: list[cst.Arg], init, window) -> cst.Call:
+        if init is not None:
+            args.append(_kw("init_scale", init))
+        if window is not None:
+            args.append(_kw("growth_interval", window))
+        return cst.Call(cst.parse_expression("torch.amp.GradScaler"), args)
+
+    def _dynamic_schedule(self, node: Optional[cst.BaseExpression], flow: Flow):
+        """(init_scale, growth_interval) expressions for `dynamic_loss_args` (None: the default)."""
+        if node is None or literal(node) is None:
+            return None, None
+        if not isinstance(node, cst.Dict) or any(not isinstance(e, cst.DictElement) for e in node.elements):
+            raise Refused(node, "`dynamic_loss_args` is not a literal dict")
+        given: dict[str, cst.BaseExpression] = {}
+        for element in node.elements:
+            key = literal(element.key)
+            if key not in _DYNAMIC_KEYS:
+                raise Refused(element, f"`dynamic_loss_args` key {key!r} is not one Apex's LossScaler takes")
+            if not pure(element.value):
+                raise Refused(element.value, f"`{self.code_of(element.value)}` has side effects")
+            given[key] = element.value
+        for dropped in ("scale_factor", "min_loss_scale", "max_loss_scale"):
+            if dropped in given:
+                flow.notes.append((given[dropped], DYNAMIC, f"`{dropped}` has no GradScaler equivalent and was "
+                                   "dropped" + (" (Apex ignored it too)" if dropped == "scale_factor" else "")))
+        cap = given.get("max_loss_scale", cst.parse_expression("2.0**24"))
+        init = given.get("init_scale")
+        if init is None and "max_loss_scale" not in given:
+            start = None
+        else:
+            values = [literal(init) if init is not None else 2.0**16, literal(cap)]
+            start = cst.Float(repr(float(min(values)))) if NOT_LITERAL not in values else cst.Call(
+                cst.Name("min"), [cst.Arg(init or cst.Float("65536.0"), comma=cst.Comma(
+                    whitespace_after=cst.SimpleWhitespace(" "))), cst.Arg(cap)])
+        return start, given.get("scale_window")
+
+    # -- what the wrapper is used for -------------------------------------------------------------
+    def _accesses(self, flow: Flow) -> list[cst.Name]:
+        """Every read of the wrapper's name after it was bound (in nested scopes: every read)."""
+        target = flow.statement.body[0].targets[0].target
+        scope = self.get_metadata(ScopeProvider, target)
+        inside = {id(n) for n in m.findall(flow.statement, m.Name())}
+        line = self.position(flow.statement)[0]
+        names: dict[int, cst.Name] = {}
+        for assignment in scope.assignments[flow.target]:
+            node = getattr(assignment, "node", None)
+            if node is not target and isinstance(node, cst.Name) and self.position(node)[0] > line:
+                raise Refused(node, f"`{flow.target}` is bound again after the `FP16_Optimizer` is built")
+            for access in assignment.references:
+                name = access.node
+                if isinstance(name, cst.Name) and id(name) not in inside and (
+                        self.get_metadata(ScopeProvider, name, None) is not scope or self.position(name)[0] > line):
+                    names[id(name)] = name
+        return list(names.values())
+
+    def _uses(self, flow: Flow) -> None:
+        for name in self._accesses(flow):
+            attribute = self.parent(name)
+            if not (isinstance(attribute, cst.Attribute) and attribute.value is name):
+                raise Refused(name, f"`{flow.target}` is read as a value here ({self._line_code(name)}): "
+                              "what is done with the wrapper there cannot be seen")
+            attr = attribute.attr.value
+            call = self.parent(attribute)
+            if attr in _METHODS and isinstance(call, cst.Call) and call.func is attribute:
+                self._method(flow, attr, call)
+            elif attr == "loss_scale" and not self._is_target(attribute):
+                flow.scale_reads.add(id(attribute))
+            elif attr == "optimizer":
+                flow.unwraps.add(id(attribute))
+            elif attr not in _PROXIED:
+                why = ("its checkpoint holds Apex's loss scaler object and the fp32 master weights, "
+                       "which a native optimizer cannot load" if "state_dict" in attr
+                       else "it has no native counterpart")
+                raise Refused(attribute, f"`{self.code_of(attribute)}`: {why}")
+
+    def _is_target(self, node: cst.CSTNode) -> bool:
+        parent = self.parent(node)
+        return isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.Del)) or (
+            isinstance(parent, cst.AnnAssign) and parent.target is node)
+
+    def _line_code(self, node: cst.CSTNode) -> str:
+        return f"line {self.position(node)[0]}"
+
+    def _method(self, flow: Flow, attr: str, call: cst.Call) -> None:
+        line = self._statement(call)
+        if attr == "backward":
+            bound = bind_arguments(call, ("loss", "update_master_grads", "retain_graph"))
+            if bound is None or "loss" not in bound or literal(bound.get("update_master_grads")) not in (None, True) \
+                    or not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
+                            and isinstance(line.body[0], cst.Expr) and line.body[0].value is call):
+                raise Refused(call, f"`{self.code_of(call)}` is not a plain backward on a line of its own")
+            flow.backwards[id(line)] = call
+        elif attr == "step":
+            if call.args:
+                raise Refused(call, "`step(closure)` cannot go through an enabled GradScaler")
+            flow.steps.append(call)
+        elif attr == "zero_grad":
+            if bind_arguments(call, ("set_grads_to_None",)) is None or any(
+                    a.keyword is not None and a.keyword.value != "set_grads_to_None" for a in call.args):
+                raise Refused(call, f"`{self.code_of(call)}` takes arguments Apex's `zero_grad` does not")
+            flow.calls.add(id(call))
+        else:
+            bound = bind_arguments(call, ("max_norm", "norm_type"))
+            small = line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
+            if bound is None or "max_norm" not in bound or set(bound) - {"max_norm", "norm_type"} \
+                    or getattr(small, "value", None) is not call:
+                raise Refused(call, f"`{self.code_of(call)}` is not a plain call on a line of its own")
+            if not isinstance(small, cst.Expr):
+                flow.notes.append((call, CLIP_NORM, None))
+            flow.clips[id(line)] = call
+            flow.calls.add(id(call))
+
+    def _statement(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        return next((p for p in self.ancestors(node) if isinstance(p, (cst.SimpleStatementLine, cst.BaseCompoundStatement))), None)
+
+    def _pairs(self, flow: Flow) -> None:
+        """Each backward is followed in its block by one step, with only clipping in between."""
+        if not flow.backwards or not flow.steps:
+            raise Refused(flow.statement, f"`{flow.target}` has no `backward` and `step` in this file")
+        steps = {id(self._statement(c)): c for c in flow.steps}
+        paired: set[int] = set()
+        for line_id, backward in flow.backwards.items():
+            line = self._statement(backward)
+            block = self.parent(line)
+            body = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else [line]
+            at = next(i for i, s in enumerate(body) if s is line)
+            for later in body[at + 1:]:
+                if id(later) in steps:
+                    paired.add(id(later))
+                    break
+                if id(later) in flow.clips:
+                    continue
+                if exits_early(later) or runs_backward(later) or self._touches(later, flow):
+                    raise Refused(later, f"line {self.position(later)[0]} stands between `{self.code_of(backward)}` "
+                                  "and its step (Apex updated the loss scale at `backward`, GradScaler updates it "
+                                  "after the step, so only clipping may run in between)")
+            else:
+                raise Refused(backward, f"no `{flow.target}.step()` follows `{self.code_of(backward)}` in its block")
+        for line_id, step in steps.items():
+            if line_id not in paired:
+                raise Refused(step, f"`{self.code_of(step)}` does not follow a `backward` in its block")
+        for line_id, clip in flow.clips.items():
+            if not self._between_pair(clip, flow):
+                raise Refused(clip, f"`{self.code_of(clip)}` is not between a `backward` and its step")
+
+    def _touches(self, statement: cst.CSTNode, flow: Flow) -> bool:
+        return flow.target in {n.value for n in m.findall(statement, m.Name())}
+
+    def _between_pair(self, clip: cst.Call, flow: Flow) -> bool:
+        line = self._statement(clip)
+        block = self.parent(line)
+        body = list(getattr(block, "body", ()))
+        at = next((i for i, s in enumerate(body) if s is line), None)
+        if at is None:
+            return False
+        for earlier in reversed(body[:at]):
+            if id(earlier) in flow.backwards:
+                return True
+            if id(earlier) not in flow.clips:
+                return False
+        return False
+
+    # -- the fp16 model -------------------------------------------------------------------------
+    def _conversion_calls(self, module: cst.Module) -> list[cst.Call]:
+        found = []
+        for call in m.findall(module, m.Call()):
+            if m.matches(call.func, m.Attribute(attr=m.Name("half"))) and not call.args:
+                found.append(call)
+            elif self._name(call.func) in _CONVERTERS:
+                found.append(call)
+        return found
+
+    def _conversions(self, module: cst.Module, flow: Flow) -> None:
+        """Each fp16 conversion is a whole statement that converts one model (which it now keeps
+        fp32); any other fp16 value refuses."""
+        for node in m.findall(module, m.Attribute(value=m.Name("torch") | m.Attribute(m.Name("torch"), m.Name("cuda")),
+                                                  attr=m.OneOf(*map(m.Name, _HALF_SPELLINGS)))):
+            if not (isinstance(self.parent(node), cst.Call) and self.parent(node).func is node):
+                raise Refused(node, f"`{self.code_of(node)}` makes fp16 values that fp32 weights would "
+                              "meet outside autocast")
+        for call in self._conversion_calls(module):
+            line = self._statement(call)
+            if id(line) in flow.conversions:
+                continue
+            small = line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
+            value = getattr(small, "value", None)
+            if not isinstance(small, (cst.Assign, cst.Expr)) or value is None or not self._within(call, value):
+                raise Refused(call, f"`{self.code_of(call)}` converts to fp16 outside a statement that "
+                              "converts a model")
+            stripped, prefixes = self._strip(value)
+            if any(c is not None for c in m.findall(stripped, m.Call()) if self._is_conversion(c)):
+                raise Refused(call, f"`{self.code_of(call)}` makes an fp16 value that is no model, which fp32 "
+                              "weights would meet outside autocast")
+            if isinstance(small, cst.Assign):
+                if len(small.targets) != 1 or not pure(small.targets[0].target):
+                    raise Refused(call, "the converted model is not assigned to a plain name")
+                model = small.targets[0].target
+                same = _CODE(model) == _CODE(stripped)
+                flow.conversions[id(line)] = None if same else stripped
+            else:
+                model = stripped
+                while isinstance(model, cst.Call) and isinstance(model.func, cst.Attribute):
+                    model = model.func.value  # `model.cuda().half()`: `model`
+                if not isinstance(model, (cst.Name, cst.Attribute)) or not pure(model):
+                    raise Refused(call, f"`{self.code_of(call)}` converts no model by name")
+                flow.conversions[id(line)] = None
+            flow.models.add(_CODE(model))
+            kind = " and its state-dict keys lose the `{}` prefix".format("`, `".join(sorted(prefixes))) \
+                if prefixes else ""
+            done = f"`{self.code_of(small).strip()}` removed" if flow.conversions[id(line)] is None \
+                else f"`{self.code_of(call)}` dropped"
+            flow.notes.append((line, CONVERSION, f"{done}: `{_CODE(model)}` stays fp32{kind}"))
+        if not flow.models:
+            raise Refused(flow.statement, "no conversion of a model to fp16 is visible in this file, so "
+                          "the parameters the optimizer holds may be fp16 from code the rule cannot see")
+        for model in flow.models:
+            self._model_reads(module, model)
+
+    def _within(self, node: cst.CSTNode, value: cst.CSTNode) -> bool:
+        return node is value or any(a is value for a in self.ancestors(node))
+
+    def _is_conversion(self, call: cst.Call) -> bool:
+        return (m.matches(call.func, m.Attribute(attr=m.Name("half"))) and not call.args) or \
+            self._name(call.func) in _CONVERTERS
+
+    def _strip(self, expr: cst.BaseExpression) -> tuple[cst.BaseExpression, set[str]]:
+        """`network_to_half(Net().cuda())` → (`Net().cuda()`, {"1."}); `m.cuda().half()` → `m.cuda()`."""
+        prefixes: set[str] = set()
+        while isinstance(expr, cst.Call):
+            name = self._name(expr.func)
+            if name in _CONVERTERS and len(expr.args) == 1 and expr.args[0].keyword is None \
+                    and not expr.args[0].star:
+                if _CONVERTERS[name]:
+                    prefixes.add(_CONVERTERS[name])
+                expr = expr.args[0].value
+            elif m.matches(expr.func, m.Attribute(attr=m.Name("half"))) and not expr.args:
+                expr = expr.func.value
+            elif isinstance(expr.func, cst.Attribute):
+                inner, more = self._strip(expr.func.value)
+                prefixes |= more
+                return expr.with_changes(func=expr.func.with_changes(value=inner)), prefixes
+            else:
+                break
+        return expr, prefixes
+
+    def _model_reads(self, module: cst.Module, model: str) -> None:
+        """The wrapper modules had a shape of their own (`model[1]`, `model.network`)."""
+        for node in m.findall(module, m.Subscript() | m.Attribute(attr=m.Name("network"))):
+            if _CODE(node.value) == model:
+                raise Refused(node, f"`{self.code_of(node)}` reads the fp16 wrapper module, which the "
+                              "native model does not have")
+
+    def _tie(self, flow: Flow) -> None:
+        """Every parameter the wrapped optimizer holds is one of a converted model's."""
+        constructor = flow.inner if isinstance(flow.inner, cst.Call) else self._bound_call(flow)
+        if constructor is None:
+            raise Refused(flow.inner, f"`{self.code_of(flow.inner)}` is not built in this scope, so which "
+                          "parameters it holds cannot be seen")
+        params = next((a.value for a in constructor.args if a.keyword is not None and a.keyword.value == "params"),
+                      constructor.args[0].value if constructor.args and constructor.args[0].keyword is None
+                      and not constructor.args[0].star else None)
+        if params is None:
+            raise Refused(constructor, "the optimizer's parameters are not its first argument")
+        owners = [c.func.value for c in m.findall(params, m.Call(func=m.Attribute(
+            attr=m.Name("parameters") | m.Name("named_parameters"))))]
+        unknown = _free_names(params) - {_CODE(o).split(".")[0] for o in owners} - {"filter", "list", "tuple"}
+        if not owners or unknown or any(_CODE(o) not in flow.models for o in owners):
+            raise Refused(params, f"`{self.code_of(params)}` may hold parameters of a model whose fp16 "
+                          "conversion this file does not show")
+
+    def _bound_call(self, flow: Flow) -> Optional[cst.Call]:
+        if not isinstance(flow.inner, cst.Name):
+            return None
+        scope = self.get_metadata(ScopeProvider, flow.statement.body[0].targets[0].target)
+        line = self.position(flow.statement)[0]
+        found = None
+        for assignment in scope.assignments[flow.inner.value]:
+            node = getattr(assignment, "node", None)
+            assign = self.parent(self.parent(node)) if isinstance(node, cst.Name) else None
+            if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and self.position(node)[0] < line:
+                found = assign.value if isinstance(assign.value, cst.Call) else None
+        return found
+
+    # -- the autocast region --------------------------------------------------------------------
+    def _region(self, backward: cst.Call, flow: Flow) -> None:
+        """The statements of the enclosing block from the first use of a converted model to the
+        last assignment of the loss go under autocast."""
+        loss = bind_arguments(backward, ("loss",))["loss"]
+        wanted = _reads(loss)
+        current: cst.CSTNode = self._statement(backward)
+        while True:
+            block = self.parent(current)
+            if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+                break
+            body = list(block.body)
+            at = next(i for i, s in enumerate(body) if s is current)
+            last = next((i for i in range(at - 1, -1, -1) if _assigned(body[i]) & wanted), None)
+            if last is not None:
+                start = next((i + 1 for i in range(last - 1, -1, -1) if runs_backward(body[i])), 0)
+                first = next((i for i in range(start, last + 1) if self._runs_model(body[i], flow)), None)
+                if first is None:
+                    raise Refused(backward, f"no forward of {_names(flow.models)} is visible before the loss "
+                                  "that this backward scales, so the autocast region cannot be placed")
+                flow.regions.setdefault(id(block), []).append((first, last))
+                return
+            owner = self.statement_around(block)
+            if owner is None:
+                break
+            current = owner
+        raise Refused(backward, f"the loss of `{self.code_of(backward)}` is not computed in its function")
+
+    def _runs_model(self, statement: cst.CSTNode, flow: Flow) -> bool:
+        if id(statement) in flow.conversions:
+            return False
+        housekeeping = m.Expr(m.Call(func=m.Attribute(attr=m.OneOf(*map(m.Name, _HOUSEKEEPING)))))
+        if isinstance(statement, cst.SimpleStatementLine) and all(
+                m.matches(s, housekeeping) and _CODE(s.value.func.value) in flow.models for s in statement.body):
+            return False
+        return bool(_reads(statement) & flow.models)
+
+    # -- rewriting --------------------------------------------------------------------------------
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if self.flow is None or id(original_node) not in self.flow.calls:
+            return updated_node
+        receiver = updated_node.func.value
+        if updated_node.func.attr.value == "zero_grad":
+            bound = bind_arguments(updated_node, ("set_grads_to_None",)) or {}
+            return updated_node.with_changes(args=[_kw("set_to_none", bound.get("set_grads_to_None", cst.Name("False")))])
+        bound = bind_arguments(updated_node, ("max_norm", "norm_type"))
+        params = cst.parse_expression(f'(p for group in {_CODE(receiver)}.param_groups for p in group["params"])')
+        args = [cst.Arg(params), cst.Arg(bound["max_norm"])] + (
+            [cst.Arg(bound["norm_type"])] if "norm_type" in bound else [])
+        for i in range(len(args) - 1):
+            args[i] = args[i].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        return cst.Call(cst.parse_expression("torch.nn.utils.clip_grad_norm_"), args)
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        if self.flow is None:
+            return updated_node
+        if id(original_node) in self.flow.unwraps:
+            return updated_node.value
+        if id(original_node) in self.flow.scale_reads:
+            return cst.parse_expression(f"{self.flow.scaler}.get_scale()")
+        return updated_node
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
+        if self.flow is None or len(original_node.body) != len(updated_node.body):
+            return updated_node
+        body = self._rebuild(original_node.body, updated_node.body, id(original_node))
+        return updated_node.with_changes(body=body or [cst.SimpleStatementLine([cst.Pass()])])
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        if self.flow is None or len(original_node.body) != len(updated_node.body):
+            return updated_node
+        return updated_node.with_changes(body=self._rebuild(original_node.body, updated_node.body, id(original_node)))
+
+    def _rebuild(self, original, updated, block_id: int) -> list[cst.BaseStatement]:
+        spans = {first: last for first, last in _merged(self.flow.regions.get(block_id, []))}
+        out: list[cst.BaseStatement] = []
+        i = 0
+        while i < len(updated):
+            if i in spans:
+                inner = [s for k in range(i, spans[i] + 1) for s in self._replace(original[k], updated[k])]
+                lead = inner[0].leading_lines
+                inner[0] = inner[0].with_changes(leading_lines=())
+                autocast = self.state.scratch["training"].autocast_call.deep_clone()
+                out.append(cst.With(items=[cst.WithItem(autocast)], body=cst.IndentedBlock(body=inner),
+                                    leading_lines=lead))
+                i = spans[i] + 1
+                continue
+            out.extend(self._replace(original[i], updated[i]))
+            i += 1
+        return out
+
+    def _replace(self, original: cst.CSTNode, updated: cst.CSTNode) -> list[cst.BaseStatement]:
+        flow = self.flow
+        key = id(original)
+        if original is flow.statement:
+            made = [updated.with_changes(body=[cst.Assign([cst.AssignTarget(cst.parse_expression(flow.scaler))],
+                                                          flow.scaler_call.deep_clone())])]
+            if _CODE(flow.inner) != flow.target:
+                inner = bind_arguments(updated.body[0].value, _ARGS)["init_optimizer"]
+                made.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(flow.target))], inner)]))
+            return made
+        if key in flow.conversions:
+            value = flow.conversions[key]
+            return [] if value is None else [updated.with_changes(body=[updated.body[0].with_changes(value=value)])]
+        if key in flow.backwards:
+            call = updated.body[0].value
+            bound = bind_arguments(call, ("loss", "update_master_grads", "retain_graph"))
+            scaled = cst.Call(cst.parse_expression(f"{flow.scaler}.scale"), [cst.Arg(bound["loss"])])
+            kept = [_kw("retain_graph", bound["retain_graph"])] if "retain_graph" in bound else []
+            new = cst.Call(cst.Attribute(scaled, cst.Name("backward")), kept)
+            return [updated.with_changes(body=[updated.body[0].with_changes(value=new)])]
+        if key in flow.clips:
+            receiver = _CODE(flow.clips[key].func.value)
+            unscale = cst.SimpleStatementLine([cst.Expr(cst.parse_expression(f"{flow.scaler}.unscale_({receiver})"))],
+                                              leading_lines=updated.leading_lines)
+            return [unscale, updated.with_changes(leading_lines=())]
+        return [updated]
+
+
+def _if(test: cst.BaseExpression, yes: cst.BaseExpression, no: cst.BaseExpression) -> cst.IfExp:
+    return cst.IfExp(test=test.deep_clone(), body=yes, orelse=no,
+                     lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[list[int]] = []
+    for first, last in sorted(spans):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], last)
+        else:
+            merged.append([first, last])
+    return [(a, b) for a, b in merged]
+
+
+def _names(codes) -> str:
+    return ", ".join(f"`{c}`" for c in sorted(codes))
+
+
+def _free_names(expr: cst.CSTNode) -> set[str]:
+    """Names an expression reads from outside it (not attribute names, keywords, lambda
+    parameters or comprehension targets)."""
+    bound = {p.name.value for p in m.findall(expr, m.Param())}
+    for comp in m.findall(expr, m.CompFor()):
+        bound |= {n.value for n in m.findall(comp.target, m.Name())}
+    skip = {id(a.attr) for a in m.findall(expr, m.Attribute())} | {
+        id(a.keyword) for a in m.findall(expr, m.Arg()) if a.keyword is not None}
+    return {n.value for n in m.findall(expr, m.Name()) if id(n) not in skip} - bound

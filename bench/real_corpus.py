@@ -3,8 +3,10 @@
     OMP_NUM_THREADS=1 python bench/real_corpus.py [--corpus DIR] [--write-readme]
 
 Reads the corpus of real files that use Apex (`../shared/corpus/`: `files/` and `manifest.tsv`
-with each file's repository, commit and license) in place, never copies it, and runs every file
-through exactly what `amp-migrate --check` runs per file (`runner.process`, `--target auto`).
+with each file's repository, path, commit and license), lays each repository's files out at
+their manifest paths in a temporary folder (never inside this repository), and runs each
+repository through exactly what `amp-migrate --check REPO` runs (`--target auto`, one worker):
+the project index, `runner.process` per file, then the groups settled (`project.Tree`).
 Each file is counted once: **native** (every Apex use rewritten to `torch.amp`), **shim** (fell
 back; its codes are counted), **unchanged**, or **error** (left untouched: a syntax error, a
 refused output, an internal error). Speed: the whole pipeline on the Python files against bare
@@ -22,6 +24,7 @@ import datetime
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -51,90 +54,177 @@ def outcome(result) -> str:
     return result.target_used or "error"
 
 
-def run(corpus: Path) -> dict:
+def layout(corpus: Path, rows: list[dict], folder: Path) -> dict[str, list[tuple[dict, Path]]]:
+    """Each repository's files at their manifest paths under `folder` (a temporary folder
+    outside the repository), by repository."""
+    repos: dict[str, list[tuple[dict, Path]]] = {}
+    for row in rows:
+        target = folder / row["repo"].replace("/", "__") / row["path"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes((corpus / "files" / row["file_name"]).read_bytes())
+        repos.setdefault(row["repo"], []).append((row, target))
+    return repos
+
+
+def _migrate_repo(files: list[tuple[dict, Path]], options) -> tuple[dict, dict, dict]:
+    """One repository as `amp-migrate --check REPO` runs it (one worker): its files' results
+    alone and after the project pass, and the time of each part."""
+    from amp_migrate.project import Tree
+    from amp_migrate.runner import Job, process
+
+    times = {"index": 0.0, "files": {}, "settle": 0.0}
+    alone, final = {}, {}
+    cwd = os.getcwd()
+    os.chdir(files[0][1].parents[len(Path(files[0][0]["path"]).parts) - 1])  # the repository's folder
+    try:
+        started = time.perf_counter()
+        tree = Tree([row["path"] for row, p in files if p.suffix == ".py"], options, False)
+        times["index"] = time.perf_counter() - started
+        for row, path in files:
+            kind = "notebook" if path.suffix == ".ipynb" else "python"
+            started = time.perf_counter()
+            result = process(Job(row["path"], kind, options))
+            times["files"][row["file_name"]] = time.perf_counter() - started
+            alone[row["path"]] = result
+            started = time.perf_counter()
+            for settled in tree.feed(result):
+                final[settled.path] = settled
+            times["settle"] += time.perf_counter() - started
+    finally:
+        os.chdir(cwd)
+    return alone, final, times
+
+
+def _entry(row: dict, result) -> dict:
+    kind_of = outcome(result)
+    codes = sorted(set(result.fallback_codes)) if kind_of == "shim" else []
+    warned = sorted({f.diagnostic.code for f in result.findings if f.diagnostic.code in ("AMP031", "AMP032", "AMP033")})
+    return {"file": row["file_name"], "repo": row["repo"], "path": row["path"], "lines": int(row["lines"]),
+            "kind": "notebook" if row["file_name"].endswith(".ipynb") else "python",
+            "outcome": kind_of, "codes": codes, "warned": warned,
+            "error": result.error or next((f.format(row["file_name"]) for f in result.findings
+                                           if f.diagnostic.severity == "error"), None)}
+
+
+def _examples(results: dict, files: list[dict], fallback: dict) -> None:
+    for entry in files:
+        result = results[entry["file"]]
+        for finding in result.findings:
+            d = finding.diagnostic
+            if d.code in entry["codes"] + entry["warned"] and d.code not in fallback:
+                where = f"cell {finding.cell}:" if finding.cell is not None else ""
+                fallback[d.code] = {"file": entry["file"], "where": f"{where}{d.line}", "message": d.message}
+
+
+def _libcst_seconds(path: Path) -> float:
     import libcst as cst
 
+    text = path.read_bytes().decode("utf-8", "surrogateescape")
+    started = time.perf_counter()
+    try:
+        cst.parse_module(text).code
+    except cst.ParserSyntaxError:
+        pass
+    return time.perf_counter() - started
+
+
+def run(corpus: Path) -> dict:
     from amp_migrate.options import Options
-    from amp_migrate.runner import Job, process
 
     rows = manifest(corpus)
     options = Options(target="auto")
-    files = []
-    fallback: dict[str, dict] = {}
-    best_pipeline: dict[str, float] = {}
+    best: dict[str, float] = {}
     best_libcst: dict[str, float] = {}
-    for attempt in range(3):
-        for row in rows:
-            path = corpus / "files" / row["file_name"]
-            kind = "notebook" if path.suffix == ".ipynb" else "python"
-            started = time.perf_counter()
-            result = process(Job(str(path), kind, options))
-            elapsed = time.perf_counter() - started
-            if kind == "python":
-                best_pipeline[row["file_name"]] = min(elapsed, best_pipeline.get(row["file_name"], elapsed))
-                text = path.read_bytes().decode("utf-8", "surrogateescape")
-                started = time.perf_counter()
-                try:
-                    cst.parse_module(text).code
-                except cst.ParserSyntaxError:
-                    pass
-                elapsed = time.perf_counter() - started
-                best_libcst[row["file_name"]] = min(elapsed, best_libcst.get(row["file_name"], elapsed))
-            if attempt:
-                continue
-            kind_of = outcome(result)
-            codes = sorted(set(result.fallback_codes)) if kind_of == "shim" else []
-            for finding in result.findings:
-                d = finding.diagnostic
-                if kind_of == "shim" and d.code in codes and d.code not in fallback:
-                    where = f"cell {finding.cell}:" if finding.cell is not None else ""
-                    fallback[d.code] = {"file": row["file_name"], "where": f"{where}{d.line}", "message": d.message}
-            files.append({"file": row["file_name"], "repo": row["repo"], "kind": kind, "lines": int(row["lines"]),
-                          "outcome": kind_of, "codes": codes,
-                          "error": result.error or next((f.format(row["file_name"]) for f in result.findings
-                                                         if f.diagnostic.severity == "error"), None)})
+    best_index: dict[str, float] = {}
+    best_settle: dict[str, float] = {}
+    collected: dict[str, tuple] = {}
+    with tempfile.TemporaryDirectory(prefix="amp-real-corpus-") as tmp:
+        repos = layout(corpus, rows, Path(tmp))
+        for attempt in range(3):
+            for repo, files in repos.items():
+                alone, final, times = _migrate_repo(files, options)
+                best_index[repo] = min(times["index"], best_index.get(repo, times["index"]))
+                best_settle[repo] = min(times["settle"], best_settle.get(repo, times["settle"]))
+                for row, path in files:
+                    name = row["file_name"]
+                    best[name] = min(times["files"][name], best.get(name, times["files"][name]))
+                    if path.suffix == ".py":
+                        elapsed = _libcst_seconds(path)
+                        best_libcst[name] = min(elapsed, best_libcst.get(name, elapsed))
+                if attempt == 0:
+                    by_name = {row["file_name"]: (row, row["path"]) for row, path in files}
+                    collected[repo] = (by_name, {n: alone[p] for n, (_, p) in by_name.items()},
+                                       {n: final[p] for n, (_, p) in by_name.items()})
+    return _summarise(collected, best, best_libcst, best_index, best_settle, corpus)
+
+
+def _summarise(collected: dict, best: dict, best_libcst: dict, best_index: dict,
+               best_settle: dict, corpus: Path) -> dict:
+    files, alone_files, fallback, first_all, last_all = [], [], {}, {}, {}
+    for repo, (by_name, first, last) in sorted(collected.items()):
+        for name, (row, _) in sorted(by_name.items()):
+            files.append(_entry(row, last[name]))
+            alone_files.append(_entry(row, first[name]))
+            first_all[name], last_all[name] = first[name], last[name]
+    _examples(last_all, files, fallback)
     counts = collections.Counter(f["outcome"] for f in files)
-    code_files = collections.Counter(code for f in files for code in f["codes"])
+    alone_counts = collections.Counter(f["outcome"] for f in alone_files)
+    code_files = collections.Counter(code for f in files for code in f["codes"] + f["warned"])
     python = [f for f in files if f["kind"] == "python" and f["outcome"] != "error"]
     lines = sum(f["lines"] for f in python)
-    pipeline_s = sum(best_pipeline[f["file"]] for f in python)
+    pipeline_s = sum(best[f["file"]] for f in python)
     libcst_s = sum(best_libcst[f["file"]] for f in python)
+    index_s, settle_s = sum(best_index.values()), sum(best_settle.values())
+    moved = [f for f, a in zip(files, alone_files) if f["outcome"] != a["outcome"]]
     return {
         "date": datetime.date.today().isoformat(), "machine": machine(), "corpus": str(corpus),
-        "files": files, "counts": dict(counts),
+        "mode": "project", "files": files, "counts": dict(counts), "alone_counts": dict(alone_counts),
+        "moved": [{"file": f["file"], "alone": a["outcome"], "project": f["outcome"]}
+                  for f, a in zip(files, alone_files) if f["outcome"] != a["outcome"]],
         "fallbacks": [{"code": c, "files": n, **fallback[c]} for c, n in code_files.most_common()],
         "speed": {"files": len(python), "lines": lines, "pipeline_s": pipeline_s, "libcst_s": libcst_s,
                   "pipeline_lines_per_s": lines / pipeline_s, "libcst_lines_per_s": lines / libcst_s,
-                  "ratio": libcst_s / pipeline_s},
+                  "ratio": libcst_s / pipeline_s, "index_s": index_s, "settle_s": settle_s,
+                  "index_share": index_s / (index_s + pipeline_s + settle_s), "moved": len(moved)},
     }
 
 
 def render(res: dict) -> str:
-    counts = res["counts"]
+    counts, alone = res["counts"], res.get("alone_counts", {})
     changed = counts.get("native", 0) + counts.get("shim", 0)
     share = counts.get("native", 0) / changed if changed else 0.0
     sp = res["speed"]
+    kinds = ("native", "shim", "unchanged", "error")
     out = [
         "### Real public code (`bench/real_corpus.py`)", "",
         f"*Measured {res['date']}, {describe(res['machine'])}.* {len(res['files'])} real files that use "
         f"Apex, from {len({f['repo'] for f in res['files']})} public repositories at pinned commits "
-        "(read in place from the shared corpus, whose manifest names each file's repository, commit "
-        "and license), each run as `amp-migrate --check` runs it (`--target auto`):", "",
-        table(["outcome", "files"], [[k, counts.get(k, 0)] for k in ("native", "shim", "unchanged", "error")],
+        "(read from the shared corpus, whose manifest names each file's repository, path, commit "
+        "and license). Each repository's files are laid out at their paths in a temporary folder "
+        "and run as `amp-migrate --check REPO` runs them (`--target auto`): the project index, "
+        "each file alone, then each group of files that share Apex objects settled on one target. "
+        "\"alone\" is each file migrated by itself, for comparison:", "",
+        table(["outcome", "files", "alone"], [[k, counts.get(k, 0), alone.get(k, 0)] for k in kinds],
               markdown=True), "",
         f"Native: {counts.get('native', 0)} of the {changed} files that change ({share:.0%}). "
-        "Why the others use the shim (files per code, and one place each):", "",
+        "Why the others use the shim, or stay as they are with a warning (files per code, and one "
+        "place each):", "",
         "| code | files | example |", "|---|---:|---|",
         *[f"| `{r['code']}` | {r['files']} | " + f"{r['file']}:{r['where']}: {r['message']}".replace("|", "\\|") + " |"
           for r in res["fallbacks"]], "",
     ]
+    moved = res.get("moved", [])
+    if moved:
+        out += [f"Files whose outcome the project pass changed ({len(moved)}): "
+                + ", ".join(f"`{m['file']}` ({m['alone']} -> {m['project']})" for m in moved) + ".", ""]
     errors = [f for f in res["files"] if f["outcome"] == "error"]
     if errors:
         out += ["Left untouched with an error:", ""] + [f"- {f['error']}" for f in errors] + [""]
     out.append(f"Speed on the {sp['files']} Python files that parse ({sp['lines']:,} lines): "
-               f"{sp['pipeline_lines_per_s']:,.0f} lines/s for the whole pipeline against "
+               f"{sp['pipeline_lines_per_s']:,.0f} lines/s for the per-file pipeline against "
                f"{sp['libcst_lines_per_s']:,.0f} lines/s for bare libcst parse + render, "
-               f"{sp['ratio']:.2f}x.")
+               f"{sp['ratio']:.2f}x. The project index took {sp['index_s']:.2f} s "
+               f"({sp['index_share']:.1%} of the run), settling the groups {sp['settle_s']:.2f} s.")
     return "\n".join(out)
 
 

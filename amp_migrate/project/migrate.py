@@ -95,10 +95,10 @@ def _read_text(path: str) -> Optional[str]:
         return data.decode("latin-1")
 
 
-def tree_root(paths: Sequence[str]) -> str:
-    """The folder module names are counted from: the deepest one holding every file."""
-    folders = [os.path.dirname(os.path.abspath(p)) for p in paths]
-    return os.path.commonpath(folders) if folders else os.getcwd()
+def index_key(path: str) -> str:
+    """A file's key in the index: its whole absolute path, so that module names keep every
+    folder and `from utils_nlp.common import x` resolves whichever folder the run was given."""
+    return os.path.abspath(path).replace(os.sep, "/").lstrip("/")
 
 
 @dataclass
@@ -112,8 +112,8 @@ class Tree:
 
     def __init__(self, paths: Sequence[str], options: Options, want_diff: bool) -> None:
         started = time.perf_counter()
-        root = tree_root(paths)
-        self.rel = {p: os.path.relpath(os.path.abspath(p), root).replace(os.sep, "/") for p in paths}
+        self.rel = {p: index_key(p) for p in paths}
+        self.names = {rel: p for p, rel in self.rel.items()}
         texts = {}
         for path, rel in self.rel.items():
             text = _read_text(path)
@@ -141,7 +141,7 @@ class Tree:
             return [result]
         pending = self.pending.get(rel)
         if pending is None:
-            return [_with(result, own_warnings(self.index, rel, _file_outcome(result), False))]
+            return [_with(result, own_warnings(self.index, rel, _file_outcome(result), False, self.names))]
         pending.results[rel] = result
         if len(pending.results) < len(pending.group.members):
             return []
@@ -151,8 +151,7 @@ class Tree:
         from ..runner import Job, process
 
         outcomes = {rel: _file_outcome(r) for rel, r in pending.results.items()}
-        names = {rel: r.path for rel, r in pending.results.items()}
-        verdicts = settle(self.index, pending.group, outcomes, self.options.target, names)
+        verdicts = settle(self.index, pending.group, outcomes, self.options.target, self.names)
         final = []
         for rel, result in sorted(pending.results.items()):
             verdict = verdicts.get(rel, Verdict())
@@ -161,7 +160,7 @@ class Tree:
                                      self.want_diff))
             elif verdict.redo == "untouched":
                 result = replace(result, changed=False, target_used=None, new_bytes=None, diff="")
-            extra = verdict.diagnostics + own_warnings(self.index, rel, outcomes[rel], True)
+            extra = verdict.diagnostics + own_warnings(self.index, rel, outcomes[rel], True, self.names)
             final.append(_with(result, extra))
         return final
 

@@ -100,16 +100,25 @@ def settle(index: ProjectIndex, group: Group, outcomes: dict[str, Outcome], targ
     return verdicts
 
 
-def own_warnings(index: ProjectIndex, path: str, outcome: Outcome,
-                 grouped: bool) -> tuple[Diagnostic, ...]:
+def _provider(site: Site, names: Mapping[str, str]) -> tuple[str, str]:
+    """A provided site's call, and where its provider returns Apex's module."""
+    call, _, where = site.what.partition(", from ")
+    path, _, line = where.rpartition(":")
+    return call, f"{names.get(path, path)}:{line}"
+
+
+def own_warnings(index: ProjectIndex, path: str, outcome: Outcome, grouped: bool,
+                 names: Optional[Mapping[str, str]] = None) -> tuple[Diagnostic, ...]:
     """Apex uses in this file that no rule rewrites: a module returned by a function, a
     run-time import, an Apex object from another file (the last only where the file is tied
     to the file that makes it and was left as it is)."""
     facts = index.facts(path)
-    found = [_diagnostic(codes.MODULE_FROM_CALL, site,
-                         f"`{site.what.split(', from ')[0]}` gets Apex's module from "
-                         f"{site.what.split(', from ')[-1]}; left as it is, the provider's "
-                         "group uses the shim") for site in facts.provided]
+    found = []
+    for site in facts.provided:
+        call, where = _provider(site, names or {})
+        found.append(_diagnostic(codes.MODULE_FROM_CALL, site,
+                                 f"`{call}` gets Apex's module from {where}; left as it is, "
+                                 "the provider's group uses the shim"))
     found += [_diagnostic(codes.IMPORTED_DYNAMICALLY, site,
                           f"{site.what!r} is imported at run time; the import stays as it is "
                           "(run with `amp-migrate run`, or use an import statement)")

@@ -74,25 +74,34 @@ class _Everything:
 _WORD = re.compile(r"\w+")
 
 
-def may_read_names(tree: cst.CSTNode, names: AbstractSet[str], skip: AbstractSet[int] = NOTHING) -> bool:
-    """Whether scope analysis could find a use of one of `names` in `tree` outside import
-    statements: a `Name` spelling one (an attribute's own name is none), or a string with one
-    as a word (`__all__` entries, string annotations). `skip`: statements that spell none."""
-    stack: list[cst.CSTNode] = [tree]
+def may_read_names(tree: cst.CSTNode, names: AbstractSet[str], index: SourceIndex) -> bool:
+    """Whether libcst's scope analysis could find a use of one of `names` in `tree` outside
+    import statements: a `Name` spelling one (an attribute's own name is none), a string with
+    one as a word where strings are read as names (in an annotation, or under a call or
+    subscript that may be `typing`'s), or any `__all__` (its strings are exports)."""
+    typing = [index.qualifying(part) for part in ("typing", "typing_extensions")]
+    typing_words = None if None in typing else frozenset().union(*typing)
+    stack: list[tuple[cst.CSTNode, bool]] = [(tree, False)]
+    skip = index.skipped(set(names) | {"__all__"})
     while stack:
-        node = stack.pop()
+        node, strings = stack.pop()
         if id(node) in skip or isinstance(node, (cst.Import, cst.ImportFrom)):
             continue
         if isinstance(node, cst.Name):
-            if node.value in names:
+            if node.value in names or node.value == "__all__":
                 return True
         elif isinstance(node, cst.Attribute):
-            stack.append(node.value)
+            stack.append((node.value, strings))
         elif isinstance(node, (cst.SimpleString, cst.FormattedStringText)):
-            if not names.isdisjoint(_WORD.findall(node.value)):
+            if strings and not names.isdisjoint(_WORD.findall(node.value)):
                 return True
         else:
-            stack.extend(children(node))
+            if isinstance(node, cst.Annotation):
+                strings = True
+            elif isinstance(node, (cst.Call, cst.Subscript)) and not strings:
+                name = get_full_name_for_node(node.func if isinstance(node, cst.Call) else node.value)
+                strings = typing_words is None or name is None or not typing_words.isdisjoint(name.split("."))
+            stack.extend((child, strings) for child in children(node))
     return False
 
 
@@ -117,7 +126,7 @@ class PrunedImportRemoval:
         if index is not None and pruning_enabled():
             self._skip_ids = index.skipped({"import"})
             names = self._bound_names()
-            self._all_unused = bool(names) and not may_read_names(tree, names, index.skipped(names))
+            self._all_unused = bool(names) and not may_read_names(tree, names, index)
         return super().transform_module(tree)
 
     def _handle_metadata_reference(self, module: cst.Module):

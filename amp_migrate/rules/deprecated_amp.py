@@ -261,8 +261,9 @@ class DeprecatedTorchAmp(Rule):
     # -- what a node means ------------------------------------------------------------------
     def deprecated(self, node: cst.CSTNode) -> Optional[Deprecated]:
         """The deprecated object `node` names, `_AMBIGUOUS` if it may also be another, else None."""
-        if not self.may_qualify_as(node, "amp"):  # every deprecated name has an `amp` part
-            return None
+        if not (self.may_qualify_as(node, "torch") and self.may_qualify_as(node, "amp")
+                and (self.may_qualify_as(node, "cuda") or self.may_qualify_as(node, "cpu"))):
+            return None  # no scope analysis for names that cannot be `torch.{cuda,cpu}.amp.*`
         names = {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
         ours = sorted((DEPRECATED[n] for n in names if n in DEPRECATED), key=lambda d: d.old)
         if not ours:

@@ -223,12 +223,22 @@ def _bindings(nodes: Iterable[ast.AST]) -> dict[str, str]:
     return bound
 
 
+def column(lines: list[str], node: ast.AST) -> int:
+    """The 1-based column of a node in characters (the parser counts UTF-8 bytes)."""
+    line = lines[node.lineno - 1] if node.lineno <= len(lines) else ""
+    if line.isascii():
+        return node.col_offset + 1
+    return len(line.encode("utf-8")[:node.col_offset].decode("utf-8", "replace")) + 1
+
+
 class _Reader:
     """Fills a module's facts from the parts of its tree that hold a hit line."""
 
-    def __init__(self, facts: ModuleFacts, tree: ast.Module, hits: list[int],
+    def __init__(self, facts: ModuleFacts, tree: ast.Module, text: str,
                  provided: Mapping[str, str] = {}) -> None:
         self.facts = facts
+        self.lines = text.split("\n")
+        hits = hit_lines(text)
         self.nodes = [(node, stack) for unit, stack in _units(tree.body, hits, ())
                       for node in ast.walk(unit)]
         # local name -> the Apex name it means
@@ -245,7 +255,7 @@ class _Reader:
         return self
 
     def _site(self, node: ast.AST, what: str) -> Site:
-        return Site(node.lineno, node.col_offset + 1, what, ".".join(self.stack) or "<module>")
+        return Site(node.lineno, column(self.lines, node), what, ".".join(self.stack) or "<module>")
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
@@ -405,6 +415,7 @@ def build_index(sources: Mapping[str, str]) -> ProjectIndex:
     resolver = _Resolver(sources)
     modules: dict[str, ModuleFacts] = {}
     trees: dict[str, ast.Module] = {}
+    sources = {path: _one_newline(text) for path, text in sources.items()}
     for path, text in sources.items():
         facts = modules[path] = ModuleFacts(path, module_name(path))
         candidate = is_candidate(text)
@@ -415,12 +426,18 @@ def build_index(sources: Mapping[str, str]) -> ProjectIndex:
                 _unparsed(facts, text)
             continue
         trees[path] = tree
-        _Reader(facts, tree, hit_lines(text)).read()
+        _Reader(facts, tree, text).read()
         facts.parsed = True
     edges = {path: {t for imp in facts.imports for t in resolver.targets(path, imp) if t != path}
              for path, facts in modules.items()}
     _resolve_provided(sources, modules, trees, edges)
     return ProjectIndex(modules, edges)
+
+
+def _one_newline(text: str) -> str:
+    """The text with `\r\n` and `\r` as `\n`: the parser counts all three as line breaks, so
+    line numbers stay the parser's (amp_migrate/lines.py)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
 def _unparsed(facts: ModuleFacts, text: str) -> None:
@@ -450,10 +467,11 @@ def _resolve_provided(sources: Mapping[str, str], modules: dict[str, ModuleFacts
         tree = (trees.get(path) or _parse(text)) if hits else None
         if tree is None:
             continue
+        lines = text.split("\n")
         for unit, stack in _units(tree.body, hits, ()):
             for node in ast.walk(unit):
                 if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-                    _provided(modules[path], node, stack, providers, edges[path])
+                    _provided(modules[path], node, stack, providers, edges[path], lines)
         names = {site.what.split(" = ")[0] for site in modules[path].provided}
         if any("." not in name and not _amp_like(name) for name in names):
             _reread(modules, path, text, tree, {n: "apex.amp" for n in names if "." not in n})
@@ -465,14 +483,14 @@ def _reread(modules: dict[str, ModuleFacts], path: str, text: str, tree: ast.Mod
     as Apex's module, so that `mp.initialize(...)` counts as it would under any other name."""
     old = modules[path]
     facts = modules[path] = ModuleFacts(path, old.name, provided=old.provided)
-    _Reader(facts, tree, hit_lines(text), provided).read()
+    _Reader(facts, tree, text, provided).read()
     facts.parsed = True
     if not old.parsed:
         facts.imports = old.imports
 
 
 def _provided(facts: ModuleFacts, node: ast.Assign, stack: tuple[str, ...],
-              providers: dict[str, list[tuple[str, Site]]], imported: set[str]) -> None:
+              providers: dict[str, list[tuple[str, Site]]], imported: set[str], lines: list[str]) -> None:
     callee = _dotted(node.value.func)
     function = callee.rsplit(".", 1)[-1] if callee else ""
     for provider_path, site in providers.get(function, ()):
@@ -480,6 +498,6 @@ def _provided(facts: ModuleFacts, node: ast.Assign, stack: tuple[str, ...],
             continue
         for target in node.targets:
             key = _dotted(target) or ast.unparse(target)
-            facts.provided.append(Site(node.lineno, node.col_offset + 1,
+            facts.provided.append(Site(node.lineno, column(lines, node),
                                        f"{key} = {callee}(...), from {provider_path}:{site.line}",
                                        ".".join(stack) or "<module>"))

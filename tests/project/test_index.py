@@ -100,3 +100,9 @@ def test_apex_imports_without_amp_state_tie_nothing():
         "factory.py": "from apex.optimizers import FusedAdam\ndef make(m):\n    return FusedAdam(m.parameters())\n",
     })
     assert find_groups(index) == []
+
+
+def test_sites_are_located_in_characters_on_the_parsers_lines():
+    text = "# café\rfrom apex import amp\r\nx = 'é'; m, o = amp.initialize(m, o)\n"
+    (site,) = build_index({"m.py": text}).modules["m.py"].initialize
+    assert (site.line, site.col) == (3, 10)

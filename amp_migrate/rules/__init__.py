@@ -1,4 +1,5 @@
 """The rules, in the order they run. Each module is one Apex concern (DESIGN.md §2)."""
+from .availability import ApexAvailabilityChecks
 from .casts import CastRegistrationToAutocast
 from .checkpoint import CheckpointToScaler
 from .deprecated_amp import DeprecatedTorchAmp
@@ -15,6 +16,7 @@ from .parallel import ApexParallelToTorch
 from .rebinding import ReboundApexNames
 from .scale_loss import ScaleLossToGradScaler
 from .scaler_state import ScalerStateReads
+from .thread_scaler import ThreadScalerThroughCalls
 from .training_plan import PlanTraining
 
 NATIVE_RULES = [
@@ -28,12 +30,14 @@ NATIVE_RULES = [
     Fp16OptimizerToGradScaler,
     OptimizerStepThroughScaler,
     CheckpointToScaler,
+    ThreadScalerThroughCalls,
     DeprecatedTorchAmp,
     CastRegistrationToAutocast,
     Fp16UtilsToTorch,
     FusedOptimizersToTorch,
     ApexParallelToTorch,
     FusedNormsToTorch,
+    ApexAvailabilityChecks,
     SettleImports,
     RemainingApexUses,
 ]

@@ -52,7 +52,7 @@ ONE_SCALER = define(
 @dataclass
 class TrainingPlan:
     scaler: str  # how code reaches it: "scaler" or "self.scaler"
-    placement: str  # "local" | "self" | "module"
+    placement: str  # "local" | "self" | "module" | "threaded" (a parameter of the functions using it)
     scaler_call: cst.Call
     autocast_call: cst.Call
     models: set[str] = field(default_factory=set)
@@ -69,6 +69,10 @@ class TrainingPlan:
     loss_scalers: dict[int, str] = field(default_factory=dict)
     #: Optimizer (as `scale_loss` names it) -> its loss id, with `loss_scalers`.
     optimizer_losses: dict[str, int] = field(default_factory=dict)
+    #: Functions that get the scaler as a parameter (placement "threaded"): name, line of the
+    #: `def` and how the parameter is declared (plan_threading.Threaded). Calls from other
+    #: modules are not checked here; a project-level pass can check them by these names.
+    threaded: tuple = ()
 
     def scaler_for_loss(self, loss_id: int) -> str:
         return self.loss_scalers.get(loss_id, self.scaler)

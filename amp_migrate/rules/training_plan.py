@@ -52,6 +52,7 @@ from .plan import (INIT, INITIALIZE, INITIALIZE_ARGS, LEVELS, LOAD_STATE_DICT,  
                    bind_arguments, binds_in_ast, expression_codes, literal, pure, words_of)
 from .plan import binds_in_ast as _binds_in_ast  # noqa: F401
 from .plan import PURE_BUILTINS
+from .plan_threading import find_threading, top_level_function
 from .plan_options import (OPTION_NOT_LITERAL, STATIC_GROWTH_INTERVAL, OptionReader,  # noqa: F401
                            Switch, arguments, is_expression, switch_of)
 
@@ -303,10 +304,14 @@ class PlanTraining(Rule):
         per_loss = self._per_loss(args)
         if guard is None or not reading.ok or per_loss is None:
             return None
+        threaded: tuple = ()
         if placement == "module" and (is_expression(reading.amp_on) or is_expression(reading.scaling_on)):
-            self.report(call, NO_PLACE, "the scaler must be module-level here, but whether amp is "
-                        "enabled is only known inside the function that calls `initialize`")
-            return None
+            found = self._threading(module, statement, guard_node, self.sites + steps)
+            if isinstance(found, str):
+                self.report(call, NO_PLACE, "whether amp is enabled is only known inside the function "
+                            f"that calls `initialize`, and the scaler cannot be passed on from there: {found}")
+                return None
+            placement, threaded = "threaded", tuple(found)
         scaler, loss_scalers = self._scaler_names(module, placement, per_loss)
         built = arguments(reading, placement == "local", scaler, self.options, call, self.report)
         if isinstance(built, str):
@@ -326,7 +331,16 @@ class PlanTraining(Rule):
             global_casts=self.apex_name(call.func) == INIT,
             loss_scalers=loss_scalers,
             optimizer_losses=dict(per_loss),
+            threaded=threaded,
         )
+
+    def _threading(self, module: cst.Module, statement: cst.CSTNode, guard: Optional[cst.CSTNode],
+                   sites: list[cst.CSTNode]):
+        builder = top_level_function(self, statement)
+        if builder is None:
+            return "`initialize` is not in a module-level function"
+        built_at = self.position(self.parent(self.parent(statement)) if guard is not None else statement)[0]
+        return find_threading(self, module, builder, built_at, sites)
 
     def _options_of(self, call: cst.Call) -> Optional[dict[str, cst.BaseExpression]]:
         names = ("enabled", "enable_caching", "verbose", "allow_banned") \

@@ -135,6 +135,15 @@ CASES = [
                 "stays on; the overflowing step is applied as Apex did"),
     Case("flags-opt-level-off", "opt_level_and_loss_scale_flags.py", ("--loss-scale", "128"),
          covers="the flags without `--half`: O0, scaler and autocast disabled"),
+    Case("fp16-flag-across-functions-on", "fp16_flag_across_functions.py",
+         ("--fp16", "--corrupt-step", "5"),
+         covers="`if args.fp16: amp.initialize(...)` in `main()`, `scale_loss` in `train_step()` "
+                "called through `train_epoch()`, `amp.state_dict()` read in `log_state()`: the "
+                "scaler built with `enabled=args.fp16` and passed down as a parameter; overflow "
+                "forced", min_skipped=1),
+    Case("fp16-flag-across-functions-off", "fp16_flag_across_functions.py", ("--corrupt-step", "5"),
+         covers="the same script without `--fp16`: Apex never initialised (no loss scaler "
+                "to record), the threaded scaler disabled", scales="native_disabled"),
 ]
 
 BY_ID = {case.id: case for case in CASES}

@@ -1,0 +1,103 @@
+"""Which functions of a file must receive the GradScaler as a parameter.
+
+A training script often calls `amp.initialize` under `if args.fp16:` in `main()` and
+`scale_loss` in `train()`, which `main()` calls. Apex's process-global scaler reached `train`
+without a parameter; the native scaler is a local of `main()`, so it is passed down: every
+function that holds a scaler site gets a `scaler` parameter, and so does every function that
+calls one of those (transitively), up to the function that builds the scaler. That is sound
+only where every use of such a function is a direct call from a function that has the scaler
+in scope after it was built; `find_threading` refuses, with the reason, otherwise. This module
+holds no rule; PlanTraining asks it, ThreadScalerThroughCalls carries it out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Union
+
+import libcst as cst
+import libcst.matchers as m
+
+
+@dataclass(frozen=True)
+class Threaded:
+    """A function that gets the scaler as its last parameter."""
+    name: str
+    line: int  # of its `def`, in the file as given
+    keyword_only: bool  # after `*` (it has defaults, `*args` or keyword-only parameters)
+
+
+def top_level_function(rule, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
+    """The module-level `def` around `node` (None at module level or inside a class)."""
+    found = None
+    for parent in rule.ancestors(node):
+        if isinstance(parent, cst.ClassDef):
+            found = None
+        elif isinstance(parent, cst.FunctionDef):
+            found = parent
+    if found is not None and isinstance(rule.parent(found), cst.Module):
+        return found
+    return None
+
+
+def _keyword_only(function: cst.FunctionDef) -> bool:
+    params = function.params
+    return bool(params.kwonly_params or not isinstance(params.star_arg, cst.MaybeSentinel)
+                or params.star_kwarg or params.posonly_params
+                or any(p.default is not None for p in params.params))
+
+
+def find_threading(rule, module: cst.Module, builder: cst.FunctionDef, built_at: int,
+                   sites: list[cst.CSTNode]) -> Union[list[Threaded], str]:
+    """The functions to thread the scaler through, or why no threading reaches every site."""
+    functions: dict[str, list[cst.FunctionDef]] = {}
+    for statement in module.body:
+        if isinstance(statement, cst.FunctionDef):
+            functions.setdefault(statement.name.value, []).append(statement)
+    pending: list[cst.FunctionDef] = []
+    for site in sites:
+        holder = top_level_function(rule, site)
+        if holder is None:
+            return f"an Apex call at line {rule.position(site)[0]} is not in a module-level function"
+        if holder is not builder and holder not in pending:
+            pending.append(holder)
+    threaded: list[cst.FunctionDef] = []
+    while pending:
+        function = pending.pop()
+        if function in threaded:
+            continue
+        name = function.name.value
+        if len(functions.get(name, ())) != 1 or function.asynchronous or function.decorators:
+            return f"`{name}` is defined more than once, decorated or async"
+        threaded.append(function)
+        callers = _callers(rule, module, name)
+        if isinstance(callers, str):
+            return callers
+        for caller, line in callers:
+            if caller is builder:
+                if line <= built_at:
+                    return f"`{name}` is called at line {line}, before the scaler is built"
+            elif caller is None:
+                return f"`{name}` is called at module level (line {line}), where no scaler is in scope"
+            else:
+                pending.append(caller)
+    return [Threaded(f.name.value, rule.position(f)[0], _keyword_only(f)) for f in threaded]
+
+
+def _callers(rule, module: cst.Module, name: str):
+    """(function around the call, line) for every use of `name`, or why one is no direct call."""
+    found = []
+    for node in rule.findall(module, m.Name(name), {name}):
+        parent = rule.parent(node)
+        if isinstance(parent, cst.FunctionDef) and parent.name is node:
+            continue
+        if isinstance(parent, cst.Attribute) and parent.attr is node:
+            continue
+        if isinstance(parent, cst.Arg) and parent.keyword is node:
+            continue
+        line = rule.position(node)[0]
+        if not (isinstance(parent, cst.Call) and parent.func is node):
+            return f"`{name}` is used other than by a direct call at line {line}"
+        if any(arg.star == "**" for arg in parent.args):
+            return f"`{name}` is called with `**kwargs` at line {line}, which may hold a `scaler`"
+        found.append((top_level_function(rule, parent), line))
+    return found

@@ -1,0 +1,97 @@
+"""The GradScaler built in `main()` becomes a `scaler` parameter of the functions that use it.
+
+What it does
+    Where the plan threads the scaler (`initialize` under `if args.fp16:` in one function,
+    `scale_loss`, the step or `amp.state_dict()` in functions it calls), each of those
+    functions gets a last parameter `scaler` (keyword-only where it has defaults, `*args` or
+    keyword-only parameters), and every call of them passes it on.
+
+Why
+    Apex's loss scaler was process-global, so `train()` reached it without a parameter. The
+    native scaler is built with `enabled=args.fp16` where `initialize` was; a module-level
+    global cannot be, because whether amp is on is only known inside that function.
+
+Soundness
+    The plan threads only module-level functions, defined once, undecorated, whose every use
+    in the file is a direct call (no `**kwargs` that could already hold a `scaler`) from the
+    function that builds the scaler, after it is built, or from another threaded function; so
+    every call passes the one scaler, which is the object Apex's global state stood for. A
+    function referenced any other way (a callback, `mp.spawn(train, ...)`), called at module
+    level, or a method falls back with its name (AMP101). Calls from other modules cannot be
+    seen here: the plan records the threaded functions with their lines for a project-level
+    check.
+
+Fix safety
+    Safe within the file. A caller in another module that the file cannot see would miss the
+    new argument and fail loudly (a TypeError), never train differently.
+
+Example
+    def train(args, model, optimizer):
+        with amp.scale_loss(loss, optimizer) as s:
+            s.backward()
+    def main():
+        if args.fp16:
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        train(args, model, optimizer)
+becomes
+    def train(args, model, optimizer, scaler):
+        scaler.scale(loss).backward()
+    def main():
+        scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)
+        train(args, model, optimizer, scaler)
+"""
+from __future__ import annotations
+
+import libcst as cst
+
+from .plan import TrainingRule
+
+
+class ThreadScalerThroughCalls(TrainingRule):
+    MARKERS = ()
+
+    def __init__(self, context, state) -> None:
+        super().__init__(context, state)
+        threaded = self.plan.threaded if self.plan is not None else ()
+        self.threaded = {t.name: t for t in threaded}
+
+    @classmethod
+    def applies(cls, state, context) -> bool:
+        plan = state.scratch.get("training")
+        return plan is not None and bool(getattr(plan, "threaded", ()))
+
+    def interest(self):
+        return frozenset(self.threaded)
+
+    def _name(self) -> cst.Name:
+        return cst.Name(self.plan.scaler)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):
+        threaded = self.threaded.get(original_node.name.value)
+        if threaded is None or not isinstance(self.parent(original_node), cst.Module):
+            return updated_node
+        params = updated_node.params
+        new = cst.Param(self._name())
+        if not threaded.keyword_only:
+            return updated_node.with_changes(params=params.with_changes(params=[*params.params, new]))
+        star = params.star_arg if not isinstance(params.star_arg, cst.MaybeSentinel) else cst.ParamStar()
+        return updated_node.with_changes(params=params.with_changes(
+            star_arg=star, kwonly_params=[*params.kwonly_params, new]))
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        if not isinstance(original_node.func, cst.Name):
+            return updated_node
+        threaded = self.threaded.get(original_node.func.value)
+        if threaded is None:
+            return updated_node
+        args = list(updated_node.args)
+        positional = not threaded.keyword_only and all(a.keyword is None and not a.star for a in args)
+        if args:
+            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) \
+                if isinstance(args[-1].comma, cst.MaybeSentinel) else args[-1]
+        if positional:
+            args.append(cst.Arg(self._name()))
+        else:
+            args.append(cst.Arg(self._name(), keyword=self._name(), equal=cst.AssignEqual(
+                cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+        return updated_node.with_changes(args=args)

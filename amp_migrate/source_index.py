@@ -200,6 +200,36 @@ class SourceIndex:
         hits = self._lines_with(wanted)
         if second is not None:
             hits &= self._lines_with(second)
+        return self._skip_lines(hits)
+
+    def skipped_for_scopes(self, asked: Iterable[str], bound: Iterable[str]) -> frozenset[int]:
+        """Ids of the statements that neither spell one of `asked` on a line nor bind one of
+        `bound` (nor declare it `global` or `nonlocal`) on a line; nothing when pruning is off."""
+        if self.statements is None or not pruning_enabled():
+            return frozenset()
+        return self._skip_lines(self._lines_with(frozenset(asked)) | self._binding_lines(frozenset(bound)))
+
+    def _binding_lines(self, names: frozenset[str]) -> set[int]:
+        lines: set[int] = set()
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                if any((a.asname or a.name.split(".")[0]) in names for a in node.names):
+                    lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+                continue
+            if isinstance(node, ast.Name):
+                bound = [node.id] if not isinstance(node.ctx, ast.Load) else []
+            elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                bound = node.names
+            elif isinstance(node, ast.arg):
+                bound = [node.arg]
+            else:  # functions, classes, `except ... as`, match captures, type parameters
+                bound = [getattr(node, field) for field in ("name", "rest")
+                         if isinstance(getattr(node, field, None), str)]
+            if any(name in names for name in bound):
+                lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+        return lines
+
+    def _skip_lines(self, hits: set[int]) -> frozenset[int]:
         marks = [0] * (len(self._line_words) + 1)
         count = 0
         for number in range(1, len(marks)):
@@ -256,27 +286,54 @@ class SourceIndex:
             self._identifiers = frozenset(_identifiers(self.tree))
         return self._identifiers
 
-    def qualifying(self, part: str) -> Optional[frozenset[str]]:
+    def qualifying(self, part: str, first: Optional[str] = None) -> Optional[frozenset[str]]:
         """What a name must spell for one of its qualified names (libcst's
         `QualifiedNameProvider`) to have `part` as a dotted component: `part` itself, or a
         name that an import with `part` in its module or imported name binds (an import's
         text, a local's function or class prefix or the name's own spelling are the only
         sources of a qualified name's parts). None, every name may, when a function or
-        class is named `part`, or pruning is off."""
-        if part not in self._qualifying:
-            self._qualifying[part] = self._qualifying_words(part) if pruning_enabled() else None
-        return self._qualifying[part]
+        class is named `part`, or pruning is off. `first`: only qualified names that start with
+        it are asked about; when no function or class is named `first` either, a local's
+        prefix (which starts with a function or class name) cannot be one of them."""
+        anchored = first is not None and self.root_words(first) is not None
+        key = ("anchored " if anchored else "") + part
+        if key not in self._qualifying:
+            self._qualifying[key] = self._qualifying_words(part, anchored) if pruning_enabled() else None
+        return self._qualifying[key]
 
-    def _qualifying_words(self, part: str) -> Optional[frozenset[str]]:
+    def _qualifying_words(self, part: str, anchored: bool) -> Optional[frozenset[str]]:
         words = {part}
         for node in ast.walk(self.tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == part:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
+                    and node.name == part and not anchored:
                 return None
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 module = getattr(node, "module", None) or ""
                 for alias in node.names:
                     if part in module.split(".") or part in alias.name.split("."):
                         words.add(alias.asname or alias.name.split(".")[0])
+        return frozenset(words)
+
+    def root_words(self, first: str) -> Optional[frozenset[str]]:
+        """The names a dotted name must start with for one of its qualified names to start
+        with `first`: `first` itself, or a name an import of `first` or of a module under it
+        binds. None, every name may, when a function or class is named `first` (a local's
+        qualified name starts with the names of the functions and classes around it), or
+        pruning is off."""
+        key = "^" + first
+        if key not in self._qualifying:
+            self._qualifying[key] = self._root_words(first) if pruning_enabled() else None
+        return self._qualifying[key]
+
+    def _root_words(self, first: str) -> Optional[frozenset[str]]:
+        words = {first}
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == first:
+                return None
+            if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == first:
+                words.update(alias.asname or alias.name for alias in node.names)
+            elif isinstance(node, ast.Import):
+                words.update(alias.asname or first for alias in node.names if alias.name.split(".")[0] == first)
         return frozenset(words)
 
     def imports(self) -> Iterator[ast.Import | ast.ImportFrom]:

@@ -105,6 +105,48 @@ def may_read_names(tree: cst.CSTNode, names: AbstractSet[str], index: SourceInde
     return False
 
 
+_BLOCKS = (cst.Module, cst.BaseCompoundStatement, cst.IndentedBlock, cst.Else, cst.ExceptHandler,
+           cst.Finally, cst.MatchCase) + ((cst.ExceptStarHandler,) if hasattr(cst, "ExceptStarHandler") else ())
+
+
+_STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+
+
+class _DropStatements(cst.CSTTransformer):
+    """Removes the given statements; every other node it hands back is the node it got, or,
+    for a compound statement or block that lost statements, a copy holding the same nodes."""
+
+    def __init__(self, skip: AbstractSet[int]) -> None:
+        super().__init__()
+        self.skip = skip
+        self._changed: list[bool] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        enter = id(node) not in self.skip and isinstance(node, _BLOCKS)
+        if enter:
+            self._changed.append(False)
+        return enter
+
+    def on_leave(self, original_node, updated_node):
+        if id(original_node) in self.skip and isinstance(original_node, _STATEMENTS):
+            if self._changed:
+                self._changed[-1] = True
+            return cst.RemoveFromParent()
+        if not isinstance(original_node, _BLOCKS):
+            return original_node
+        if not self._changed.pop():
+            return original_node
+        if self._changed:
+            self._changed[-1] = True
+        return updated_node
+
+
+def statements_spelling(module: cst.Module, skip: AbstractSet[int]) -> cst.Module:
+    """`module` without the statements in `skip`, for analyses that need only the rest (the
+    result need not be valid code: a block may be left empty)."""
+    return module.visit(_DropStatements(skip)) if skip else module
+
+
 class PrunedImportRemoval:
     """For a `RemoveImportsVisitor` subclass that keeps statement identity and holds the
     file's SourceIndex as `_index`: it enters only the statements that spell `import`, and
@@ -212,18 +254,36 @@ class Rule(VisitorBasedCodemodCommand):
                 out.add(local)
         return frozenset(out)
 
-    def qualifying_words(self, part: str) -> Optional[frozenset[str]]:
+    def qualifying_words(self, part: str, first: Optional[str] = None) -> Optional[frozenset[str]]:
         """What a statement must spell for a name in it to have a qualified name with the
-        dotted component `part` (None: unknown, every statement)."""
-        return self.state.index.qualifying(part) if self.state.index is not None else None
+        dotted component `part` (None: unknown, every statement); `first`: only qualified
+        names that start with it matter (see `SourceIndex.qualifying`)."""
+        return self.state.index.qualifying(part, first) if self.state.index is not None else None
 
-    def may_qualify_as(self, node: cst.CSTNode, part: str) -> bool:
+    def may_qualify_as(self, node: cst.CSTNode, part: str, first: Optional[str] = None) -> bool:
         """False when no qualified name of `node` (QualifiedNameProvider's) can have the
         dotted component `part`, told from its spelling and the file's imports, without scope
         analysis; True when it may."""
-        words = self.qualifying_words(part)
+        words = self.qualifying_words(part, first)
         name = get_full_name_for_node(node) if words is not None else None
         return name is None or not words.isdisjoint(name.split("."))
+
+    def may_start_with(self, node: cst.CSTNode, first: str) -> bool:
+        """False when no qualified name of `node` can start with the component `first`: its
+        dotted spelling starts with none of `SourceIndex.root_words(first)`."""
+        words = self.state.index.root_words(first) if self.state.index is not None else None
+        name = get_full_name_for_node(node) if words is not None else None
+        return name is None or name.split(".", 1)[0] in words
+
+    def scope_questions(self) -> Optional[tuple[Iterable[str], Iterable[str]]]:
+        """`(asked, names)` when the rule asks ScopeProvider (or QualifiedNameProvider) only
+        about nodes on lines that spell one of `asked`, and only what names in `names` are
+        bound to (None: anything). Scope analysis then reads only those lines' statements and
+        the statements that bind one of `names` or declare it global, with the compound
+        statements around them: every scope, binding and `global` that decides such a
+        question is there, in the same order (reads of a name do not change what it is bound
+        to elsewhere)."""
+        return None
 
     def name_is_free(self, name: str, tree: cst.Module) -> bool:
         """No code in the file spells `name` (cheap when the text never does)."""
@@ -340,6 +400,12 @@ class Rule(VisitorBasedCodemodCommand):
             # or nothing where no scope is recorded), without its pass over every node.
             scope = self.get_metadata(ScopeProvider, node, None)
             return scope.get_qualified_names_for(node) if scope else default
+        if key is ScopeProvider and key not in self.metadata and self.state.index is not None:
+            questions = self.scope_questions()
+            if questions is not None:
+                skip = self.state.index.skipped_for_scopes(*questions)
+                pruned = statements_spelling(self.context.wrapper.module, skip)
+                self.metadata = {**self.metadata, key: MetadataWrapper(pruned, unsafe_skip_copy=True).resolve(key)}
         if key not in self.metadata:
             if key not in self.LAZY_METADATA and key not in self.get_inherited_dependencies():
                 raise KeyError(f"{key.__name__} is not available to {type(self).__name__}")

@@ -256,13 +256,21 @@ class DeprecatedTorchAmp(Rule):
         self.plain_imports: set[str] = set()  # `import torch.cuda.amp` (binds `torch`)
 
     def interest(self) -> Optional[Iterable[str]]:
-        return self.qualifying_words("amp")
+        return self.qualifying_words("amp", "torch")
+
+    def scope_questions(self):
+        # `deprecated` asks about names on lines that spell an `amp` word, starting with a
+        # name that can be torch's; `torch_is_module`, what `torch` is bound to.
+        index = self.state.index
+        names = index.root_words("torch") if index else None
+        asked = self.qualifying_words("amp", "torch")
+        return None if asked is None or names is None else (asked, names)
 
     # -- what a node means ------------------------------------------------------------------
     def deprecated(self, node: cst.CSTNode) -> Optional[Deprecated]:
         """The deprecated object `node` names, `_AMBIGUOUS` if it may also be another, else None."""
-        if not (self.may_qualify_as(node, "torch") and self.may_qualify_as(node, "amp")
-                and (self.may_qualify_as(node, "cuda") or self.may_qualify_as(node, "cpu"))):
+        if not (self.may_start_with(node, "torch") and self.may_qualify_as(node, "amp", "torch")
+                and (self.may_qualify_as(node, "cuda", "torch") or self.may_qualify_as(node, "cpu", "torch"))):
             return None  # no scope analysis for names that cannot be `torch.{cuda,cpu}.amp.*`
         names = {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
         ours = sorted((DEPRECATED[n] for n in names if n in DEPRECATED), key=lambda d: d.old)

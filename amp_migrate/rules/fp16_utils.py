@@ -54,6 +54,7 @@ from ..binding import find, not_reads
 from ..diagnostics import Code, Severity, define
 from .base import Rule, add_requested_imports
 from .fp16_names import PACKAGE, STAR, public, star_module
+from .training_plan import pure
 
 TO_ITEM = define(
     "AMP450", "to-python-float-to-item", Severity.INFO,
@@ -196,7 +197,9 @@ class Fp16UtilsToTorch(Rule):
         self._still_needed: set[str] = set()
         self._star_imports: list[cst.ImportFrom] = []
         self._removed_star = False
-        self._guarded = False  # a star import under `try:`/`if`: removing it could empty the block
+        #: id of a star import inside a block -> why it cannot go (None: it can, see `_drop`)
+        self._guarded: dict[int, Optional[str]] = {}
+        self._drop: set[int] = set()  # `try`/`if` statements that held only a removable star import
 
     # -- star imports -----------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
@@ -218,7 +221,9 @@ class Fp16UtilsToTorch(Rule):
         else:
             self._star_uses_by_scope(exported)
         top_level = {id(s) for stmt in node.body if isinstance(stmt, cst.SimpleStatementLine) for s in stmt.body}
-        self._guarded = any(id(found) not in top_level for found in self._star_imports)
+        for found in self._star_imports:
+            if id(found) not in top_level:
+                self._guarded[id(found)] = self._guard_removal(found)
 
     def _star_uses_by_scope(self, exported: set[str]) -> None:
         scopes = {s for s in self.context.wrapper.resolve(ScopeProvider).values() if s is not None}
@@ -258,13 +263,53 @@ class Fp16UtilsToTorch(Rule):
             self.report(original_node, STAR_IMPORT_NEEDED,
                         f"`{self.code_of(original_node)}` is still needed for {names}; the file uses the shim")
             return updated_node
-        if self._guarded:
+        why = self._guarded.get(id(original_node))
+        if why is not None:
             self.report(original_node, STAR_IMPORT_NEEDED,
-                        f"`{self.code_of(original_node)}` sits inside a block, where amp-migrate does not "
-                        "remove it; the file uses the shim")
+                        f"`{self.code_of(original_node)}` sits inside a block {why}; the file uses the shim")
             return updated_node
         self._removed_star = True
         return cst.RemoveFromParent()
+
+    def _guard_removal(self, star: cst.ImportFrom) -> Optional[str]:
+        """Why the star import cannot leave its block (None: it can). Alone in a `try:` whose
+        handlers only report a missing Apex (pass, a call such as `print`, `raise`), or in an
+        `if` without `else` whose test reads nothing but names, the whole statement goes."""
+        line = self.parent(star)
+        block = self.parent(line) if isinstance(line, cst.SimpleStatementLine) else None
+        owner = self.parent(block) if isinstance(block, cst.IndentedBlock) else None
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1 or owner is None:
+            return "that shares its line with other statements"
+        if len(block.body) > 1:
+            return None  # the block keeps other statements
+        if isinstance(owner, cst.Try) and owner.body is block:
+            if owner.orelse is not None or owner.finalbody is not None:
+                return "of a `try` with `else`/`finally`"
+            assigned = [h for h in owner.handlers if not all(
+                isinstance(small, (cst.Pass, cst.Raise)) or m.matches(small, m.Expr(m.Call()))
+                for stmt in h.body.body if isinstance(stmt, cst.SimpleStatementLine) for small in stmt.body)
+                or not all(isinstance(stmt, cst.SimpleStatementLine) for stmt in h.body.body)]
+            if assigned:
+                return (f"whose `except` (line {self.position(assigned[0])[0]}) does more than report the "
+                        "missing import, so the `try` cannot simply go")
+            self._drop.add(id(owner))
+            return None
+        if isinstance(owner, cst.If) and owner.body is block and owner.orelse is None and pure(owner.test):
+            self._drop.add(id(owner))
+            return None
+        return "that is neither a `try` nor an `if` without `else`"
+
+    def leave_Try(self, original_node: cst.Try, updated_node: cst.Try):
+        if id(original_node) in self._drop and not self._still_needed:
+            self._removed_star = True
+            return cst.RemoveFromParent()
+        return updated_node
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If):
+        if id(original_node) in self._drop and not self._still_needed:
+            self._removed_star = True
+            return cst.RemoveFromParent()
+        return updated_node
 
     def visit_Import(self, node: cst.Import) -> bool:
         return False

@@ -7,12 +7,16 @@ script importing the trainer, a trainer importing the optimizer factory, a launc
 both. Each use is tied to every such owner; the groups are what those ties connect.
 
 A module that imports Apex and reads amp state, but that no owner shares an importer with
-(its importer is outside the tree as given), is tied to every owner of the tree: better one
-group too many on the shim than a native script beside a helper whose `amp.state_dict()`
-reads an uninitialized shim.
+(its importer is outside the tree as given, or loads it by name from a registry), is tied to
+every owner in its folder, the folders above it and those below: better one group too many
+on the shim than a native module beside a helper whose `amp.state_dict()` reads an
+uninitialized shim. Owners that run as programs (`if __name__ == "__main__":`) are left out
+of that guess: a script that does not import the helper does not run it. A folder of
+independent scripts stays a folder of independent files.
 """
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass
 from typing import Optional
 
@@ -70,6 +74,13 @@ def _how(index: ProjectIndex, user: str, owner: str, common: set[str]) -> str:
     return f"{min(common)} reaches both by imports"
 
 
+def _nested(a: str, b: str) -> bool:
+    """Whether one file's folder holds the other's (or they share one)."""
+    folder_a, folder_b = posixpath.dirname(a), posixpath.dirname(b)
+    common = posixpath.commonpath([folder_a, folder_b]) if folder_a and folder_b else ""
+    return common in (folder_a, folder_b)
+
+
 def ties(index: ProjectIndex) -> list[Tie]:
     ancestors = _ancestors(index)
     owners = {p: f.owns for p, f in index.modules.items() if f.owns}
@@ -86,7 +97,8 @@ def ties(index: ProjectIndex) -> list[Tie]:
         if not tied and facts.uses and not facts.initialize and not facts.fp16_optimizers:
             tied = [Tie(path, owner, facts.uses[0], sites[0],
                         f"no module of the tree both imports {path} and sets Apex up")
-                    for owner, sites in owners.items() if owner != path]
+                    for owner, sites in owners.items()
+                    if owner != path and not index.modules[owner].script and _nested(path, owner)]
         found += tied
     return found
 

@@ -44,6 +44,7 @@ def is_candidate(text: str) -> bool:
     return False
 
 
+_MAIN_GUARD = re.compile(r"^if[ \t(]+__name__[ \t]*==[ \t]*['\"]__main__['\"]", re.M)
 _IMPORT_TEXT = re.compile(
     r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)|import[ \t]+([^\n#;]+))",
     re.M)
@@ -77,6 +78,7 @@ class ModuleFacts:
     path: str  # relative to the tree, "/"-separated
     name: str  # dotted, from the tree's layout
     parsed: bool = False
+    script: bool = False  # runs as a program: `if __name__ == "__main__":` at module level
     imports: list[Import] = field(default_factory=list)
     apex_imports: list[Site] = field(default_factory=list)
     initialize: list[Site] = field(default_factory=list)  # what: "model, opt = amp.initialize"
@@ -426,6 +428,7 @@ def build_index(sources: Mapping[str, str]) -> ProjectIndex:
                 _unparsed(facts, text)
             continue
         trees[path] = tree
+        facts.script = _MAIN_GUARD.search(text) is not None
         _Reader(facts, tree, text).read()
         facts.parsed = True
     edges = {path: {t for imp in facts.imports for t in resolver.targets(path, imp) if t != path}

@@ -106,3 +106,16 @@ def test_sites_are_located_in_characters_on_the_parsers_lines():
     text = "# café\rfrom apex import amp\r\nx = 'é'; m, o = amp.initialize(m, o)\n"
     (site,) = build_index({"m.py": text}).modules["m.py"].initialize
     assert (site.line, site.col) == (3, 10)
+
+
+def test_a_user_with_no_importer_is_not_tied_to_scripts_or_to_owners_in_other_folders():
+    init = "from apex import amp\nm, o = amp.initialize(m, o)\n"
+    index = build_index({
+        "examples/run_a.py": init + "if __name__ == '__main__':\n    pass\n",
+        "other/setup_amp.py": init,
+        "pkg/setup_amp.py": init,
+        "pkg/steps/helper.py": "from apex import amp\ndef save():\n    return amp.state_dict()\n",
+    })
+    (group,) = find_groups(index)
+    assert group.members == ("pkg/setup_amp.py", "pkg/steps/helper.py")
+    assert index.modules["examples/run_a.py"].script and not index.modules["pkg/setup_amp.py"].script

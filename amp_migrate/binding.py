@@ -467,7 +467,7 @@ class ApexBinder:
         tree, only for files that rebind one of them)."""
         if self._reaching is None:
             from .reaching import Reaching  # it reads trees with this module's helpers
-            self._reaching = Reaching(self._module, self.imported)
+            self._reaching = Reaching(self._module, self.imported, self._skipping(self.imported))
         return self._reaching
 
     def _flowing(self, node: cst.CSTNode) -> Optional[str]:

@@ -21,7 +21,7 @@ costs a fallback and never a wrong rewrite.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import AbstractSet, Iterable, Optional
 
 import libcst as cst
 
@@ -148,8 +148,9 @@ class _Scopes:
     """First pass: the scopes, and which tracked names each one binds (Python decides a
     name's scope from every binding in the block, wherever it is)."""
 
-    def __init__(self, module: cst.Module, names: frozenset[str]) -> None:
+    def __init__(self, module: cst.Module, names: frozenset[str], skip: AbstractSet[int] = frozenset()) -> None:
         self.names = names
+        self.skip = skip  # statements that spell none of `names`: the scopes in them bind none
         self.of: dict[cst.CSTNode, _Scope] = {}
         self.root = _Scope("module", None)
         self.of[module] = self.root
@@ -166,8 +167,11 @@ class _Scopes:
 
     def _walk(self, node, scope: _Scope) -> None:
         stack: list[tuple[object, _Scope]] = [(node, scope)]
+        skip = self.skip
         while stack:
             item, scope = stack.pop()
+            if id(item) in skip:
+                continue
             if isinstance(item, (list, tuple)):
                 stack.extend((n, scope) for n in item)
                 continue
@@ -275,9 +279,11 @@ def _join(states: Iterable[State]) -> State:
 class Reaching:
     """The bindings that can reach each read of the tracked names in `module`."""
 
-    def __init__(self, module: cst.Module, names: Iterable[str]) -> None:
+    def __init__(self, module: cst.Module, names: Iterable[str], skip: AbstractSet[int] = frozenset()) -> None:
+        """`skip`: statements that spell none of `names` (their scopes are made as they are
+        met: nothing in them binds a tracked name)."""
         self.names = frozenset(names)
-        scopes = _Scopes(module, self.names)
+        scopes = _Scopes(module, self.names, skip)
         self._of = scopes.of
         self._frames: list[_Frame] = []
         self._pending: list[tuple[cst.CSTNode, _Scope, dict[str, frozenset]]] = []
@@ -609,8 +615,14 @@ class Reaching:
                 if param.annotation is not None:
                     self._expr(param.annotation.annotation)
 
+    def _scope(self, node: cst.CSTNode, kind: str) -> _Scope:
+        scope = self._of.get(node)
+        if scope is None:  # in a statement the first pass skipped
+            scope = self._of[node] = _Scope(kind, self._frames[-1].scope)
+        return scope
+
     def _defer(self, node) -> None:
-        scope = self._of[node]
+        scope = self._scope(node, "function")
         entry = {name: frozenset() for name in scope.local}
         params = node.params
         for param in (*params.posonly_params, *params.params, *params.kwonly_params,
@@ -623,7 +635,7 @@ class Reaching:
         self._pending.append((node, scope, entry))
 
     def _class(self, node: cst.ClassDef) -> None:
-        scope = self._of[node]
+        scope = self._scope(node, "class")
         entry: State = {}
         for name in scope.local:
             values, _, _ = self._lookup(name)
@@ -636,7 +648,7 @@ class Reaching:
 
     def _comprehension(self, node) -> None:
         self._expr(node.for_in.iter)
-        scope = self._of[node]
+        scope = self._scope(node, "comprehension")
         self._frames.append(_Frame(scope, {name: frozenset() for name in scope.local}))
         for_in: Optional[cst.CompFor] = node.for_in
         first = True

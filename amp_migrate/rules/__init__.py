@@ -11,6 +11,7 @@ from .initialize import InitializeToGradScaler
 from .master_params import MasterParamsUnscale
 from .normalization import FusedNormsToTorch
 from .optimizer_step import OptimizerStepThroughScaler
+from .optimizer_alias import OptimizerClassAlias
 from .optimizers import FusedOptimizersToTorch
 from .parallel import ApexParallelToTorch
 from .rebinding import ReboundApexNames
@@ -34,6 +35,7 @@ NATIVE_RULES = [
     DeprecatedTorchAmp,
     CastRegistrationToAutocast,
     Fp16UtilsToTorch,
+    OptimizerClassAlias,
     FusedOptimizersToTorch,
     ApexParallelToTorch,
     FusedNormsToTorch,

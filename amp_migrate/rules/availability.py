@@ -49,7 +49,7 @@ import libcst.matchers as m
 
 from ..diagnostics import Severity, define
 from .base import Rule
-from .training_plan import pure
+from .plan import pure
 
 FOLDED = define(
     "AMP905", "apex-availability-check-answered", Severity.INFO,

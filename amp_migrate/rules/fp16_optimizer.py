@@ -73,7 +73,8 @@ from .apex_calls import NOT_LITERAL
 from .base import Rule
 from .control_flow import exits_early, runs_backward
 from .fp16_names import PACKAGE, fp16_name, star_only_names
-from .training_plan import STATIC_GROWTH_INTERVAL, TrainingPlan, bind_arguments, literal, pure
+from .plan import TrainingPlan, bind_arguments, literal, pure
+from .plan_options import STATIC_GROWTH_INTERVAL
 
 FLOW = define(
     "AMP465", "fp16-optimizer-to-grad-scaler", Severity.INFO,
@@ -500,8 +501,9 @@ class Fp16OptimizerToGradScaler(Rule):
                     continue
                 if exits_early(later) or runs_backward(later) or self._touches(later, flow):
                     raise Refused(later, f"line {self.position(later)[0]} stands between `{self.code_of(backward)}` "
-                                  "and its step (Apex updated the loss scale at `backward`, GradScaler updates it "
-                                  "after the step, so only clipping may run in between)")
+                                  "and its step: it may read gradients or the wrapper (Apex updated the loss scale "
+                                  "at `backward` and kept the model's fp16 gradients scaled; natively the scale "
+                                  "changes at `update()` and the model's gradients are the ones stepped)")
             else:
                 raise Refused(backward, f"no `{flow.target}.step()` follows `{self.code_of(backward)}` in its block")
         for line_id, step in steps.items():
@@ -512,7 +514,11 @@ class Fp16OptimizerToGradScaler(Rule):
                 raise Refused(clip, f"`{self.code_of(clip)}` is not between a `backward` and its step")
 
     def _touches(self, statement: cst.CSTNode, flow: Flow) -> bool:
-        return flow.target in {n.value for n in m.findall(statement, m.Name())}
+        """The statement reads the wrapper or (possibly) gradients: Apex's fp16 model gradients
+        stayed scaled after `backward` and did not feed the step; natively they are the ones
+        stepped, so a read there (clipping `model.parameters()`) would act differently."""
+        names = {n.value for n in m.findall(statement, m.Name())}
+        return flow.target in names or any("grad" in n or n in ("parameters", "named_parameters") for n in names)
 
     def _between_pair(self, clip: cst.Call, flow: Flow) -> bool:
         line = self._statement(clip)

@@ -54,7 +54,7 @@ from ..binding import find, not_reads
 from ..diagnostics import Code, Severity, define
 from .base import Rule, add_requested_imports
 from .fp16_names import PACKAGE, STAR, public, star_module
-from .training_plan import pure
+from .plan import pure
 
 TO_ITEM = define(
     "AMP450", "to-python-float-to-item", Severity.INFO,

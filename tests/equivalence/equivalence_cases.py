@@ -144,6 +144,10 @@ CASES = [
     Case("fp16-flag-across-functions-off", "fp16_flag_across_functions.py", ("--corrupt-step", "5"),
          covers="the same script without `--fp16`: Apex never initialised (no loss scaler "
                 "to record), the threaded scaler disabled", scales="native_disabled"),
+    Case("apex-optional-import", "apex_optional_import.py", ("--corrupt-step", "7"),
+         covers="Apex imported in `try:` with `amp = None` on ImportError, `if use_amp and amp is "
+                "None: raise` (answered natively: AMP905), `initialize` under `if use_amp:` in a "
+                "Trainer method; one overflow", min_skipped=1),
 ]
 
 BY_ID = {case.id: case for case in CASES}

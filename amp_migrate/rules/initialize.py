@@ -71,14 +71,14 @@ class InitializeToGradScaler(TrainingRule):
     def interest(self):
         return self.words_for(INITIALIZE, INIT)
 
-    def _creation(self, leading_lines=()) -> list[cst.SimpleStatementLine]:
+    def _creation(self, plan, leading_lines=()) -> list[cst.SimpleStatementLine]:
         """One GradScaler per loss id when the plan keeps Apex's per-loss scalers apart."""
         AddImportsVisitor.add_needed_import(self.context, "torch")
         self.created = True
         return [cst.SimpleStatementLine(
-            [cst.Assign([cst.AssignTarget(cst.parse_expression(scaler))], self.plan.scaler_call.deep_clone())],
+            [cst.Assign([cst.AssignTarget(cst.parse_expression(scaler))], plan.scaler_call.deep_clone())],
             leading_lines=leading_lines if i == 0 else ())
-            for i, scaler in enumerate(self.plan.scalers)]
+            for i, scaler in enumerate(plan.scalers)]
 
     def _is_init(self, node: Optional[cst.CSTNode]) -> bool:
         return isinstance(node, cst.Call) and self.apex_name(node.func) in (INITIALIZE, INIT)
@@ -97,11 +97,12 @@ class InitializeToGradScaler(TrainingRule):
         if not self._is_init(value):
             return updated_node
         rest = self._rest(small, updated_node.body[0], value)
-        if self.plan.hoisted or not self._creates_here(original_node):
+        plan = self.plan.at(self.position(original_node)[0])
+        if plan.hoisted or not self._creates_here(original_node):
             if rest is None:
                 return cst.RemoveFromParent()
             return updated_node.with_changes(body=[rest])
-        creation = self._creation(original_node.leading_lines)
+        creation = self._creation(plan, original_node.leading_lines)
         if rest is None:
             return cst.FlattenSentinel(creation)
         return cst.FlattenSentinel([*creation, updated_node.with_changes(body=[rest], leading_lines=())])
@@ -123,16 +124,19 @@ class InitializeToGradScaler(TrainingRule):
         return updated_small.with_changes(value=value) if value is not None else None
 
     def leave_If(self, original_node: cst.If, updated_node: cst.If):
-        if self.plan is None or not self.plan.hoisted or original_node.orelse is not None:
+        if self.plan is None or original_node.orelse is not None:
             return updated_node
         guarded = [s for s in original_node.body.body if isinstance(s, cst.SimpleStatementLine)
                    and len(s.body) == 1 and self._is_init(getattr(s.body[0], "value", None))]
         if not guarded:
             return updated_node
+        plan = self.plan.at(self.position(original_node)[0])
+        if not plan.hoisted:
+            return updated_node
         if not self._creates_here(original_node):
             creation = None
         else:
-            creation = self._creation(original_node.leading_lines)
+            creation = self._creation(plan, original_node.leading_lines)
         body = updated_node.body
         if not body.body or all(isinstance(s, cst.SimpleStatementLine) and
                                 all(isinstance(x, cst.Pass) for x in s.body) for s in body.body):
@@ -155,7 +159,7 @@ class InitializeToGradScaler(TrainingRule):
                 at = i + 1  # import guards at the top (try: import apex ...)
             else:
                 break
-        creation = self._creation()
+        creation = self._creation(self.plan)
         if at > 0:
             creation[0] = creation[0].with_changes(leading_lines=[cst.EmptyLine()])
         body[at:at] = creation

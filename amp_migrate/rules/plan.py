@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Collection, Optional
 
 import libcst as cst
@@ -49,6 +49,16 @@ ONE_SCALER = define(
     "the overflowing loss's scaler, the shared scaler backs off for every loss. When each "
     "optimizer is scaled under one loss id, amp-migrate keeps one GradScaler per loss id instead.",
 )
+@dataclass(frozen=True)
+class PlanPart:
+    """One `initialize` of several: the lines it governs and how its scaler is built."""
+    first: int
+    last: int
+    scaler_call: cst.Call
+    autocast_call: cst.Call
+    hoisted: bool
+
+
 @dataclass
 class TrainingPlan:
     scaler: str  # how code reaches it: "scaler" or "self.scaler"
@@ -73,6 +83,22 @@ class TrainingPlan:
     #: `def` and how the parameter is declared (plan_threading.Threaded). Calls from other
     #: modules are not checked here; a project-level pass can check them by these names.
     threaded: tuple = ()
+    #: Several `initialize` calls (or one run per loop iteration), each with its own local
+    #: GradScaler built where it ran: the part whose lines hold a node says how (PlanPart).
+    parts: tuple = ()
+
+    @property
+    def scaler_calls(self) -> list[cst.Call]:
+        """Every way the plan builds a GradScaler (one per part)."""
+        return [part.scaler_call for part in self.parts] or [self.scaler_call]
+
+    def at(self, line: int) -> "TrainingPlan":
+        """The plan as it applies on `line` of the file as given."""
+        for part in self.parts:
+            if part.first <= line <= part.last:
+                return replace(self, scaler_call=part.scaler_call, autocast_call=part.autocast_call,
+                               hoisted=part.hoisted)
+        return self
 
     def scaler_for_loss(self, loss_id: int) -> str:
         return self.loss_scalers.get(loss_id, self.scaler)

@@ -297,8 +297,9 @@ class ScaleLossToGradScaler(TrainingRule):
                 inner = list(updated[i:last + 1])
                 lead = inner[0].leading_lines
                 inner[0] = inner[0].with_changes(leading_lines=())
+                autocast = self.plan.at(self.position(original[i])[0]).autocast_call
                 out.append(cst.With(
-                    items=[cst.WithItem(self.plan.autocast_call.deep_clone())],
+                    items=[cst.WithItem(autocast.deep_clone())],
                     body=cst.IndentedBlock(body=inner),
                     leading_lines=lead))
                 i = last + 1

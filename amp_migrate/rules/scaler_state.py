@@ -415,8 +415,8 @@ class ScalerStateReads(TrainingRule):
         return NONE
 
     def _disabled(self) -> bool:
-        return any(a.keyword is not None and a.keyword.value == "enabled" and literal(a.value) is False
-                   for a in self.plan.scaler_call.args)
+        return all(any(a.keyword is not None and a.keyword.value == "enabled" and literal(a.value) is False
+                       for a in call.args) for call in self.plan.scaler_calls)
 
     # -- the events ---------------------------------------------------------------------------
     def _steps(self, line: cst.CSTNode, any_scaler: bool = False) -> bool:

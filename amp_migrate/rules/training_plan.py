@@ -53,6 +53,7 @@ from .plan import (INIT, INITIALIZE, INITIALIZE_ARGS, LEVELS, LOAD_STATE_DICT,  
 from .plan import binds_in_ast as _binds_in_ast  # noqa: F401
 from .plan import PURE_BUILTINS
 from .plan_threading import find_threading, top_level_function
+from .plan_units import Unit, UnitPlanning
 from .plan_options import (OPTION_NOT_LITERAL, STATIC_GROWTH_INTERVAL, OptionReader,  # noqa: F401
                            Switch, arguments, is_expression, switch_of)
 
@@ -105,7 +106,7 @@ def _bound_names(node: ast.AST) -> tuple[str, ...]:
     return ()
 
 
-class PlanTraining(Rule):
+class PlanTraining(UnitPlanning, Rule):
     """Read the file's Apex training calls and decide where its GradScaler lives."""
 
     MARKERS = ("initialize", "scale_loss", "init(")
@@ -172,6 +173,9 @@ class PlanTraining(Rule):
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if not self.inits and not self.scale_losses:
             return updated_node
+        if self.scale_losses and (len(self.inits) > 1 or self.inits and self._guard(self.inits[0][1])[1]):
+            self._plan_several(original_node)
+            return updated_node
         if len(self.inits) != 1 or not self.scale_losses:
             where = self.inits[1][0] if len(self.inits) > 1 else (
                 self.inits[0][0] if self.inits else self.scale_losses[0])
@@ -187,6 +191,18 @@ class PlanTraining(Rule):
         if plan is not None:
             self.state.scratch["training"] = plan
         return updated_node
+
+    def _plan_several(self, module: cst.Module) -> None:
+        """Several `initialize` calls, or one that runs in a loop or a branch: a scaler each."""
+        found = self._plan_in_units(module)
+        if isinstance(found, TrainingPlan):
+            self.state.scratch["training"] = found
+        elif found and len(self.inits) > 1:
+            self.report(self.inits[1][0], INIT_COUNT, f"`amp.initialize` is called more than once in "
+                        f"this file, and {found}")
+        elif found:
+            self.report(self.inits[0][1], NO_PLACE, "`amp.initialize` runs inside a loop or a branch "
+                        f"with an `else`, and {found}")
 
     # -- deciding ------------------------------------------------------------------------------
     def _optimizer_codes(self) -> set[str]:
@@ -289,20 +305,27 @@ class PlanTraining(Rule):
             name, i = f"{wanted}_{i}", i + 1
         return name
 
-    def _plan(self, call: cst.Call, statement: cst.CSTNode, module: cst.Module) -> Optional[TrainingPlan]:
+    def _plan(self, call: cst.Call, statement: cst.CSTNode, module: cst.Module,
+              unit: Optional[Unit] = None) -> Optional[TrainingPlan]:
         """Options -> switches and scaler arguments, placement, naming: the recipe in order.
-        Every reason to refuse is reported before giving up."""
+        Every reason to refuse is reported before giving up. With a `unit`, the scaler serves
+        only the sites of that block (plan_units.py)."""
         args = self._options_of(call)
         if args is None:
             return None
         optimizers = self._optimizer_codes()
         steps = self._step_sites(module, optimizers, statement)
+        if unit is not None:
+            steps = [c for c in steps if self._holder([unit], c) is unit]
         placement = self._placement(statement, self.sites + steps)
-        guard_node, guard = self._guard_switch(statement)
+        guard_node, guard = self._guard_switch(statement, nested_ok=unit is not None)
         reading = OptionReader(args, call, self.report, self._free_builtins()).read(
             True if guard is None else guard)
         per_loss = self._per_loss(args)
         if guard is None or not reading.ok or per_loss is None:
+            return None
+        if unit is not None and per_loss:
+            self.report(call, INIT_COUNT, "per-loss scalers (`num_losses`) with several `initialize` calls")
             return None
         threaded: tuple = ()
         if placement == "module" and (is_expression(reading.amp_on) or is_expression(reading.scaling_on)):
@@ -350,11 +373,12 @@ class PlanTraining(Rule):
             self.report(call, OPTION_NOT_LITERAL, "`amp.initialize` takes `*args`/`**kwargs` here")
         return args
 
-    def _guard_switch(self, statement: cst.CSTNode) -> tuple[Optional[cst.BaseExpression], Optional[Switch]]:
+    def _guard_switch(self, statement: cst.CSTNode,
+                      nested_ok: bool = False) -> tuple[Optional[cst.BaseExpression], Optional[Switch]]:
         """The `if` test around `initialize`, and its switch (True: no guard; None: a guard no
         scaler built before it can follow)."""
         guard, nested = self._guard(statement)
-        if nested:
+        if nested and not nested_ok:
             self.report(statement, NO_PLACE, "`amp.initialize` runs inside a loop or a branch "
                         "with an `else`, so no scaler built there reaches the rest of the code")
             return guard, None

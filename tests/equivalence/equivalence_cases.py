@@ -148,6 +148,17 @@ CASES = [
          covers="Apex imported in `try:` with `amp = None` on ImportError, `if use_amp and amp is "
                 "None: raise` (answered natively: AMP905), `initialize` under `if use_amp:` in a "
                 "Trainer method; one overflow", min_skipped=1),
+    Case("kfold-initialize-per-fold", "kfold_initialize_per_fold.py", ("--corrupt-step", "6"),
+         covers="k-fold loop with a fresh `amp.initialize` per fold (one branch per `--mode`, each "
+                "with its own `initialize`): a GradScaler built per fold, so every fold starts at "
+                "the initial scale as Apex's rebuilt scaler did (every fold skips its first steps "
+                "while the scale backs off); an overflow per fold. The recorder lists every "
+                "GradScaler created, so scales are compared through the skipped steps only",
+         min_skipped=6, scales="own"),
+    Case("kfold-initialize-per-fold-unscaled", "kfold_initialize_per_fold.py",
+         ("--mode", "unscaled", "--corrupt-step", "6"),
+         covers="the other branch: `loss_scale=1.0` per fold, a disabled scaler each; the "
+                "overflowing steps applied as Apex did", scales="own"),
 ]
 
 BY_ID = {case.id: case for case in CASES}

@@ -1,0 +1,131 @@
+"""Plans for `initialize` calls that each govern one block: one per fold, per branch, per function.
+
+Apex rebuilt its loss scalers at every `initialize` call (the old scale was lost), and every
+`scale_loss`, step and `amp.state_dict()` used the newest ones. A native GradScaler built where
+each `initialize` ran is the same object wherever a site is provably tied to one call: the site
+sits in the block that holds that `initialize` (or the `if` guarding it), after it, in the same
+function, and no other `initialize` can run in between (the blocks are disjoint and the
+functions holding them do not call each other). A k-fold loop with a fresh `initialize` per
+fold, one `initialize` per branch of an `if`/`else`, and one per training function are such
+blocks; anything else keeps AMP101/AMP102 with the reason. This module holds no rule: it is a
+part of PlanTraining (training_plan.py), which mixes it in.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional, Union
+
+import libcst as cst
+import libcst.matchers as m
+
+from .plan import PlanPart, TrainingPlan
+
+
+class Unit:
+    """The block one `initialize` governs, and from which line on."""
+
+    def __init__(self, call: cst.Call, statement: cst.CSTNode, block: cst.CSTNode, anchor: cst.CSTNode,
+                 after: int, span: tuple[int, int]) -> None:
+        self.call, self.statement, self.block, self.anchor = call, statement, block, anchor
+        self.after, self.span = after, span
+        self.sites: list[cst.CSTNode] = []
+
+
+class UnitPlanning:
+    """PlanTraining's planning for `initialize` calls that each govern one block."""
+
+    def _unit_of(self, call: cst.Call, statement: cst.CSTNode) -> Unit:
+        block, anchor = self.parent(statement), statement
+        owner = self.parent(block)
+        if isinstance(owner, cst.If) and owner.body is block and owner.orelse is None:
+            block, anchor = self.parent(owner), owner
+        body = list(block.body)
+        first = self.position(anchor)[0] if isinstance(block, cst.Module) else self.position(body[0])[0]
+        return Unit(call, statement, block, anchor, self._lines_of(statement)[-1],
+                    (first, self._lines_of(body[-1])[-1]))
+
+    def _plan_in_units(self, module: cst.Module) -> Union[TrainingPlan, str]:
+        """One plan part per `initialize`; or why the sites are not provably tied to one each."""
+        units = [self._unit_of(call, statement) for call, statement in self.inits]
+        why = self._disjoint(units) or self._assign(units, self.sites)
+        if why:
+            return why
+        plans = []
+        for unit in units:
+            plan = self._plan_unit(unit, module)
+            if plan is None:
+                return ""
+            if isinstance(plan, str):
+                return plan
+            plans.append(plan)
+        steps = {line for plan in plans for line in plan.step_lines}
+        every = self._step_sites(module, set().union(*(p.optimizers for p in plans)), units[0].statement)
+        stray = [c for c in every if self.position(c)[0] not in steps]
+        if stray:
+            return f"the step at line {self.position(stray[0])[0]} is tied to no `initialize`"
+        if len(plans) == 1:
+            return plans[0]
+        return replace(plans[0],
+                       models=set().union(*(p.models for p in plans)),
+                       optimizers=set().union(*(p.optimizers for p in plans)),
+                       step_lines=frozenset(steps),
+                       eager_unscale_lines=frozenset().union(*(p.eager_unscale_lines for p in plans)),
+                       parts=tuple(PlanPart(u.span[0], u.span[1], p.scaler_call, p.autocast_call, p.hoisted)
+                                   for u, p in zip(units, plans)))
+
+    def _disjoint(self, units: list[Unit]) -> str:
+        for unit in units:
+            for other in units:
+                if other is unit:
+                    continue
+                if other.block is unit.block:
+                    return (f"the `initialize` calls at lines {self.position(unit.call)[0]} and "
+                            f"{self.position(other.call)[0]} share one block, so one's scaler "
+                            "would replace the other's")
+                if any(p is unit.block for p in self.ancestors(other.anchor)):
+                    return (f"the `initialize` at line {self.position(other.call)[0]} runs inside the "
+                            f"block of the one at line {self.position(unit.call)[0]}")
+                why = self._calls_into(unit, other)
+                if why:
+                    return why
+        return ""
+
+    def _calls_into(self, unit: Unit, other: Unit) -> str:
+        """A function holding one unit must not call the one holding another."""
+        here, there = self.scope_of(unit.statement), self.scope_of(other.statement)
+        if there is None or here is there:
+            return ""
+        name = there.name.value
+        if self.findall(here if here is not None else self.context.wrapper.module, m.Name(name), {name}):
+            return (f"`{here.name.value if here is not None else 'the module'}` calls `{name}`, "
+                    "which calls `initialize` again")
+        return ""
+
+    def _assign(self, units: list[Unit], sites: list[cst.CSTNode]) -> str:
+        for site in sites:
+            holder = self._holder(units, site)
+            if holder is None:
+                return f"the Apex call at line {self.position(site)[0]} is tied to no single `initialize`"
+            holder.sites.append(site)
+        return ""
+
+    def _holder(self, units: list[Unit], node: cst.CSTNode) -> Optional[Unit]:
+        line = self.position(node)[0]
+        scope = self.scope_of(node)
+        for unit in units:
+            if line > unit.after and scope is self.scope_of(unit.statement) \
+                    and any(p is unit.block for p in self.ancestors(node)):
+                return unit
+        return None
+
+    def _plan_unit(self, unit: Unit, module: cst.Module) -> Union[TrainingPlan, str, None]:
+        """The plan for one unit alone: its own sites, a local scaler built where it ran."""
+        every = (self.sites, self.scale_losses)
+        self.sites = unit.sites
+        self.scale_losses = [s for s in every[1] if any(s is u for u in unit.sites)]
+        try:
+            if not self.scale_losses:
+                return f"no `scale_loss` goes with the `initialize` at line {self.position(unit.call)[0]}"
+            return self._plan(unit.call, unit.statement, module, unit=unit)
+        finally:
+            self.sites, self.scale_losses = every

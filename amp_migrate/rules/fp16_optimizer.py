@@ -334,7 +334,7 @@ class Fp16OptimizerToGradScaler(Rule):
         args = bind_arguments(call, _ARGS) or {}
         scaler_args = [cst.Arg(cst.SimpleString(f'"{self.options.device}"'))]
         if not self.options.needs_loss_scaling:  # bfloat16: no scaling at all
-            return cst.Call(cst.parse_expression("torch.amp.GradScaler"), scaler_args + [_kw("enabled", cst.Name("False"))])
+            return self._built(scaler_args + [_kw("enabled", cst.Name("False"))], None, None)
         dynamic = args.get("dynamic_loss_scale")
         dynamic_value = literal(dynamic) if dynamic is not None else False
         static = args.get("static_loss_scale")
@@ -480,7 +480,8 @@ class Fp16OptimizerToGradScaler(Rule):
             flow.calls.add(id(call))
 
     def _statement(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
-        return next((p for p in self.ancestors(node) if isinstance(p, (cst.SimpleStatementLine, cst.BaseCompoundStatement))), None)
+        statements = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+        return next((p for p in self.ancestors(node) if isinstance(p, statements)), None)
 
     def _pairs(self, flow: Flow) -> None:
         """Each backward is followed in its block by one step, with only clipping in between."""
@@ -699,7 +700,8 @@ class Fp16OptimizerToGradScaler(Rule):
         receiver = updated_node.func.value
         if updated_node.func.attr.value == "zero_grad":
             bound = bind_arguments(updated_node, ("set_grads_to_None",)) or {}
-            return updated_node.with_changes(args=[_kw("set_to_none", bound.get("set_grads_to_None", cst.Name("False")))])
+            value = bound.get("set_grads_to_None", cst.Name("False"))
+            return updated_node.with_changes(args=[_kw("set_to_none", value)])
         bound = bind_arguments(updated_node, ("max_norm", "norm_type"))
         params = cst.parse_expression(f'(p for group in {_CODE(receiver)}.param_groups for p in group["params"])')
         args = [cst.Arg(params), cst.Arg(bound["max_norm"])] + (

@@ -28,11 +28,15 @@ Fix safety
     reports AMP504 and sends the file to the shim.
 
 Example
-    optim_name = optim.SGD                  optim_name = optim.SGD
-    if opt.fused:                           if opt.fused:
-        optim_name = FusedSGD                   optim_name = torch.optim.SGD
-    optimizer = optim_name(params, lr=0.1,  optimizer = optim_name(params, lr=0.1,
-                           momentum=0.9)                           momentum=0.9)
+    optim_name = optim.SGD
+    if opt.fused:
+        optim_name = FusedSGD
+    optimizer = optim_name(params, lr=0.1, momentum=0.9)
+becomes
+    optim_name = optim.SGD
+    if opt.fused:
+        optim_name = functools.partial(torch.optim.SGD, fused=True)
+    optimizer = optim_name(params, lr=0.1, momentum=0.9)
 """
 from __future__ import annotations
 
@@ -52,11 +56,13 @@ ALIASED = define(
     "`optim_name = FusedSGD` followed only by calls `optim_name(params, lr=..., momentum=...)` "
     "builds FusedSGD optimizers whose update is torch.optim.SGD's step for step with those "
     "arguments, so the variable holds `torch.optim.SGD` instead (FusedAdam: `torch.optim.AdamW`, "
-    "when every call passes `weight_decay`). `zero_grad()` of torch's SGD sets gradients to None "
+    "when every call passes `weight_decay`), with `fused=True` on cuda and cpu as for a call. "
+    "`zero_grad()` of torch's SGD sets gradients to None "
     "where FusedSGD zeroed them; the step is the same for every parameter that receives a "
     "gradient each iteration.",
     before="optim_name = FusedSGD\noptimizer = optim_name(params, lr=0.1, momentum=0.9)",
-    after="optim_name = torch.optim.SGD\noptimizer = optim_name(params, lr=0.1, momentum=0.9)",
+    after="optim_name = functools.partial(torch.optim.SGD, fused=True)\n"
+          "optimizer = optim_name(params, lr=0.1, momentum=0.9)",
 )
 
 _SGD = ("params", "lr", "momentum", "dampening", "weight_decay", "nesterov")
@@ -143,4 +149,7 @@ class OptimizerClassAlias(Rule):
         if torch_class is None:
             return updated_node
         AddImportsVisitor.add_needed_import(self.context, "torch")
-        return cst.parse_expression(torch_class)
+        if self.options.device not in ("cuda", "cpu"):
+            return cst.parse_expression(torch_class)
+        AddImportsVisitor.add_needed_import(self.context, "functools")
+        return cst.parse_expression(f"functools.partial({torch_class}, fused=True)")

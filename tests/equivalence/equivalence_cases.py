@@ -159,6 +159,10 @@ CASES = [
          ("--mode", "unscaled", "--corrupt-step", "6"),
          covers="the other branch: `loss_scale=1.0` per fold, a disabled scaler each; the "
                 "overflowing steps applied as Apex did", scales="own"),
+    Case("optimizer-class-alias", "optimizer_class_alias.py", ("--fused-sgd", "--corrupt-step", "7"),
+         covers="`optim_name = optim.SGD`, `optim_name = FusedSGD` under a flag, then called with "
+                "param groups (AMP481: `functools.partial(torch.optim.SGD, fused=True)`); one "
+                "overflow", min_skipped=1),
 ]
 
 BY_ID = {case.id: case for case in CASES}

@@ -86,6 +86,18 @@ RUNTIME_O3 = define(
     before='amp.initialize(model, opt, opt_level=opt_level)  # in Trainer.__init__',
     after='self.scaler = torch.amp.GradScaler("cuda", enabled=opt_level != "O0")',
 )
+RUNTIME_O0 = define(
+    "AMP121", "run-time-o0-unscaled", Severity.INFO,
+    "If `opt_level` is \"O0\" at run time, this GradScaler is disabled, although Apex's O0 "
+    "still applied the `loss_scale` given.",
+    "Where autocast runs away from the scaler it follows `scaler.is_enabled()`, so the scaler is "
+    "off exactly where autocast must be: at O0. Apex's O0 (fp32 throughout) still scaled losses "
+    "by an explicit `loss_scale`; in fp32 a power-of-two scale and its unscale leave gradients "
+    "bit for bit the same, so the one difference is a step with inf/NaN gradients, which a "
+    "dynamic Apex scaler skipped and the disabled GradScaler applies. O1, O2 and O3 are exact.",
+    before='amp.initialize(model, opt, opt_level=args.opt_level, loss_scale="dynamic")  # in main()',
+    after='scaler = torch.amp.GradScaler("cuda", enabled=args.opt_level != "O0")',
+)
 SCALE_BOUNDS = define(
     "AMP112", "loss-scale-bounds", Severity.INFO,
     "`min_loss_scale`/`max_loss_scale` have no GradScaler equivalent and were dropped.",
@@ -216,6 +228,8 @@ class Reading:
     scale_args: list[cst.Arg] = field(default_factory=list)
     #: The run-time `opt_level` where the switches differ only when it is O3.
     o3_at_run_time: Optional[cst.BaseExpression] = None
+    #: The run-time `opt_level` where the switches differ only when it is O0 (a scale given).
+    o0_at_run_time: Optional[cst.BaseExpression] = None
     ok: bool = True
 
 
@@ -278,7 +292,8 @@ class OptionReader:
         else:  # a loss scale given is used at every level, O0 included
             scaling_on = both(clone(guard), clone(enabled), scale.scaled)
         return Reading(amp_on, scaling_on, scale.args + max_scale_args(self.args, scale),
-                       o3_at_run_time=level.run_time if scale.scaled is None else None)
+                       o3_at_run_time=level.run_time if scale.scaled is None else None,
+                       o0_at_run_time=level.run_time if scale.scaled is True else None)
 
     def level(self) -> Level:
         level = self.args.get("opt_level")
@@ -456,10 +471,13 @@ def arguments(reading: Reading, local: bool, scaler: str, options, call: cst.Cal
             autocast_args.append(keyword("enabled", amp_on))
     elif is_expression(amp_on):
         if not _same(amp_on, scaling_on):
-            if reading.o3_at_run_time is None:
+            if reading.o0_at_run_time is not None:
+                report(reading.o0_at_run_time, RUNTIME_O0)
+            elif reading.o3_at_run_time is None:
                 return "losses are scaled only for some values of the options, and autocast, " \
                     "which runs elsewhere, cannot follow the scaler there"
-            report(reading.o3_at_run_time, RUNTIME_O3)
+            else:
+                report(reading.o3_at_run_time, RUNTIME_O3)
         scaler_args.append(keyword("enabled", amp_on))
         autocast_args.append(keyword("enabled", cst.parse_expression(f"{scaler}.is_enabled()")))
     return (cst.Call(cst.parse_expression("torch.amp.GradScaler"), scaler_args),

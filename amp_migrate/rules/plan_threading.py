@@ -39,6 +39,10 @@ def top_level_function(rule, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
     return None
 
 
+def _in_function_or_class(node: cst.CSTNode, rule) -> bool:
+    return any(isinstance(p, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) for p in rule.ancestors(node))
+
+
 def _keyword_only(function: cst.FunctionDef) -> bool:
     params = function.params
     return bool(params.kwonly_params or not isinstance(params.star_arg, cst.MaybeSentinel)
@@ -46,9 +50,11 @@ def _keyword_only(function: cst.FunctionDef) -> bool:
                 or any(p.default is not None for p in params.params))
 
 
-def find_threading(rule, module: cst.Module, builder: cst.FunctionDef, built_at: int,
+def find_threading(rule, module: cst.Module, builder: Optional[cst.FunctionDef], built_at: int,
                    sites: list[cst.CSTNode]) -> Union[list[Threaded], str]:
-    """The functions to thread the scaler through, or why no threading reaches every site."""
+    """The functions to thread the scaler through, or why no threading reaches every site.
+    With no `builder` the scaler is a module global built at line `built_at`: the functions
+    returned need no parameter, only to be called after it exists."""
     functions: dict[str, list[cst.FunctionDef]] = {}
     for statement in module.body:
         if isinstance(statement, cst.FunctionDef):
@@ -56,9 +62,12 @@ def find_threading(rule, module: cst.Module, builder: cst.FunctionDef, built_at:
     pending: list[cst.FunctionDef] = []
     for site in sites:
         holder = top_level_function(rule, site)
-        if holder is None:
-            return f"an Apex call at line {rule.position(site)[0]} is not in a module-level function"
-        if holder is not builder and holder not in pending:
+        line = rule.position(site)[0]
+        if holder is None and (builder is not None or _in_function_or_class(site, rule)):
+            return f"an Apex call at line {line} is not in a module-level function"
+        if holder is None and line <= built_at:
+            return f"an Apex call at line {line} runs before the scaler is built"
+        if holder is not None and holder is not builder and holder not in pending:
             pending.append(holder)
     threaded: list[cst.FunctionDef] = []
     while pending:

@@ -331,10 +331,11 @@ class PlanTraining(UnitPlanning, Rule):
         if placement == "module" and (is_expression(reading.amp_on) or is_expression(reading.scaling_on)):
             found = self._threading(module, statement, guard_node, self.sites + steps)
             if isinstance(found, str):
-                self.report(call, NO_PLACE, "whether amp is enabled is only known inside the function "
-                            f"that calls `initialize`, and the scaler cannot be passed on from there: {found}")
+                self.report(call, NO_PLACE, "whether amp is enabled is only known where `initialize` "
+                            f"runs, and the scaler cannot be passed on from there: {found}")
                 return None
-            placement, threaded = "threaded", tuple(found)
+            if self.scope_of(statement) is not None:  # built in a function: passed as a parameter
+                placement, threaded = "threaded", tuple(found)
         scaler, loss_scalers = self._scaler_names(module, placement, per_loss)
         built = arguments(reading, placement == "local", scaler, self.options, call, self.report)
         if isinstance(built, str):
@@ -360,7 +361,8 @@ class PlanTraining(UnitPlanning, Rule):
     def _threading(self, module: cst.Module, statement: cst.CSTNode, guard: Optional[cst.CSTNode],
                    sites: list[cst.CSTNode]):
         builder = top_level_function(self, statement)
-        if builder is None:
+        if builder is None and any(isinstance(p, (cst.FunctionDef, cst.ClassDef, cst.Lambda))
+                                   for p in self.ancestors(statement)):
             return "`initialize` is not in a module-level function"
         built_at = self.position(self.parent(self.parent(statement)) if guard is not None else statement)[0]
         return find_threading(self, module, builder, built_at, sites)

@@ -15,6 +15,7 @@ whose work is keyed to the words it declares. `AMP_MIGRATE_NO_PRUNE=1` turns it 
 from __future__ import annotations
 
 import ast
+import itertools
 import os
 import re
 from dataclasses import dataclass, field
@@ -90,6 +91,7 @@ class SourceIndex:
         self._skipped: dict[tuple, frozenset[int]] = {}
         self._by_word: Optional[dict[str, list[int]]] = None
         self._qualifying: dict[str, Optional[frozenset[str]]] = {}
+        self._facts_cache: Optional[_Facts] = None
         self.original_ids = frozenset(self._places)
 
     # -- pairing ---------------------------------------------------------------------------
@@ -210,32 +212,26 @@ class SourceIndex:
         return self._skip_lines(self._lines_with(frozenset(asked)) | self._binding_lines(frozenset(bound)))
 
     def _binding_lines(self, names: frozenset[str]) -> set[int]:
+        facts = self._facts()
         lines: set[int] = set()
-        for node in ast.walk(self.tree):
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                if any((a.asname or a.name.split(".")[0]) in names for a in node.names):
-                    lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
-                continue
-            if isinstance(node, ast.Name):
-                bound = [node.id] if not isinstance(node.ctx, ast.Load) else []
-            elif isinstance(node, (ast.Global, ast.Nonlocal)):
-                bound = node.names
-            elif isinstance(node, ast.arg):
-                bound = [node.arg]
-            else:  # functions, classes, `except ... as`, match captures, type parameters
-                bound = [getattr(node, field) for field in ("name", "rest")
-                         if isinstance(getattr(node, field, None), str)]
-            if any(name in names for name in bound):
-                lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+        for module, level, aliases, first, last in facts.imports:
+            if any((asname or name.split(".")[0]) in names for name, asname in aliases):
+                lines.update(range(first, last + 1))
+        for name in names & facts.bound.keys():
+            lines.update(facts.bound[name])
         return lines
 
+    def _facts(self) -> "_Facts":
+        if self._facts_cache is None:
+            self._facts_cache = _Facts(self.tree)
+        return self._facts_cache
+
     def _skip_lines(self, hits: set[int]) -> frozenset[int]:
-        marks = [0] * (len(self._line_words) + 1)
-        count = 0
-        for number in range(1, len(marks)):
-            if number in hits:
-                count += 1
-            marks[number] = count
+        flags = [0] * (len(self._line_words) + 1)
+        for number in hits:
+            if number < len(flags):
+                flags[number] = 1
+        marks = list(itertools.accumulate(flags))
         last = len(marks) - 1
         out: set[int] = set()
         stack = list(self.statements)
@@ -302,16 +298,14 @@ class SourceIndex:
         return self._qualifying[key]
 
     def _qualifying_words(self, part: str, anchored: bool) -> Optional[frozenset[str]]:
+        facts = self._facts()
+        if part in facts.defined and not anchored:
+            return None
         words = {part}
-        for node in ast.walk(self.tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
-                    and node.name == part and not anchored:
-                return None
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                module = getattr(node, "module", None) or ""
-                for alias in node.names:
-                    if part in module.split(".") or part in alias.name.split("."):
-                        words.add(alias.asname or alias.name.split(".")[0])
+        for module, level, aliases, first, last in facts.imports:
+            for name, asname in aliases:
+                if part in (module or "").split(".") or part in name.split("."):
+                    words.add(asname or name.split(".")[0])
         return frozenset(words)
 
     def root_words(self, first: str) -> Optional[frozenset[str]]:
@@ -326,14 +320,15 @@ class SourceIndex:
         return self._qualifying[key]
 
     def _root_words(self, first: str) -> Optional[frozenset[str]]:
+        facts = self._facts()
+        if first in facts.defined:
+            return None
         words = {first}
-        for node in ast.walk(self.tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == first:
-                return None
-            if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == first:
-                words.update(alias.asname or alias.name for alias in node.names)
-            elif isinstance(node, ast.Import):
-                words.update(alias.asname or first for alias in node.names if alias.name.split(".")[0] == first)
+        for module, level, aliases, _, _ in facts.imports:
+            if module is None:  # `import a.b as c`
+                words.update(asname or first for name, asname in aliases if name.split(".")[0] == first)
+            elif not level and module.split(".")[0] == first:
+                words.update(asname or name for name, asname in aliases)
         return frozenset(words)
 
     def imports(self) -> Iterator[ast.Import | ast.ImportFrom]:
@@ -349,6 +344,39 @@ class SourceIndex:
                 yield node
             for name in ("body", "orelse", "finalbody", "handlers", "cases"):
                 stack.extend(getattr(node, name, ()) or ())
+
+
+class _Facts:
+    """One walk over Python's parse: the names functions and classes take, every import
+    (module, or None for `import x`; level; (name, asname) pairs; its lines), and the lines
+    where each name is bound otherwise (assigned, deleted, a parameter, `global`, `except ...
+    as`, a match capture, a type parameter)."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.defined: set[str] = set()
+        self.imports: list[tuple[Optional[str], int, list[tuple[str, Optional[str]]], int, int]] = []
+        self.bound: dict[str, set[int]] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                module = (node.module or "") if isinstance(node, ast.ImportFrom) else None
+                self.imports.append((module, getattr(node, "level", 0) or 0,
+                                     [(a.name, a.asname) for a in node.names],
+                                     node.lineno, node.end_lineno or node.lineno))
+                continue
+            if isinstance(node, ast.alias):
+                continue
+            if isinstance(node, ast.Name):
+                names = [node.id] if not isinstance(node.ctx, ast.Load) else []
+            elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                names = node.names
+            elif isinstance(node, ast.arg):
+                names = [node.arg]
+            else:  # functions, classes, `except ... as`, match captures, type parameters
+                names = [getattr(node, f) for f in ("name", "rest") if isinstance(getattr(node, f, None), str)]
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    self.defined.add(node.name)
+            for name in names:
+                self.bound.setdefault(name, set()).update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
 
 
 def _identifiers(tree: ast.AST) -> Iterator[str]:

@@ -321,7 +321,7 @@ class Rule(VisitorBasedCodemodCommand):
     # subtree the rule left alone is returned as the very node it got, so that statements keep
     # their identity (and their place in the SourceIndex) from rule to rule.
     def on_visit(self, node: cst.CSTNode) -> bool:
-        if id(node) in self._skip:
+        if type(node) in _passive(type(self)) or id(node) in self._skip:
             return False
         if self._words is not None and type(node) is cst.SimpleStatementLine \
                 and id(node) not in self._original \
@@ -334,7 +334,8 @@ class Rule(VisitorBasedCodemodCommand):
         return self.visit_node(node)
 
     def on_leave(self, original_node, updated_node):
-        if id(original_node) in self._skip or id(original_node) in self._skip_new:
+        if type(original_node) in _passive(type(self)) or id(original_node) in self._skip \
+                or id(original_node) in self._skip_new:
             return original_node
         self._path.pop()
         children_changed = self._changed.pop()
@@ -507,6 +508,27 @@ class Rule(VisitorBasedCodemodCommand):
 
 
 _HANDLERS: dict[tuple[type, str, type], object] = {}
+
+#: Whitespace, comments and punctuation: nodes that hold no code.
+_LAYOUT = (cst.BaseParenthesizableWhitespace, cst.Newline, cst.TrailingWhitespace, cst.EmptyLine,
+           cst.Comment, cst.Dot, cst.Comma, cst.AssignEqual, cst.Colon, cst.Semicolon,
+           cst.LeftParen, cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket,
+           cst.LeftCurlyBrace, cst.RightCurlyBrace, cst.BaseBinaryOp, cst.BaseBooleanOp,
+           cst.BaseCompOp, cst.BaseUnaryOp, cst.BaseAugOp, cst.ImportStar)
+_LAYOUT_TYPES = frozenset(c for c in vars(cst).values()
+                          if isinstance(c, type) and issubclass(c, _LAYOUT))
+_PASSIVE: dict[type, frozenset[type]] = {}
+
+
+def _passive(cls: type) -> frozenset[type]:
+    """The layout node types a rule class has no handler for: a rule visit neither enters
+    nor rebuilds them (nothing in them can change, and no rule asks for their parents)."""
+    try:
+        return _PASSIVE[cls]
+    except KeyError:
+        out = _PASSIVE[cls] = frozenset(t for t in _LAYOUT_TYPES if _handler(cls, "visit_", t) is None
+                                        and _handler(cls, "leave_", t) is None)
+        return out
 
 
 def _handler(cls: type, prefix: str, node_type: type):

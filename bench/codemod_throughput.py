@@ -13,7 +13,11 @@
    the same files is reported beside them (one cold run, so noisier);
 4. TorchFix (`torchfix --jobs 2 CORPUS`, the way its users run it) from its own virtual
    environment `bench/.torchfix-venv/` (created here on first use: its last release pins
-   libcst<1.6, this project's environment has a newer one).
+   libcst<1.6, this project's environment has a newer one);
+5. the real public files of the shared corpus (`../shared/corpus/files`, read in place, never
+   copied; `--real-corpus DIR` elsewhere, skipped when there is none): the same side-by-side
+   measurement, and the whole pipeline's cost per line on the smallest and the largest third
+   of its files (by lines), which must not grow with file size.
 
 Prints a table and writes `bench/results/codemod_throughput.json`; `bench/write_readme.py`
 puts it into README.md. Timings are wall clock on whatever else the machine is doing: the
@@ -28,6 +32,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (ROOT, describe, fmt, loadavg, machine, require_single_thread,  # noqa: E402
@@ -36,7 +41,8 @@ import codemod_corpus  # noqa: E402
 
 TORCHFIX_VERSION = "0.7.0"
 TORCHFIX_VENV = ROOT / "bench" / ".torchfix-venv"
-TARGETS = {"vs_torchfix": 10.0, "vs_bare_libcst": 0.5, "scaling_1_to_2": 1.7, "peak_rss_mb": 300.0}
+TARGETS = {"vs_torchfix": 10.0, "vs_bare_libcst": 0.5, "scaling_1_to_2": 1.7, "peak_rss_mb": 300.0,
+           "real_vs_bare_libcst": 0.5, "real_large_vs_small_per_line": 1.5}
 
 
 def torchfix_exe() -> Path:
@@ -77,6 +83,13 @@ def run_amp_migrate(jobs: int, corpus: Path, work: Path, timed: bool) -> tuple[d
 
 
 def side_by_side(paths: list[Path], repeats: int = 3) -> tuple[float, float, float, int]:
+    per_file = timed_files(paths, repeats)
+    ours, bare = sum(f["ours"] for f in per_file), sum(f["bare"] for f in per_file)
+    slowest = max(per_file, key=lambda f: f["ours"], default={"ours": 0.0, "lines": 0})
+    return ours, bare, slowest["ours"], slowest["lines"]
+
+
+def timed_files(paths: list[Path], repeats: int = 3) -> list[dict]:
     """Seconds for `migrate_source` (the whole pipeline: parse, rules, verification, render)
     and for bare libcst parse + render on the same files, in this process, the two
     interleaved file by file and each the best of `repeats`, so that both see the same
@@ -88,24 +101,59 @@ def side_by_side(paths: list[Path], repeats: int = 3) -> tuple[float, float, flo
 
     from amp_migrate.runner import GC_THRESHOLDS
 
+    from amp_migrate.migrate import MigrationError
+    from amp_migrate.source_file import decode
+
     gc.freeze()  # as the CLI does (runner.Workers) before its first file, for both sides
     gc.set_threshold(*GC_THRESHOLDS)
-    ours = bare = slowest = 0.0
-    slowest_lines = 0
+    out = []
     for path in paths:
-        text = path.read_text()
+        text = decode(path.read_bytes()).text
         mine = floor = float("inf")
-        for _ in range(repeats):
-            start = time.perf_counter()
-            migrate_source(text)
-            mine = min(mine, time.perf_counter() - start)
-            start = time.perf_counter()
-            assert cst.parse_module(text).code == text
-            floor = min(floor, time.perf_counter() - start)
-        ours, bare = ours + mine, bare + floor
-        if mine > slowest:
-            slowest, slowest_lines = mine, len(text.splitlines())
-    return ours, bare, slowest, slowest_lines
+        try:
+            for _ in range(repeats):
+                start = time.perf_counter()
+                migrate_source(text)
+                mine = min(mine, time.perf_counter() - start)
+                start = time.perf_counter()
+                assert cst.parse_module(text).code == text
+                floor = min(floor, time.perf_counter() - start)
+        except (MigrationError, cst.ParserSyntaxError):
+            continue  # a syntax error: neither side has a file to time
+        out.append({"path": str(path), "lines": len(text.splitlines()), "ours": mine, "bare": floor})
+    return out
+
+
+def real_corpus(directory: Path) -> Optional[dict]:
+    """The real files of `directory` (a corpus with `files/` and `manifest.tsv`, read in
+    place): the pipeline against bare libcst, and its cost per line by thirds of file size."""
+    files = sorted((directory / "files").glob("*.py"))
+    if not files:
+        return None
+    per_file = sorted(timed_files(files), key=lambda f: (f["lines"], f["path"]))
+    third = len(per_file) // 3
+
+    def part(rows: list[dict]) -> dict:
+        lines, ours, bare = (sum(r[k] for r in rows) for k in ("lines", "ours", "bare"))
+        return {"files": len(rows), "lines": lines, "amp_migrate_s": round(ours, 3), "bare_libcst_s": round(bare, 3),
+                "amp_migrate_us_per_line": round(1e6 * ours / lines, 1),
+                "bare_libcst_us_per_line": round(1e6 * bare / lines, 1)}
+
+    whole, small, large = part(per_file), part(per_file[:third]), part(per_file[-third:])
+    return {"corpus": str(directory), **whole,
+            "ratio_to_bare_libcst": round(whole["bare_libcst_s"] / whole["amp_migrate_s"], 4),
+            "smallest_third": small, "largest_third": large,
+            "large_vs_small_per_line": round(large["amp_migrate_us_per_line"] / small["amp_migrate_us_per_line"], 3),
+            "slowest_files": [{"file": Path(f["path"]).name, "lines": f["lines"], "s": round(f["ours"], 3),
+                               "ratio_to_bare_libcst": round(f["bare"] / f["ours"], 3)}
+                              for f in sorted(per_file, key=lambda f: f["bare"] / f["ours"])[:5]]}
+
+
+def default_real_corpus() -> Optional[Path]:
+    for candidate in (ROOT.parent / "shared" / "corpus", Path("/work/shared/corpus")):
+        if (candidate / "files").is_dir():
+            return candidate
+    return None
 
 
 def main(argv=None) -> int:
@@ -117,6 +165,9 @@ def main(argv=None) -> int:
     parser.add_argument("--corpus", type=Path, default=codemod_corpus.DEFAULT_OUT)
     parser.add_argument("--no-torchfix", action="store_true", help="skip TorchFix (no venv needed)")
     parser.add_argument("--no-save", action="store_true", help="print only; keep bench/results as is")
+    parser.add_argument("--real-corpus", type=Path, default=None,
+                        help="a corpus of real files (files/, manifest.tsv); default ../shared/corpus")
+    parser.add_argument("--no-real-corpus", action="store_true", help="skip the real files")
     args = parser.parse_args(argv)
 
     start_all = time.perf_counter()
@@ -149,6 +200,14 @@ def main(argv=None) -> int:
     print("amp-migrate and bare libcst parse + render on the Apex files, side by side ...", flush=True)
     apex_s, bare_s, slowest_s, slowest_lines = side_by_side([corpus / e["path"] for e in apex])
     print(f"  {apex_s:.2f} s vs {bare_s:.2f} s", flush=True)
+
+    real = None
+    real_dir = None if args.no_real_corpus else (args.real_corpus or default_real_corpus())
+    if real_dir is not None:
+        print(f"amp-migrate and bare libcst parse + render on the real files of {real_dir} ...", flush=True)
+        real = real_corpus(real_dir)
+        if real is not None:
+            print(f"  {real['amp_migrate_s']:.2f} s vs {real['bare_libcst_s']:.2f} s", flush=True)
 
     tf = None
     if tf_exe is not None:
@@ -201,6 +260,8 @@ def main(argv=None) -> int:
                         "us_per_file": round(1e6 * clean_job_s / max(len(clean), 1), 1),
                         "parsed": summary1["mention_apex"] - len(apex)},
     }
+    if real is not None:
+        res["real_corpus"] = real
     res["scaling_1_to_2"] = round(j1["wall_s"] / j2["wall_s"], 2)
     res["apex_only"]["ratio_to_bare_libcst"] = round(
         res["apex_only"]["amp_migrate_lines_per_s"] / res["apex_only"]["bare_libcst_lines_per_s"], 4)
@@ -229,12 +290,31 @@ def main(argv=None) -> int:
         {"target": f"peak RSS with --jobs 2 < {t['peak_rss_mb']:g} MB (whole process tree)",
          "measured": f"{j2['peak_rss_tree_mb']:.0f} MB", "met": j2["peak_rss_tree_mb"] < t["peak_rss_mb"]},
     ]
+    res["targets"] += real_targets(real)
     res["total_s"] = round(time.perf_counter() - start_all, 1)
     print()
     print(render_text(res))
     if not args.no_save:
         print(f"\nwrote {save('codemod_throughput', res).relative_to(ROOT)}")
     return 0
+
+
+def real_targets(real: Optional[dict]) -> list[dict]:
+    t = TARGETS
+    if real is None:
+        return []
+    small, large = real["smallest_third"], real["largest_third"]
+    return [
+        {"target": f">= {t['real_vs_bare_libcst']:g}x bare libcst parse + render (real files, one process)",
+         "measured": f"{real['ratio_to_bare_libcst']:.3f}x ({fmt(real['lines'] / real['amp_migrate_s'], 0)} vs "
+                     f"{fmt(real['lines'] / real['bare_libcst_s'], 0)} lines/s, {real['files']} files)",
+         "met": real["ratio_to_bare_libcst"] >= t["real_vs_bare_libcst"]},
+        {"target": f"cost per line of the largest third of the real files <= "
+                   f"{t['real_large_vs_small_per_line']:g}x the smallest third's",
+         "measured": f"{real['large_vs_small_per_line']:.2f}x ({large['amp_migrate_us_per_line']:.0f} vs "
+                     f"{small['amp_migrate_us_per_line']:.0f} us per line)",
+         "met": real["large_vs_small_per_line"] <= t["real_large_vs_small_per_line"]},
+    ]
 
 
 def rows(res: dict) -> list[list[str]]:
@@ -260,6 +340,12 @@ def rows(res: dict) -> list[list[str]]:
     out.append(["bare libcst parse + render, Apex files only (best of 3 per file)", f"{c['apex_files']}",
                 fmt(a["bare_libcst_s"], 2), fmt(a["bare_libcst_files_per_s"]),
                 fmt(a["bare_libcst_lines_per_s"], 0), "-"])
+    real = res.get("real_corpus")
+    if real is not None:
+        for key, label in (("amp_migrate_s", "amp-migrate `migrate_source`, real files (best of 3 per file)"),
+                           ("bare_libcst_s", "bare libcst parse + render, real files (best of 3 per file)")):
+            out.append([label, f"{real['files']}", fmt(real[key], 2), fmt(real["files"] / real[key], 2),
+                        fmt(real["lines"] / real[key], 0), "-"])
     return out
 
 
@@ -280,6 +366,10 @@ def render_text(res: dict) -> str:
     lines.append(f"ratio to bare libcst on the Apex files: {a['ratio_to_bare_libcst']:.4f}x "
                  f"({a['amp_migrate_ms_per_line']:.3f} ms per line; slowest file "
                  f"{a['slowest_file']['lines']} lines in {a['slowest_file']['s']:.2f} s)")
+    real = res.get("real_corpus")
+    if real is not None:
+        lines.append(f"ratio to bare libcst on the real files: {real['ratio_to_bare_libcst']:.3f}x; cost per "
+                     f"line, largest third vs smallest: {real['large_vs_small_per_line']:.2f}x")
     cl = res["clean_files"]
     lines.append(f"files without Apex: {cl['count']}, {cl['parsed']} parsed, "
                  f"{cl['us_per_file']:.0f} us per file")

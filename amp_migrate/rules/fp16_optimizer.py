@@ -193,6 +193,13 @@ class Flow:
     models: set[str] = field(default_factory=set)
     regions: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     notes: list[tuple[cst.CSTNode, Code, Optional[str]]] = field(default_factory=list)
+    #: `if args.fp16:` around the wrapper: the GradScaler is built before it with `enabled=`
+    guard: Optional[cst.If] = None
+    dropped_ifs: set[int] = field(default_factory=set)  # `if` statements left with nothing in them
+
+    def guarded_by(self, node: cst.CSTNode) -> bool:
+        """`node` is an `if` on the wrapper's own guard."""
+        return self.guard is not None and isinstance(node, cst.If) and _CODE(node.test) == _CODE(self.guard.test)
 
 
 def _kw(name: str, value: cst.BaseExpression) -> cst.Arg:
@@ -235,6 +242,7 @@ class Fp16OptimizerToGradScaler(Rule):
         super().__init__(context, state)
         self.flow: Optional[Flow] = None
         self._star: set[str] = set()
+        self._conversion_lines: list[cst.CSTNode] = []
 
     def _name(self, node: cst.CSTNode) -> Optional[str]:
         return fp16_name(self, node, self._star)
@@ -256,7 +264,8 @@ class Fp16OptimizerToGradScaler(Rule):
         in_function = any(isinstance(p, cst.FunctionDef) for p in self.ancestors(flow.statement))
         autocast = cst.Call(cst.parse_expression("torch.autocast"), [
             cst.Arg(cst.SimpleString(f'"{self.options.device}"')),
-            _kw("dtype", cst.parse_expression(f"torch.{self.options.dtype}"))])
+            _kw("dtype", cst.parse_expression(f"torch.{self.options.dtype}"))]
+            + ([_kw("enabled", flow.guard.test.deep_clone())] if flow.guard is not None else []))
         self.state.scratch["training"] = TrainingPlan(
             scaler=flow.scaler, placement="local" if in_function else "module",
             scaler_call=flow.scaler_call, autocast_call=autocast, models=set(flow.models),
@@ -270,10 +279,15 @@ class Fp16OptimizerToGradScaler(Rule):
         flow = self._flow_of(call)
         flow.scaler = self._free(module)
         flow.scaler_call = self._scaler_call(call, flow)
+        if flow.guard is not None and not any(a.keyword is not None and a.keyword.value == "enabled"
+                                              for a in flow.scaler_call.args):
+            flow.scaler_call = flow.scaler_call.with_changes(
+                args=[*flow.scaler_call.args, _kw("enabled", flow.guard.test.deep_clone())])
         self._uses(flow)
         self._pairs(flow)
         self._conversions(module, flow)
         self._tie(flow)
+        self._dropped_ifs(flow)
         for statement_id, backward in list(flow.backwards.items()):
             self._region(backward, flow)
         flow.notes.insert(0, (call, FLOW, f"`{flow.target} = FP16_Optimizer(...)` became `{flow.scaler} = "
@@ -307,12 +321,22 @@ class Fp16OptimizerToGradScaler(Rule):
                 and isinstance(assign.targets[0].target, cst.Name)
                 and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
             raise Refused(call, "the `FP16_Optimizer` is not assigned to a plain name on a line of its own")
-        if any(isinstance(p, (cst.For, cst.While, cst.If, cst.Try, cst.With)) for p in self._up_to_function(line)):
+        guard = self._guard_of(line)
+        outer = self.parent(self.parent(guard)) if guard is not None else line
+        if any(isinstance(p, (cst.For, cst.While, cst.If, cst.Try, cst.With)) for p in self._up_to_function(outer)):
             raise Refused(call, "the `FP16_Optimizer` is built inside a loop, branch, `try` or `with`")
         args = bind_arguments(call, _ARGS)
         if args is None or "init_optimizer" not in args:
             raise Refused(call, "the `FP16_Optimizer` arguments are `*args`/`**kwargs`")
-        return Flow(target=assign.targets[0].target.value, statement=line, inner=args["init_optimizer"])
+        return Flow(target=assign.targets[0].target.value, statement=line, inner=args["init_optimizer"], guard=guard)
+
+    def _guard_of(self, line: cst.CSTNode) -> Optional[cst.If]:
+        """`if cond:` (no `else`, a side-effect-free test) directly around `line`."""
+        block = self.parent(line)
+        owner = self.parent(block) if isinstance(block, cst.IndentedBlock) else None
+        if isinstance(owner, cst.If) and owner.body is block and owner.orelse is None and pure(owner.test):
+            return owner
+        return None
 
     def _up_to_function(self, node: cst.CSTNode):
         for parent in self.ancestors(node):
@@ -423,7 +447,11 @@ class Fp16OptimizerToGradScaler(Rule):
         return list(names.values())
 
     def _uses(self, flow: Flow) -> None:
+        home = self._function_of(flow.statement)
         for name in self._accesses(flow):
+            if flow.guard is not None and self._function_of(name) is not home:
+                raise Refused(name, f"`{flow.target}` is used outside the function that builds it under "
+                              f"`if {self.code_of(flow.guard.test)}:`, where that condition cannot be read")
             attribute = self.parent(name)
             if not (isinstance(attribute, cst.Attribute) and attribute.value is name):
                 raise Refused(name, f"`{flow.target}` is read as a value here ({self._line_code(name)}): "
@@ -442,6 +470,17 @@ class Fp16OptimizerToGradScaler(Rule):
                        else "it has no native counterpart")
                 raise Refused(attribute, f"`{self.code_of(attribute)}`: {why}")
 
+    def _function_of(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        return next((p for p in self.ancestors(node) if isinstance(p, (cst.FunctionDef, cst.Lambda))), None)
+
+    def _site(self, line: cst.CSTNode, flow: Flow) -> cst.CSTNode:
+        """The statement of its block that stands for `line`: the `if <guard>:` holding it alone."""
+        block = self.parent(line)
+        owner = self.parent(block) if isinstance(block, cst.IndentedBlock) else None
+        if flow.guarded_by(owner) and owner.body is block and len(block.body) == 1:
+            return owner
+        return line
+
     def _is_target(self, node: cst.CSTNode) -> bool:
         parent = self.parent(node)
         return isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.Del)) or (
@@ -458,6 +497,10 @@ class Fp16OptimizerToGradScaler(Rule):
                     or not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
                             and isinstance(line.body[0], cst.Expr) and line.body[0].value is call):
                 raise Refused(call, f"`{self.code_of(call)}` is not a plain backward on a line of its own")
+            site = self._site(line, flow)
+            if site is not line and site.orelse is not None:
+                self._plain_backward(site, bound)
+                line = site  # `if fp16: optimizer.backward(loss) else: loss.backward()`: one native line
             flow.backwards[id(line)] = call
         elif attr == "step":
             if call.args:
@@ -479,6 +522,17 @@ class Fp16OptimizerToGradScaler(Rule):
             flow.clips[id(line)] = call
             flow.calls.add(id(call))
 
+    def _plain_backward(self, branch: cst.If, bound: dict) -> None:
+        """The `else` of `if fp16: optimizer.backward(loss)` is `loss.backward()` of the same loss."""
+        wanted = f"{_CODE(bound['loss'])}.backward()" if "retain_graph" not in bound else \
+            f"{_CODE(bound['loss'])}.backward(retain_graph={_CODE(bound['retain_graph'])})"
+        orelse = branch.orelse
+        body = orelse.body.body if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock) else ()
+        if not (len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) and len(body[0].body) == 1
+                and "".join(_CODE(body[0].body[0]).split()) == "".join(wanted.split())):
+            raise Refused(branch, f"the `else` of `if {self.code_of(branch.test)}:` is not `{wanted}`, so the "
+                          "two paths do not collapse into one scaled backward")
+
     def _statement(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         statements = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
         return next((p for p in self.ancestors(node) if isinstance(p, statements)), None)
@@ -490,7 +544,7 @@ class Fp16OptimizerToGradScaler(Rule):
         steps = {id(self._statement(c)): c for c in flow.steps}
         paired: set[int] = set()
         for line_id, backward in flow.backwards.items():
-            line = self._statement(backward)
+            line = self._site(self._statement(backward), flow)
             block = self.parent(line)
             body = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else [line]
             at = next(i for i, s in enumerate(body) if s is line)
@@ -498,7 +552,7 @@ class Fp16OptimizerToGradScaler(Rule):
                 if id(later) in steps:
                     paired.add(id(later))
                     break
-                if id(later) in flow.clips:
+                if id(later) in flow.clips or self._guarded_clip(later, flow):
                     continue
                 if exits_early(later) or runs_backward(later) or self._touches(later, flow):
                     raise Refused(later, f"line {self.position(later)[0]} stands between `{self.code_of(backward)}` "
@@ -521,17 +575,25 @@ class Fp16OptimizerToGradScaler(Rule):
         names = {n.value for n in m.findall(statement, m.Name())}
         return flow.target in names or any("grad" in n or n in ("parameters", "named_parameters") for n in names)
 
+    def _guarded_clip(self, statement: cst.CSTNode, flow: Flow) -> bool:
+        """`if fp16: optimizer.clip_master_grads(c) else: clip_grad_norm_(...)`: the `else` runs
+        only where the scaler is disabled, on gradients Apex never scaled either."""
+        if not (flow.guarded_by(statement) and len(statement.body.body) == 1 and id(statement.body.body[0]) in flow.clips):
+            return False
+        return statement.orelse is None or not any(n.value == flow.target for n in m.findall(statement.orelse, m.Name()))
+
     def _between_pair(self, clip: cst.Call, flow: Flow) -> bool:
-        line = self._statement(clip)
+        line = self._site(self._statement(clip), flow)
         block = self.parent(line)
         body = list(getattr(block, "body", ()))
         at = next((i for i, s in enumerate(body) if s is line), None)
         if at is None:
             return False
+        sites = {id(self._site(self._statement(c), flow)) for c in flow.backwards.values()}
         for earlier in reversed(body[:at]):
-            if id(earlier) in flow.backwards:
+            if id(earlier) in sites:
                 return True
-            if id(earlier) not in flow.clips:
+            if id(earlier) not in flow.clips and not self._guarded_clip(earlier, flow):
                 return False
         return False
 
@@ -557,11 +619,13 @@ class Fp16OptimizerToGradScaler(Rule):
             line = self._statement(call)
             if id(line) in flow.conversions:
                 continue
+            self._conversion_lines.append(line)
             small = line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
             value = getattr(small, "value", None)
             if not isinstance(small, (cst.Assign, cst.Expr)) or value is None or not self._within(call, value):
                 raise Refused(call, f"`{self.code_of(call)}` converts to fp16 outside a statement that "
                               "converts a model")
+            self._check_condition(line, call, flow)
             stripped, prefixes = self._strip(value)
             if any(c is not None for c in m.findall(stripped, m.Call()) if self._is_conversion(c)):
                 raise Refused(call, f"`{self.code_of(call)}` makes an fp16 value that is no model, which fp32 "
@@ -590,6 +654,26 @@ class Fp16OptimizerToGradScaler(Rule):
                           "the parameters the optimizer holds may be fp16 from code the rule cannot see")
         for model in flow.models:
             self._model_reads(module, model)
+
+    def _check_condition(self, line: cst.CSTNode, call: cst.Call, flow: Flow) -> None:
+        """A conversion runs unconditionally or under the wrapper's own guard: natively the model
+        stays fp32 either way, which is right only where Apex's fp16 model got FP16_Optimizer."""
+        conditions = [p for p in self._up_to_function(line) if isinstance(p, cst.BaseCompoundStatement)]
+        if not conditions or (len(conditions) == 1 and flow.guarded_by(conditions[0])
+                              and conditions[0].orelse is None):
+            return
+        raise Refused(call, f"`{self.code_of(call)}` runs under a condition other than the one that builds "
+                      "the `FP16_Optimizer`")
+
+    def _dropped_ifs(self, flow: Flow) -> None:
+        """`if fp16:` statements whose every statement the rewrite removes go too."""
+        removed = {k for k, v in flow.conversions.items() if v is None}
+        if _CODE(flow.inner) == flow.target:
+            removed.add(id(flow.statement))
+        for line in [flow.statement, *self._conversion_lines]:
+            owner = self.parent(self.parent(line))
+            if isinstance(owner, cst.If) and owner.orelse is None and all(id(s) in removed for s in owner.body.body):
+                flow.dropped_ifs.add(id(owner))
 
     def _within(self, node: cst.CSTNode, value: cst.CSTNode) -> bool:
         return node is value or any(a is value for a in self.ancestors(node))
@@ -700,7 +784,7 @@ class Fp16OptimizerToGradScaler(Rule):
         receiver = updated_node.func.value
         if updated_node.func.attr.value == "zero_grad":
             bound = bind_arguments(updated_node, ("set_grads_to_None",)) or {}
-            value = bound.get("set_grads_to_None", cst.Name("False"))
+            value = bound.get("set_grads_to_None", cst.Name("False") if self.flow.guard is None else _not(self.flow.guard.test))
             return updated_node.with_changes(args=[_kw("set_to_none", value)])
         bound = bind_arguments(updated_node, ("max_norm", "norm_type"))
         params = cst.parse_expression(f'(p for group in {_CODE(receiver)}.param_groups for p in group["params"])')
@@ -751,29 +835,51 @@ class Fp16OptimizerToGradScaler(Rule):
     def _replace(self, original: cst.CSTNode, updated: cst.CSTNode) -> list[cst.BaseStatement]:
         flow = self.flow
         key = id(original)
+        creation = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.parse_expression(flow.scaler))],
+                                                       flow.scaler_call.deep_clone())], leading_lines=updated.leading_lines)
+        if original is flow.guard:
+            kept = [] if key in flow.dropped_ifs else [updated.with_changes(leading_lines=())]
+            return [creation, *kept]
+        if key in flow.dropped_ifs:
+            return []
         if original is flow.statement:
-            made = [updated.with_changes(body=[cst.Assign([cst.AssignTarget(cst.parse_expression(flow.scaler))],
-                                                          flow.scaler_call.deep_clone())])]
+            made = [creation] if flow.guard is None else []
             if _CODE(flow.inner) != flow.target:
                 inner = bind_arguments(updated.body[0].value, _ARGS)["init_optimizer"]
-                made.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(flow.target))], inner)]))
+                made.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(flow.target))], inner)],
+                                                    leading_lines=updated.leading_lines if flow.guard else ()))
             return made
+        if key in flow.backwards and isinstance(original, cst.If):
+            line = cst.SimpleStatementLine([cst.Expr(flow.backwards[key].deep_clone())], leading_lines=updated.leading_lines)
+            return self._replace_backward(line)
         if key in flow.conversions:
             value = flow.conversions[key]
             return [] if value is None else [updated.with_changes(body=[updated.body[0].with_changes(value=value)])]
         if key in flow.backwards:
-            call = updated.body[0].value
-            bound = bind_arguments(call, ("loss", "update_master_grads", "retain_graph"))
-            scaled = cst.Call(cst.parse_expression(f"{flow.scaler}.scale"), [cst.Arg(bound["loss"])])
-            kept = [_kw("retain_graph", bound["retain_graph"])] if "retain_graph" in bound else []
-            new = cst.Call(cst.Attribute(scaled, cst.Name("backward")), kept)
-            return [updated.with_changes(body=[updated.body[0].with_changes(value=new)])]
+            return self._replace_backward(updated)
         if key in flow.clips:
             receiver = _CODE(flow.clips[key].func.value)
             unscale = cst.SimpleStatementLine([cst.Expr(cst.parse_expression(f"{flow.scaler}.unscale_({receiver})"))],
                                               leading_lines=updated.leading_lines)
             return [unscale, updated.with_changes(leading_lines=())]
         return [updated]
+
+    def _replace_backward(self, updated: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
+        call = updated.body[0].value
+        bound = bind_arguments(call, ("loss", "update_master_grads", "retain_graph"))
+        scaled = cst.Call(cst.parse_expression(f"{self.flow.scaler}.scale"), [cst.Arg(bound["loss"])])
+        kept = [_kw("retain_graph", bound["retain_graph"])] if "retain_graph" in bound else []
+        new = cst.Call(cst.Attribute(scaled, cst.Name("backward")), kept)
+        return [updated.with_changes(body=[updated.body[0].with_changes(value=new)])]
+
+
+def _not(test: cst.BaseExpression) -> cst.UnaryOperation:
+    """`not <test>`: without the guard the optimizer was a plain one, whose `zero_grad()` sets
+    gradients to None; FP16_Optimizer's zeroed them."""
+    operand = test.deep_clone()
+    if not isinstance(operand, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+        operand = operand.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.UnaryOperation(cst.Not(), operand)
 
 
 def _if(test: cst.BaseExpression, yes: cst.BaseExpression, no: cst.BaseExpression) -> cst.IfExp:

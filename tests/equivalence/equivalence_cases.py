@@ -163,6 +163,15 @@ CASES = [
          covers="`optim_name = optim.SGD`, `optim_name = FusedSGD` under a flag, then called with "
                 "param groups (AMP481: `functools.partial(torch.optim.SGD, fused=True)`); one "
                 "overflow", min_skipped=1),
+    Case("fp16-optimizer-conditional-on", "fp16_optimizer_conditional.py",
+         ("--fp16", "--dynamic-loss-scale", "--corrupt-step", "9"),
+         covers="`if args.fp16:` around `model.half()` and `FP16_Optimizer`, `if args.fp16: "
+                "optimizer.backward(loss) else: loss.backward()`, clipping on the same flag "
+                "(GradScaler and autocast `enabled=args.fp16`); one overflow",
+         expect="tolerance", tolerance=Tolerance(loss_rel=5e-3, param_rel=1e-2, converge=0.9), scales="own"),
+    Case("fp16-optimizer-conditional-off", "fp16_optimizer_conditional.py", ("--corrupt-step", "9"),
+         covers="the same script without `--fp16`: plain fp32 training, the scaler disabled",
+         scales="native_disabled"),
 ]
 
 BY_ID = {case.id: case for case in CASES}

@@ -57,6 +57,8 @@ class PlanPart:
     scaler_call: cst.Call
     autocast_call: cst.Call
     hoisted: bool
+    init_scope: int = 0
+    init_line: int = 0
 
 
 @dataclass
@@ -79,6 +81,10 @@ class TrainingPlan:
     loss_scalers: dict[int, str] = field(default_factory=dict)
     #: Optimizer (as `scale_loss` names it) -> its loss id, with `loss_scalers`.
     optimizer_losses: dict[str, int] = field(default_factory=dict)
+    #: Line of the `def` around `initialize` (0: module level): where the scaler's `enabled=`
+    #: expression means what it says.
+    init_scope: int = 0
+    init_line: int = 0  # the last line of the `initialize` statement
     #: Functions that get the scaler as a parameter (placement "threaded"): name, line of the
     #: `def` and how the parameter is declared (plan_threading.Threaded). Calls from other
     #: modules are not checked here; a project-level pass can check them by these names.
@@ -97,7 +103,7 @@ class TrainingPlan:
         for part in self.parts:
             if part.first <= line <= part.last:
                 return replace(self, scaler_call=part.scaler_call, autocast_call=part.autocast_call,
-                               hoisted=part.hoisted)
+                               hoisted=part.hoisted, init_scope=part.init_scope, init_line=part.init_line)
         return self
 
     def scaler_for_loss(self, loss_id: int) -> str:

@@ -70,7 +70,8 @@ class UnitPlanning:
                        optimizers=set().union(*(p.optimizers for p in plans)),
                        step_lines=frozenset(steps),
                        eager_unscale_lines=frozenset().union(*(p.eager_unscale_lines for p in plans)),
-                       parts=tuple(PlanPart(u.span[0], u.span[1], p.scaler_call, p.autocast_call, p.hoisted)
+                       parts=tuple(PlanPart(u.span[0], u.span[1], p.scaler_call, p.autocast_call, p.hoisted,
+                                            p.init_scope, p.init_line)
                                    for u, p in zip(units, plans)))
 
     def _disjoint(self, units: list[Unit]) -> str:

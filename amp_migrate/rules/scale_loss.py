@@ -22,7 +22,11 @@ Soundness
     covers the forward from the first use of an `initialize`d model to the loss, as Apex's O1
     patches did from `initialize` on, and ends before backward, which Apex never cast. A loss
     computed elsewhere (no forward to wrap), several context managers in one `with`, and
-    `delay_overflow_check` fall back.
+    `delay_overflow_check` fall back. `if cond: <scaled backward> else: loss.backward()`
+    becomes one `scaler.scale(loss).backward()` only where `cond` is the switch the scaler was
+    built with (switch_flow.py), because a disabled scaler's `scale(loss)` is the loss itself;
+    where that is not provable the `else` branch could run under an enabled scaler, whose step
+    would unscale gradients never scaled, and the file falls back (AMP220).
 
 Fix safety
     Safe when the loss is computed in the function that calls `scale_loss` (the plan falls
@@ -50,6 +54,7 @@ from ..binding import Pruned
 from ..diagnostics import Severity, define
 from .plan import (ONE_SCALER, SCALE_LOSS, SCALE_LOSS_ARGS, TrainingRule,
                    bind_arguments, literal)
+from .switch_flow import SwitchProof, squeezed
 
 
 UNSUPPORTED_BLOCK = define(
@@ -84,6 +89,40 @@ LOSS_ONLY_REGION = define(
     "autocast. If the forward pass happens in that statement (a helper call), that is right; "
     "otherwise widen the `with torch.autocast(...)` block by hand.",
 )
+
+UNSCALED_BRANCH = define(
+    "AMP220", "unscaled-backward-branch", Severity.WARNING,
+    "`if cond: <scale_loss backward> else: loss.backward()` where `cond` is not the condition "
+    "that enables the GradScaler.",
+    "Where `cond` is the very condition the scaler is built with (`enabled=args.fp16`), the "
+    "two branches collapse to `scaler.scale(loss).backward()`: a disabled scaler's `scale` is "
+    "the loss itself. Otherwise the `else` branch may run while the scaler is enabled, and "
+    "`scaler.step` would then unscale gradients that were never scaled (Apex applied them as "
+    "they were), so the file uses the shim.",
+    before="if args.fp16 and step >= warmup:\n    with amp.scale_loss(loss, opt) as s:\n"
+           "        s.backward()\nelse:\n    loss.backward()",
+    after="# unchanged, imports point at amp_shim",
+    falls_back=True,
+)
+
+
+def _only(suite: cst.BaseSuite) -> Optional[cst.BaseStatement]:
+    body = suite.body
+    return body[0] if isinstance(suite, cst.IndentedBlock) and len(body) == 1 else None
+
+
+def _same_backward(scaled: cst.BaseStatement, plain: cst.BaseStatement) -> bool:
+    """`scaler.scale(L).backward(A)` and `L.backward(A)`, each alone on its line."""
+    pattern = m.SimpleStatementLine(body=[m.Expr(m.Call(func=m.Attribute(attr=m.Name("backward"))))])
+    if not (m.matches(scaled, pattern) and m.matches(plain, pattern)):
+        return False
+    ours, theirs = scaled.body[0].value, plain.body[0].value
+    inner = ours.func.value
+    if not (m.matches(inner, m.Call(func=m.Attribute(attr=m.Name("scale")), args=[m.Arg(keyword=None)]))):
+        return False
+    code = cst.Module([]).code_for_node
+    return squeezed(code(inner.args[0].value)) == squeezed(code(theirs.func.value)) and \
+        [squeezed(code(a)) for a in ours.args] == [squeezed(code(a)) for a in theirs.args]
 
 
 def _names(node: cst.CSTNode) -> set[str]:
@@ -310,6 +349,22 @@ class ScaleLossToGradScaler(TrainingRule):
                 out.append(updated[i])
             i += 1
         return out
+
+    # -- `if fp16: <scaled backward> else: loss.backward()` -------------------------------------
+    def leave_If(self, original_node: cst.If, updated_node: cst.If):
+        if not self.withs or not isinstance(original_node.orelse, cst.Else):
+            return updated_node
+        scaled = _only(updated_node.body)
+        plain = _only(original_node.orelse.body)
+        with_ = _only(original_node.body)
+        if scaled is None or plain is None or with_ is None or id(with_) not in self.withs \
+                or not _same_backward(scaled, plain):
+            return updated_node
+        if not SwitchProof(self, self.plan.at(self.position(original_node)[0])).holds(original_node):
+            self.report(original_node, UNSCALED_BRANCH, "`{}` may be false while the GradScaler is "
+                        "enabled".format(self.code_of(original_node.test)))
+            return updated_node
+        return scaled.with_changes(leading_lines=updated_node.leading_lines)
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
         if not self.withs:

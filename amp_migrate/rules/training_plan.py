@@ -352,6 +352,8 @@ class PlanTraining(UnitPlanning, Rule):
             eager_unscale_lines=frozenset(line for c in self.scale_losses if self._unscales_at_exit(c)
                                           for line in self._lines_of(self._statement(c))),
             hoisted=guard_node is not None,
+            init_scope=self.position(self.scope_of(statement))[0] if self.scope_of(statement) else 0,
+            init_line=self._lines_of(statement)[-1],
             global_casts=self.apex_name(call.func) == INIT,
             loss_scalers=loss_scalers,
             optimizer_losses=dict(per_loss),

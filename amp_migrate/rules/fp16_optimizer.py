@@ -18,6 +18,12 @@ What it does
     * `optimizer.zero_grad()` → `optimizer.zero_grad(set_to_none=False)`, `optimizer.optimizer`
       → `optimizer`, `optimizer.loss_scale` → `scaler.get_scale()`.
 
+    NVIDIA's `--fp16` examples build the wrapper under `if args.fp16:`; then the GradScaler is
+    built before that `if` with `enabled=args.fp16`, autocast gets the same `enabled=`,
+    conversions under the same flag go, `if args.fp16: optimizer.backward(loss) else:
+    loss.backward()` becomes one `scaler.scale(loss).backward()`, and `zero_grad()` sets
+    gradients to None exactly when the plain optimizer did (`set_to_none=not args.fp16`).
+
 Why
     NVIDIA deprecated `FP16_Optimizer` ("deprecated and dangerous") in favour of amp, which
     torch.amp replaced. The native recipe keeps fp32 weights, so no master copies are needed,
@@ -32,7 +38,9 @@ Soundness
     `update()`, which then runs at the same point of every iteration); every parameter the
     wrapped optimizer holds comes from a model whose conversion to fp16 this rule removes; and
     no other fp16 value (`x.half()`, `torch.float16`) that fp32 weights would meet outside
-    autocast. Loss scaling then matches Apex's: FP16_Optimizer's dynamic scaler is Apex's amp
+    autocast. Under `if flag:` every use must sit in the function that reads the flag, and
+    conversions must run under that flag or none; with the flag off, the disabled scaler and
+    autocast pass everything through, which is the plain fp32 program Apex ran then. Loss scaling then matches Apex's: FP16_Optimizer's dynamic scaler is Apex's amp
     `LossScaler` (start 2**16 capped at `max_loss_scale` 2**24, halve on overflow and skip the
     step, double after `scale_window` 2000 clean steps), which GradScaler's
     `init_scale`/`backoff_factor`/`growth_factor`/`growth_interval` express exactly but for the

@@ -40,6 +40,7 @@ becomes
 """
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 import libcst as cst
@@ -86,6 +87,12 @@ class OptimizerClassAlias(Rule):
     """Point a variable that only builds optimizers from an Apex class at the torch class."""
 
     MARKERS = ("Fused",)
+    #: `name = FusedSGD` (or `apex.optimizers.FusedAdam`) alone on the right of an assignment
+    _ALIAS = re.compile(r"=\s*(?:[\w.]+\.)?Fused(?:SGD|Adam)\s*(?:#.*)?$", re.MULTILINE)
+
+    @classmethod
+    def applies(cls, state, context) -> bool:
+        return super().applies(state, context) and cls._ALIAS.search(state.original) is not None
 
     def interest(self):
         return None  # the calls through the variable spell no Apex word

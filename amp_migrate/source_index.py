@@ -92,6 +92,7 @@ class SourceIndex:
         self._by_word: Optional[dict[str, list[int]]] = None
         self._qualifying: dict[str, Optional[frozenset[str]]] = {}
         self._facts_cache: Optional[_Facts] = None
+        self._flat_cache: Optional[list] = None
         self.original_ids = frozenset(self._places)
 
     # -- pairing ---------------------------------------------------------------------------
@@ -233,19 +234,30 @@ class SourceIndex:
                 flags[number] = 1
         marks = list(itertools.accumulate(flags))
         last = len(marks) - 1
-        out: set[int] = set()
-        stack = list(self.statements)
-        while stack:
-            entry = stack.pop()
-            if marks[min(entry.end, last)] - marks[min(entry.start, last + 1) - 1] == 0:
-                out.add(id(entry.node))
-            elif entry.children and entry.header:
-                header_end = entry.children[0].start - 1
-                if header_end >= entry.start and \
-                        marks[min(header_end, last)] - marks[min(entry.start, last + 1) - 1] == 0:
-                    out.update(id(part) for part in entry.header)
-            stack.extend(entry.children)
+        out: list[int] = []
+        for start, end, node_id, header_end, header_ids in self._flat():
+            first = marks[min(start, last + 1) - 1]
+            if marks[min(end, last)] == first:
+                out.append(node_id)
+            elif header_end is not None and marks[min(header_end, last)] == first:
+                out.extend(header_ids)
         return frozenset(out)
+
+    def _flat(self) -> list[tuple[int, int, int, Optional[int], list[int]]]:
+        """Every statement at every depth: its lines, id, and the last line and ids of its
+        header parts (when it has a body and a header of its own lines)."""
+        if self._flat_cache is None:
+            self._flat_cache = []
+            stack = list(self.statements or ())
+            while stack:
+                entry = stack.pop()
+                header_end = entry.children[0].start - 1 if entry.children and entry.header else None
+                if header_end is not None and header_end < entry.start:
+                    header_end = None
+                self._flat_cache.append((entry.start, entry.end, id(entry.node), header_end,
+                                         [id(part) for part in entry.header]))
+                stack.extend(entry.children)
+        return self._flat_cache
 
     def spells_in(self, node: cst.SimpleStatementLine, words: frozenset[str],
                   also: Optional[frozenset[str]]) -> bool:

@@ -30,6 +30,7 @@ from libcst.metadata import ScopeProvider
 from ..binding import APEX, is_apex_name, read_names
 from ..diagnostics import Severity, define
 from .base import Rule, add_requested_imports
+from .plan import pure
 
 SHIM = "amp_shim"
 
@@ -124,6 +125,13 @@ def _apex_import(stmt: cst.CSTNode) -> bool:
         return (not stmt.relative and stmt.module is not None
                 and is_apex_name(get_full_name_for_node(stmt.module) or ""))
     return False
+
+
+def _emptied(original: cst.CSTNode, updated: cst.CSTNode) -> bool:
+    """An `if` (no `else`, a side-effect-free test) whose body this pass removed entirely."""
+    return (isinstance(original, cst.If) and isinstance(updated, cst.If) and original.orelse is None
+            and isinstance(updated.body, cst.IndentedBlock) and not updated.body.body
+            and bool(original.body.body) and pure(original.test))
 
 
 _GUARD_HANDLER_STATEMENT = m.OneOf(
@@ -250,6 +258,8 @@ class SettleImports(Rule):
             return flattened
         if isinstance(original_node, cst.SimpleStatementLine) and self._unused(original_node):
             return cst.RemoveFromParent()
+        if _emptied(original_node, updated_node):
+            return cst.RemoveFromParent()  # `if args.fp16:` that held only an Apex import guard
         return super().leave_node(original_node, updated_node)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:

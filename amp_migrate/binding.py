@@ -420,6 +420,9 @@ class ApexBinder:
         self._skipping = skipping
         self._skip = skipping(words)
         self._not_reads: Optional[set[int]] = None
+        #: What was worked out about a tree, for the next rule's binder: a rule that changes
+        #: nothing hands the very same tree on. {kind: (tree, value)}
+        self._per_tree: dict[tuple, tuple[cst.Module, object]] = {}
         self.holders: dict[str, str] = {}  # self.<attr> -> apex name
         self.handles: set[str] = set()  # local names bound to amp.init()
         self.wrapped: set[str] = set()  # names bound to handle.wrap_optimizer(...)
@@ -428,6 +431,7 @@ class ApexBinder:
             self.holders, self.handles, self.wrapped = known.holders, known.handles, known.wrapped
             self.bound_elsewhere = known.bound_elsewhere
             self.imported, self._stars = known.imported, known._stars
+            self._per_tree = known._per_tree
         else:
             seen = _Bindings(self._skip)
             seen.walk(module)
@@ -467,8 +471,19 @@ class ApexBinder:
         tree, only for files that rebind one of them)."""
         if self._reaching is None:
             from .reaching import Reaching  # it reads trees with this module's helpers
-            self._reaching = Reaching(self._module, self.imported, self._skipping(self.imported))
+            skip = self._skipping(self.imported)
+            self._reaching = self._of_tree(("reaching", skip), lambda: Reaching(self._module, self.imported, skip))
         return self._reaching
+
+    def _of_tree(self, kind: tuple, compute: Callable[[], object]):
+        """`compute()` for this binder's tree, or what an earlier binder computed for the
+        same tree (`kind` names the question and what it depends on besides the tree)."""
+        known = self._per_tree.get(kind)
+        if known is not None and known[0] is self._module:
+            return known[1]
+        value = compute()
+        self._per_tree[kind] = (self._module, value)
+        return value
 
     def _flowing(self, node: cst.CSTNode) -> Optional[str]:
         if isinstance(node, cst.Name):
@@ -517,7 +532,7 @@ class ApexBinder:
                 read = is_read(node, self._parent)
             if read is None:
                 if self._not_reads is None:
-                    self._not_reads = not_reads(self._module, self._skip)
+                    self._not_reads = self._of_tree(("not_reads", self._skip), lambda: not_reads(self._module, self._skip))
                 read = id(node) not in self._not_reads
             return self.table[node.value] if read else None
         if isinstance(node, cst.Attribute):

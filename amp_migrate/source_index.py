@@ -93,6 +93,7 @@ class SourceIndex:
         self._qualifying: dict[str, Optional[frozenset[str]]] = {}
         self._facts_cache: Optional[_Facts] = None
         self._flat_cache: Optional[list] = None
+        self._imports: Optional[list] = None
         self.original_ids = frozenset(self._places)
 
     # -- pairing ---------------------------------------------------------------------------
@@ -345,7 +346,9 @@ class SourceIndex:
 
     def imports(self) -> Iterator[ast.Import | ast.ImportFrom]:
         """Every import statement, at any depth."""
-        return self.imports_of(self.tree)
+        if self._imports is None:
+            self._imports = list(self.imports_of(self.tree))
+        return iter(self._imports)
 
     @staticmethod
     def imports_of(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:

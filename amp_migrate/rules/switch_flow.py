@@ -34,25 +34,75 @@ def squeezed(code: str) -> str:
     return "".join(code.split())
 
 
-def _read_names(expr: cst.CSTNode) -> set[str]:
-    """The variables an expression reads (`args` in `args.fp16`, not `fp16`)."""
-    if isinstance(expr, cst.Name):
-        return {expr.value}
-    if isinstance(expr, cst.Attribute):
-        return _read_names(expr.value)
-    out: set[str] = set()
+def _read_paths(expr: cst.CSTNode) -> set[tuple[str, ...]]:
+    """What an expression reads, as access paths: `args.fp16` -> ("args", "fp16"),
+    `self.config["fp16"]` -> ("self", "config", "['fp16']")."""
+    path = _cst_path(expr)
+    if path is not None:
+        return {path}
+    out: set[tuple[str, ...]] = set()
     for child in expr.children:
-        out |= _read_names(child)
+        if isinstance(child, cst.BaseExpression) or isinstance(child, (cst.Arg, cst.ComparisonTarget,
+                                                                       cst.Element, cst.SubscriptElement,
+                                                                       cst.Index)):
+            out |= _read_paths(child)
     return out
 
 
+def _cst_path(expr: cst.CSTNode) -> Optional[tuple[str, ...]]:
+    if isinstance(expr, cst.Name):
+        return None if expr.value in ("True", "False", "None") else (expr.value,)
+    if isinstance(expr, cst.Attribute):
+        inner = _cst_path(expr.value)
+        return None if inner is None else inner + (expr.attr.value,)
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+        inner = _cst_path(expr.value)
+        key = expr.slice[0].slice.value
+        if inner is None:
+            return None
+        return inner + (f"[{key.evaluated_value!r}]" if isinstance(key, (cst.SimpleString, cst.Integer))
+                        else "[*]",)
+    return None
+
+
+def _ast_path(node: ast.AST) -> Optional[tuple[str, ...]]:
+    if isinstance(node, ast.Name):
+        return (node.id,)
+    if isinstance(node, ast.Attribute):
+        inner = _ast_path(node.value)
+        return None if inner is None else inner + (node.attr,)
+    if isinstance(node, ast.Subscript):
+        inner = _ast_path(node.value)
+        key = node.slice
+        if inner is None:
+            return None
+        if isinstance(key, ast.Constant) and isinstance(key.value, (str, int)):
+            return inner + (f"[{key.value!r}]",)
+        return inner + ("[*]",)
+    return None
+
+
+def _conflict(store: tuple[str, ...], read: tuple[str, ...]) -> bool:
+    """Storing into `store` may change what `read` reads: one is a prefix of the other."""
+    return all(a == b or "[*]" in (a, b) for a, b in zip(store, read))
+
+
 class _Stores(ast.NodeVisitor):
-    """(name, "name" | "item", line, line of the module-level def around it or 0)."""
+    """Every store of the file: (access path, line, line of the module-level def around it or
+    0, line of the module-level class around it or 0); names declared global or nonlocal;
+    objects handed to `setattr`."""
 
     def __init__(self) -> None:
-        self.found: list[tuple[str, str, int, int]] = []
+        self.found: list[tuple[tuple[str, ...], int, int, int]] = []
         self.declared: set[str] = set()
-        self.top = 0
+        self.top = self.klass = 0
+
+    def visit_ClassDef(self, node) -> None:
+        outer = self.klass
+        if outer == 0 and self.top == 0:
+            self.klass = min([d.lineno for d in node.decorator_list] + [node.lineno])
+        self.generic_visit(node)
+        self.klass = outer
 
     def visit_FunctionDef(self, node) -> None:
         outer = self.top
@@ -68,20 +118,25 @@ class _Stores(ast.NodeVisitor):
 
     visit_Nonlocal = visit_Global
 
-    def _store(self, node, kind: str) -> None:
-        target = node
-        while isinstance(target, (ast.Attribute, ast.Subscript)):
-            target, kind = target.value, "item"
-        if isinstance(target, ast.Name):
-            self.found.append((target.id, kind, node.lineno, self.top))
+    def visit_Call(self, node) -> None:
+        if isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr", "vars") and node.args:
+            path = _ast_path(node.args[0])
+            if path is not None:
+                self.found.append((path + ("[*]",), node.lineno, self.top, self.klass))
+        self.generic_visit(node)
+
+    def _store(self, node) -> None:
+        path = _ast_path(node)
+        if path is not None:
+            self.found.append((path, node.lineno, self.top, self.klass))
 
     def visit_Name(self, node) -> None:
         if not isinstance(node.ctx, ast.Load):
-            self._store(node, "name")
+            self._store(node)
 
     def visit_Attribute(self, node) -> None:
         if not isinstance(node.ctx, ast.Load):
-            self._store(node, "item")
+            self._store(node)
         self.generic_visit(node)
 
     visit_Subscript = visit_Attribute
@@ -91,6 +146,7 @@ class SwitchProof:
     def __init__(self, rule, plan: TrainingPlan) -> None:
         self.rule, self.plan = rule, plan
         self._stores: Optional[_Stores] = None
+        self._init_method: Optional[tuple[Optional[int], int]] = None
 
     def holds(self, branch: cst.If) -> bool:
         enabled = next((a.value for a in self.plan.scaler_call.args
@@ -98,17 +154,15 @@ class SwitchProof:
         if enabled is not None and literal(enabled) is False:
             return True  # always disabled: `scale(loss)` is `loss`
         code = self.rule.code_of
-        test = squeezed(code(branch.test))
-        if enabled is None or test not in {squeezed(code(c)) for c in conjuncts(enabled)}:
+        parts = {squeezed(code(c)) for c in conjuncts(enabled)} if enabled is not None else set()
+        if enabled is None or not {squeezed(code(c)) for c in conjuncts(branch.test)} <= parts:
             return False
-        stores = self._all_stores()
-        if stores is None:
+        if self._all_stores() is None:
             return False
-        function = self._function_of(branch)
-        if function is False:
+        where = self._function_of(branch)
+        if where is False:
             return False
-        names = _read_names(branch.test) - {"True", "False", "None"}
-        return all(self._same(function, name, 0) for name in names)
+        return all(self._same(where, path, 0) for path in _read_paths(branch.test))
 
     def _all_stores(self) -> Optional[_Stores]:
         if self._stores is None:
@@ -121,49 +175,93 @@ class SwitchProof:
         return self._stores
 
     def _function_of(self, node: cst.CSTNode):
-        """The module-level def around `node` (None at module level, False when nested)."""
-        functions = [p for p in self.rule.ancestors(node) if isinstance(p, (cst.FunctionDef, cst.Lambda, cst.ClassDef))]
-        if not functions:
+        """The module-level def or method around `node` (None at module level, False when
+        nested deeper)."""
+        scopes = [p for p in self.rule.ancestors(node) if isinstance(p, (cst.FunctionDef, cst.Lambda, cst.ClassDef))]
+        if not scopes:
             return None
-        if len(functions) > 1 or not isinstance(functions[0], cst.FunctionDef):
+        if not isinstance(scopes[0], cst.FunctionDef) or len(scopes) > 2 or \
+                (len(scopes) == 2 and not isinstance(scopes[1], cst.ClassDef)):
             return False
-        return functions[0]
+        return scopes[0]
 
     def _line(self, function: Optional[cst.FunctionDef]) -> int:
         return self.rule.position(function)[0] if function is not None else 0
 
-    def _same(self, function: Optional[cst.FunctionDef], name: str, depth: int) -> bool:
+    def _same(self, function: Optional[cst.FunctionDef], path: tuple[str, ...], depth: int) -> bool:
+        """`path` reads in `function` what it read where the scaler was built."""
         stores, plan = self._stores, self.plan
-        if name in stores.declared:
-            return False
-        if any(n == name and kind == "item" and (top != plan.init_scope or line > plan.init_line)
-               for n, kind, line, top in stores.found):
+        if path[0] in stores.declared:
             return False
         here = self._line(function)
-        if here == plan.init_scope:
-            return not any(n == name and top == here and line > plan.init_line
-                           for n, _, line, top in stores.found)
-        if function is None or depth > _DEPTH or any(n == name and top == here for n, _, _, top in stores.found):
+        # a store into the object (attribute, item) counts wherever it is, unless it ran
+        # before `initialize` in the function that calls it
+        ctor, until = self._constructor() if path[0] == "self" else (None, 0)
+        if any(len(p) > 1 and _conflict(p, path) and (top != plan.init_scope or line > plan.init_line)
+               and not (top == ctor and line < until) for p, line, top, _ in stores.found):
             return False
-        if plan.init_scope == 0 and not self._is_parameter(function, name):
-            return not any(n == name and top == 0 and line > plan.init_line for n, _, line, top in stores.found)
-        return self._passed_on(function, name, depth)
+        names = [(line, top) for p, line, top, _ in stores.found if p == path[:1]]
+        if here == plan.init_scope:
+            return not any(top == here and line > plan.init_line for line, top in names)
+        if function is None or depth > _DEPTH or any(top == here for _, top in names):
+            return False
+        if path[0] == "self" and self._method_of_planned_class(function):
+            return True  # the instance the scaler lives on
+        if not self._is_parameter(function, path[0]):  # a module global
+            first = min(plan.init_scope or plan.init_line, here)
+            return all(top == 0 and line < first for line, top in names) if plan.init_scope else \
+                not any(top == 0 and line > plan.init_line for line, top in names)
+        return self._passed_on(function, path, depth)
+
+    def _constructor(self) -> tuple[Optional[int], int]:
+        """The line of `__init__` of the class whose method builds the scaler, and the line
+        before which its stores into `self` run before that method can (the first line of
+        `__init__` naming it; its end when it names it nowhere)."""
+        if self._init_method is None:
+            self._init_method = (None, 0)
+            klass = self._planned_class()
+            if klass is not None:
+                methods = [s for s in klass.body.body if isinstance(s, cst.FunctionDef)]
+                builder = next((f for f in methods if self._line(f) == self.plan.init_scope), None)
+                ctor = next((f for f in methods if f.name.value == "__init__"), None)
+                if builder is not None and ctor is not None and ctor is not builder:
+                    call = m.Attribute(value=m.Name("self"), attr=m.Name(builder.name.value))
+                    until = next((self.rule.position(s)[0] for s in ctor.body.body if m.findall(s, call)),
+                                 10**9)
+                    self._init_method = (self._line(ctor), until)
+        return self._init_method
+
+    def _planned_class(self) -> Optional[cst.ClassDef]:
+        """The module-level class one of whose methods builds the scaler."""
+        module = self.rule.context.wrapper.module
+        for statement in module.body:
+            if isinstance(statement, cst.ClassDef) and any(
+                    isinstance(s, cst.FunctionDef) and self._line(s) == self.plan.init_scope
+                    for s in statement.body.body):
+                return statement
+        return None
+
+    def _method_of_planned_class(self, function: cst.FunctionDef) -> bool:
+        owner = self.rule.parent(self.rule.parent(function))
+        return self.plan.placement == "self" and owner is not None and owner is self._planned_class()
 
     @staticmethod
     def _is_parameter(function: cst.FunctionDef, name: str) -> bool:
         params = function.params
         return any(p.name.value == name for p in [*params.posonly_params, *params.params, *params.kwonly_params])
 
-    def _passed_on(self, function: cst.FunctionDef, name: str, depth: int) -> bool:
-        """`name` is a parameter of `function` that every call passes on as the caller's `name`."""
+    def _passed_on(self, function: cst.FunctionDef, path: tuple[str, ...], depth: int) -> bool:
+        """`path[0]` is a parameter of `function` that every call passes on as the caller's own."""
+        name = path[0]
         params = function.params
         positional = [p.name.value for p in [*params.posonly_params, *params.params]]
-        keyword_ok = name in [p.name.value for p in [*params.params, *params.kwonly_params]]
-        if name not in positional and not keyword_ok:
+        if name not in positional and name not in [p.name.value for p in params.kwonly_params]:
+            return False
+        if not isinstance(self.rule.parent(function), cst.Module):
             return False
         fname = function.name.value
         module = self.rule.context.wrapper.module
-        calls = [c for c in self.rule.findall(module, m.Call(func=m.Name(fname)), {fname})]
+        calls = self.rule.findall(module, m.Call(func=m.Name(fname)), {fname})
         if not calls:
             return False
         for call in calls:
@@ -171,7 +269,7 @@ class SwitchProof:
             if not (isinstance(value, cst.Name) and value.value == name):
                 return False
             caller = self._function_of(call)
-            if caller is False or not self._same(caller, name, depth + 1):
+            if caller is False or not self._same(caller, path, depth + 1):
                 return False
         return True
 

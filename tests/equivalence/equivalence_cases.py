@@ -172,6 +172,14 @@ CASES = [
     Case("fp16-optimizer-conditional-off", "fp16_optimizer_conditional.py", ("--corrupt-step", "9"),
          covers="the same script without `--fp16`: plain fp32 training, the scaler disabled",
          scales="native_disabled"),
+    Case("apex-or-native-flag-apex", "apex_or_native_amp_flag.py", ("--amp", "apex", "--corrupt-step", "6"),
+         covers="a script with both paths behind `--amp` (Apex's, torch's own GradScaler, fp32): "
+                "the Apex path gets its own scaler with `enabled=args.amp == \"apex\"` and its "
+                "`if`/`else` backward collapses; run with `--amp apex` and an overflow",
+         min_skipped=1),
+    Case("apex-or-native-flag-none", "apex_or_native_amp_flag.py", ("--amp", "none", "--corrupt-step", "6"),
+         covers="the same script in fp32 (`--amp none`): Apex never initialised, the migrated "
+                "path's scaler disabled", scales="native_disabled"),
 ]
 
 BY_ID = {case.id: case for case in CASES}

@@ -400,7 +400,7 @@ class PlanTraining(UnitPlanning, Rule):
             index = self.state.index
             spelled = {b for b in PURE_BUILTINS if index is None or index.spells(b)}
             try:
-                tree = ast.parse(self.state.original) if spelled else None
+                tree = (index.tree if index is not None else ast.parse(self.state.original)) if spelled else None
             except (SyntaxError, ValueError):
                 tree, spelled = None, set(PURE_BUILTINS)
             bound = {name for node in (ast.walk(tree) if tree is not None else ())

@@ -33,14 +33,17 @@ Soundness
     The flow is rewritten only when everything that touches the wrapper is visible in the file
     and has a native counterpart: one `FP16_Optimizer`, bound to a plain name that nothing else
     reads (no passing it on, no `state_dict`, no other attribute); every `backward` followed in
-    its own block by the same optimizer's `step`, with only `clip_master_grads` in between and
-    no early exit or second backward (Apex updated its scale at `backward`, GradScaler at
-    `update()`, which then runs at the same point of every iteration); every parameter the
+    its own block by the same optimizer's `step`, with only `clip_master_grads` in between (no
+    early exit, second backward or read of gradients: Apex updated its scale at `backward` and
+    stepped masters the fp16 gradients no longer fed, GradScaler updates at `update()` and
+    steps the model's own gradients); every parameter the
     wrapped optimizer holds comes from a model whose conversion to fp16 this rule removes; and
     no other fp16 value (`x.half()`, `torch.float16`) that fp32 weights would meet outside
     autocast. Under `if flag:` every use must sit in the function that reads the flag, and
     conversions must run under that flag or none; with the flag off, the disabled scaler and
-    autocast pass everything through, which is the plain fp32 program Apex ran then. Loss scaling then matches Apex's: FP16_Optimizer's dynamic scaler is Apex's amp
+    autocast pass everything through, which is the plain fp32 program Apex ran then.
+
+    Loss scaling then matches Apex's: FP16_Optimizer's dynamic scaler is Apex's amp
     `LossScaler` (start 2**16 capped at `max_loss_scale` 2**24, halve on overflow and skip the
     step, double after `scale_window` 2000 clean steps), which GradScaler's
     `init_scale`/`backoff_factor`/`growth_factor`/`growth_interval` express exactly but for the
@@ -586,9 +589,11 @@ class Fp16OptimizerToGradScaler(Rule):
     def _guarded_clip(self, statement: cst.CSTNode, flow: Flow) -> bool:
         """`if fp16: optimizer.clip_master_grads(c) else: clip_grad_norm_(...)`: the `else` runs
         only where the scaler is disabled, on gradients Apex never scaled either."""
-        if not (flow.guarded_by(statement) and len(statement.body.body) == 1 and id(statement.body.body[0]) in flow.clips):
+        if not (flow.guarded_by(statement) and len(statement.body.body) == 1
+                and id(statement.body.body[0]) in flow.clips):
             return False
-        return statement.orelse is None or not any(n.value == flow.target for n in m.findall(statement.orelse, m.Name()))
+        names = m.findall(statement.orelse, m.Name()) if statement.orelse is not None else []
+        return not any(n.value == flow.target for n in names)
 
     def _between_pair(self, clip: cst.Call, flow: Flow) -> bool:
         line = self._site(self._statement(clip), flow)
@@ -792,7 +797,8 @@ class Fp16OptimizerToGradScaler(Rule):
         receiver = updated_node.func.value
         if updated_node.func.attr.value == "zero_grad":
             bound = bind_arguments(updated_node, ("set_grads_to_None",)) or {}
-            value = bound.get("set_grads_to_None", cst.Name("False") if self.flow.guard is None else _not(self.flow.guard.test))
+            plain = cst.Name("False") if self.flow.guard is None else _not(self.flow.guard.test)
+            value = bound.get("set_grads_to_None", plain)
             return updated_node.with_changes(args=[_kw("set_to_none", value)])
         bound = bind_arguments(updated_node, ("max_norm", "norm_type"))
         params = cst.parse_expression(f'(p for group in {_CODE(receiver)}.param_groups for p in group["params"])')
@@ -843,8 +849,9 @@ class Fp16OptimizerToGradScaler(Rule):
     def _replace(self, original: cst.CSTNode, updated: cst.CSTNode) -> list[cst.BaseStatement]:
         flow = self.flow
         key = id(original)
-        creation = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.parse_expression(flow.scaler))],
-                                                       flow.scaler_call.deep_clone())], leading_lines=updated.leading_lines)
+        creation = cst.SimpleStatementLine(
+            [cst.Assign([cst.AssignTarget(cst.parse_expression(flow.scaler))], flow.scaler_call.deep_clone())],
+            leading_lines=updated.leading_lines)
         if original is flow.guard:
             kept = [] if key in flow.dropped_ifs else [updated.with_changes(leading_lines=())]
             return [creation, *kept]
@@ -858,7 +865,8 @@ class Fp16OptimizerToGradScaler(Rule):
                                                     leading_lines=updated.leading_lines if flow.guard else ()))
             return made
         if key in flow.backwards and isinstance(original, cst.If):
-            line = cst.SimpleStatementLine([cst.Expr(flow.backwards[key].deep_clone())], leading_lines=updated.leading_lines)
+            line = cst.SimpleStatementLine([cst.Expr(flow.backwards[key].deep_clone())],
+                                           leading_lines=updated.leading_lines)
             return self._replace_backward(line)
         if key in flow.conversions:
             value = flow.conversions[key]

@@ -328,6 +328,8 @@ class Fp16OptimizerToGradScaler(Rule):
     def _flow_of(self, call: cst.Call) -> Flow:
         assign = self.parent(call)
         line = self.parent(assign) if assign is not None else None
+        if isinstance(assign, cst.Return):
+            raise Refused(call, "the `FP16_Optimizer` is returned to callers this file does not show")
         if not (isinstance(assign, cst.Assign) and assign.value is call and len(assign.targets) == 1
                 and isinstance(assign.targets[0].target, cst.Name)
                 and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):

@@ -340,8 +340,13 @@ class Fp16UtilsToTorch(Rule):
         if name is None or not name.startswith(PACKAGE + "."):
             return
         code = _FALLBACKS.get(name[len(PACKAGE) + 1:])
-        if code is FP16_OPTIMIZER and self.state.scratch.get("fp16_optimizer_refused"):
+        refused = self.state.scratch.get("fp16_optimizer_refused")
+        if code is FP16_OPTIMIZER and refused:
             return  # the flow's own rule said where and why
+        if code is MODEL_CONVERSION and refused:
+            self.report(node, code, f"`{self.code_of(node)}` makes the fp16 model of an `FP16_Optimizer` flow "
+                                    "that has no native form here (AMP466 says why); the file uses the shim")
+            return
         if code is not None:
             self.report(node, code, f"`{self.code_of(node)}` ({name}) has no native form amp-migrate "
                                     "can prove right; the file uses the shim")

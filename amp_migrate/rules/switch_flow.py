@@ -166,8 +166,9 @@ class SwitchProof:
 
     def _all_stores(self) -> Optional[_Stores]:
         if self._stores is None:
+            index = self.rule.state.index
             try:
-                tree = ast.parse(self.rule.state.original)
+                tree = index.tree if index is not None else ast.parse(self.rule.state.original)
             except (SyntaxError, ValueError):
                 return None
             self._stores = _Stores()

@@ -44,7 +44,20 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..diagnostics import Severity, define
 from .plan import TrainingRule
+
+THREADED = define(
+    "AMP122", "scaler-parameter-added", Severity.INFO,
+    "This function now takes the GradScaler as a `scaler` parameter, and every call of it in "
+    "this file passes it.",
+    "Apex's loss scaler was process-global; the native one is built where `initialize` ran "
+    "(with that function's `enabled=` condition) and passed down to the functions that scale, "
+    "step or save with it. Calls from other modules of a project cannot be seen here and would "
+    "fail with a TypeError until they pass a scaler too.",
+    before="def train(args, model, optimizer):",
+    after="def train(args, model, optimizer, scaler):",
+)
 
 
 class ThreadScalerThroughCalls(TrainingRule):
@@ -70,6 +83,7 @@ class ThreadScalerThroughCalls(TrainingRule):
         threaded = self.threaded.get(original_node.name.value)
         if threaded is None or not isinstance(self.parent(original_node), cst.Module):
             return updated_node
+        self.report(original_node, THREADED, f"`{threaded.name}` (line {threaded.line}) now takes `scaler`")
         params = updated_node.params
         new = cst.Param(self._name())
         if not threaded.keyword_only:

@@ -282,7 +282,8 @@ class Rule(VisitorBasedCodemodCommand):
         the statements that bind one of `names` or declare it global, with the compound
         statements around them: every scope, binding and `global` that decides such a
         question is there, in the same order (reads of a name do not change what it is bound
-        to elsewhere)."""
+        to elsewhere). A rule that asks which reads a binding has (`assignment.references`)
+        needs every statement that spells the name: it puts the name among `asked` too."""
         return None
 
     def name_is_free(self, name: str, tree: cst.Module) -> bool:

@@ -20,9 +20,11 @@ Soundness
     value is tested for `None` or for truth, which for a module (or the class or function
     imported from it) is "the import succeeded". In the native file every other use of that
     name was rewritten by another rule, or the file falls back, so the import no longer runs
-    and the check's only native meaning is "available". Operands dropped by the
-    simplification are side-effect-free reads (`use_amp and True` → `use_amp`); a branch is
-    dropped only when its test became a literal. An initialization probe asks about Apex's
+    and the check's only native meaning is "available". A literal on the left folds
+    exactly (`True and x` is x, `False and x` never evaluates x); one on the right folds only
+    in a test, where only truth counts (`use_amp and True` → `use_amp`), and drops only a
+    side-effect-free operand; a branch (of an `if` or a conditional expression) is dropped
+    only when its test became a literal. An initialization probe asks about Apex's
     process-global state, which native code does not have: whether autocast and a GradScaler
     are on is decided where they are built, so such a file uses the shim (AMP906).
 
@@ -119,10 +121,6 @@ class ApexAvailabilityChecks(Rule):
         return re.search(rf"\b(?:{names})\s+is\b|\b(?:not|if|elif|assert|and|or|while)\s+(?:{names})\b",
                          state.original) is not None
 
-    def __init__(self, context, state) -> None:
-        super().__init__(context, state)
-        self._answered: set[int] = set()  # original tests that changed
-
     def _apex_read(self, node: cst.BaseExpression) -> bool:
         return isinstance(node, (cst.Name, cst.Attribute)) and self.apex_name(node) is not None
 
@@ -158,19 +156,31 @@ class ApexAvailabilityChecks(Rule):
 
     def leave_BooleanOperation(self, original_node: cst.BooleanOperation, updated_node: cst.BooleanOperation):
         left, right = updated_node.left, updated_node.right
-        if self._apex_read(original_node.left) and self._tested(original_node):
+        tested = self._tested(original_node)
+        if self._apex_read(original_node.left) and tested:
             left = _bool(True)
-        if self._apex_read(original_node.right) and self._tested(original_node):
+        if self._apex_read(original_node.right) and tested:
             right = _bool(True)
         is_and = isinstance(updated_node.operator, cst.And)
-        for known, other in ((_constant(left), right), (_constant(right), left)):
-            if known is _MISSING:
-                continue
-            if known == is_and:  # `x and True`, `x or False`: x decides
-                return other if other is left or pure(other) else updated_node
-            if other is right or pure(other):  # `x and False` → False, `x or True` → True
+        known = _constant(left)
+        if known is not _MISSING:  # `True and x` is x, `False and x` is False: exact values
+            return right if known == is_and else _bool(known)
+        known = _constant(right)
+        if known is not _MISSING and tested:  # only the truth of `x and True` is x's
+            if known == is_and:
+                return left
+            if pure(left):  # `x and False`: x is evaluated for nothing
                 return _bool(known)
         return updated_node.with_changes(left=left, right=right)
+
+    def leave_IfExp(self, original_node: cst.IfExp, updated_node: cst.IfExp) -> cst.BaseExpression:
+        known = _constant(updated_node.test) if _CODE(updated_node.test) != _CODE(original_node.test) else _MISSING
+        if known is _MISSING:
+            return updated_node
+        self.report(original_node, FOLDED, f"`{self.code_of(original_node.test)}` is `{known}` natively "
+                    "(torch.amp needs no install)")
+        kept = updated_node.body if known else updated_node.orelse
+        return kept.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar) if updated_node.lpar else kept
 
     def _tested(self, node: cst.CSTNode) -> bool:
         """`node` is (part of) the test of an `if`, `elif`, `while`, `assert` or conditional

@@ -40,6 +40,7 @@ becomes
 """
 from __future__ import annotations
 
+import ast
 import re
 from typing import Optional
 
@@ -96,6 +97,16 @@ class OptimizerClassAlias(Rule):
 
     def interest(self):
         return None  # the calls through the variable spell no Apex word
+
+    def scope_questions(self):
+        # Scope is asked only about `x = <name or attribute>` targets and their bindings' reads:
+        # the statements spelling such a name hold them all (base.Rule.scope_questions).
+        index = self.state.index
+        names = None if index is None else {
+            node.targets[0].id for node in ast.walk(index.tree)
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, (ast.Name, ast.Attribute))}
+        return None if names is None else (names, names)
 
     def __init__(self, context, state) -> None:
         super().__init__(context, state)

@@ -84,7 +84,7 @@ from .apex_calls import NOT_LITERAL
 from .base import Rule
 from .control_flow import exits_early, runs_backward
 from .fp16_names import PACKAGE, fp16_name, star_only_names
-from .plan import TrainingPlan, bind_arguments, literal, pure
+from .plan import TrainingPlan, bind_arguments, binds_in_ast, literal, pure
 from .plan_options import STATIC_GROWTH_INTERVAL
 
 FLOW = define(
@@ -462,7 +462,7 @@ class Fp16OptimizerToGradScaler(Rule):
     def _uses(self, flow: Flow) -> None:
         home = self._function_of(flow.statement)
         for name in self._accesses(flow):
-            if flow.guard is not None and self._function_of(name) is not home:
+            if flow.guard is not None and self._function_of(name) is not home and not self._reads_globals(name, flow):
                 raise Refused(name, f"`{flow.target}` is used outside the function that builds it under "
                               f"`if {self.code_of(flow.guard.test)}:`, where that condition cannot be read")
             attribute = self.parent(name)
@@ -482,6 +482,21 @@ class Fp16OptimizerToGradScaler(Rule):
                        "which a native optimizer cannot load" if "state_dict" in attr
                        else "it has no native counterpart")
                 raise Refused(attribute, f"`{self.code_of(attribute)}`: {why}")
+
+    def _reads_globals(self, node: cst.CSTNode, flow: Flow) -> bool:
+        """A guard at module level (`if args.fp16:`) reads in `node`'s functions as it reads
+        where it ran: none of them binds a name of the guard itself."""
+        if self._function_of(flow.statement) is not None or self.state.index is None:
+            return False
+        names = _free_names(flow.guard.test)
+        for function in self.ancestors(node):
+            if isinstance(function, cst.Lambda):
+                return False
+            if isinstance(function, cst.FunctionDef):
+                tree = self.state.index.ast_of(function)
+                if tree is None or any(binds_in_ast(tree, name) is not None for name in names):
+                    return False
+        return True
 
     def _function_of(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         return next((p for p in self.ancestors(node) if isinstance(p, (cst.FunctionDef, cst.Lambda))), None)
@@ -614,20 +629,16 @@ class Fp16OptimizerToGradScaler(Rule):
 
     # -- the fp16 model -------------------------------------------------------------------------
     def _conversion_calls(self, module: cst.Module) -> list[cst.Call]:
-        found = []
-        for call in m.findall(module, m.Call()):
-            if m.matches(call.func, m.Attribute(attr=m.Name("half"))) and not call.args:
-                found.append(call)
-            elif self._name(call.func) in _CONVERTERS:
-                found.append(call)
-        return found
+        return [call for call in m.findall(module, m.Call()) if self._is_conversion(call)]
 
     def _conversions(self, module: cst.Module, flow: Flow) -> None:
         """Each fp16 conversion is a whole statement that converts one model (which it now keeps
         fp32); any other fp16 value refuses."""
         for node in m.findall(module, m.Attribute(value=m.Name("torch") | m.Attribute(m.Name("torch"), m.Name("cuda")),
                                                   attr=m.OneOf(*map(m.Name, _HALF_SPELLINGS)))):
-            if not (isinstance(self.parent(node), cst.Call) and self.parent(node).func is node):
+            parent = self.parent(node)
+            converts = isinstance(parent, cst.Arg) and self._is_conversion(self.parent(parent))
+            if not converts and not (isinstance(parent, cst.Call) and parent.func is node):
                 raise Refused(node, f"`{self.code_of(node)}` makes fp16 values that fp32 weights would "
                               "meet outside autocast")
         for call in self._conversion_calls(module):
@@ -657,12 +668,14 @@ class Fp16OptimizerToGradScaler(Rule):
                     model = model.func.value  # `model.cuda().half()`: `model`
                 if not isinstance(model, (cst.Name, cst.Attribute)) or not pure(model):
                     raise Refused(call, f"`{self.code_of(call)}` converts no model by name")
-                flow.conversions[id(line)] = None
+                # `model.cuda().half()` on its own line still moves the model: keep `model.cuda()`
+                flow.conversions[id(line)] = None if _CODE(model) == _CODE(stripped) else stripped
             flow.models.add(_CODE(model))
             kind = " and its state-dict keys lose the `{}` prefix".format("`, `".join(sorted(prefixes))) \
                 if prefixes else ""
-            done = f"`{self.code_of(small).strip()}` removed" if flow.conversions[id(line)] is None \
-                else f"`{self.code_of(call)}` dropped"
+            kept = flow.conversions[id(line)]
+            done = f"`{self.code_of(small).strip()}` removed" if kept is None \
+                else f"`{self.code_of(small).strip()}` became `{_CODE(small.with_changes(value=kept)).strip()}`"
             flow.notes.append((line, CONVERSION, f"{done}: `{_CODE(model)}` stays fp32{kind}"))
         if not flow.models:
             raise Refused(flow.statement, "no conversion of a model to fp16 is visible in this file, so "
@@ -693,9 +706,11 @@ class Fp16OptimizerToGradScaler(Rule):
     def _within(self, node: cst.CSTNode, value: cst.CSTNode) -> bool:
         return node is value or any(a is value for a in self.ancestors(node))
 
-    def _is_conversion(self, call: cst.Call) -> bool:
+    def _is_conversion(self, call: cst.CSTNode) -> bool:
+        if not isinstance(call, cst.Call):
+            return False
         return (m.matches(call.func, m.Attribute(attr=m.Name("half"))) and not call.args) or \
-            self._name(call.func) in _CONVERTERS
+            self._name(call.func) in _CONVERTERS or _half_type(call) is not None
 
     def _strip(self, expr: cst.BaseExpression) -> tuple[cst.BaseExpression, set[str]]:
         """`network_to_half(Net().cuda())` → (`Net().cuda()`, {"1."}); `m.cuda().half()` → `m.cuda()`."""
@@ -709,6 +724,10 @@ class Fp16OptimizerToGradScaler(Rule):
                 expr = expr.args[0].value
             elif m.matches(expr.func, m.Attribute(attr=m.Name("half"))) and not expr.args:
                 expr = expr.func.value
+            elif _half_type(expr) is not None:  # `model.type(torch.cuda.HalfTensor)`: to CUDA, in fp32
+                inner, more = self._strip(expr.func.value)
+                prefixes |= more
+                return (cst.Call(cst.Attribute(inner, cst.Name("cuda"))) if _half_type(expr) else inner), prefixes
             elif isinstance(expr.func, cst.Attribute):
                 inner, more = self._strip(expr.func.value)
                 prefixes |= more
@@ -889,6 +908,18 @@ class Fp16OptimizerToGradScaler(Rule):
         kept = [_kw("retain_graph", bound["retain_graph"])] if "retain_graph" in bound else []
         new = cst.Call(cst.Attribute(scaled, cst.Name("backward")), kept)
         return [updated.with_changes(body=[updated.body[0].with_changes(value=new)])]
+
+
+def _half_type(call: cst.Call) -> Optional[bool]:
+    """`x.type(torch.cuda.HalfTensor)` → True (it also moves `x` to CUDA), `x.type(torch.HalfTensor)`
+    or `x.type(torch.float16)` → False; None for any other call."""
+    if not (m.matches(call.func, m.Attribute(attr=m.Name("type"))) and len(call.args) == 1
+            and call.args[0].keyword is None and not call.args[0].star):
+        return None
+    spelled = _CODE(call.args[0].value)
+    if spelled == "torch.cuda.HalfTensor":
+        return True
+    return False if spelled in ("torch.HalfTensor", "torch.half", "torch.float16") else None
 
 
 def _not(test: cst.BaseExpression) -> cst.UnaryOperation:

@@ -79,6 +79,15 @@ INIT_COUNT = define(
     "semantics through the shim.",
     falls_back=True,
 )
+MAIN_ONLY = define(
+    "AMP123", "scaler-built-under-main", Severity.INFO,
+    "This function uses the module-level GradScaler built under `if __name__ == \"__main__\":`.",
+    "`initialize` ran in the script's entry block, so the scaler is built there (with its "
+    "`enabled=` condition) and the module's functions read it as a global, as they read Apex's "
+    "global state. Code that imports the module and calls the function without running the "
+    "entry block finds no `scaler`; with Apex it found no initialised amp either, but one "
+    "whose flag kept it off `scale_loss` worked.",
+)
 PER_LOSS_CHECKPOINT = define(
     "AMP104", "per-loss-scalers-in-checkpoint", Severity.WARNING,
     "Apex's per-loss scalers become one GradScaler per loss id here, and `amp.state_dict()` "
@@ -90,6 +99,14 @@ PER_LOSS_CHECKPOINT = define(
     "invent, so the file uses the shim.",
     falls_back=True,
 )
+
+
+_MAIN = m.Comparison(left=m.Name("__name__"), comparisons=[m.ComparisonTarget(
+    m.Equal(), m.SimpleString('"__main__"') | m.SimpleString("'__main__'"))])
+
+
+def _script_entry(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.If) and node.orelse is None and m.matches(node.test, _MAIN)
 
 
 def _bound_names(node: ast.AST) -> tuple[str, ...]:
@@ -336,6 +353,10 @@ class PlanTraining(UnitPlanning, Rule):
                 return None
             if self.scope_of(statement) is not None:  # built in a function: passed as a parameter
                 placement, threaded = "threaded", tuple(found)
+            elif any(_script_entry(p) for p in self.ancestors(statement)):
+                for function in found:
+                    self.report(self._def_at(module, function.line), MAIN_ONLY,
+                                f"`{function.name}` reads the scaler built under `if __name__ == \"__main__\":`")
         scaler, loss_scalers = self._scaler_names(module, placement, per_loss)
         built = arguments(reading, placement == "local", scaler, self.options, call, self.report)
         if isinstance(built, str):
@@ -368,6 +389,10 @@ class PlanTraining(UnitPlanning, Rule):
             return "`initialize` is not in a module-level function"
         built_at = self.position(self.parent(self.parent(statement)) if guard is not None else statement)[0]
         return find_threading(self, module, builder, built_at, sites)
+
+    def _def_at(self, module: cst.Module, line: int) -> cst.CSTNode:
+        return next((s for s in module.body if isinstance(s, cst.FunctionDef) and self.position(s)[0] == line),
+                    module)
 
     def _options_of(self, call: cst.Call) -> Optional[dict[str, cst.BaseExpression]]:
         names = ("enabled", "enable_caching", "verbose", "allow_banned") \
@@ -448,6 +473,8 @@ class PlanTraining(UnitPlanning, Rule):
         for parent in self.ancestors(start):
             if isinstance(parent, (cst.FunctionDef, cst.Module)):
                 break
+            if _script_entry(parent) and isinstance(self.parent(parent), cst.Module):
+                continue  # `if __name__ == "__main__":` runs once, at module level
             if isinstance(parent, (cst.For, cst.While, cst.If, cst.Else, cst.ExceptHandler,
                                    cst.Match, cst.Lambda)):
                 return guard, True

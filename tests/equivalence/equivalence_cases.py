@@ -180,6 +180,14 @@ CASES = [
     Case("apex-or-native-flag-none", "apex_or_native_amp_flag.py", ("--amp", "none", "--corrupt-step", "6"),
          covers="the same script in fp32 (`--amp none`): Apex never initialised, the migrated "
                 "path's scaler disabled", scales="native_disabled"),
+    Case("fp16-flag-under-main-block-on", "fp16_flag_under_main_block.py", ("--fp16", "--corrupt-step", "5"),
+         covers="`if args.fp16: amp.initialize(...)` in the script's `if __name__ == \"__main__\":` "
+                "block, `scale_loss` and `amp.state_dict()` in a module-level function: a global "
+                "scaler built before the `if` with `enabled=args.fp16`; overflow forced",
+         min_skipped=1),
+    Case("fp16-flag-under-main-block-off", "fp16_flag_under_main_block.py", ("--corrupt-step", "5"),
+         covers="the same script without `--fp16`: the global scaler disabled",
+         scales="native_disabled"),
 ]
 
 BY_ID = {case.id: case for case in CASES}

@@ -51,10 +51,12 @@ def _keyword_only(function: cst.FunctionDef) -> bool:
 
 
 def find_threading(rule, module: cst.Module, builder: Optional[cst.FunctionDef], built_at: int,
-                   sites: list[cst.CSTNode]) -> Union[list[Threaded], str]:
+                   sites: list[cst.CSTNode], entry=None) -> Union[list[Threaded], str]:
     """The functions to thread the scaler through, or why no threading reaches every site.
     With no `builder` the scaler is a module global built at line `built_at`: the functions
-    returned need no parameter, only to be called after it exists."""
+    returned need no parameter, only to be called after it exists. With `entry`, a call is
+    where the scaler is in scope exactly when `entry(call)` is true (the block of one of
+    several `initialize` calls, after it), and `builder` is unused."""
     functions: dict[str, list[cst.FunctionDef]] = {}
     for statement in module.body:
         if isinstance(statement, cst.FunctionDef):
@@ -63,7 +65,7 @@ def find_threading(rule, module: cst.Module, builder: Optional[cst.FunctionDef],
     for site in sites:
         holder = top_level_function(rule, site)
         line = rule.position(site)[0]
-        if holder is None and (builder is not None or _in_function_or_class(site, rule)):
+        if holder is None and (builder is not None or entry is not None or _in_function_or_class(site, rule)):
             return f"an Apex call at line {line} is not in a module-level function"
         if holder is None and line <= built_at:
             return f"an Apex call at line {line} runs before the scaler is built"
@@ -81,8 +83,14 @@ def find_threading(rule, module: cst.Module, builder: Optional[cst.FunctionDef],
         callers = _callers(rule, module, name)
         if isinstance(callers, str):
             return callers
-        for caller, line in callers:
-            if caller is builder:
+        for caller, line, call in callers:
+            if entry is not None:
+                why = entry(call, caller)
+                if why is True:
+                    continue
+                if why:
+                    return f"`{name}` is called at line {line}, {why}"
+            if entry is None and caller is builder:
                 if line <= built_at:
                     return f"`{name}` is called at line {line}, before the scaler is built"
             elif caller is None:
@@ -93,7 +101,8 @@ def find_threading(rule, module: cst.Module, builder: Optional[cst.FunctionDef],
 
 
 def _callers(rule, module: cst.Module, name: str):
-    """(function around the call, line) for every use of `name`, or why one is no direct call."""
+    """(function around the call, line, call) for every use of `name`, or why one is no direct
+    call."""
     found = []
     for node in rule.findall(module, m.Name(name), {name}):
         parent = rule.parent(node)
@@ -108,5 +117,5 @@ def _callers(rule, module: cst.Module, name: str):
             return f"`{name}` is used other than by a direct call at line {line}"
         if any(arg.star == "**" for arg in parent.args):
             return f"`{name}` is called with `**kwargs` at line {line}, which may hold a `scaler`"
-        found.append((top_level_function(rule, parent), line))
+        found.append((top_level_function(rule, parent), line, parent))
     return found

@@ -7,7 +7,9 @@ sits in the block that holds that `initialize` (or the `if` guarding it), after 
 function, and no other `initialize` can run in between (the blocks are disjoint and the
 functions holding them do not call each other). A k-fold loop with a fresh `initialize` per
 fold, one `initialize` per branch of an `if`/`else`, and one per training function are such
-blocks; anything else keeps AMP101/AMP102 with the reason. This module holds no rule: it is a
+blocks; sites in functions called from such a block (`train_one_epoch(model, optimizer)` in
+the fold loop) get the block's scaler as a parameter (plan_threading.py), passed only by calls
+in a block after its `initialize`. Anything else keeps AMP101/AMP102 with the reason. This module holds no rule: it is a
 part of PlanTraining (training_plan.py), which mixes it in.
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from .plan import PlanPart, TrainingPlan
+from .plan_threading import find_threading
 
 
 class Unit:
@@ -47,12 +50,16 @@ class UnitPlanning:
     def _plan_in_units(self, module: cst.Module) -> Union[TrainingPlan, str]:
         """One plan part per `initialize`; or why the sites are not provably tied to one each."""
         units = [self._unit_of(call, statement) for call, statement in self.inits]
-        why = self._disjoint(units) or self._assign(units, self.sites)
+        outside: list[cst.CSTNode] = []
+        why = self._disjoint(units) or self._assign(units, self.sites, outside)
         if why:
             return why
+        threaded = self._thread_from_units(module, units, outside) if outside else []
+        if isinstance(threaded, str):
+            return threaded
         plans = []
         for unit in units:
-            plan = self._plan_unit(unit, module)
+            plan = self._plan_unit(unit, module, outside, threaded)
             if plan is None:
                 return ""
             if isinstance(plan, str):
@@ -70,6 +77,7 @@ class UnitPlanning:
                        optimizers=set().union(*(p.optimizers for p in plans)),
                        step_lines=frozenset(steps),
                        eager_unscale_lines=frozenset().union(*(p.eager_unscale_lines for p in plans)),
+                       threaded=tuple(threaded),
                        parts=tuple(PlanPart(u.span[0], u.span[1], p.scaler_call, p.autocast_call, p.hoisted,
                                             p.init_scope, p.init_line)
                                    for u, p in zip(units, plans)))
@@ -102,13 +110,29 @@ class UnitPlanning:
                     "which calls `initialize` again")
         return ""
 
-    def _assign(self, units: list[Unit], sites: list[cst.CSTNode]) -> str:
+    def _assign(self, units: list[Unit], sites: list[cst.CSTNode], outside: list[cst.CSTNode]) -> str:
+        """Each site to the unit whose block holds it; sites in other functions to `outside`."""
+        functions = {id(self.scope_of(u.statement)) for u in units}
         for site in sites:
             holder = self._holder(units, site)
-            if holder is None:
+            if holder is not None:
+                holder.sites.append(site)
+            elif id(self.scope_of(site)) in functions or self.scope_of(site) is None:
                 return f"the Apex call at line {self.position(site)[0]} is tied to no single `initialize`"
-            holder.sites.append(site)
+            else:
+                outside.append(site)
         return ""
+
+    def _thread_from_units(self, module: cst.Module, units: list[Unit], outside: list[cst.CSTNode]):
+        """The functions holding `outside` sites get the scaler as a parameter from calls in
+        the block of one `initialize`, after it; or why they cannot."""
+        def entry(call: cst.CSTNode, caller) -> Union[bool, str]:
+            if self._holder(units, call) is not None:
+                return True
+            if any(caller is self.scope_of(u.statement) for u in units):
+                return "outside the block of its `initialize`"
+            return False
+        return find_threading(self, module, None, 0, outside, entry)
 
     def _holder(self, units: list[Unit], node: cst.CSTNode) -> Optional[Unit]:
         line = self.position(node)[0]
@@ -119,14 +143,16 @@ class UnitPlanning:
                 return unit
         return None
 
-    def _plan_unit(self, unit: Unit, module: cst.Module) -> Union[TrainingPlan, str, None]:
-        """The plan for one unit alone: its own sites, a local scaler built where it ran."""
+    def _plan_unit(self, unit: Unit, module: cst.Module, outside: list[cst.CSTNode],
+                   threaded: list) -> Union[TrainingPlan, str, None]:
+        """The plan for one unit: its own sites (and those of the functions it passes the
+        scaler to), a scaler built where it ran."""
         every = (self.sites, self.scale_losses)
-        self.sites = unit.sites
-        self.scale_losses = [s for s in every[1] if any(s is u for u in unit.sites)]
+        self.sites = unit.sites + outside
+        self.scale_losses = [s for s in every[1] if any(s is u for u in self.sites)]
         try:
             if not self.scale_losses:
                 return f"no `scale_loss` goes with the `initialize` at line {self.position(unit.call)[0]}"
-            return self._plan(unit.call, unit.statement, module, unit=unit)
+            return self._plan(unit.call, unit.statement, module, unit=unit, threaded=tuple(threaded))
         finally:
             self.sites, self.scale_losses = every

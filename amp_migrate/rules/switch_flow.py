@@ -153,16 +153,22 @@ class SwitchProof:
                         if a.keyword is not None and a.keyword.value == "enabled"), None)
         if enabled is not None and literal(enabled) is False:
             return True  # always disabled: `scale(loss)` is `loss`
-        code = self.rule.code_of
-        parts = {squeezed(code(c)) for c in conjuncts(enabled)} if enabled is not None else set()
-        if enabled is None or not {squeezed(code(c)) for c in conjuncts(branch.test)} <= parts:
-            return False
-        if self._all_stores() is None:
+        if enabled is None or self._all_stores() is None:
             return False
         where = self._function_of(branch)
         if where is False:
             return False
-        return all(self._same(where, path, 0) for path in _read_paths(branch.test))
+        code = self.rule.code_of
+        parts = {squeezed(code(c)) for c in conjuncts(enabled)}
+        paths = {_cst_path(c) for c in conjuncts(enabled)} - {None}
+        for part in conjuncts(branch.test):
+            path = _cst_path(part)
+            if path is not None and self._translated(where, path, 0) in paths:
+                continue  # `fp16` passed down from `args.fp16`
+            if squeezed(code(part)) not in parts or not all(
+                    self._translated(where, p, 0) == p for p in _read_paths(part)):
+                return False
+        return True
 
     def _all_stores(self) -> Optional[_Stores]:
         if self._stores is None:
@@ -189,29 +195,32 @@ class SwitchProof:
     def _line(self, function: Optional[cst.FunctionDef]) -> int:
         return self.rule.position(function)[0] if function is not None else 0
 
-    def _same(self, function: Optional[cst.FunctionDef], path: tuple[str, ...], depth: int) -> bool:
-        """`path` reads in `function` what it read where the scaler was built."""
+    def _translated(self, function: Optional[cst.FunctionDef], path: tuple[str, ...],
+                    depth: int) -> Optional[tuple[str, ...]]:
+        """What `path`, read in `function`, reads where the scaler was built (the same path,
+        or the caller's argument it was passed as); None where that is not provable."""
         stores, plan = self._stores, self.plan
         if path[0] in stores.declared:
-            return False
+            return None
         here = self._line(function)
         # a store into the object (attribute, item) counts wherever it is, unless it ran
         # before `initialize` in the function that calls it
         ctor, until = self._constructor() if path[0] == "self" else (None, 0)
         if any(len(p) > 1 and _conflict(p, path) and (top != plan.init_scope or line > plan.init_line)
                and not (top == ctor and line < until) for p, line, top, _ in stores.found):
-            return False
+            return None
         names = [(line, top) for p, line, top, _ in stores.found if p == path[:1]]
         if here == plan.init_scope:
-            return not any(top == here and line > plan.init_line for line, top in names)
+            return None if any(top == here and line > plan.init_line for line, top in names) else path
         if function is None or depth > _DEPTH or any(top == here for _, top in names):
-            return False
+            return None
         if path[0] == "self" and self._method_of_planned_class(function):
-            return True  # the instance the scaler lives on
+            return path  # the instance the scaler lives on
         if not self._is_parameter(function, path[0]):  # a module global
             first = min(plan.init_scope or plan.init_line, here)
-            return all(top == 0 and line < first for line, top in names) if plan.init_scope else \
+            unchanged = all(top == 0 and line < first for line, top in names) if plan.init_scope else \
                 not any(top == 0 and line > plan.init_line for line, top in names)
+            return path if unchanged else None
         return self._passed_on(function, path, depth)
 
     def _constructor(self) -> tuple[Optional[int], int]:
@@ -251,28 +260,27 @@ class SwitchProof:
         params = function.params
         return any(p.name.value == name for p in [*params.posonly_params, *params.params, *params.kwonly_params])
 
-    def _passed_on(self, function: cst.FunctionDef, path: tuple[str, ...], depth: int) -> bool:
-        """`path[0]` is a parameter of `function` that every call passes on as the caller's own."""
+    def _passed_on(self, function: cst.FunctionDef, path: tuple[str, ...], depth: int) -> Optional[tuple[str, ...]]:
+        """`path[0]` is a parameter of `function`; what every call passes for it, read where
+        the scaler was built (None unless all calls agree)."""
         name = path[0]
         params = function.params
         positional = [p.name.value for p in [*params.posonly_params, *params.params]]
         if name not in positional and name not in [p.name.value for p in params.kwonly_params]:
-            return False
+            return None
         if not isinstance(self.rule.parent(function), cst.Module):
-            return False
+            return None
         fname = function.name.value
         module = self.rule.context.wrapper.module
-        calls = self.rule.findall(module, m.Call(func=m.Name(fname)), {fname})
-        if not calls:
-            return False
-        for call in calls:
+        found: set = set()
+        for call in self.rule.findall(module, m.Call(func=m.Name(fname)), {fname}):
             value = self._argument(call, name, positional.index(name) if name in positional else None)
-            if not (isinstance(value, cst.Name) and value.value == name):
-                return False
+            passed = _cst_path(value) if value is not None else None
             caller = self._function_of(call)
-            if caller is False or not self._same(caller, path, depth + 1):
-                return False
-        return True
+            if passed is None or caller is False:
+                return None
+            found.add(self._translated(caller, passed + path[1:], depth + 1))
+        return found.pop() if len(found) == 1 else None
 
     @staticmethod
     def _argument(call: cst.Call, name: str, index: Optional[int]) -> Optional[cst.BaseExpression]:

@@ -323,7 +323,7 @@ class PlanTraining(UnitPlanning, Rule):
         return name
 
     def _plan(self, call: cst.Call, statement: cst.CSTNode, module: cst.Module,
-              unit: Optional[Unit] = None) -> Optional[TrainingPlan]:
+              unit: Optional[Unit] = None, threaded: tuple = ()) -> Optional[TrainingPlan]:
         """Options -> switches and scaler arguments, placement, naming: the recipe in order.
         Every reason to refuse is reported before giving up. With a `unit`, the scaler serves
         only the sites of that block (plan_units.py)."""
@@ -333,8 +333,10 @@ class PlanTraining(UnitPlanning, Rule):
         optimizers = self._optimizer_codes()
         steps = self._step_sites(module, optimizers, statement)
         if unit is not None:
-            steps = [c for c in steps if self._holder([unit], c) is unit]
-        placement = self._placement(statement, self.sites + steps)
+            passed = {t.line for t in threaded}
+            steps = [c for c in steps if self._holder([unit], c) is unit or (
+                self.scope_of(c) is not None and self.position(self.scope_of(c))[0] in passed)]
+        placement = "threaded" if threaded else self._placement(statement, self.sites + steps)
         guard_node, guard = self._guard_switch(statement, nested_ok=unit is not None)
         reading = OptionReader(args, call, self.report, self._free_builtins()).read(
             True if guard is None else guard)
@@ -344,7 +346,6 @@ class PlanTraining(UnitPlanning, Rule):
         if unit is not None and per_loss:
             self.report(call, INIT_COUNT, "per-loss scalers (`num_losses`) with several `initialize` calls")
             return None
-        threaded: tuple = ()
         if placement == "module" and (is_expression(reading.amp_on) or is_expression(reading.scaling_on)):
             found = self._threading(module, statement, guard_node, self.sites + steps)
             if isinstance(found, str):

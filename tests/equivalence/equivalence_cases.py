@@ -188,6 +188,15 @@ CASES = [
     Case("fp16-flag-under-main-block-off", "fp16_flag_under_main_block.py", ("--corrupt-step", "5"),
          covers="the same script without `--fp16`: the global scaler disabled",
          scales="native_disabled"),
+    Case("kfold-train-function-fp16", "kfold_train_function.py", ("--fp16", "--corrupt-step", "6"),
+         covers="a fresh `amp.initialize` per fold under `if args.fp16:`, `scale_loss` in "
+                "`train_one_epoch(..., args.fp16, ...)`: a scaler built per fold and passed down, "
+                "the `if fp16:` backward collapsed (its `fp16` is the caller's `args.fp16`); every "
+                "fold skips its first steps, plus an overflow. Scales compared through the steps "
+                "(the recorder lists every GradScaler created)", min_skipped=6, scales="own"),
+    Case("kfold-train-function-fp32", "kfold_train_function.py", ("--corrupt-step", "6"),
+         covers="the same script without `--fp16`: each fold's scaler disabled (scales not "
+                "compared: one disabled GradScaler per fold)", scales="own"),
 ]
 
 BY_ID = {case.id: case for case in CASES}

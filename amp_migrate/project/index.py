@@ -50,6 +50,7 @@ _IMPORT_TEXT = re.compile(
     re.M)
 
 AMP_STATE = ("scale_loss", "master_params", "state_dict", "load_state_dict", "_amp_state")
+SHIM = "amp_shim"
 STATEFUL = ("apex", "apex.amp", "apex.fp16_utils")
 FP16_METHODS = ("backward", "clip_master_grads", "update_master_grads")
 
@@ -126,6 +127,11 @@ def _dotted(node: ast.AST) -> Optional[str]:
 
 def _apex_module(text: object) -> bool:
     return isinstance(text, str) and (text == "apex" or text.startswith("apex."))
+
+
+def _migrated(text: object) -> bool:
+    """The shim a previous run put in Apex's place: nothing left to tie."""
+    return isinstance(text, str) and (text == SHIM or text.startswith(SHIM + "."))
 
 
 def _dynamic_import(call: ast.Call) -> Optional[str]:
@@ -212,9 +218,11 @@ def _bindings(nodes: Iterable[ast.AST]) -> dict[str, str]:
     for node in nodes:
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if _apex_module(alias.name):
-                    bound[alias.asname or "apex"] = alias.name if alias.asname else "apex"
-        elif isinstance(node, ast.ImportFrom) and not node.level and _apex_module(node.module):
+                if _apex_module(alias.name) or _migrated(alias.name):
+                    root = alias.name.split(".")[0]
+                    bound[alias.asname or root] = alias.name if alias.asname else root
+        elif isinstance(node, ast.ImportFrom) and not node.level and (
+                _apex_module(node.module) or _migrated(node.module)):
             for alias in node.names:
                 bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
         elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
@@ -290,6 +298,8 @@ class _Reader:
         if attr != "initialize" or not receiver:
             return False
         qualified = self.qualify(receiver)
+        if _migrated(qualified):
+            return False
         return (_apex_module(qualified) and qualified.endswith("amp")) or _amp_like(receiver)
 
     def visit_Call(self, node: ast.Call) -> None:
@@ -301,6 +311,8 @@ class _Reader:
         if callee is None or id(node) in self.handled:
             return
         qualified = self.qualify(callee)
+        if _migrated(qualified):
+            return
         receiver, _, attr = callee.rpartition(".")
         if self._is_initialize(callee):
             self.facts.initialize.append(self._site(node, callee))

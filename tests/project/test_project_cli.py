@@ -1,6 +1,8 @@
 """`amp-migrate PATH` on trees whose files share Apex objects: each group ends on one target,
 the files moved to the shim say which file and line moved them, and no tree ends half native
 and half Apex."""
+import pytest
+
 from amp_migrate import migrate_source
 from amp_migrate.project import build_index, find_groups
 
@@ -108,3 +110,16 @@ def test_migrating_the_tree_twice_changes_nothing_the_second_time(tree):
     migrated = sources(root)
     again = run_json(root)
     assert sources(root) == migrated and again["summary"]["changed"] == 0
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in PROJECTS.iterdir() if p.is_dir()))
+def test_a_second_run_on_a_migrated_tree_changes_nothing(tree, name):
+    """The shim a first run put in Apex's place ties nothing: a re-run leaves every file as it is."""
+    root = tree(name)
+    first = run_json(root)
+    migrated = sources(root)
+    again = run_json(root, "--check")
+    assert sources(root) == migrated
+    assert not [f["path"] for f in again["files"] if f["changed"]]
+    assert again["summary"]["kept_apex"] == first["summary"]["kept_apex"]  # a run-time import stays
+    assert again["exit"] == (1 if first["summary"]["kept_apex"] else 0)

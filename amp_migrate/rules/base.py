@@ -203,6 +203,12 @@ class Rule(VisitorBasedCodemodCommand):
     #: Text the file must contain for the rule to have anything to do (any one of them);
     #: files without it skip the rule's parse-tree passes entirely.
     MARKERS: ClassVar[tuple[str, ...]] = ("apex",)
+    #: Qualified names of the Apex objects (or deprecated torch names) the rule rewrites or
+    #: judges, as the binder spells them (`apex.amp.scale_loss`); read by docs and tests.
+    HANDLES: ClassVar[tuple[str, ...]] = ()
+    #: Every diagnostic the rule can report (the `Code`s `define` returned); a test holds each
+    #: rule to it, and docs/diagnostics.md groups the codes by it.
+    EMITS: ClassVar[tuple[Code, ...]] = ()
 
     def __init__(self, context: CodemodContext, state: FileState) -> None:
         # What ContextAwareTransformer.__init__ does, minus MatcherDecoratableTransformer's

@@ -63,6 +63,9 @@ NAME_REBOUND = define(
 class ReboundApexNames(Rule):
     """Reports the reads of an Apex import's name that another binding can reach too."""
 
+    HANDLES = ()
+    EMITS = (NAME_REBOUND,)
+
     @classmethod
     def applies(cls, state, context) -> bool:
         # Only files that bind an Apex import's name some other way have anything to report.

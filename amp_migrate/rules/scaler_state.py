@@ -120,6 +120,9 @@ def _combine(verdicts: Sequence[str]) -> str:
 
 
 class ScalerStateReads(TrainingRule):
+    HANDLES = (STATE_DICT, *LOSS_SCALERS)
+    EMITS = (NOT_NATIVE, READ_MID_STEP, SCALE_WRITTEN)
+
     MARKERS = ("state_dict", "loss_scaler", "unskipped")
 
     def interest(self):

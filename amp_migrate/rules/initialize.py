@@ -60,6 +60,9 @@ def returned_value(call: cst.Call) -> Optional[cst.BaseExpression]:
 
 
 class InitializeToGradScaler(TrainingRule):
+    HANDLES = (INITIALIZE, INIT)
+    EMITS = ()
+
     MARKERS = ()
 
     def __init__(self, context, state) -> None:

@@ -47,6 +47,9 @@ WRAP_ARGS = define(
 
 
 class WrapOptimizerToOptimizer(TrainingRule):
+    HANDLES = (HANDLE + ".wrap_optimizer",)
+    EMITS = (WRAP_ARGS, ONE_SCALER)
+
     MARKERS = ("wrap_optimizer",)
 
     def interest(self):

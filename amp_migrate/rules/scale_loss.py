@@ -215,6 +215,9 @@ def _uses(stmt: cst.CSTNode, codes: set[str]) -> bool:
 
 
 class ScaleLossToGradScaler(TrainingRule):
+    HANDLES = SCALE_LOSS
+    EMITS = (UNSUPPORTED_BLOCK, LOSS_NOT_HERE, LOSS_ONLY_REGION, UNSCALED_BRANCH, ONE_SCALER)
+
     MARKERS = ()
 
     def __init__(self, context, state) -> None:

@@ -73,6 +73,9 @@ def params_of(optimizer: cst.BaseExpression) -> cst.GeneratorExp:
 
 
 class MasterParamsUnscale(TrainingRule):
+    HANDLES = (MASTER_PARAMS,)
+    EMITS = (UNPROVEN,)
+
     MARKERS = ("master_params",)
     APEX_ON_THE_LINE = True
 

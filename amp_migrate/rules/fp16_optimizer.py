@@ -240,6 +240,9 @@ def _assigned(statement: cst.CSTNode) -> set[str]:
 class Fp16OptimizerToGradScaler(Rule):
     """Plan and rewrite a file's `FP16_Optimizer` flow; the step rule places the updates."""
 
+    HANDLES = (FP16_OPTIMIZER, *_CONVERTERS)
+    EMITS = (FLOW, REFUSED, STATIC, DYNAMIC, CONVERSION, CLIP_NORM)
+
     MARKERS = ("FP16_Optimizer",)
 
     def interest(self):

@@ -123,6 +123,9 @@ _ITERATION = (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda, cst
 
 
 class OptimizerStepThroughScaler(TrainingRule):
+    HANDLES = ()
+    EMITS = (NO_STEP, CLOSURE, FINITE_GUARD, EXIT_IN_GROUP, STEPS_APART, UPDATED_PER_STEP)
+
     MARKERS = ()
 
     def __init__(self, context, state) -> None:

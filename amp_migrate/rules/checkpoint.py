@@ -50,6 +50,9 @@ OLD_CHECKPOINTS = define(
 
 
 class CheckpointToScaler(TrainingRule):
+    HANDLES = (STATE_DICT, LOAD_STATE_DICT)
+    EMITS = (OLD_CHECKPOINTS,)
+
     MARKERS = ("state_dict",)
     APEX_ON_THE_LINE = True
 

@@ -61,6 +61,9 @@ THREADED = define(
 
 
 class ThreadScalerThroughCalls(TrainingRule):
+    HANDLES = ()
+    EMITS = (THREADED,)
+
     MARKERS = ()
 
     def __init__(self, context, state) -> None:

@@ -245,6 +245,9 @@ def _binds_torch_module(assignment) -> bool:
 class DeprecatedTorchAmp(Rule):
     """`torch.cuda.amp.*` / `torch.cpu.amp.*` → `torch.autocast` / `torch.amp.*`."""
 
+    HANDLES = tuple(DEPRECATED)
+    EMITS = (AUTOCAST_FIXED, GRAD_SCALER_FIXED, CUSTOM_FWD_BWD_FIXED, TYPE_REFERENCE_FIXED, REFERENCE_KEPT)
+
     #: torch's own deprecated API, Apex or not; `from torch.cuda import amp` spells no
     #: `cuda.amp`.
     MARKERS = ("cuda.amp", "cpu.amp", "torch.cuda import", "torch.cpu import")

@@ -266,6 +266,9 @@ def _leading_imports_end(module: cst.Module) -> int:
 class CastRegistrationToAutocast(Rule):
     """Apex's cast registry, cast decorators and `disable_casts` as native autocast code."""
 
+    HANDLES = (*_REGISTER, *_DECORATOR, _DISABLE_CASTS)
+    EMITS = (REGISTERED, DECORATED, CUSTOM_FWD, DISABLE_CASTS, REGISTRATION_NOT_UNDERSTOOD)
+
     MARKERS = ("_function", "disable_casts")
     APEX_ON_THE_LINE = True
 

@@ -179,6 +179,10 @@ def _receiver(expr: cst.BaseExpression) -> cst.BaseExpression:
 class Fp16UtilsToTorch(Rule):
     """`apex.fp16_utils` helpers with an exact torch form, rewritten; the others reported."""
 
+    HANDLES = (_TO_PYTHON_FLOAT, _CLIP_GRAD_NORM, *(f"{PACKAGE}.{name}" for name in _FALLBACKS))
+    EMITS = (TO_ITEM, CLIP_GRAD_NORM, FP16_OPTIMIZER, MODEL_CONVERSION, MASTER_PARAMS, LEGACY_SCALER,
+             STAR_IMPORT_NEEDED)
+
     MARKERS = ("fp16_util",)
 
     def interest(self):

@@ -87,6 +87,9 @@ def _apex_class(name: Optional[str]) -> Optional[str]:
 class OptimizerClassAlias(Rule):
     """Point a variable that only builds optimizers from an Apex class at the torch class."""
 
+    HANDLES = tuple(f"apex.optimizers.{name}" for name in _CLASSES)
+    EMITS = (ALIASED,)
+
     MARKERS = ("Fused",)
     #: `name = FusedSGD` (or `apex.optimizers.FusedAdam`) alone on the right of an assignment
     _ALIAS = re.compile(r"=\s*(?:[\w.]+\.)?Fused(?:SGD|Adam)\s*(?:#.*)?$", re.MULTILINE)

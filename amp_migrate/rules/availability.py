@@ -107,6 +107,9 @@ def _bool(value: bool) -> cst.Name:
 class ApexAvailabilityChecks(Rule):
     """Answer "is Apex installed?" natively; report "is amp initialized?" probes."""
 
+    HANDLES = ("apex", "apex.amp._amp_state")
+    EMITS = (FOLDED, INIT_PROBE)
+
     MARKERS = ("apex",)
 
     @classmethod

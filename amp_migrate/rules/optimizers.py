@@ -149,6 +149,8 @@ class FusedOptimizersToTorch(ApexClassRule):
     MARKERS = ("optimizers",)
 
     HANDLED = frozenset(ADAM | SGD | ADAGRAD | WITHOUT_EQUIVALENT)
+    HANDLES = tuple(sorted(HANDLED))
+    EMITS = (CHECKPOINT_FORMAT, ZERO_GRAD_SETS_NONE, NO_TORCH_OPTIMIZER, OPTIMIZER_ARGUMENT, OPTIMIZER_REFERENCE)
 
     def _short(self, name: str) -> str:
         return name.rsplit(".", 1)[1]

@@ -200,6 +200,9 @@ class ApexParallelToTorch(ApexClassRule):
     MARKERS = ("parallel",)
 
     HANDLED = frozenset(DDP_NAMES | CONVERT_NAMES | SYNCBN_NAMES | WITHOUT_EQUIVALENT)
+    HANDLES = tuple(sorted(HANDLED))
+    EMITS = (DDP_REPLACED, DDP_ARGUMENT_DROPPED, DDP_ARGUMENT, DDP_METHOD, SYNCBN_ARGUMENT, NO_TORCH_PARALLEL,
+             PARALLEL_REFERENCE, SYNCBN_CPU, SYNCBN_REFERENCE)
 
     def visit_Module(self, node: cst.Module) -> None:
         self._ddp_only = [a for a in self.findall(node, m.Attribute(attr=m.OneOf(

@@ -104,6 +104,8 @@ class FusedNormsToTorch(ApexClassRule):
     MARKERS = ("normalization",)
 
     HANDLED = frozenset(LAYER_NORM | RMS_NORM | MIXED)
+    HANDLES = tuple(sorted(HANDLED))
+    EMITS = (NORM_REFERENCE, NORM_ARGUMENT, MIXED_NORM, NORM_CLASS_CHECK)
 
     def _short(self, name: str) -> str:
         return name.rsplit(".", 1)[1]

@@ -89,6 +89,9 @@ def _dotted(name: str) -> Union[cst.Name, cst.Attribute]:
 class ShimImports(Rule):
     """`apex` → `amp_shim` in import statements, and nowhere else."""
 
+    HANDLES = ("apex",)
+    EMITS = (SHIM_NAME_MISSING, SHIM_ARGUMENT_REJECTED)
+
     def interest(self):
         return None if self.state.apex_words is None else frozenset({APEX})
 
@@ -144,6 +147,9 @@ _GUARD_HANDLER_STATEMENT = m.OneOf(
 
 class SettleImports(Rule):
     """Drop Apex imports nothing reads (and their guards), add the imports rules asked for."""
+
+    HANDLES = ("apex",)
+    EMITS = ()
 
     def interest(self):
         return None if self.state.apex_words is None else frozenset({APEX})
@@ -271,6 +277,9 @@ class SettleImports(Rule):
 
 class RemainingApexUses(Rule):
     """Whatever Apex use survived the native rules is not understood: fall back."""
+
+    HANDLES = ()
+    EMITS = (UNSUPPORTED,)
 
     @classmethod
     def applies(cls, state, context) -> bool:

@@ -56,6 +56,8 @@ from .plan_threading import find_threading, top_level_function
 from .plan_units import Unit, UnitPlanning
 from .plan_options import (OPTION_NOT_LITERAL, STATIC_GROWTH_INTERVAL, OptionReader,  # noqa: F401
                            Switch, arguments, is_expression, switch_of)
+from .plan_options import (BF16, IGNORED_OPTIONS, O2_O3, RUN_TIME_SCALE, RUNTIME_O0, RUNTIME_O3,  # codes it reports
+                           SCALE_BOUNDS, STATIC_SCALE, UNSCALED)
 
 NO_PLACE = define(
     "AMP101", "scaler-unreachable", Severity.WARNING,
@@ -125,6 +127,10 @@ def _bound_names(node: ast.AST) -> tuple[str, ...]:
 
 class PlanTraining(UnitPlanning, Rule):
     """Read the file's Apex training calls and decide where its GradScaler lives."""
+
+    HANDLES = (INITIALIZE, INIT)
+    EMITS = (NO_PLACE, INIT_COUNT, MAIN_ONLY, PER_LOSS_CHECKPOINT, ONE_SCALER, OPTION_NOT_LITERAL, O2_O3,
+             STATIC_SCALE, UNSCALED, RUNTIME_O3, RUNTIME_O0, SCALE_BOUNDS, IGNORED_OPTIONS, RUN_TIME_SCALE, BF16)
 
     MARKERS = ("initialize", "scale_loss", "init(")
     APEX_ON_THE_LINE = True

@@ -1,4 +1,13 @@
-"""The rules, in the order they run. Each module is one Apex concern (DESIGN.md §2)."""
+"""The rules, in the order they run. Each module is one Apex concern (DESIGN.md §2).
+
+The two lists below are the only hand-kept record of the rules: their order is the order they
+run in, which matters (the planner before the rules that read its plan, imports settled last).
+Everything else about a rule (the Apex names it handles, the codes it emits) is data on its
+class, and the tables here are derived from it.
+"""
+from __future__ import annotations
+
+from .base import Rule
 from .availability import ApexAvailabilityChecks
 from .casts import CastRegistrationToAutocast
 from .checkpoint import CheckpointToScaler
@@ -45,3 +54,27 @@ NATIVE_RULES = [
 ]
 
 SHIM_RULES = [DeprecatedTorchAmp, ShimImports]
+
+#: Every rule once, native ones first, in running order.
+ALL_RULES: list[type[Rule]] = list(dict.fromkeys(NATIVE_RULES + SHIM_RULES))
+
+
+def emitters(code: str) -> list[type[Rule]]:
+    """The rules that declare `code` (an "AMPnnn" string) in their EMITS, in running order."""
+    return [rule for rule in ALL_RULES if any(emitted.code == code for emitted in rule.EMITS)]
+
+
+def owner(code: str) -> type[Rule] | None:
+    """The rule whose documentation holds `code`: the first that emits it (None: the code is
+    reported by the driver, the notebook reader or the project pass, not by a rule)."""
+    found = emitters(code)
+    return found[0] if found else None
+
+
+def handled_names() -> dict[str, list[type[Rule]]]:
+    """Each Apex (or deprecated torch) name some rule handles → those rules, in running order."""
+    table: dict[str, list[type[Rule]]] = {}
+    for rule in ALL_RULES:
+        for name in rule.HANDLES:
+            table.setdefault(name, []).append(rule)
+    return table

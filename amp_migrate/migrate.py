@@ -27,6 +27,7 @@ from .rules import NATIVE_RULES, SHIM_RULES
 from .binding import apex_import_words, imports_apex
 from .rules.base import FileState
 from .rules.imports import SHIM_ARGUMENT_REJECTED, SHIM_NAME_MISSING
+from .rules.plan import SharedScaler
 from .source_index import SourceIndex
 from .verify import VerificationError, imports_apex as output_imports_apex, shim_names_missing, verify_output
 
@@ -123,9 +124,11 @@ def parse(text: str) -> cst.Module:
 
 
 def _run(rules: Sequence[type], module: cst.Module, text: str, index: Optional[SourceIndex],
-         options: Options) -> tuple[cst.Module, FileState]:
+         options: Options, project: Optional[SharedScaler] = None) -> tuple[cst.Module, FileState]:
     words = apex_import_words(index.imports()) if index is not None else None
     state = FileState(options, original=text, index=index, apex_words=words)
+    if project is not None:
+        state.scratch["project"] = project
     context = CodemodContext()
     for rule in rules:
         if rule.applies(state, context):
@@ -137,14 +140,14 @@ def _sorted(diagnostics) -> tuple[Diagnostic, ...]:
     return tuple(sorted(diagnostics, key=lambda d: (d.line, d.col, d.code)))
 
 
-def _transform(module: cst.Module, original: str, tree: Optional[ast.Module],
-               options: Options) -> tuple[str, tuple[Diagnostic, ...], Optional[str]]:
+def _transform(module: cst.Module, original: str, tree: Optional[ast.Module], options: Options,
+               project: Optional[SharedScaler] = None) -> tuple[str, tuple[Diagnostic, ...], Optional[str]]:
     """The rewritten code, its diagnostics, and the target that produced it."""
     index = SourceIndex(original, module, tree) if tree is not None else None
     if options.target == "shim":
         shimmed, state = _run(SHIM_RULES, module, original, index, options)
         return shimmed.code, _sorted(state.diagnostics), "shim"
-    native, state = _run(NATIVE_RULES, module, original, index, options)
+    native, state = _run(NATIVE_RULES, module, original, index, options, project)
     if not state.falls_back:
         return native.code, _sorted(state.diagnostics), "native"
     reasons = [d for d in state.diagnostics if d.falls_back]
@@ -162,14 +165,15 @@ def _missing_diagnostic(missing) -> Diagnostic:
 
 
 def migrate_source(text: str, *, target: Target = "auto", device: str = "cuda",
-                   dtype: str = "float16") -> MigrationResult:
+                   dtype: str = "float16", project: Optional[SharedScaler] = None) -> MigrationResult:
     """Migrate one Python source text off Apex.
 
     Raises `MigrationError` when the text does not parse. Never returns code that does not
     parse, compile, resolve its names, or that a second run would change: such output is
     dropped, the text is returned as given, and an AMP002 diagnostic says why. Nor shim
     output that takes from `amp_shim` what it does not have: the text is returned as given,
-    with an error (AMP470, AMP471) where the file uses it.
+    with an error (AMP470, AMP471) where the file uses it. `project` is the file's part in a
+    GradScaler shared with other modules (amp_migrate/project/share.py); None: the file alone.
     """
     options = Options(target, device, dtype)
     if not might_use_apex(text):
@@ -177,7 +181,7 @@ def migrate_source(text: str, *, target: Target = "auto", device: str = "cuda",
     indents = form_feed_indents(text)
     if indents is not None:  # libcst cannot parse statements indented past a form feed
         try:
-            result = migrate_source(indents.text, target=target, device=device, dtype=dtype)
+            result = migrate_source(indents.text, target=target, device=device, dtype=dtype, project=project)
         except MigrationError as exc:
             raise MigrationError(exc.message, exc.line, indents.column(exc.line, exc.col)) from None
         return replace(result, code=indents.restore(result.code), diagnostics=tuple(
@@ -186,7 +190,7 @@ def migrate_source(text: str, *, target: Target = "auto", device: str = "cuda",
     if tree is not None and not touches_apex(tree):
         return MigrationResult(text, (), None)
     module = parse(text)
-    code, diagnostics, used = _transform(module, text, tree, options)
+    code, diagnostics, used = _transform(module, text, tree, options, project)
     if code == text:
         return MigrationResult(text, diagnostics, None)
     try:
@@ -205,7 +209,7 @@ def migrate_source(text: str, *, target: Target = "auto", device: str = "cuda",
                 after = cst.parse_module(code)
             except cst.ParserSyntaxError as exc:
                 raise VerificationError(f"the output does not parse: {exc.message} at line {exc.raw_line}") from exc
-            again, _, _ = _transform(after, code, after_tree, options)
+            again, _, _ = _transform(after, code, after_tree, options, project)
             if again != code:
                 raise VerificationError("a second run would change the output again")
     except VerificationError as exc:

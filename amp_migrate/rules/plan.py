@@ -50,6 +50,34 @@ ONE_SCALER = define(
     "optimizer is scaled under one loss id, amp-migrate keeps one GradScaler per loss id instead.",
 )
 @dataclass(frozen=True)
+class SharedScaler:
+    """This file's part in one GradScaler that several modules of a project share
+    (amp_migrate/project/share.py decides it; `migrate_source(project=...)` carries it).
+
+    An owner calls `initialize`: it keeps the scaler in its global `name` (`global_`) or sets
+    the attribute `name` of each user module it imports (`publish`: `alias.name`). A user
+    reads it through `reach` (`_amp_optimization.scaler`, or its own global `scaler`). With no
+    role (`reach` and `name` empty), `refused` says why the file could not get one."""
+
+    name: str = ""
+    reach: str = ""  # user: how its code reaches the scaler
+    imports: tuple[str, ...] = ()  # import statements to add at the top ("import a.b as _amp_b")
+    declare: bool = False  # a module-level `name = None` (the attribute before `initialize` ran)
+    global_: bool = False  # owner: the scaler is this module's global `name`
+    publish: tuple[str, ...] = ()  # owner: attributes of user modules set to the scaler once built
+    other: str = ""  # the module at the other end, for messages ("trainer.py")
+    refused: str = ""  # why no role could be given (quoted by AMP102)
+
+    @property
+    def owner(self) -> bool:
+        return bool(self.global_ or self.publish)
+
+    @property
+    def user(self) -> bool:
+        return bool(self.reach)
+
+
+@dataclass(frozen=True)
 class PlanPart:
     """One `initialize` of several: the lines it governs and how its scaler is built."""
     first: int
@@ -92,6 +120,8 @@ class TrainingPlan:
     #: Several `initialize` calls (or one run per loop iteration), each with its own local
     #: GradScaler built where it ran: the part whose lines hold a node says how (PlanPart).
     parts: tuple = ()
+    #: The file's part in a scaler shared with other modules of its project (None: alone).
+    shared: Optional[SharedScaler] = None
 
     @property
     def scaler_calls(self) -> list[cst.Call]:

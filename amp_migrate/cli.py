@@ -124,55 +124,19 @@ def migrate(paths: tuple[str, ...], target: Optional[str], device: Optional[str]
             exclude: tuple[str, ...], include: tuple[str, ...], force_exclude: bool,
             no_gitignore: bool, jobs: Optional[int], quiet: bool, no_color: bool) -> None:
     """Rewrite Apex-using Python files and notebooks under PATHS in place."""
-    from . import config, discover, report, runner
-    from .options import Options
-    from .project import Tree
+    from . import report
 
     if interactive and (diff or check or fmt == "json"):
         raise click.UsageError("--interactive cannot be combined with --diff, --check or --format json")
     if interactive and not _stdin_is_terminal():
         raise click.UsageError("--interactive asks questions, but stdin is not a terminal")
-    try:
-        settings = config.find(paths)
-    except config.ConfigError as exc:
-        raise click.UsageError(str(exc)) from None
-    try:
-        options = Options(target or settings.target or "auto", device or settings.device or "cuda",
-                          dtype or settings.dtype or "float16")
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+    options, files = _options_and_files(paths, target, device, dtype, exclude, include,
+                                        force_exclude, no_gitignore)
     mode = "interactive" if interactive else "check" if check else "diff" if diff else "fix"
-    filters = discover.Filters(
-        exclude=tuple(discover.Glob(g, settings.folder) for g in settings.exclude)
-        + tuple(discover.Glob(g) for g in exclude),
-        include=tuple(discover.Glob(g) for g in include)
-        or tuple(discover.Glob(g, settings.folder) for g in settings.include),
-        gitignore=not no_gitignore, force_exclude=force_exclude)
-    files = discover.discover(paths, filters)
     console = Console(file=sys.stdout, no_color=True if no_color else None, highlight=False,
                       soft_wrap=True, emoji=False)
-    show_progress = not quiet and sys.stderr.isatty() and len(files) >= _PROGRESS_FROM
-    jobs_ = [runner.Job(f.path, f.kind, options, want_diff=diff or interactive) for f in files]
-
-    start, results = time.perf_counter(), []
-    try:
-        with runner.Workers(jobs or runner.default_jobs(), len(jobs_)) as workers, \
-                _progress(len(jobs_), show_progress) as advance:
-            stream = workers.results(jobs_)
-            tree = Tree([f.path for f in files if f.kind == "python"], options, diff or interactive)
-            for result in stream:
-                for final in tree.feed(result):
-                    results.append(runner.write(final) if mode == "fix" else final)
-                advance()
-        results.sort(key=lambda r: r.path)
-        if interactive:
-            results = _review(results, console)
-    except (KeyboardInterrupt, click.Abort):
-        written = sum(r.written for r in results)
-        click.echo(f"\nInterrupted: {written} file(s) written in full; every other file is as "
-                   "it was.", err=True)
-        sys.exit(EXIT_INTERRUPTED)
-
+    start = time.perf_counter()
+    results = _migrate_files(files, options, mode, diff or interactive, jobs, quiet, console)
     summary = report.Summary.of(results, time.perf_counter() - start)
     if summary.failed:
         code = EXIT_ERRORS
@@ -187,6 +151,62 @@ def migrate(paths: tuple[str, ...], target: Optional[str], device: Optional[str]
     else:
         report.print_report(console, results, summary, mode=mode, show_diff=diff, quiet=quiet)
     sys.exit(code)
+
+
+def _options_and_files(paths: tuple[str, ...], target: Optional[str], device: Optional[str],
+                       dtype: Optional[str], exclude: tuple[str, ...], include: tuple[str, ...],
+                       force_exclude: bool, no_gitignore: bool) -> tuple:
+    """The run's Options (flags over the config file's settings) and the files it covers."""
+    from . import config, discover
+    from .options import Options
+
+    try:
+        settings = config.find(paths)
+    except config.ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        options = Options(target or settings.target or "auto", device or settings.device or "cuda",
+                          dtype or settings.dtype or "float16")
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    filters = discover.Filters(
+        exclude=tuple(discover.Glob(g, settings.folder) for g in settings.exclude)
+        + tuple(discover.Glob(g) for g in exclude),
+        include=tuple(discover.Glob(g) for g in include)
+        or tuple(discover.Glob(g, settings.folder) for g in settings.include),
+        gitignore=not no_gitignore, force_exclude=force_exclude)
+    return options, discover.discover(paths, filters)
+
+
+def _migrate_files(files: list, options, mode: str, want_diff: bool, jobs: Optional[int],
+                   quiet: bool, console: Console) -> list:
+    """Every file's result, sorted by path: migrated by the workers, settled across modules by
+    the project pass, written in fix mode, reviewed in interactive mode. An interrupt leaves
+    every file written in full or not at all."""
+    from . import runner
+    from .project import Tree
+
+    show_progress = not quiet and sys.stderr.isatty() and len(files) >= _PROGRESS_FROM
+    jobs_ = [runner.Job(f.path, f.kind, options, want_diff=want_diff) for f in files]
+    results: list = []
+    try:
+        with runner.Workers(jobs or runner.default_jobs(), len(jobs_)) as workers, \
+                _progress(len(jobs_), show_progress) as advance:
+            stream = workers.results(jobs_)
+            tree = Tree([f.path for f in files if f.kind == "python"], options, want_diff)
+            for result in stream:
+                for final in tree.feed(result):
+                    results.append(runner.write(final) if mode == "fix" else final)
+                advance()
+        results.sort(key=lambda r: r.path)
+        if mode == "interactive":
+            results = _review(results, console)
+    except (KeyboardInterrupt, click.Abort):
+        written = sum(r.written for r in results)
+        click.echo(f"\nInterrupted: {written} file(s) written in full; every other file is as "
+                   "it was.", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    return results
 
 
 @main.command()

@@ -481,16 +481,23 @@ def migrate(path: str, data: bytes, options: Options, want_diff: bool) -> FileRe
     result = replace(result, findings=findings, notes=tuple(notes))
     if sources is None:
         return result
+    return _with_cells(result, nb, text, bom, zip(cells, sources), migrated.target_used, want_diff, notes)
+
+
+def _with_cells(result: FileResult, nb: dict, text: str, bom: bool, rewritten, target_used: str,
+                want_diff: bool, notes: list[str]) -> FileResult:
+    """`result` carrying the notebook with each (cell, new source) put back, in the JSON
+    layout the file had, and the per-cell diffs when asked for."""
     style = _style_of(text, nb)
     diffs = []
-    for cell, new_source in zip(cells, sources):
+    for cell, new_source in rewritten:
         entry = nb["cells"][cell.index]
         old_source = _source_text(entry.get("source", ""))
         if new_source == old_source:
             continue
         if want_diff:
             # A cell's last line has no newline by convention; saying so in every hunk is noise.
-            name = f"{path}:cell {cell.index + 1}"
+            name = f"{result.path}:cell {cell.index + 1}"
             diffs.append(unified_diff(_ended(old_source), _ended(new_source), name))
         entry["source"] = (new_source.splitlines(keepends=True)
                            if isinstance(entry.get("source"), list) else new_source)
@@ -499,5 +506,5 @@ def migrate(path: str, data: bytes, options: Options, want_diff: bool) -> FileRe
         notes.append("the notebook's JSON layout is not one json.dumps writes; "
                      "unchanged cells may be re-indented")
     new_bytes = (b"\xef\xbb\xbf" if bom else b"") + new_text.encode("utf-8")
-    return replace(result, changed=True, target_used=migrated.target_used, new_bytes=new_bytes,
+    return replace(result, changed=True, target_used=target_used, new_bytes=new_bytes,
                    diff="".join(diffs), notes=tuple(notes))

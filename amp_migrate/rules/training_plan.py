@@ -13,6 +13,32 @@ made native (several `initialize` calls, options that are not literals where the
 to be, `scale_loss` with no `initialize` in the file, ...). The rules after it carry the plan
 out.
 
+What it does
+    Reads `amp.initialize`/`amp.init` and every call that must reach the scaler, and records a
+    `TrainingPlan`: where the GradScaler lives and how `torch.amp.GradScaler(...)` and
+    `torch.autocast(...)` are built from `initialize`'s options.
+
+Why
+    Every native rule after it has to agree on one scaler and one autocast; deciding once, from
+    the file as given, keeps them from each guessing.
+
+Fix safety
+    Nothing is rewritten here. What cannot be planned falls back with a code naming the option
+    or the placement; what changes behaviour in a way a user should know is reported as info
+    (AMP111 for a static scale, AMP114 for a scaler shared by several losses, AMP120 for a
+    scale chosen at run time).
+
+Example
+    class Trainer:
+        def __init__(self, model, optimizer):
+            self.model, self.optimizer = amp.initialize(model, optimizer, opt_level="O2")
+
+        def train_step(self, batch):
+            with amp.scale_loss(loss, self.optimizer) as scaled:
+                scaled.backward()
+plans `self.scaler = torch.amp.GradScaler("cuda")` in `__init__`, which the rules after it
+write there and use in `train_step` (`self.scaler.scale(loss).backward()`).
+
 Soundness
     The plan builds the GradScaler from `initialize`'s options only where their meaning is
     exact. Two switches say what Apex did: amp on (autocast's `enabled`) and losses scaled

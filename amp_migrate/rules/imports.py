@@ -10,6 +10,29 @@ amp`), and `import torch` is added where a rule needs it. Any Apex use still lef
 and sends the file to the shim: native output never keeps an import of a package that no
 longer exists.
 
+What it does
+    `ShimImports` (shim target) points Apex imports at `amp_shim`. `SettleImports` (native
+    target) removes the Apex imports nothing reads any more, with the guards that existed only
+    for them, and adds the imports the other rules asked for. `RemainingApexUses` reports any
+    Apex use no rule rewrote (AMP900), which sends the file to the shim.
+
+Why
+    A native output must not import the package the project is leaving; a shim output must
+    import the package that now provides Apex's names.
+
+Fix safety
+    Safe: the shim rewrite changes only which module is loaded, and the native one removes
+    only imports with no read left. A leftover use sends the file to the shim instead of
+    leaving an import that would fail.
+
+Example
+    try:
+        from apex import amp
+    except ImportError:
+        amp = None
+becomes nothing once every use of `amp` was rewritten natively, and
+`from amp_shim import amp` inside the same `try` under the shim target.
+
 Soundness
     Shim target: `amp_shim` exports Apex's names with Apex's behaviour, so pointing the imports
     at it changes what module is loaded and nothing the program does. Native target: an import

@@ -25,13 +25,17 @@ Fix safety
     forward unless `broadcast_buffers=False`, which is therefore passed (torch 2.13 deprecates
     the flag in favour of `forward_sync_buffers`, which still syncs at wrap time; its warning
     recommends keeping `broadcast_buffers=False` for exactly this case). `message_size`
-    (elements) becomes `bucket_cap_mb` (MiB of fp32). Options that only change when or on which
+    (elements) becomes `bucket_cap_mb` (MiB of fp32). `gradient_predivide_factor=F` is dropped
+    (AMP530): torch DDP multiplies every gradient by `1/world_size` before the allreduce, which
+    is Apex's arithmetic for `F == world_size` bit for bit (`tests/codemod/test_ddp_predivide.py`
+    checks it over 3 gloo ranks); any other positive factor gives the same mean, one
+    rounding apart, as Apex's default of 1 (sum, then divide) already was. Options that only change when or on which
     stream the allreduce runs are dropped with an info diagnostic (`delay_allreduce`,
     `allreduce_trigger_params`, `retain_allreduce_buffers`, `num_allreduce_streams`,
     `allreduce_communicators`, `prof`); `gradient_average_split_factor` was never read by
     Apex. Options that change the reduced values (`allreduce_always_fp32=True`,
-    `gradient_average=False`, a `gradient_predivide_factor` other than 1) would need a comm
-    hook: the file falls back to the shim, as it does when it calls Apex-only DDP methods such
+    `gradient_average=False`, a literal `gradient_predivide_factor` that is not a positive
+    number) would need a comm hook: the file falls back to the shim, as it does when it calls Apex-only DDP methods such
     as `disable_allreduce()`.
 
     SyncBatchNorm: the arguments torch has are passed as they are; `channel_last=True` and
@@ -47,11 +51,14 @@ Fix safety
 """
 from __future__ import annotations
 
+import math
+from typing import Optional
+
 import libcst as cst
 import libcst.matchers as m
 
 from ..diagnostics import Severity, define
-from .apex_calls import ApexClassRule, Bound, bind, literal, new_keyword, rebuild_call
+from .apex_calls import NOT_LITERAL, ApexClassRule, Bound, bind, literal, new_keyword, rebuild_call
 
 DDP_REPLACED = define(
     "AMP520", "apex-ddp-to-torch", Severity.INFO,
@@ -97,6 +104,20 @@ DDP_METHOD = define(
     before="model.disable_allreduce()\nloss.backward()\nmodel.enable_allreduce()",
     after="with model.no_sync():\n    loss.backward()",
     falls_back=True,
+)
+PREDIVIDE_DROPPED = define(
+    "AMP530", "apex-ddp-predivide-dropped", Severity.INFO,
+    "`gradient_predivide_factor` was dropped: torch DDP already divides every gradient by the "
+    "world size before the allreduce.",
+    "Apex multiplied each bucket by `1/F`, summed it over ranks, then by `F/world_size`; torch DDP "
+    "multiplies by `1/world_size` and sums. With `F` equal to the world size (the usual "
+    "`gradient_predivide_factor=get_world_size()`) that is the same arithmetic, bit for bit; any "
+    "other positive `F` gives the same mean, differing at most in the last bit of one rounding, "
+    "as Apex's default `F=1` (sum, then divide) already did. The factor guarded fp16 gradient "
+    "sums against overflow; native gradients are fp32 and torch's division comes first. The "
+    "expression is no longer evaluated: the message names any call it made.",
+    before="model = DDP(model, gradient_predivide_factor=get_world_size())",
+    after="model = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)",
 )
 SYNCBN_ARGUMENT = define(
     "AMP524", "syncbn-argument-not-mappable", Severity.WARNING,
@@ -171,7 +192,7 @@ DDP_TIMING_ONLY = {"delay_allreduce": False, "allreduce_trigger_params": None,
                    "allreduce_communicators": None, "prof": False}
 #: Apex DDP options that change the reduced values, with the only value torch matches.
 DDP_VALUE_CHANGING = {"shared_param": None, "allreduce_always_fp32": False,
-                      "gradient_average": True, "gradient_predivide_factor": 1.0}
+                      "gradient_average": True}
 DDP_ONLY_ATTRIBUTES = ("enable_allreduce", "disable_allreduce", "allreduce_buffers",
                        "allreduce_fallback", "sync_bucket_structure", "needs_refresh")
 
@@ -202,7 +223,7 @@ class ApexParallelToTorch(ApexClassRule):
     HANDLED = frozenset(DDP_NAMES | CONVERT_NAMES | SYNCBN_NAMES | WITHOUT_EQUIVALENT)
     HANDLES = tuple(sorted(HANDLED))
     EMITS = (DDP_REPLACED, DDP_ARGUMENT_DROPPED, DDP_ARGUMENT, DDP_METHOD, SYNCBN_ARGUMENT, NO_TORCH_PARALLEL,
-             PARALLEL_REFERENCE, SYNCBN_CPU, SYNCBN_REFERENCE)
+             PARALLEL_REFERENCE, SYNCBN_CPU, SYNCBN_REFERENCE, PREDIVIDE_DROPPED)
 
     def visit_Module(self, node: cst.Module) -> None:
         self._ddp_only = [a for a in self.findall(node, m.Attribute(attr=m.OneOf(
@@ -250,6 +271,8 @@ class ApexParallelToTorch(ApexClassRule):
         for arg, allowed in DDP_VALUE_CHANGING.items():
             if why is None and not bound.is_(arg, allowed):
                 why = f"`{arg}={self.code_of(bound.value(arg))}` changes the reduced gradients"
+        if why is None:
+            why = self._predivide_problem(original, bound.value("gradient_predivide_factor"))
         if why is not None:
             self.report(original, DDP_ARGUMENT, f"`DistributedDataParallel(...)` kept: {why}")
             return updated
@@ -271,6 +294,24 @@ class ApexParallelToTorch(ApexClassRule):
         if size is not None:
             extra.append(new_keyword("bucket_cap_mb", bucket_cap_mb(size)))
         return rebuild_call(updated, TORCH_DDP, bound, ("module",), ("module",), extra)
+
+    def _predivide_problem(self, call: cst.Call, factor: Optional[cst.BaseExpression]) -> Optional[str]:
+        """Why `gradient_predivide_factor` cannot be dropped (a literal that is no positive finite
+        number, where Apex divided by zero or flipped signs); reports the drop otherwise."""
+        if factor is None:
+            return None
+        value, code = literal(factor), self.code_of(factor)
+        if value is not NOT_LITERAL:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                return f"`gradient_predivide_factor={code}` is no positive number"
+            if value == 1:
+                return None
+        calls = [self.code_of(c) for c in m.findall(factor, m.Call())]
+        dropped = f"; `{calls[0]}` is no longer evaluated here" if calls else ""
+        self.report(call, PREDIVIDE_DROPPED,
+                    f"dropped `gradient_predivide_factor={code}`: torch DDP divides by the world size "
+                    f"before the allreduce, as Apex did with a factor equal to it{dropped}")
+        return None
 
     def bare_reference(self, node: cst.CSTNode, name: str) -> None:
         short = self._short(name)

@@ -33,6 +33,11 @@ Fix safety
     have. In `isinstance`/`issubclass` checks and class bases the torch class would also match
     norms this file never created (and `FusedLayerNorm` is not a `torch.nn.LayerNorm`
     subclass), so those fall back too.
+
+Example
+    self.ln = FusedLayerNorm(hidden, eps=1e-12)
+becomes
+    self.ln = torch.nn.LayerNorm(hidden, eps=1e-12)
 """
 from __future__ import annotations
 

@@ -39,8 +39,11 @@ Fix safety
     torch class needs `fused=True` and different defaults to behave the same, which a bare
     class reference cannot carry.
 
-The small call-rewriting helpers at the end of this module are shared with the
-`parallel` and `normalization` rules.
+Example
+    optimizer = FusedAdam(model.parameters(), lr=3e-4, betas=(0.9, 0.98), eps=1e-6)
+becomes (`--device cuda`)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.98), eps=1e-6,
+                                  weight_decay=0.0, fused=True)
 """
 from __future__ import annotations
 

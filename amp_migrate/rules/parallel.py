@@ -48,6 +48,11 @@ Fix safety
     `convert_syncbn_model` used without a call, the meaning would change for objects this file
     does not create, so the file falls back. `Reducer`, `LARC` and
     `create_syncbn_process_group` have no torch equivalent and fall back.
+
+Example
+    model = apex.parallel.DistributedDataParallel(model)
+becomes
+    model = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
 """
 from __future__ import annotations
 

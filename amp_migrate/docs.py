@@ -6,6 +6,7 @@ emits; a test fails when the checked-in page differs from `render()`.
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 import re
 import sys
@@ -25,27 +26,38 @@ Every diagnostic amp-migrate reports has a stable code. `info` means a fix was a
 names what changed; `warning` means the file needs a look, or (where "falls back to the shim"
 says yes) that `--target auto` migrated the file to the shim instead of native `torch.amp`;
 `error` means the file was left untouched.
+
+The codes are grouped by the rule that emits them, in the order the rules run; each rule's
+section names the Apex objects it handles. Both lists are data on the rule's class
+(`HANDLES`, `EMITS`), so this page cannot drift from what the rules declare.
 """
 
 
-def render_code(code: Code) -> str:
+def render_code(code: Code, level: int = 2) -> str:
+    """One code's section; `level` is its heading's depth (`amp-migrate explain` shows it alone)."""
+    head, sub = "#" * level, "#" * (level + 1)
     lines = [
-        f"## {code.code} {code.name}",
+        f"{head} {code.code} {code.name}",
         "",
         f"Severity: {code.severity}. Falls back to the shim: {'yes' if code.falls_back else 'no'}.",
         "",
         code.summary,
         "",
-        "### Why",
+        f"{sub} Why",
         "",
         code.why,
     ]
     if code.before or code.after:
-        lines += ["", "### Example"]
+        lines += ["", f"{sub} Example"]
         for label, text in (("Before", code.before), ("After", code.after)):
             if text:
                 lines += ["", f"{label}:", "", "```python", text, "```"]
     return "\n".join(lines) + "\n"
+
+
+#: Modules whose codes no rule reports: the driver's (AMP001-AMP003), the notebook reader's
+#: (AMP021) and the whole-project pass's.
+NON_RULE_CODE_MODULES = ("amp_migrate.diagnostics", "amp_migrate.project.codes")
 
 
 def register_all_codes() -> None:
@@ -53,7 +65,8 @@ def register_all_codes() -> None:
     `NATIVE_RULES` or not yet."""
     for module in pkgutil.iter_modules(rules.__path__):
         importlib.import_module(f"{rules.__name__}.{module.name}")
-    importlib.import_module("amp_migrate.project.codes")  # the whole-tree pass's AMP030-AMP049
+    for name in NON_RULE_CODE_MODULES:
+        importlib.import_module(name)
 
 
 _SECTION = re.compile(r"^Soundness\n((?:[ \t]+.*\n|\n)+)", re.M)
@@ -92,10 +105,56 @@ def render_soundness() -> str:
     return "\n".join(parts)
 
 
+def _names(items) -> str:
+    return ", ".join(f"`{item}`" for item in items) if items else "none"
+
+
+def _summary(rule) -> str:
+    """The rule's own docstring's first paragraph, else its module's."""
+    doc = rule.__doc__ if "__doc__" in vars(rule) and rule.__doc__ else sys.modules[rule.__module__].__doc__
+    return " ".join(inspect.cleandoc(doc or "").split("\n\n")[0].split())
+
+
+def render_rule(rule) -> str:
+    """A rule's section: what it handles, what it emits, and the codes documented under it
+    (a code several rules emit is documented under the first of them to run)."""
+    module = rule.__module__.rsplit(".", 1)[-1]
+    kind = "native" if rule in rules.NATIVE_RULES else "shim"
+    if rule in rules.NATIVE_RULES and rule in rules.SHIM_RULES:
+        kind = "native and shim"
+    codes = sorted(rule.EMITS, key=lambda c: c.code)
+    elsewhere = [c.code for c in codes if rules.owner(c.code) is not rule]
+    lines = [f"## {rule.__name__} (rules/{module}.py; {kind} target)", "",
+             _summary(rule), "",
+             f"Handles: {_names(rule.HANDLES)}.", "",
+             f"Emits: {_names([c.code for c in codes])}."]
+    if elsewhere:
+        lines += ["", "Documented under the first rule that emits it: "
+                  + ", ".join(f"{code} ({rules.owner(code).__name__})" for code in elsewhere) + "."]
+    parts = ["\n".join(lines).replace("\n\n\n", "\n\n") + "\n"]
+    parts += [render_code(c, level=3) for c in codes if rules.owner(c.code) is rule]
+    return "\n".join(parts)
+
+
+_OTHERS_INTRO = """\
+## Codes reported outside the rules
+
+The driver (a file that does not parse, an output that fails verification, native refused),
+the notebook reader and the whole-project pass report these.
+"""
+
+
+def render_others() -> str:
+    codes = sorted(code for code in CODES if rules.owner(code) is None)
+    return "\n".join([_OTHERS_INTRO] + [render_code(CODES[c], level=3) for c in codes])
+
+
 def render() -> str:
-    """The whole of docs/diagnostics.md, codes in order, then each native rule's argument."""
+    """The whole of docs/diagnostics.md: the codes grouped by the rule that emits them, in the
+    order the rules run, then the codes no rule emits, then each native rule's argument."""
     register_all_codes()
-    return "\n".join([_INTRO] + [render_code(CODES[c]) for c in sorted(CODES)] + [render_soundness()])
+    return "\n".join([_INTRO] + [render_rule(rule) for rule in rules.ALL_RULES]
+                     + [render_others(), render_soundness()])
 
 
 def main(argv: list[str]) -> int:

@@ -28,7 +28,7 @@ def test_every_code_is_documented(code: str):
 def test_every_code_has_a_section():
     page = docs.render()
     for code, entry in CODES.items():
-        assert f"\n## {code} {entry.name}\n" in page
+        assert f"\n### {code} {entry.name}\n" in page
 
 
 @pytest.mark.parametrize("module", docs.native_rule_modules(), ids=lambda m: m.__name__.rsplit(".", 1)[-1])

@@ -32,9 +32,7 @@ MAX_FUNCTION_LINES = 60
 OVERSIZED = {
     ("reaching.py", "_walk"),  # the reaching-definitions walk (H-SPEED's part of issue 16)
 }
-#: Modules that define codes reported outside the rules: the driver (parse and verification
-#: errors, AMP003), the notebook reader, and the whole-project pass.
-NON_RULE_CODE_MODULES = ("amp_migrate.diagnostics", "amp_migrate.project.codes")
+NON_RULE_CODE_MODULES = docs.NON_RULE_CODE_MODULES
 #: Names that Apex's own objects answer to, as the binder spells them: what `amp.init()` and
 #: `handle.wrap_optimizer()` return.
 BINDER_CLASSES = {HANDLE: "amp_shim.amp.handle.AmpHandle", WRAPPED: "amp_shim.amp.opt.OptimWrapper"}

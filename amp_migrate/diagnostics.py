@@ -30,18 +30,21 @@ class Code:
     before: str = ""
     after: str = ""
     falls_back: bool = False  # emitting it sends the file to the shim under --target auto
+    #: Why a careful person, migrating by hand, would not rewrite this natively either (or, for
+    #: an error, would not touch the file): one short phrase, for reports that list the codes.
+    refusal: str = ""
 
 
 CODES: dict[str, Code] = {}
 
 
 def define(code: str, name: str, severity: Severity, summary: str, why: str, *,
-           before: str = "", after: str = "", falls_back: bool = False) -> Code:
+           before: str = "", after: str = "", falls_back: bool = False, refusal: str = "") -> Code:
     """Register a diagnostic code; rule modules call this at import time."""
     if code in CODES and CODES[code].name != name:
         raise ValueError(f"diagnostic code {code} registered twice ({CODES[code].name}, {name})")
     entry = Code(code, name, severity, summary, why, before.strip("\n"), after.strip("\n"),
-                 falls_back)
+                 falls_back, refusal)
     CODES[code] = entry
     return entry
 
@@ -73,6 +76,7 @@ PARSE_ERROR = define(
     "The file is not valid Python, so it was left untouched.",
     "The codemod rewrites syntax trees; a file that does not parse has none. Fix the syntax "
     "error (or run the file's own Python version's parser on it) and run again.",
+    refusal="the input is not valid Python 3",
 )
 VERIFY_FAILED = define(
     "AMP002", "verification-failed", Severity.ERROR,
@@ -103,4 +107,5 @@ MAGIC_USES_MIGRATED_NAME = define(
     before="from apex import amp\n%store amp",
     after="from amp_shim import amp\n%store amp",
     falls_back=True,
+    refusal="an IPython line names what the rewrite removes",
 )

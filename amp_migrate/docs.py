@@ -43,6 +43,7 @@ def render_code(code: Code, level: int = 2) -> str:
         "",
         code.summary,
         "",
+        *([f"Refused because: {code.refusal}.", ""] if code.refusal else []),
         f"{sub} Why",
         "",
         code.why,

@@ -57,6 +57,7 @@ NAME_REBOUND = define(
     after="from amp_shim import amp\nif args.record:\n    amp = Recorder()\n"
           "model, opt = amp.initialize(model, opt)",
     falls_back=True,
+    refusal="the name may hold Apex's object or another one at run time",
 )
 
 

@@ -96,6 +96,7 @@ NO_PLACE = define(
            "def train(model, opt):\n    with amp.scale_loss(loss, opt) as s:\n        s.backward()",
     after="def setup(args):\n    model, opt = amp.initialize(model, opt, opt_level=args.opt_level)  # amp_shim",
     falls_back=True,
+    refusal="no single place for the scaler reaches every call",
 )
 INIT_COUNT = define(
     "AMP102", "initialize-not-once", Severity.WARNING,
@@ -106,6 +107,7 @@ INIT_COUNT = define(
     "lives in another module) leave no single scaler to use, so the file keeps Apex's "
     "semantics through the shim.",
     falls_back=True,
+    refusal="several initialize calls, or none, leave no single scaler",
 )
 MAIN_ONLY = define(
     "AMP123", "scaler-built-under-main", Severity.INFO,
@@ -126,6 +128,7 @@ PER_LOSS_CHECKPOINT = define(
     "one dict; a native checkpoint would need one entry per scaler, which this rewrite does not "
     "invent, so the file uses the shim.",
     falls_back=True,
+    refusal="per-loss scalers saved as one checkpoint entry",
 )
 
 

@@ -32,6 +32,7 @@ OPTION_NOT_LITERAL = define(
     before='amp.initialize(model, opt, loss_scale=args.loss_scale)',
     after='# unchanged, imports point at amp_shim',
     falls_back=True,
+    refusal="an initialize option only known at run time",
 )
 O2_O3 = define(
     "AMP110", "fp16-weights-become-autocast", Severity.INFO,

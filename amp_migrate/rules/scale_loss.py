@@ -67,6 +67,7 @@ UNSUPPORTED_BLOCK = define(
     before="with amp.scale_loss(loss, opt, delay_overflow_check=True) as s:\n    s.backward()",
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
+    refusal="a scale_loss shape with no native equivalent",
 )
 LOSS_NOT_HERE = define(
     "AMP202", "loss-computed-elsewhere", Severity.WARNING,
@@ -79,6 +80,7 @@ LOSS_NOT_HERE = define(
     before="def backward(self, loss):\n    with amp.scale_loss(loss, self.opt) as s:\n        s.backward()",
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
+    refusal="the forward that made the loss is not in this function",
 )
 LOSS_ONLY_REGION = define(
     "AMP203", "autocast-covers-loss-only", Severity.INFO,
@@ -103,6 +105,7 @@ UNSCALED_BRANCH = define(
            "        s.backward()\nelse:\n    loss.backward()",
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
+    refusal="an unscaled backward under another condition than the scaler's",
 )
 
 

@@ -55,6 +55,7 @@ NO_STEP = define(
     "receives the optimizer, a loop over a list of optimizers) the file keeps Apex's semantics "
     "through the shim.",
     falls_back=True,
+    refusal="the scaled optimizer is never stepped here",
 )
 CLOSURE = define(
     "AMP211", "step-with-closure", Severity.WARNING,
@@ -62,6 +63,7 @@ CLOSURE = define(
     "GradScaler raises on closures (LBFGS-style optimizers re-evaluate the loss, which a loss "
     "scale would corrupt); Apex refused them under O2 as well. The file uses the shim.",
     falls_back=True,
+    refusal="GradScaler cannot step with a closure",
 )
 
 FINITE_GUARD = define(
@@ -76,6 +78,7 @@ FINITE_GUARD = define(
     before="with amp.scale_loss(loss, opt) as s:\n    s.backward()\nif torch.isfinite(loss):\n    opt.step()",
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
+    refusal="Apex's armed skip has no GradScaler counterpart",
 )
 EXIT_IN_GROUP = define(
     "AMP213", "early-exit-between-steps", Severity.WARNING,
@@ -85,6 +88,7 @@ EXIT_IN_GROUP = define(
     "An early exit between them would skip that update, and the next iteration's "
     "`scaler.step` would raise; the file uses the shim.",
     falls_back=True,
+    refusal="an exit between the steps one backward feeds",
 )
 
 STEPS_APART = define(
@@ -99,6 +103,7 @@ STEPS_APART = define(
            "if train_b:\n    opt_b.step()",
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
+    refusal="one backward's optimizers stepped in different blocks",
 )
 
 UPDATED_PER_STEP = define(

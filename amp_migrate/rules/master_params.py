@@ -64,6 +64,7 @@ UNPROVEN = define(
            "clip_grad_norm_(amp.master_params(opt), 1.0)\nif last:\n    opt.step()",
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
+    refusal="no step follows master_params on every path",
 )
 
 

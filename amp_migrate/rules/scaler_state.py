@@ -73,6 +73,7 @@ NOT_NATIVE = define(
     before='print(amp.state_dict()["loss_scaler0"]["unskipped"])',
     after='print(amp.state_dict()["loss_scaler0"]["unskipped"])  # imports point at amp_shim',
     falls_back=True,
+    refusal="Apex scaler state with no GradScaler counterpart",
 )
 READ_MID_STEP = define(
     "AMP312", "scaler-state-read-before-update", Severity.WARNING,
@@ -89,6 +90,7 @@ READ_MID_STEP = define(
            'log(amp._amp_state.loss_scalers[0].loss_scale())\nopt.step()',
     after='# unchanged, imports point at amp_shim',
     falls_back=True,
+    refusal="the scale is read before update() would change it",
 )
 SCALE_WRITTEN = define(
     "AMP313", "apex-loss-scale-written", Severity.WARNING,
@@ -101,6 +103,7 @@ SCALE_WRITTEN = define(
     before="amp._amp_state.loss_scalers[0]._loss_scale = 2**20",
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
+    refusal="Apex's scaler state is written directly",
 )
 
 _APEX_KEY = re.compile(r"loss_scaler(\d+)")

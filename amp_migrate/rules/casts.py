@@ -137,6 +137,7 @@ REGISTRATION_NOT_UNDERSTOOD = define(
     before='for name in ("bmm", "baddbmm"):\n    amp.register_half_function(torch, name)',
     after='from amp_shim import amp\nfor name in ("bmm", "baddbmm"):\n    amp.register_half_function(torch, name)',
     falls_back=True,
+    refusal="a cast registration not in the one provable shape",
 )
 
 _AMP_INTERNAL_MODULES = ("apex.amp.amp.", "apex.amp.handle.", "apex.amp.frontend.")

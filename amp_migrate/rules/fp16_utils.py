@@ -88,6 +88,7 @@ FP16_OPTIMIZER = define(
     after="from amp_shim.fp16_utils import FP16_Optimizer\n"
           "optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)",
     falls_back=True,
+    refusal="an FP16_Optimizer use not provably the native recipe",
 )
 MODEL_CONVERSION = define(
     "AMP461", "fp16-model-conversion-not-migrated", Severity.WARNING,
@@ -102,6 +103,7 @@ MODEL_CONVERSION = define(
     before="from apex.fp16_utils import network_to_half\nmodel = network_to_half(model)",
     after="from amp_shim.fp16_utils import network_to_half\nmodel = network_to_half(model)",
     falls_back=True,
+    refusal="an fp16 model conversion with no provable native form",
 )
 MASTER_PARAMS = define(
     "AMP462", "fp16-master-params-not-migrated", Severity.WARNING,
@@ -117,6 +119,7 @@ MASTER_PARAMS = define(
     after="from amp_shim.fp16_utils import prep_param_lists\n"
           "model_params, master_params = prep_param_lists(model)",
     falls_back=True,
+    refusal="manual master weights with no provable native form",
 )
 LEGACY_SCALER = define(
     "AMP463", "fp16-loss-scaler-not-migrated", Severity.WARNING,
@@ -129,6 +132,7 @@ LEGACY_SCALER = define(
     before="from apex.fp16_utils import DynamicLossScaler\nscaler = DynamicLossScaler()",
     after="from amp_shim.fp16_utils import DynamicLossScaler\nscaler = DynamicLossScaler()",
     falls_back=True,
+    refusal="legacy loss scalers with no provable native form",
 )
 STAR_IMPORT_NEEDED = define(
     "AMP464", "fp16-utils-star-import-still-needed", Severity.WARNING,
@@ -142,6 +146,7 @@ STAR_IMPORT_NEEDED = define(
     before="from apex.fp16_utils import *\noptimizer = FP16_Optimizer(optimizer)",
     after="from amp_shim.fp16_utils import *\noptimizer = FP16_Optimizer(optimizer)",
     falls_back=True,
+    refusal="the star import still provides names the file uses",
 )
 
 _TO_PYTHON_FLOAT = "apex.fp16_utils.to_python_float"

@@ -116,6 +116,7 @@ REFUSED = define(
     before="optimizer = FP16_Optimizer(optimizer)\ntorch.save(optimizer.state_dict(), path)",
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
+    refusal="an FP16_Optimizer flow not provably the native recipe",
 )
 STATIC = define(
     "AMP467", "fp16-optimizer-static-scale", Severity.INFO,

@@ -68,6 +68,7 @@ UNSUPPORTED = define(
     before="from apex import amp\nscaler = amp._amp_state.loss_scalers[0]",
     after="from amp_shim import amp\nscaler = amp._amp_state.loss_scalers[0]",
     falls_back=True,
+    refusal="an Apex use no rule can prove right natively",
 )
 
 SHIM_NAME_MISSING = define(
@@ -84,6 +85,7 @@ SHIM_NAME_MISSING = define(
     "shim's `amp_shim.fp16_utils.FP16_Optimizer` after checking its behaviour), then run again.",
     before="from apex.optimizers import FP16_Optimizer",
     after="from apex.optimizers import FP16_Optimizer  # unchanged: amp_shim.optimizers has none",
+    refusal="an Apex module or name missing from the release the shim reproduces",
 )
 SHIM_ARGUMENT_REJECTED = define(
     "AMP471", "shim-argument-rejected", Severity.ERROR,
@@ -98,6 +100,7 @@ SHIM_ARGUMENT_REJECTED = define(
     before="optimizer = FusedAdam(params, lr=1e-4, bias_correction=False, max_grad_norm=1.0)",
     after="optimizer = FusedAdam(params, lr=1e-4, bias_correction=False, max_grad_norm=1.0)"
           "  # unchanged",
+    refusal="an argument the release the shim reproduces does not take",
 )
 
 

@@ -89,6 +89,7 @@ NO_TORCH_OPTIMIZER = define(
     before="from apex.optimizers import FusedLAMB\nopt = FusedLAMB(model.parameters(), lr=1e-3)",
     after="from amp_shim.optimizers import FusedLAMB\nopt = FusedLAMB(model.parameters(), lr=1e-3)",
     falls_back=True,
+    refusal="no torch.optim equivalent",
 )
 OPTIMIZER_ARGUMENT = define(
     "AMP503", "optimizer-argument-not-mappable", Severity.WARNING,
@@ -103,6 +104,7 @@ OPTIMIZER_ARGUMENT = define(
     before="opt = FusedAdam(params, lr=1e-3, adam_w_mode=args.adamw)",
     after="from amp_shim.optimizers import FusedAdam  # import rewritten, call unchanged",
     falls_back=True,
+    refusal="an optimizer argument with no equal torch form",
 )
 OPTIMIZER_REFERENCE = define(
     "AMP504", "optimizer-class-reference", Severity.WARNING,
@@ -114,6 +116,7 @@ OPTIMIZER_REFERENCE = define(
     before="OPTIMIZERS = {'adam': FusedAdam, 'sgd': FusedSGD}",
     after="from amp_shim.optimizers import FusedAdam, FusedSGD  # imports rewritten only",
     falls_back=True,
+    refusal="a bare class cannot carry fused=True and torch's defaults",
 )
 
 

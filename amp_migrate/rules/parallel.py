@@ -98,6 +98,7 @@ DDP_ARGUMENT = define(
     before="model = DDP(model, gradient_predivide_factor=8.0)",
     after="from amp_shim.parallel import DistributedDataParallel as DDP  # import rewritten only",
     falls_back=True,
+    refusal="the option changes the reduced gradients",
 )
 DDP_METHOD = define(
     "AMP523", "apex-ddp-only-attribute", Severity.WARNING,
@@ -109,6 +110,7 @@ DDP_METHOD = define(
     before="model.disable_allreduce()\nloss.backward()\nmodel.enable_allreduce()",
     after="with model.no_sync():\n    loss.backward()",
     falls_back=True,
+    refusal="an attribute only Apex's DDP has",
 )
 PREDIVIDE_DROPPED = define(
     "AMP530", "apex-ddp-predivide-dropped", Severity.INFO,
@@ -133,6 +135,7 @@ SYNCBN_ARGUMENT = define(
     before="model = convert_syncbn_model(model, channel_last=True)",
     after="from amp_shim.parallel import convert_syncbn_model  # import rewritten only",
     falls_back=True,
+    refusal="a SyncBatchNorm argument with no torch equivalent",
 )
 NO_TORCH_PARALLEL = define(
     "AMP525", "parallel-without-torch-equivalent", Severity.WARNING,
@@ -143,6 +146,7 @@ NO_TORCH_PARALLEL = define(
     before="from apex.parallel import LARC\nopt = LARC(opt)",
     after="from amp_shim.parallel import LARC\nopt = LARC(opt)",
     falls_back=True,
+    refusal="no torch equivalent",
 )
 PARALLEL_REFERENCE = define(
     "AMP526", "parallel-class-reference", Severity.WARNING,
@@ -154,6 +158,7 @@ PARALLEL_REFERENCE = define(
     before="if isinstance(model, apex.parallel.DistributedDataParallel):\n    model = model.module",
     after="import amp_shim as apex  # import rewritten only",
     falls_back=True,
+    refusal="a bare class would change meaning for objects made elsewhere",
 )
 SYNCBN_CPU = define(
     "AMP527", "syncbn-on-cpu", Severity.WARNING,
@@ -163,6 +168,7 @@ SYNCBN_CPU = define(
     before="# amp-migrate --device cpu\nmodel = convert_syncbn_model(model)",
     after="from amp_shim.parallel import convert_syncbn_model  # import rewritten only",
     falls_back=True,
+    refusal="torch's SyncBatchNorm cannot train on CPU",
 )
 SYNCBN_REFERENCE = define(
     "AMP528", "syncbn-class-reference", Severity.INFO,

@@ -63,6 +63,7 @@ NORM_ARGUMENT = define(
     before="norm = FusedLayerNorm(dim, **norm_kwargs)",
     after="from amp_shim.normalization import FusedLayerNorm  # import rewritten only",
     falls_back=True,
+    refusal="a norm argument that cannot be checked",
 )
 MIXED_NORM = define(
     "AMP542", "mixed-fused-norm", Severity.WARNING,
@@ -75,6 +76,7 @@ MIXED_NORM = define(
     before="norm = MixedFusedLayerNorm(hidden, eps=1e-5)",
     after="from amp_shim.normalization import MixedFusedLayerNorm  # import rewritten only",
     falls_back=True,
+    refusal="the output dtype differs from torch's norms",
 )
 NORM_CLASS_CHECK = define(
     "AMP543", "fused-norm-class-not-mappable", Severity.WARNING,
@@ -87,6 +89,7 @@ NORM_CLASS_CHECK = define(
     before="if isinstance(module, FusedLayerNorm):\n    no_decay.append(module.weight)",
     after="from amp_shim.normalization import FusedLayerNorm  # import rewritten only",
     falls_back=True,
+    refusal="the torch class would also match other objects",
 )
 
 

@@ -43,6 +43,7 @@ WRAP_ARGS = define(
     "provable for `wrap_optimizer(optimizer)` and `wrap_optimizer(optimizer, num_loss=N)` with "
     "a literal N, assigned to a name; other shapes keep Apex's semantics through the shim.",
     falls_back=True,
+    refusal="wrap_optimizer arguments with no provable mapping",
 )
 
 

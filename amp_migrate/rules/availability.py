@@ -76,6 +76,7 @@ INIT_PROBE = define(
     before="def is_amp_training():\n    return hasattr(amp._amp_state, \"loss_scalers\")",
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
+    refusal="native code has no is-amp-initialized state",
 )
 
 _CODE = cst.Module([]).code_for_node

@@ -22,6 +22,7 @@ GROUP_USES_SHIM = define(
           "# trainer.py\nwith amp.scale_loss(loss, optimizer) as scaled:  # from amp_shim import amp\n"
           "    scaled.backward()",
     falls_back=True,
+    refusal="it shares Apex state with a file that uses the shim",
 )
 MODULE_FROM_CALL = define(
     "AMP031", "apex-module-from-call", Severity.WARNING,
@@ -36,6 +37,7 @@ MODULE_FROM_CALL = define(
            "# train.py\namp = get_amp(args.fp16)\nmodel, optimizer = amp.initialize(model, optimizer)",
     after="# utils.py\ndef get_amp(fp16):\n    from amp_shim import amp\n    return amp\n"
           "# train.py (unchanged)\namp = get_amp(args.fp16)\nmodel, optimizer = amp.initialize(model, optimizer)",
+    refusal="Apex's module arrives as a function's return value",
 )
 IMPORTED_DYNAMICALLY = define(
     "AMP032", "apex-imported-dynamically", Severity.WARNING,
@@ -48,6 +50,7 @@ IMPORTED_DYNAMICALLY = define(
     "Replace the dynamic import by an import statement to migrate the file.",
     before="amp = importlib.import_module(\"apex.amp\")",
     after="amp = importlib.import_module(\"apex.amp\")  # unchanged; run with `amp-migrate run`",
+    refusal="Apex is imported at run time by name",
 )
 OBJECT_FROM_ANOTHER_FILE = define(
     "AMP033", "apex-object-from-another-file", Severity.WARNING,
@@ -60,6 +63,7 @@ OBJECT_FROM_ANOTHER_FILE = define(
     before="# trainer.py (no Apex import)\ndef step(optimizer, loss):\n    optimizer.backward(loss)\n"
            "    optimizer.step()",
     after="# trainer.py: unchanged; train.py, which builds the FP16_Optimizer, uses the shim",
+    refusal="it uses an Apex object another file makes",
 )
 GROUP_NOT_NATIVE = define(
     "AMP034", "group-not-native", Severity.ERROR,
@@ -68,4 +72,5 @@ GROUP_NOT_NATIVE = define(
     "Files that share Apex objects must migrate together (see AMP030); under `--target native` "
     "there is no shim to fall back to, so a group migrates natively as a whole or not at all. "
     "The message names the file that blocks the group.",
+    refusal="a file sharing its Apex state cannot go native",
 )

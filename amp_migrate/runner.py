@@ -19,6 +19,7 @@ from . import notebook
 from .file_result import FileResult, Finding
 from .migrate import MigrationError, might_use_apex, migrate_source
 from .options import Options
+from .rules.plan import SharedScaler
 from .report import unified_diff
 from .source_file import SourceError, decode, read_bytes, write_atomic
 
@@ -29,6 +30,7 @@ class Job:
     kind: str  # "python" or "notebook"
     options: Options
     want_diff: bool = False
+    project: Optional[SharedScaler] = None  # its part in a scaler shared across modules
 
 
 def _migrate_python(job: Job, data: bytes) -> FileResult:
@@ -36,7 +38,7 @@ def _migrate_python(job: Job, data: bytes) -> FileResult:
     result = FileResult(job.path, "python", scanned=True)
     try:
         migrated = migrate_source(source.text, target=job.options.target,
-                                  device=job.options.device, dtype=job.options.dtype)
+                                  device=job.options.device, dtype=job.options.dtype, project=job.project)
     except MigrationError as exc:
         return replace(result, findings=(Finding(exc.as_diagnostic()),))
     result = replace(result, findings=tuple(Finding(d) for d in migrated.diagnostics))

@@ -373,15 +373,91 @@ def _parse(text: str) -> Optional[ast.Module]:
         return None
 
 
+@dataclass(frozen=True)
+class Spelling:
+    """How one module can import another as a module object: `import {module}` (relative 0),
+    or `from {"." * relative}{module} import {obj}`."""
+
+    module: str
+    obj: Optional[str] = None
+    relative: int = 0
+
+
 @dataclass
 class ProjectIndex:
     """Facts per module (keyed by path relative to the tree) and the tree's import edges."""
 
     modules: dict[str, ModuleFacts]
     edges: dict[str, set[str]]  # importer -> the tree's modules it imports
+    resolver: Optional["_Resolver"] = None
 
     def facts(self, path: str) -> ModuleFacts:
         return self.modules[path]
+
+    def reaches(self, start: str, goal: str) -> bool:
+        """Whether importing `start` imports `goal` (through any chain of the tree's imports)."""
+        seen, todo = {start}, [start]
+        while todo:
+            for nxt in self.edges.get(todo.pop(), ()):
+                if nxt == goal:
+                    return True
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return False
+
+    def imported(self, path: str) -> bool:
+        """Whether some module of the tree imports `path` (else it runs only as a program)."""
+        return any(path in targets for targets in self.edges.values())
+
+    def spelling(self, importer: str, target: str) -> Optional[Spelling]:
+        """How `importer` can import `target` as a module object: the way it already spells an
+        import of it, else an absolute import another module spells that resolves the same
+        from `importer`; None when the tree shows no such spelling."""
+        if self.resolver is None:
+            return None
+        for imp in self.modules[importer].imports:
+            found = _spelled(self.resolver, importer, imp, target)
+            if found is not None:
+                return found
+        for path in sorted(self.modules):
+            for imp in self.modules[path].imports if path != importer else ():
+                found = _spelled(self.resolver, path, imp, target) if not imp.level else None
+                if found is not None and self.resolver.lookup(importer, found.module) == [target]:
+                    return found
+        return self._inside_package(importer, target)
+
+    def _inside_package(self, importer: str, target: str) -> Optional[Spelling]:
+        """`import pkg.loop` where `importer` imports the package `pkg` (absolutely) and the
+        target lies inside it."""
+        parts = self.modules[target].name.split(".")
+        for imp in self.modules[importer].imports:
+            if imp.level or not imp.module:
+                continue
+            for start in range(len(parts) - 1):
+                dotted = ".".join(parts[start:])
+                if dotted.startswith(imp.module + ".") and self.resolver.lookup(importer, dotted) == [target]:
+                    return Spelling(dotted)
+        return None
+
+
+def _spelled(resolver: "_Resolver", importer: str, imp: Import, target: str) -> Optional[Spelling]:
+    """The module object `imp` (an import `importer` spells) reaches `target` as, if it does."""
+    if imp.level:
+        module = resolver.relative_module(importer, imp)
+        if resolver.by_name.get(module) == target and imp.module:
+            parent, _, last = imp.module.rpartition(".")
+            return Spelling(parent, last, imp.level)
+        for name in imp.names:
+            if resolver.by_name.get(f"{module}.{name}") == target:
+                return Spelling(imp.module, name, imp.level)
+        return None
+    if target in resolver.lookup(importer, imp.module):
+        return Spelling(imp.module)
+    for name in imp.names:
+        if target in resolver.lookup(importer, f"{imp.module}.{name}"):
+            return Spelling(f"{imp.module}.{name}")
+    return None
 
 
 class _Resolver:
@@ -408,13 +484,17 @@ class _Resolver:
                 return [found]
         return list(self.by_suffix.get(dotted, ()))
 
+    def relative_module(self, importer: str, imp: Import) -> str:
+        """The dotted name a relative import (`from ..a import b`) names from `importer`."""
+        package = module_name(importer).split(".")
+        if not importer.endswith("__init__.py"):
+            package = package[:-1]
+        base = package[: len(package) - (imp.level - 1)] if imp.level > 1 else package
+        return ".".join([*base, imp.module] if imp.module else base)
+
     def targets(self, importer: str, imp: Import) -> list[str]:
         if imp.level:
-            package = module_name(importer).split(".")
-            if not importer.endswith("__init__.py"):
-                package = package[:-1]
-            base = package[: len(package) - (imp.level - 1)] if imp.level > 1 else package
-            module = ".".join([*base, imp.module] if imp.module else base)
+            module = self.relative_module(importer, imp)
             found = [self.by_name[module]] if module in self.by_name else []
             subs = [self.by_name.get(f"{module}.{n}") for n in imp.names]
             return found + [s for s in subs if s]
@@ -446,7 +526,7 @@ def build_index(sources: Mapping[str, str]) -> ProjectIndex:
     edges = {path: {t for imp in facts.imports for t in resolver.targets(path, imp) if t != path}
              for path, facts in modules.items()}
     _resolve_provided(sources, modules, trees, edges)
-    return ProjectIndex(modules, edges)
+    return ProjectIndex(modules, edges, resolver)
 
 
 def _one_newline(text: str) -> str:

@@ -19,7 +19,9 @@ from ..options import Options
 from ..source_file import SourceError, read_bytes
 from .groups import Group, find_groups
 from .index import ProjectIndex, build_index
-from .settle import Outcome, Verdict, own_warnings, settle
+from .settle import Outcome, Verdict, blocker, own_warnings, settle
+from .share import shared_scalers
+from ..rules.plan import SharedScaler
 
 
 def _by_line(diagnostics: Iterable[Diagnostic]) -> tuple[Diagnostic, ...]:
@@ -39,9 +41,10 @@ def _outcome_of(diagnostics: Sequence[Diagnostic], changed: bool, target_used: O
     return Outcome(target_used or "error", tuple(d for d in diagnostics if d.falls_back))
 
 
-def _migrate_one(text: str, target: str, device: str, dtype: str) -> MigrationResult:
+def _migrate_one(text: str, target: str, device: str, dtype: str,
+                 project: Optional[SharedScaler] = None) -> MigrationResult:
     try:
-        return migrate_source(text, target=target, device=device, dtype=dtype)
+        return migrate_source(text, target=target, device=device, dtype=dtype, project=project)
     except MigrationError as exc:
         return MigrationResult(text, (exc.as_diagnostic(),), None)
 
@@ -50,10 +53,12 @@ def migrate_project(files: Mapping[str, str], *, target: str = "auto", device: s
                     dtype: str = "float16") -> dict[str, MigrationResult]:
     """Migrate a tree given as relative path -> text: files that share Apex objects end on one
     target (docs/cli.md, "Projects"). Files not ending in `.py` are migrated alone."""
-    index = build_index({p: t for p, t in files.items() if p.endswith(".py")})
-    results = {p: _migrate_one(t, target, device, dtype) for p, t in files.items()}
-    outcomes = {p: _outcome(r) for p, r in results.items()}
+    python = {p: t for p, t in files.items() if p.endswith(".py")}
+    index = build_index(python)
     groups = find_groups(index)
+    roles = shared_scalers(index, groups, python) if target != "shim" else {}
+    results = {p: _migrate_one(t, target, device, dtype, roles.get(p)) for p, t in files.items()}
+    outcomes = {p: _outcome(r) for p, r in results.items()}
     grouped = {p for g in groups for p in g.members}
     for group in groups:
         for path, verdict in settle(index, group, outcomes, target).items():
@@ -122,6 +127,7 @@ class Tree:
         self.index: ProjectIndex = build_index(texts)
         # Under --target shim every file already uses the shim: nothing to settle or wait for.
         groups = find_groups(self.index) if options.target != "shim" else []
+        self.roles = shared_scalers(self.index, groups, texts, self.names) if groups else {}
         self.pending = {}
         for group in groups:
             shared = _Pending(group, {})
@@ -151,6 +157,8 @@ class Tree:
         from ..runner import Job, process
 
         outcomes = {rel: _file_outcome(r) for rel, r in pending.results.items()}
+        if self._share(pending, outcomes):
+            outcomes = {rel: _file_outcome(r) for rel, r in pending.results.items()}
         verdicts = settle(self.index, pending.group, outcomes, self.options.target, self.names)
         final = []
         for rel, result in sorted(pending.results.items()):
@@ -163,6 +171,22 @@ class Tree:
             extra = verdict.diagnostics + own_warnings(self.index, rel, outcomes[rel], True, self.names)
             final.append(_with(result, extra))
         return final
+
+    def _share(self, pending: _Pending, outcomes: dict[str, Outcome]) -> bool:
+        """Migrate again, with their part in the group's shared GradScaler, the members that
+        have one (each was first migrated alone, before the index was read); not where a
+        member without one keeps the group on the shim anyway."""
+        from ..runner import Job, process
+
+        roles = {rel: self.roles[rel] for rel in pending.results if rel in self.roles}
+        if not any(r.owner or r.user for r in roles.values()) or any(
+                blocker(self.index.facts(rel), outcomes[rel]) is not None
+                for rel in pending.results if rel not in roles):
+            return False
+        for rel, role in roles.items():
+            old = pending.results[rel]
+            pending.results[rel] = process(Job(old.path, old.kind, self.options, self.want_diff, role))
+        return True
 
     def leftover(self) -> list[FileResult]:
         """Members of groups some of whose files never came back (unreadable): each as it is."""

@@ -74,14 +74,23 @@ class InitializeToGradScaler(TrainingRule):
     def interest(self):
         return self.words_for(INITIALIZE, INIT)
 
-    def _creation(self, plan, leading_lines=()) -> list[cst.SimpleStatementLine]:
-        """One GradScaler per loss id when the plan keeps Apex's per-loss scalers apart."""
+    def _creation(self, plan, leading_lines=(), where: Optional[cst.CSTNode] = None) -> list[cst.SimpleStatementLine]:
+        """One GradScaler per loss id when the plan keeps Apex's per-loss scalers apart; where
+        other modules share it, declared global (in a function) and handed to them."""
         AddImportsVisitor.add_needed_import(self.context, "torch")
         self.created = True
-        return [cst.SimpleStatementLine(
-            [cst.Assign([cst.AssignTarget(cst.parse_expression(scaler))], plan.scaler_call.deep_clone())],
-            leading_lines=leading_lines if i == 0 else ())
-            for i, scaler in enumerate(plan.scalers)]
+        made = [cst.SimpleStatementLine(
+            [cst.Assign([cst.AssignTarget(cst.parse_expression(scaler))], plan.scaler_call.deep_clone())])
+            for scaler in plan.scalers]
+        shared = plan.shared
+        if shared is not None and shared.global_ and where is not None and any(
+                isinstance(p, cst.FunctionDef) for p in self.ancestors(where)):
+            made.insert(0, cst.SimpleStatementLine([cst.Global([cst.NameItem(cst.Name(shared.name))])]))
+        for target in shared.publish if shared is not None else ():
+            made.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.parse_expression(target))],
+                                                             cst.parse_expression(plan.scaler))]))
+        made[0] = made[0].with_changes(leading_lines=leading_lines)
+        return made
 
     def _is_init(self, node: Optional[cst.CSTNode]) -> bool:
         return isinstance(node, cst.Call) and self.apex_name(node.func) in (INITIALIZE, INIT)
@@ -105,7 +114,7 @@ class InitializeToGradScaler(TrainingRule):
             if rest is None:
                 return cst.RemoveFromParent()
             return updated_node.with_changes(body=[rest])
-        creation = self._creation(plan, original_node.leading_lines)
+        creation = self._creation(plan, original_node.leading_lines, original_node)
         if rest is None:
             return cst.FlattenSentinel(creation)
         return cst.FlattenSentinel([*creation, updated_node.with_changes(body=[rest], leading_lines=())])
@@ -139,7 +148,7 @@ class InitializeToGradScaler(TrainingRule):
         if not self._creates_here(original_node):
             creation = None
         else:
-            creation = self._creation(plan, original_node.leading_lines)
+            creation = self._creation(plan, original_node.leading_lines, original_node)
         body = updated_node.body
         if not body.body or all(isinstance(s, cst.SimpleStatementLine) and
                                 all(isinstance(x, cst.Pass) for x in s.body) for s in body.body):
@@ -149,8 +158,21 @@ class InitializeToGradScaler(TrainingRule):
         return cst.FlattenSentinel([*creation, updated_node.with_changes(leading_lines=())])
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        if self.plan is None or self.created:
+        if self.plan is None:
             return updated_node
+        shared = self.plan.shared
+        if shared is not None:
+            for module, obj, asname, relative in shared.imports:
+                AddImportsVisitor.add_needed_import(self.context, module, obj, asname, relative)
+            if shared.declare and (self.created or self.plan.placement == "shared"):
+                return self._at_top(updated_node, [cst.SimpleStatementLine(
+                    [cst.Assign([cst.AssignTarget(cst.Name(shared.name))], cst.Name("None"))])])
+        if self.created or self.plan.placement == "shared":
+            return updated_node
+        return self._at_top(updated_node, self._creation(self.plan))
+
+    def _at_top(self, updated_node: cst.Module, creation: list[cst.SimpleStatementLine]) -> cst.Module:
+        """The statements after the module's docstring and leading imports."""
         body = list(updated_node.body)
         at = 0
         for i, stmt in enumerate(body):
@@ -162,7 +184,6 @@ class InitializeToGradScaler(TrainingRule):
                 at = i + 1  # import guards at the top (try: import apex ...)
             else:
                 break
-        creation = self._creation(self.plan)
         if at > 0:
             creation[0] = creation[0].with_changes(leading_lines=[cst.EmptyLine()])
         body[at:at] = creation

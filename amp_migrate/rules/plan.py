@@ -61,10 +61,12 @@ class SharedScaler:
 
     name: str = ""
     reach: str = ""  # user: how its code reaches the scaler
-    imports: tuple[str, ...] = ()  # import statements to add at the top ("import a.b as _amp_b")
+    #: imports to add, as AddImportsVisitor takes them: (module, obj, asname, relative)
+    imports: tuple[tuple[str, Optional[str], str, int], ...] = ()
     declare: bool = False  # a module-level `name = None` (the attribute before `initialize` ran)
     global_: bool = False  # owner: the scaler is this module's global `name`
     publish: tuple[str, ...] = ()  # owner: attributes of user modules set to the scaler once built
+    casts: bool = False  # owner: a user runs its forward under autocast that follows the scaler
     other: str = ""  # the module at the other end, for messages ("trainer.py")
     refused: str = ""  # why no role could be given (quoted by AMP102)
 

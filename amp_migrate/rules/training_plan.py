@@ -70,18 +70,15 @@ import libcst.matchers as m
 
 from ..diagnostics import Severity, define
 from .base import Rule
-# The plan and the helpers the training rules share live in plan.py; these names stay
-# importable from here while other rules still import them from this module.
-from .plan import (INIT, INITIALIZE, INITIALIZE_ARGS, LEVELS, LOAD_STATE_DICT,  # noqa: F401
-                   LOSS_SCALERS, MASTER_PARAMS, ONE_SCALER, SCALE_LOSS, SCALE_LOSS_ARGS,
-                   SCALER_NAMES, STATE_DICT, WRAPPED_SCALE_LOSS, TrainingPlan, TrainingRule,
-                   bind_arguments, binds_in_ast, expression_codes, literal, pure, words_of)
-from .plan import binds_in_ast as _binds_in_ast  # noqa: F401
-from .plan import PURE_BUILTINS
+from .plan import (INIT, INITIALIZE, INITIALIZE_ARGS, LOAD_STATE_DICT, LOSS_SCALERS, MASTER_PARAMS,
+                   ONE_SCALER, PURE_BUILTINS, SCALE_LOSS, SCALE_LOSS_ARGS, SCALER_NAMES, STATE_DICT,
+                   WRAPPED_SCALE_LOSS, SharedScaler, TrainingPlan, bind_arguments, binds_in_ast,
+                   expression_codes, literal, pure, words_of)
 from .plan_threading import find_threading, top_level_function
 from .plan_units import Unit, UnitPlanning
-from .plan_options import (OPTION_NOT_LITERAL, STATIC_GROWTH_INTERVAL, OptionReader,  # noqa: F401
-                           Switch, arguments, is_expression, switch_of)
+from .plan_options import (OPTION_NOT_LITERAL, OptionReader, Switch, arguments, is_expression, keyword,
+                           string, switch_of)
+from .plan_options import start_scale_write  # a scale Apex's scaler is given after initialize
 from .plan_options import (BF16, IGNORED_OPTIONS, O2_O3, RUN_TIME_SCALE, RUNTIME_O0, RUNTIME_O3,  # codes it reports
                            SCALE_BOUNDS, STATIC_SCALE, UNSCALED)
 
@@ -131,6 +128,36 @@ PER_LOSS_CHECKPOINT = define(
     refusal="per-loss scalers saved as one checkpoint entry",
 )
 
+SHARE_REFUSED = define(
+    "AMP130", "shared-scaler-refused", Severity.WARNING,
+    "The GradScaler this `initialize` builds would be read by other modules of the project, "
+    "and they could not do with it what Apex did.",
+    "In a project whose `initialize` and `scale_loss` (or `amp.state_dict()`) sit in different "
+    "modules, the modules that scale or save read the one GradScaler this module builds, and "
+    "run their forward under `torch.autocast(..., enabled=scaler.is_enabled())`. That is "
+    "Apex's behaviour only where amp is on exactly when losses are scaled: not under O0 with a "
+    "`loss_scale`, O3's static scale of 1.0, bfloat16, or per-loss scalers kept apart. Those "
+    "projects use the shim; the message says which case this is.",
+    before="model, opt = amp.initialize(model, opt, opt_level=\"O3\")  # trainer.py scales",
+    after="from amp_shim import amp  # every module of the group uses the shim",
+    falls_back=True,
+)
+SHARED = define(
+    "AMP131", "scaler-shared-across-modules", Severity.INFO,
+    "This GradScaler is shared with another module of the project: built where `initialize` "
+    "was, read where `scale_loss`, the step or `amp.state_dict()` are.",
+    "Apex's amp state was one per process, so a Trainer module scaled with what an optimizer "
+    "factory's `initialize` set up. The native scaler is an object: the module that builds it "
+    "keeps it in a module global that the users import the module for, or sets it as an "
+    "attribute of the user module it imports (`trainer.scaler = scaler`). Code that reads it "
+    "before `initialize` ran finds `None`, where Apex raised that amp was not initialized.",
+    before="# optimization.py\nmodel, opt = amp.initialize(model, opt, opt_level=\"O1\")\n"
+           "# trainer.py\nwith amp.scale_loss(loss, opt) as s:\n    s.backward()",
+    after="# optimization.py\nglobal scaler\nscaler = torch.amp.GradScaler(\"cuda\")\n"
+          "# trainer.py\nimport optimization as _amp_optimization\n"
+          "_amp_optimization.scaler.scale(loss).backward()",
+)
+
 
 _MAIN = m.Comparison(left=m.Name("__name__"), comparisons=[m.ComparisonTarget(
     m.Equal(), m.SimpleString('"__main__"') | m.SimpleString("'__main__'"))])
@@ -158,7 +185,8 @@ class PlanTraining(UnitPlanning, Rule):
     """Read the file's Apex training calls and decide where its GradScaler lives."""
 
     HANDLES = (INITIALIZE, INIT)
-    EMITS = (NO_PLACE, INIT_COUNT, MAIN_ONLY, PER_LOSS_CHECKPOINT, ONE_SCALER, OPTION_NOT_LITERAL, O2_O3,
+    EMITS = (NO_PLACE, INIT_COUNT, MAIN_ONLY, PER_LOSS_CHECKPOINT, SHARE_REFUSED, SHARED, ONE_SCALER,
+             OPTION_NOT_LITERAL, O2_O3,
              STATIC_SCALE, UNSCALED, RUNTIME_O3, RUNTIME_O0, SCALE_BOUNDS, IGNORED_OPTIONS, RUN_TIME_SCALE, BF16)
 
     MARKERS = ("initialize", "scale_loss", "init(")
@@ -222,27 +250,62 @@ class PlanTraining(UnitPlanning, Rule):
             return owner
         return None
 
+    @classmethod
+    def applies(cls, state, context) -> bool:
+        return "project" in state.scratch or super().applies(state, context)
+
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        shared: Optional[SharedScaler] = self.state.scratch.get("project")
+        if not self.inits and shared is not None and shared.user and self.sites:
+            self._keep(self._plan_shared_use(original_node, shared))
+            return updated_node
         if not self.inits and not self.scale_losses:
             return updated_node
         if self.scale_losses and (len(self.inits) > 1 or self.inits and self._guard(self.inits[0][1])[1]):
             self._plan_several(original_node)
             return updated_node
-        if len(self.inits) != 1 or not self.scale_losses:
-            where = self.inits[1][0] if len(self.inits) > 1 else (
-                self.inits[0][0] if self.inits else self.scale_losses[0])
-            called = "amp.init" if self.inits and self.apex_name(self.inits[0][0].func) == INIT \
-                else "amp.initialize"
-            self.report(where, INIT_COUNT,
-                        f"`{called}` is called more than once in this file" if len(self.inits) > 1
-                        else f"no `scale_loss` in this file goes with the `{called}` here" if self.inits
-                        else "`scale_loss` is used but `amp.initialize` is not called in this file")
+        if len(self.inits) != 1 or not (self.scale_losses or shared is not None and shared.owner):
+            self._not_once(shared)
             return updated_node
         call, statement = self.inits[0]
-        plan = self._plan(call, statement, original_node)
+        self._keep(self._plan(call, statement, original_node))
+        return updated_node
+
+    def _keep(self, plan: Optional[TrainingPlan]) -> None:
         if plan is not None:
             self.state.scratch["training"] = plan
-        return updated_node
+
+    def _not_once(self, shared: Optional[SharedScaler]) -> None:
+        where = self.inits[1][0] if len(self.inits) > 1 else (
+            self.inits[0][0] if self.inits else self.scale_losses[0])
+        called = "amp.init" if self.inits and self.apex_name(self.inits[0][0].func) == INIT \
+            else "amp.initialize"
+        why = f", and {shared.refused}" if shared is not None and shared.refused else ""
+        self.report(where, INIT_COUNT,
+                    f"`{called}` is called more than once in this file{why}" if len(self.inits) > 1
+                    else f"no `scale_loss` in this file goes with the `{called}` here{why}" if self.inits
+                    else f"`scale_loss` is used but `amp.initialize` is not called in this file{why}")
+
+    def _plan_shared_use(self, module: cst.Module, shared: SharedScaler) -> TrainingPlan:
+        """A module that scales, steps or saves through the scaler another module's
+        `initialize` builds: every site reads it as `shared.reach`, and autocast follows it
+        (the owner refused where Apex's casts were not on exactly when its scaler was)."""
+        self.report(self.sites[0], SHARED, f"the GradScaler used here is built by {shared.other}")
+        optimizers = self._optimizer_codes()
+        first = self._statement(self.scale_losses[0]) if self.scale_losses else module
+        steps = self._step_sites(module, optimizers, first) if self.scale_losses else []
+        device = cst.Arg(string(self.options.device))
+        autocast = cst.Call(cst.parse_expression("torch.autocast"), [
+            device, keyword("dtype", cst.parse_expression(f"torch.{self.options.dtype}")),
+            keyword("enabled", cst.parse_expression(f"{shared.reach}.is_enabled()"))])
+        return TrainingPlan(
+            scaler=shared.reach, placement="shared",
+            scaler_call=cst.Call(cst.parse_expression("torch.amp.GradScaler"), [device]),
+            autocast_call=autocast, optimizers=optimizers,
+            step_lines=frozenset(self.position(c)[0] for c in steps),
+            eager_unscale_lines=frozenset(line for c in self.scale_losses if self._unscales_at_exit(c)
+                                          for line in self._lines_of(self._statement(c))),
+            global_casts=True, shared=shared)
 
     def _plan_several(self, module: cst.Module) -> None:
         """Several `initialize` calls, or one that runs in a loop or a branch: a scaler each."""
@@ -373,10 +436,15 @@ class PlanTraining(UnitPlanning, Rule):
                 self.scope_of(c) is not None and self.position(self.scope_of(c))[0] in passed)]
         placement = "threaded" if threaded else self._placement(statement, self.sites + steps)
         guard_node, guard = self._guard_switch(statement, nested_ok=unit is not None)
+        start = start_scale_write(statement, self.parent(statement),
+                                  lambda node: self.apex_name(node) in LOSS_SCALERS)
         reading = OptionReader(args, call, self.report, self._free_builtins()).read(
-            True if guard is None else guard)
+            True if guard is None else guard, start[1] if start else None)
         per_loss = self._per_loss(args)
         if guard is None or not reading.ok or per_loss is None:
+            return None
+        shared = self._shared_owner(call, reading, per_loss, unit)
+        if shared is False:
             return None
         if unit is not None and per_loss:
             self.report(call, INIT_COUNT, "per-loss scalers (`num_losses`) with several `initialize` calls")
@@ -393,11 +461,23 @@ class PlanTraining(UnitPlanning, Rule):
                 for function in found:
                     self.report(self._def_at(module, function.line), MAIN_ONLY,
                                 f"`{function.name}` reads the scaler built under `if __name__ == \"__main__\":`")
+        if shared is not None and shared.global_ and placement not in ("local", "module"):
+            self.report(call, SHARE_REFUSED, f"{shared.other} reads the scaler as this module's global, "
+                        "and here it is passed as a parameter or kept on `self`")
+            return None
         scaler, loss_scalers = self._scaler_names(module, placement, per_loss)
-        built = arguments(reading, placement == "local", scaler, self.options, call, self.report)
+        built = arguments(reading, placement == "local" and shared is None, scaler, self.options, call,
+                          self.report)
         if isinstance(built, str):
             self.report(call, NO_PLACE, built)
             return None
+        if shared is not None and shared.casts and not self._followed(built, scaler):
+            self.report(call, SHARE_REFUSED, f"{shared.other} uses the scaler built here, but amp is on "
+                        "for some options where losses are not scaled (O0 with a `loss_scale`, O3's "
+                        "static 1.0, bfloat16), and autocast there can only follow the scaler's `enabled`")
+            return None
+        if shared is not None:
+            self.report(call, SHARED, f"the GradScaler built here is read by {shared.other}")
         return TrainingPlan(
             scaler=scaler,
             placement=placement,
@@ -415,7 +495,34 @@ class PlanTraining(UnitPlanning, Rule):
             loss_scalers=loss_scalers,
             optimizer_losses=dict(per_loss),
             threaded=threaded,
+            shared=shared,
         )
+
+    def _followed(self, built: tuple[cst.Call, cst.Call], scaler: str) -> bool:
+        """Autocast is on exactly when the scaler is enabled, so that modules reading the scaler
+        can open `torch.autocast(..., enabled=scaler.is_enabled())` where Apex's casts were on."""
+        def enabled(call: cst.Call) -> Optional[str]:
+            return next((self.code_of(a.value) for a in call.args
+                         if a.keyword is not None and a.keyword.value == "enabled"), None)
+
+        scaling, casting = enabled(built[0]), enabled(built[1])
+        return casting == scaling or casting == f"{scaler}.is_enabled()"
+
+    def _shared_owner(self, call: cst.Call, reading, per_loss: dict, unit: Optional[Unit]):
+        """This file's role as the owner of a scaler other modules read (None: it has none);
+        False, reported, where those modules could not do what Apex did with it."""
+        shared: Optional[SharedScaler] = self.state.scratch.get("project")
+        if shared is None or not shared.owner:
+            return None
+        why = None
+        if per_loss:
+            why = "Apex's per-loss scalers stay apart here, and one module attribute holds one scaler"
+        elif unit is not None and shared.global_:
+            why = "`initialize` runs more than once here, and the other modules read one global"
+        if why is None:
+            return shared
+        self.report(call, SHARE_REFUSED, f"{shared.other} uses the scaler built here, but {why}")
+        return False
 
     def _threading(self, module: cst.Module, statement: cst.CSTNode, guard: Optional[cst.CSTNode],
                    sites: list[cst.CSTNode]):
@@ -487,7 +594,8 @@ class PlanTraining(UnitPlanning, Rule):
     def _scaler_names(self, module: cst.Module, placement: str,
                       per_loss: dict[str, int]) -> tuple[str, dict[int, str]]:
         """How code reaches the scaler, and each loss id's own where they stay apart."""
-        name = self._name(module, placement)
+        shared: Optional[SharedScaler] = self.state.scratch.get("project")
+        name = shared.name if shared is not None and shared.global_ else self._name(module, placement)
         scaler = f"self.{name}" if placement == "self" else name
         loss_scalers: dict[int, str] = {}
         for loss_id in sorted(set(per_loss.values())):

@@ -137,8 +137,8 @@ def test_unpairable_files_are_not_pruned():
     ("def f(*, k=1, **optimizer):\n    pass\n", "optimizer", True),
 ])
 def test_binding_scope_of_a_name_in_a_function(source, name, expected):
-    from amp_migrate.rules.training_plan import _binds_in_ast
-    assert _binds_in_ast(ast.parse(source).body[0], name) is expected
+    from amp_migrate.rules.plan import binds_in_ast
+    assert binds_in_ast(ast.parse(source).body[0], name) is expected
 
 
 TEXT_CASES = ["import apex\n", "import os, \\\n    apex\n", "from apex import amp\n",

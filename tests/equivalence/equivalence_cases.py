@@ -105,7 +105,7 @@ CASES = [
     Case("trainer-package", "trainer_package", ("--corrupt-step", "7", "--checkpoint", "{dir}/ckpt.pt"),
          covers="a project: `amp.initialize` in an optimizer factory module, `scale_loss`, "
                 "`master_params` and the step in a Trainer module, `amp.state_dict()` in a "
-                "checkpoint module; one overflow", min_skipped=1, native_xfail="AMP102"),
+                "checkpoint module; one overflow", min_skipped=1),
     Case("fp16-optimizer-static", "fp16_optimizer_flow.py",
          covers="`apex.fp16_utils`: `network_to_half` + `FP16_Optimizer(static_loss_scale=128)`, "
                 "`optimizer.backward`, `clip_master_grads`, `optimizer.loss_scale` (fp16 weights "

@@ -6,7 +6,7 @@ from .conftest import PROJECTS, sources
 
 
 def test_files_sharing_apex_state_get_one_target_in_memory():
-    files = sources(PROJECTS / "checkpoint_helper")
+    files = sources(PROJECTS / "checkpoint_helper_sets_scale")
     results = migrate_project(files, device="cpu")
     assert {results[p].target_used for p in ("train.py", "utils/checkpoint.py")} == {"shim"}
     assert [d.code for d in results["train.py"].diagnostics] == ["AMP030"]

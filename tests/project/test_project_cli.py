@@ -15,14 +15,15 @@ def assert_groups_on_one_target(root, before):
     """Every group of the original tree is all native or all shim on disk."""
     after = sources(root)
     for group in find_groups(build_index(before)):
-        marks = {("shim" if SHIM_MARK in after[p] else "native" if NATIVE_MARK in after[p] else "apex")
+        marks = {("shim" if SHIM_MARK in after[p] else "native" if NATIVE_MARK in after[p]
+                  or "apex" not in after[p] else "apex")
                  for p in group.members if after[p] != before[p] or "apex" in after[p]}
         assert len(marks - {"apex"} if "shim" in marks else marks) <= 1, (group.members, marks)
         assert not ("native" in marks and ("shim" in marks or "apex" in marks)), (group.members, marks)
 
 
 def test_a_script_that_would_go_native_alone_uses_the_shim_with_its_checkpoint_helper(tree):
-    root = tree("checkpoint_helper")
+    root = tree("checkpoint_helper_sets_scale")
     before = sources(root)
     assert migrate_source(before["train.py"]).target_used == "native"  # alone, it would
     document = run_json(root)
@@ -30,9 +31,24 @@ def test_a_script_that_would_go_native_alone_uses_the_shim_with_its_checkpoint_h
     assert train["target_used"] == helper["target_used"] == "shim"
     (moved,) = [d for d in train["diagnostics"] if d["code"] == "AMP030"]
     assert moved["line"] == 10  # the initialize call
-    assert moved["message"].startswith("uses the shim because utils/checkpoint.py:11 does: AMP900")
+    assert moved["message"].startswith("uses the shim because utils/checkpoint.py:21 does: AMP313")
     assert "AMP030" not in codes(helper)
     assert document["exit"] == 0 and document["summary"]["written"] == 2
+    assert_groups_on_one_target(root, before)
+
+
+def test_a_script_and_the_checkpoint_helper_it_imports_go_native_with_one_scaler(tree):
+    root = tree("checkpoint_helper")
+    before = sources(root)
+    document = run_json(root)
+    train, helper = document["by_path"]["train.py"], document["by_path"]["utils/checkpoint.py"]
+    assert train["target_used"] == helper["target_used"] == "native"
+    after = sources(root)
+    assert "import utils.checkpoint as _amp_checkpoint" in after["train.py"]
+    assert "_amp_checkpoint.scaler = scaler" in after["train.py"]
+    assert "\nscaler = None\n" in after["utils/checkpoint.py"]
+    assert '"amp": scaler.state_dict()' in after["utils/checkpoint.py"]
+    assert "AMP131" in codes(train) and "AMP131" in codes(helper)
     assert_groups_on_one_target(root, before)
 
 
@@ -42,7 +58,7 @@ def test_a_self_contained_script_beside_a_group_stays_native(tree):
     document = run_json(root, "--diff")
     files = document["by_path"]
     assert files["finetune_alone.py"]["target_used"] == "native"
-    assert files["main.py"]["target_used"] == files["trainer/loop.py"]["target_used"] == "shim"
+    assert files["main.py"]["target_used"] == files["trainer/loop.py"]["target_used"] == "native"
     assert "AMP030" not in codes(files["finetune_alone.py"])
     assert sources(root) == before  # --diff writes nothing
 
@@ -96,7 +112,7 @@ def test_an_engine_stepping_an_fp16_optimizer_it_was_handed_keeps_its_builder_on
 
 
 def test_target_native_leaves_a_group_untouched_when_one_member_cannot_go_native(tree):
-    root = tree("checkpoint_helper")
+    root = tree("checkpoint_helper_sets_scale")
     before = sources(root)
     document = run_json(root, "--target", "native")
     train = document["by_path"]["train.py"]

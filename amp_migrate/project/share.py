@@ -1,0 +1,177 @@
+"""One GradScaler for a group whose `initialize` and `scale_loss` sit in different modules.
+
+Apex's amp state was one per process: a Trainer module scaled with what an optimizer
+factory's `initialize` set up. The native scaler is an object, so it must live where both
+modules reach it, and that follows the import direction (docs/decisions.md, "One scaler
+across the modules of a group"):
+
+* the owner (the module calling `initialize`) imports the user (the script imports its
+  trainer or checkpoint helper): the user module gets `scaler = None`, and the owner sets
+  `_amp_trainer.scaler = scaler` right after building it; the user reads its own global;
+* otherwise the user imports the owner (`import pkg.optimization as _amp_optimization`)
+  and reads `_amp_optimization.scaler`, which the owner keeps in a module global (set with
+  `global scaler` where `initialize` ran). Only where the owner is a module some other
+  module imports (a script runs as `__main__`, and importing it by name would run it again),
+  does not itself import the user (no new cycle), and some module of the tree spells an
+  import of it that resolves the same from the user.
+
+A user tied to several owners gets a scaler only when each owner is a separate program
+(a script that imports it, none importing another): each sets the attribute, as each
+program's `initialize` set Apex's state. Anything else, and a tie the index only guessed,
+keeps the group on the shim, with the reason in the user's AMP102.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Mapping, Optional
+
+from ..rules.plan import SCALER_NAMES, SharedScaler
+from .groups import Group
+from .index import ProjectIndex, Spelling
+
+
+def _free(word: str, *texts: str) -> str:
+    """`word`, or `word_1`, `word_2`, ...: the first spelled in none of `texts`."""
+    name, i = word, 0
+    while any(re.search(rf"\b{re.escape(name)}\b", t) for t in texts):
+        i += 1
+        name = f"{word}_{i}"
+    return name
+
+
+def _scaler_name(*texts: str) -> str:
+    for name in SCALER_NAMES:
+        if not any(re.search(rf"\b{name}\b", t) for t in texts):
+            return name
+    return _free("amp_scaler", *texts)
+
+
+def _import(spelling: Spelling, alias: str) -> tuple:
+    """The (module, obj, asname, relative) AddImportsVisitor takes."""
+    return (spelling.module, spelling.obj, alias, spelling.relative)
+
+
+def _alias(index: ProjectIndex, target: str, importer_text: str) -> str:
+    last = index.facts(target).name.rsplit(".", 1)[-1] or "module"
+    return _free(f"_amp_{last}", importer_text)
+
+
+class _Sharing:
+    """The roles of one group's members, built up tie by tie."""
+
+    def __init__(self, index: ProjectIndex, texts: Mapping[str, str], names: Mapping[str, str]) -> None:
+        self.index, self.texts, self.names = index, texts, names
+        self.roles: dict[str, SharedScaler] = {}
+
+    def call(self, path: str) -> str:
+        return self.names.get(path, path)
+
+    def refuse(self, user: str, why: str) -> None:
+        self.roles[user] = SharedScaler(refused=why)
+
+    def owner_role(self, owner: str) -> SharedScaler:
+        return self.roles.get(owner, SharedScaler())
+
+    def attribute(self, owner: str, user: str, name: str) -> bool:
+        """The owner sets `user`'s module attribute `name`."""
+        spelling = self.index.spelling(owner, user)
+        if spelling is None:
+            return False
+        alias = _alias(self.index, user, self.texts[owner])
+        role = self.owner_role(owner)
+        self.roles[owner] = replace(role, publish=(*role.publish, f"{alias}.{name}"), casts=role.casts or _scales(
+                                        self.index, user),
+                                    imports=(*role.imports, _import(spelling, alias)),
+                                    other=_join(role.other, self.call(user)))
+        self.roles[user] = SharedScaler(name=name, reach=name, declare=True, other=self.call(owner))
+        return True
+
+    def global_(self, owner: str, user: str) -> bool:
+        """The user imports the owner and reads its global."""
+        index = self.index
+        facts = index.facts(owner)
+        if facts.script or not index.imported(owner) or index.reaches(owner, user):
+            return False
+        spelling = index.spelling(user, owner)
+        if spelling is None:
+            return False
+        role = self.owner_role(owner)
+        name = role.name or _scaler_name(self.texts[owner])
+        alias = _alias(index, owner, self.texts[user])
+        self.roles[owner] = replace(role, name=name, global_=True, declare=True,
+                                    casts=role.casts or _scales(index, user),
+                                    other=_join(role.other, self.call(user)))
+        self.roles[user] = SharedScaler(name=name, reach=f"{alias}.{name}", imports=(_import(spelling, alias),),
+                                        other=self.call(owner))
+        return True
+
+
+def _scales(index: ProjectIndex, user: str) -> bool:
+    """Whether `user` scales a loss (and so runs a forward under autocast)."""
+    return any(site.what.endswith("scale_loss") for site in index.facts(user).uses)
+
+
+def _join(listed: str, more: str) -> str:
+    return f"{listed} and {more}" if listed else more
+
+
+def _one_at_a_time(index: ProjectIndex, owners: list[str], user: str) -> bool:
+    """Each owner is a program of its own that imports the user, and none imports another."""
+    return all(index.facts(o).script and user in index.edges.get(o, ()) for o in owners) and not any(
+        index.reaches(a, b) for a in owners for b in owners if a != b)
+
+
+def _group_roles(index: ProjectIndex, group: Group, texts: Mapping[str, str],
+                 names: Mapping[str, str]) -> dict[str, SharedScaler]:
+    facts = {p: index.facts(p) for p in group.members}
+    if any(f.fp16_optimizers or f.providers or f.provided or f.dynamic_state or f.foreign
+           for f in facts.values()):
+        return {}
+    sharing = _Sharing(index, texts, names)
+    owners = {p for p, f in facts.items() if f.initialize}
+    for user in sorted(p for p, f in facts.items() if f.uses and not f.initialize):
+        ties = [t for t in group.ties if t.user == user and t.owner in owners]
+        tied = sorted({t.owner for t in ties})
+        if not tied:
+            continue
+        if any(t.how.startswith("no module of the tree") for t in ties):
+            sharing.refuse(user, "no module of the tree imports both it and the module calling "
+                           "`initialize`, so no scaler can be handed over")
+        elif len(tied) > 1:
+            _several(sharing, tied, user)
+        elif not _one(sharing, tied[0], user):
+            sharing.refuse(user, f"it cannot reach a scaler built in {sharing.call(tied[0])} "
+                           "(neither imports the other, and no import of it resolves from here)")
+    return sharing.roles
+
+
+def _one(sharing: _Sharing, owner: str, user: str) -> bool:
+    index = sharing.index
+    if index.reaches(owner, user) and not index.reaches(user, owner):
+        name = sharing.roles.get(user, SharedScaler()).name or _scaler_name(sharing.texts[user])
+        return sharing.attribute(owner, user, name)
+    return sharing.global_(owner, user)
+
+
+def _several(sharing: _Sharing, owners: list[str], user: str) -> None:
+    listed = ", ".join(sharing.call(o) for o in owners)
+    if not _one_at_a_time(sharing.index, owners, user):
+        sharing.refuse(user, f"{listed} all call `initialize` and may run in one process")
+        return
+    name = _scaler_name(sharing.texts[user])
+    for owner in owners:
+        if not sharing.attribute(owner, user, name):
+            sharing.refuse(user, f"{sharing.call(owner)} cannot import it by a spelling of the tree")
+            return
+    sharing.roles[user] = replace(sharing.roles[user], other=listed)
+
+
+def shared_scalers(index: ProjectIndex, groups: list[Group], texts: Mapping[str, str],
+                   names: Optional[Mapping[str, str]] = None) -> dict[str, SharedScaler]:
+    """Each grouped module's part in its group's shared GradScaler (path -> role); messages
+    call files by `names` (default: their paths in the index)."""
+    roles: dict[str, SharedScaler] = {}
+    for group in groups:
+        roles.update(_group_roles(index, group, texts, names or {}))
+    return {p: r for p, r in roles.items() if r.owner or r.user or r.refused}

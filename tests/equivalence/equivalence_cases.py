@@ -197,6 +197,27 @@ CASES = [
     Case("kfold-train-function-fp32", "kfold_train_function.py", ("--corrupt-step", "6"),
          covers="the same script without `--fp16`: each fold's scaler disabled (scales not "
                 "compared: one disabled GradScaler per fold)", scales="own"),
+    Case("factory-package-resume", "factory_package",
+         covers="a project, the Trainer module importing the optimizer factory module that runs "
+                "`amp.initialize` (through a helper, under `if fp16:`): the factory keeps the "
+                "GradScaler global, the Trainer reads it through the module; `master_params` "
+                "clipping, a schedule, `amp.state_dict()` saved and loaded by the Trainer in a "
+                "new process; an overflow in each phase", min_skipped=2,
+         phases=(("--fp16", "--steps", "12", "--corrupt-step", "4", "--checkpoint", "{dir}/ckpt.pt"),
+                 ("--fp16", "--steps", "24", "--corrupt-step", "17", "--checkpoint", "{dir}/ckpt.pt",
+                  "--resume"))),
+    Case("script-trainer-resume", "script_trainer",
+         covers="a project, the script running `amp.initialize(enabled=args.fp16)` and importing a "
+                "Trainer module and a checkpoint helper: the script sets the GradScaler as both "
+                "modules' attribute; `scale_loss` and `master_params` in the Trainer, "
+                "`amp.state_dict()`/`load_state_dict` in the helper, resumed in a new process; an "
+                "overflow in each phase", min_skipped=2,
+         phases=(("--fp16", "--steps", "10", "--corrupt-step", "3", "--output", "{dir}/out"),
+                 ("--fp16", "--steps", "20", "--corrupt-step", "14", "--output", "{dir}/out",
+                  "--resume"))),
+    Case("script-trainer-fp32", "script_trainer", ("--steps", "20", "--corrupt-step", "3", "--output", "{dir}/out"),
+         covers="the same project without `--fp16`: `initialize(enabled=False)`, the shared "
+                "scaler disabled, autocast off in the Trainer", scales="native_disabled"),
 ]
 
 BY_ID = {case.id: case for case in CASES}

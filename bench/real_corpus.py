@@ -8,9 +8,14 @@ their manifest paths in a temporary folder (never inside this repository), and r
 repository through exactly what `amp-migrate --check REPO` runs (`--target auto`, one worker):
 the project index, `runner.process` per file, then the groups settled (`project.Tree`).
 Each file is counted once: **native** (every Apex use rewritten to `torch.amp`), **shim** (fell
-back; its codes are counted), **unchanged**, or **error** (left untouched: a syntax error, a
-refused output, an internal error). Speed: the whole pipeline on the Python files against bare
-libcst parse + render of the same files, both file by file, interleaved, best of 3.
+back; its codes are counted, each with the reason a careful person refuses it too, from the
+code's own `refusal=`), **unchanged**, **refused** (left untouched for a reason its diagnostic
+states and a person would accept: input that is not valid Python 3, Apex modules that the
+release the shim reproduces does not have), or **error** (a defect: an internal error, an
+output the codemod's own checks rejected (AMP002), an output that does not compile, or one that
+a second run over the migrated repository changes). Speed: the whole pipeline on the Python
+files against bare libcst parse + render of the same files, both file by file, interleaved,
+best of 3.
 
 Results go to `bench/results/real_corpus.json`; `--write-readme` puts the table between
 `<!-- real-corpus:start -->` and `<!-- real-corpus:end -->` in README.md.
@@ -18,18 +23,26 @@ Results go to `bench/results/real_corpus.json`; `--write-readme` puts the table 
 from __future__ import annotations
 
 import argparse
+import ast
 import collections
 import csv
 import datetime
 import json
 import os
+import re
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, ROOT, describe, loadavg, machine, table  # noqa: E402
+
+from amp_migrate.diagnostics import CODES, PARSE_ERROR  # noqa: E402
+from amp_migrate.docs import register_all_codes  # noqa: E402
+
+register_all_codes()
 
 START, END = "<!-- real-corpus:start -->", "<!-- real-corpus:end -->"
 
@@ -46,12 +59,59 @@ def manifest(corpus: Path) -> list[dict]:
         return list(csv.DictReader(f, delimiter="\t"))
 
 
-def outcome(result) -> str:
-    if result.error or any(f.diagnostic.severity == "error" for f in result.findings):
-        return "error"
+KINDS = ("native", "shim", "unchanged", "refused", "error")
+
+
+def _parses_as_python3(data: Optional[bytes]) -> bool:
+    try:
+        compile(data or b"", "<input>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def _refused(finding, kind: str, data: Optional[bytes]) -> bool:
+    """An error a careful person would accept: its code states a refusal, and for a parse error
+    the input really is no Python 3 (libcst failing on valid Python is our defect)."""
+    code = CODES.get(finding.diagnostic.code)
+    if code is None or not code.refusal:
+        return False
+    if code.code == PARSE_ERROR.code:
+        return kind == "python" and not _parses_as_python3(data)
+    return True
+
+
+def outcome(result, data: Optional[bytes] = None) -> tuple[str, str]:
+    """The file's outcome and, for "refused" and "error", why. `data`: the input's bytes."""
+    name = result.path
+    if result.error:
+        return "error", f"{name}: {result.error}"
+    errors = [f for f in result.findings if f.diagnostic.severity == "error"]
+    defects = [f for f in errors if not _refused(f, result.kind, data)]
+    if defects:
+        return "error", defects[0].format(name)
+    if errors:
+        first = errors[0]
+        return "refused", f"{CODES[first.diagnostic.code].refusal}: {first.format(name)}"
     if not result.changed:
-        return "unchanged"
-    return result.target_used or "error"
+        return "unchanged", ""
+    return (result.target_used, "") if result.target_used else ("error", f"{name}: changed, no target")
+
+
+def output_defect(result, again) -> Optional[str]:
+    """Why a changed file's output is a defect, or None: it must compile (Python files) and a
+    second run over the migrated repository (`again`, that file's result) must change nothing."""
+    if not result.changed or result.new_bytes is None:
+        return None
+    if result.kind == "python":
+        try:
+            compile(result.new_bytes, result.path, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as exc:
+            return f"{result.path}: the {result.target_used} output does not compile: {exc}"
+    if again is not None and (again.changed or again.error):
+        why = again.error or "a second run changes it"
+        return f"{result.path}: the {result.target_used} output is not idempotent: {why}"
+    return None
 
 
 def layout(corpus: Path, rows: list[dict], folder: Path) -> dict[str, list[tuple[dict, Path]]]:
@@ -95,15 +155,17 @@ def _migrate_repo(files: list[tuple[dict, Path]], options) -> tuple[dict, dict, 
     return alone, final, times
 
 
-def _entry(row: dict, result) -> dict:
-    kind_of = outcome(result)
+def _entry(row: dict, result, data: Optional[bytes], defect: Optional[str] = None) -> dict:
+    kind_of, reason = ("error", defect) if defect else outcome(result, data)
     codes = sorted(set(result.fallback_codes)) if kind_of == "shim" else []
-    warned = sorted({f.diagnostic.code for f in result.findings if f.diagnostic.code in ("AMP031", "AMP032", "AMP033")})
+    # Left as it is with a warning that names why (the project pass's AMP031-AMP033).
+    warned = sorted({f.diagnostic.code for f in result.findings
+                     if f.diagnostic.severity == "warning" and not f.diagnostic.fixed
+                     and not f.diagnostic.falls_back})
     return {"file": row["file_name"], "repo": row["repo"], "path": row["path"], "lines": int(row["lines"]),
             "kind": "notebook" if row["file_name"].endswith(".ipynb") else "python",
             "outcome": kind_of, "codes": codes, "warned": warned,
-            "error": result.error or next((f.format(row["file_name"]) for f in result.findings
-                                           if f.diagnostic.severity == "error"), None)}
+            "reason": reason.replace(row["path"], row["file_name"], 1) if reason else None}
 
 
 def _examples(results: dict, files: list[dict], fallback: dict) -> None:
@@ -155,22 +217,40 @@ def run(corpus: Path) -> dict:
                     by_name = {row["file_name"]: (row, row["path"]) for row, path in files}
                     collected[repo] = (by_name, {n: alone[p] for n, (_, p) in by_name.items()},
                                        {n: final[p] for n, (_, p) in by_name.items()})
-    return _summarise(collected, best, best_libcst, best_index, best_settle, corpus)
+        defects: dict[str, str] = {}
+        for repo, files in repos.items():
+            defects.update(_verify_repo(files, collected[repo][2], options))
+    return _summarise(collected, defects, best, best_libcst, best_index, best_settle, corpus)
 
 
-def _summarise(collected: dict, best: dict, best_libcst: dict, best_index: dict,
+def _verify_repo(files: list[tuple[dict, Path]], final: dict, options) -> dict[str, str]:
+    """Each file whose output is a defect (see `output_defect`), by file name: the repository's
+    outputs written over its laid-out files and the whole repository run a second time, as a
+    user running amp-migrate twice would."""
+    for row, path in files:
+        result = final[row["file_name"]]
+        if result.changed and result.new_bytes is not None:
+            path.write_bytes(result.new_bytes)
+    _, again, _ = _migrate_repo(files, options)
+    found = {row["file_name"]: output_defect(final[row["file_name"]], again.get(row["path"]))
+             for row, _ in files}
+    return {name: why for name, why in found.items() if why}
+
+
+def _summarise(collected: dict, defects: dict, best: dict, best_libcst: dict, best_index: dict,
                best_settle: dict, corpus: Path) -> dict:
     files, alone_files, fallback, first_all, last_all = [], [], {}, {}, {}
     for repo, (by_name, first, last) in sorted(collected.items()):
         for name, (row, _) in sorted(by_name.items()):
-            files.append(_entry(row, last[name]))
-            alone_files.append(_entry(row, first[name]))
+            data = (corpus / "files" / name).read_bytes()
+            files.append(_entry(row, last[name], data, defects.get(name)))
+            alone_files.append(_entry(row, first[name], data, output_defect(first[name], None)))
             first_all[name], last_all[name] = first[name], last[name]
     _examples(last_all, files, fallback)
     counts = collections.Counter(f["outcome"] for f in files)
     alone_counts = collections.Counter(f["outcome"] for f in alone_files)
     code_files = collections.Counter(code for f in files for code in f["codes"] + f["warned"])
-    python = [f for f in files if f["kind"] == "python" and f["outcome"] != "error"]
+    python = [f for f in files if f["kind"] == "python" and f["outcome"] not in ("error", "refused")]
     lines = sum(f["lines"] for f in python)
     pipeline_s = sum(best[f["file"]] for f in python)
     libcst_s = sum(best_libcst[f["file"]] for f in python)
@@ -181,7 +261,8 @@ def _summarise(collected: dict, best: dict, best_libcst: dict, best_index: dict,
         "mode": "project", "files": files, "counts": dict(counts), "alone_counts": dict(alone_counts),
         "moved": [{"file": f["file"], "alone": a["outcome"], "project": f["outcome"]}
                   for f, a in zip(files, alone_files) if f["outcome"] != a["outcome"]],
-        "fallbacks": [{"code": c, "files": n, **fallback[c]} for c, n in code_files.most_common()],
+        "fallbacks": [{"code": c, "files": n, "refusal": CODES[c].refusal if c in CODES else "", **fallback[c]}
+                      for c, n in code_files.most_common()],
         "speed": {"files": len(python), "lines": lines, "pipeline_s": pipeline_s, "libcst_s": libcst_s,
                   "pipeline_lines_per_s": lines / pipeline_s, "libcst_lines_per_s": lines / libcst_s,
                   "ratio": libcst_s / pipeline_s, "index_s": index_s, "settle_s": settle_s,
@@ -189,12 +270,16 @@ def _summarise(collected: dict, best: dict, best_libcst: dict, best_index: dict,
     }
 
 
+def _first_sentence(text: str) -> str:
+    found = re.search(r"[.!?](?=\s)", text)
+    return text[:found.end()] if found else text
+
+
 def render(res: dict) -> str:
     counts, alone = res["counts"], res.get("alone_counts", {})
     changed = counts.get("native", 0) + counts.get("shim", 0)
     share = counts.get("native", 0) / changed if changed else 0.0
     sp = res["speed"]
-    kinds = ("native", "shim", "unchanged", "error")
     out = [
         "### Real public code (`bench/real_corpus.py`)", "",
         f"*Measured {res['date']}, {describe(res['machine'])}.* {len(res['files'])} real files that use "
@@ -204,23 +289,26 @@ def render(res: dict) -> str:
         "and run as `amp-migrate --check REPO` runs them (`--target auto`): the project index, "
         "each file alone, then each group of files that share Apex objects settled on one target. "
         "\"alone\" is each file migrated by itself, for comparison:", "",
-        table(["outcome", "files", "alone"], [[k, counts.get(k, 0), alone.get(k, 0)] for k in kinds],
+        table(["outcome", "files", "alone"], [[k, counts.get(k, 0), alone.get(k, 0)] for k in KINDS],
               markdown=True), "",
         f"Native: {counts.get('native', 0)} of the {changed} files that change ({share:.0%}). "
-        "Why the others use the shim, or stay as they are with a warning (files per code, and one "
-        "place each):", "",
-        "| code | files | example |", "|---|---:|---|",
-        *[f"| `{r['code']}` | {r['files']} | " + f"{r['file']}:{r['where']}: {r['message']}".replace("|", "\\|") + " |"
+        "Why the others use the shim, or stay as they are with a warning (files per code, the "
+        "reason a careful person refuses it too, and one place each):", "",
+        "| code | files | why refuse | example |", "|---|---:|---|---|",
+        *[f"| `{r['code']}` | {r['files']} | {r.get('refusal', '')} | "
+          + f"{r['file']}:{r['where']}: {r['message']}".replace("|", "\\|") + " |"
           for r in res["fallbacks"]], "",
     ]
     moved = res.get("moved", [])
     if moved:
         out += [f"Files whose outcome the project pass changed ({len(moved)}): "
                 + ", ".join(f"`{m['file']}` ({m['alone']} -> {m['project']})" for m in moved) + ".", ""]
-    errors = [f for f in res["files"] if f["outcome"] == "error"]
-    if errors:
-        out += ["Left untouched with an error:", ""] + [f"- {f['error']}" for f in errors] + [""]
-    out.append(f"Speed on the {sp['files']} Python files that parse ({sp['lines']:,} lines): "
+    for kind, title in (("refused", "Refused (left untouched, for the reason given)"),
+                        ("error", "Errors (defects of amp-migrate)")):
+        listed = [f for f in res["files"] if f["outcome"] == kind]
+        if listed:
+            out += [f"{title}:", ""] + [f"- {_first_sentence(f['reason'])}" for f in listed] + [""]
+    out.append(f"Speed on the {sp['files']} Python files neither refused nor in error ({sp['lines']:,} lines): "
                f"{sp['pipeline_lines_per_s']:,.0f} lines/s for the per-file pipeline against "
                f"{sp['libcst_lines_per_s']:,.0f} lines/s for bare libcst parse + render, "
                f"{sp['ratio']:.2f}x. The project index took {sp['index_s']:.2f} s "

@@ -141,6 +141,7 @@ SHARE_REFUSED = define(
     before="model, opt = amp.initialize(model, opt, opt_level=\"O3\")  # trainer.py scales",
     after="from amp_shim import amp  # every module of the group uses the shim",
     falls_back=True,
+    refusal="modules sharing the scaler could not follow it as Apex did",
 )
 SHARED = define(
     "AMP131", "scaler-shared-across-modules", Severity.INFO,

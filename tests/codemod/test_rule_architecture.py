@@ -194,6 +194,12 @@ def test_rules_report_only_codes_they_declare_on_every_golden_input():
     assert not {name: codes for name, codes in wrong.items() if codes}
 
 
+def test_every_code_that_falls_back_says_why_a_careful_person_refuses_it():
+    """bench/real_corpus.py's fallback table and docs/diagnostics.md show the phrase."""
+    docs.register_all_codes()
+    assert [code for code, entry in sorted(CODES.items()) if entry.falls_back and not entry.refusal] == []
+
+
 # -- what a rule handles -----------------------------------------------------------------------
 def _shim_has(name: str) -> bool:
     """`apex.X.Y...` has a counterpart in amp_shim, found the way Python finds it: the longest

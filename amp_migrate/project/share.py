@@ -67,8 +67,12 @@ class _Sharing:
     def call(self, path: str) -> str:
         return self.names.get(path, path)
 
-    def refuse(self, user: str, why: str) -> None:
+    def refuse(self, user: str, why: str, owners: list[str]) -> None:
         self.roles[user] = SharedScaler(refused=why)
+        for owner in owners:
+            if not self.owner_role(owner).owner:
+                self.roles[owner] = SharedScaler(refused=f"{self.call(user)}, which uses the scaler "
+                                                 "built here, cannot be handed it")
 
     def owner_role(self, owner: str) -> SharedScaler:
         return self.roles.get(owner, SharedScaler())
@@ -137,12 +141,12 @@ def _group_roles(index: ProjectIndex, group: Group, texts: Mapping[str, str],
             continue
         if any(t.how.startswith("no module of the tree") for t in ties):
             sharing.refuse(user, "no module of the tree imports both it and the module calling "
-                           "`initialize`, so no scaler can be handed over")
+                           "`initialize`, so no scaler can be handed over", tied)
         elif len(tied) > 1:
             _several(sharing, tied, user)
         elif not _one(sharing, tied[0], user):
             sharing.refuse(user, f"it cannot reach a scaler built in {sharing.call(tied[0])} "
-                           "(neither imports the other, and no import of it resolves from here)")
+                           "(neither imports the other, and no import of it resolves from here)", tied)
     return sharing.roles
 
 
@@ -157,12 +161,12 @@ def _one(sharing: _Sharing, owner: str, user: str) -> bool:
 def _several(sharing: _Sharing, owners: list[str], user: str) -> None:
     listed = ", ".join(sharing.call(o) for o in owners)
     if not _one_at_a_time(sharing.index, owners, user):
-        sharing.refuse(user, f"{listed} all call `initialize` and may run in one process")
+        sharing.refuse(user, f"{listed} each call `initialize` and may run in one process", owners)
         return
     name = _scaler_name(sharing.texts[user])
     for owner in owners:
         if not sharing.attribute(owner, user, name):
-            sharing.refuse(user, f"{sharing.call(owner)} cannot import it by a spelling of the tree")
+            sharing.refuse(user, f"{sharing.call(owner)} cannot import it by a spelling of the tree", owners)
             return
     sharing.roles[user] = replace(sharing.roles[user], other=listed)
 

@@ -162,6 +162,8 @@ class InitializeToGradScaler(TrainingRule):
             return updated_node
         shared = self.plan.shared
         if shared is not None:
+            if shared.user and self.plan.optimizers:  # its autocast around a scaled forward
+                AddImportsVisitor.add_needed_import(self.context, "torch")
             for module, obj, asname, relative in shared.imports:
                 AddImportsVisitor.add_needed_import(self.context, module, obj, asname, relative)
             if shared.declare and (self.created or self.plan.placement == "shared"):

@@ -257,8 +257,11 @@ class PlanTraining(UnitPlanning, Rule):
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         shared: Optional[SharedScaler] = self.state.scratch.get("project")
-        if not self.inits and shared is not None and shared.user and self.sites:
-            self._keep(self._plan_shared_use(original_node, shared))
+        if not self.inits and shared is not None and self.sites and (shared.user or shared.refused):
+            if shared.user:
+                self._keep(self._plan_shared_use(original_node, shared))
+            else:
+                self._not_once(shared)
             return updated_node
         if not self.inits and not self.scale_losses:
             return updated_node
@@ -278,14 +281,16 @@ class PlanTraining(UnitPlanning, Rule):
 
     def _not_once(self, shared: Optional[SharedScaler]) -> None:
         where = self.inits[1][0] if len(self.inits) > 1 else (
-            self.inits[0][0] if self.inits else self.scale_losses[0])
+            self.inits[0][0] if self.inits else (self.scale_losses or self.sites)[0])
         called = "amp.init" if self.inits and self.apex_name(self.inits[0][0].func) == INIT \
             else "amp.initialize"
+        named = where.func if isinstance(where, cst.Call) else where
+        used = "scale_loss" if self.scale_losses else (self.apex_name(named) or "amp").rsplit(".", 1)[-1]
         why = f", and {shared.refused}" if shared is not None and shared.refused else ""
         self.report(where, INIT_COUNT,
                     f"`{called}` is called more than once in this file{why}" if len(self.inits) > 1
                     else f"no `scale_loss` in this file goes with the `{called}` here{why}" if self.inits
-                    else f"`scale_loss` is used but `amp.initialize` is not called in this file{why}")
+                    else f"`{used}` is used but `amp.initialize` is not called in this file{why}")
 
     def _plan_shared_use(self, module: cst.Module, shared: SharedScaler) -> TrainingPlan:
         """A module that scales, steps or saves through the scaler another module's

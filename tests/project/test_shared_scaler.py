@@ -1,0 +1,115 @@
+"""One GradScaler across the modules of a group (amp_migrate/project/share.py): where it lives
+follows the import direction, each module's output is checked against a golden copy, and what
+cannot be handed over keeps the group on the shim with the reason at the use.
+
+Golden outputs: fixtures/project_outputs/<tree>/ holds each changed file as `migrate_project`
+leaves it (device "cuda") and `diagnostics.txt` (`path: CODE ...` per file). Regenerate with
+AMP_MIGRATE_UPDATE_GOLDEN=1 and read every changed output."""
+import os
+from pathlib import Path
+
+import pytest
+
+from amp_migrate.project import migrate_project
+
+from .conftest import PROJECTS, sources
+
+OUTPUTS = PROJECTS.parent / "project_outputs"
+GOLDEN_TREES = ("checkpoint_helper", "trainer_package", "optimizer_factory", "scripts_share_helper",
+                "two_setups_one_trainer")
+
+
+def _diagnostics(results) -> str:
+    return "".join(f"{path}: {' '.join(d.code for d in r.diagnostics)}\n"
+                   for path, r in sorted(results.items()) if r.diagnostics)
+
+
+@pytest.mark.parametrize("name", GOLDEN_TREES)
+def test_each_module_of_a_group_migrates_to_its_golden_output(name):
+    results = migrate_project(sources(PROJECTS / name))
+    expected = OUTPUTS / name
+    changed = {p: r.code for p, r in results.items() if r.changed}
+    if os.environ.get("AMP_MIGRATE_UPDATE_GOLDEN") == "1":
+        for path, code in changed.items():
+            (expected / path).parent.mkdir(parents=True, exist_ok=True)
+            (expected / path).write_text(code)
+        (expected / "diagnostics.txt").write_text(_diagnostics(results))
+    stored = {str(p.relative_to(expected)): p.read_text() for p in expected.rglob("*.py")}
+    assert changed == stored
+    assert _diagnostics(results) == (expected / "diagnostics.txt").read_text()
+
+
+def test_a_trainer_that_imports_the_optimizer_factory_reads_the_factory_global():
+    results = migrate_project(sources(PROJECTS / "optimizer_factory"))
+    factory, trainer = results["textkit/modeling/optimization.py"], results["textkit/train.py"]
+    assert factory.target_used == trainer.target_used == "native"
+    assert "\nscaler = None\n" in factory.code and "    global scaler\n    scaler = torch.amp.GradScaler(" in factory.code
+    assert "import textkit.modeling.optimization as _amp_optimization" in trainer.code
+    assert "_amp_optimization.scaler.scale(loss).backward()" in trainer.code
+    assert "enabled=_amp_optimization.scaler.is_enabled()" in trainer.code
+
+
+def test_scripts_run_one_at_a_time_each_set_the_helper_attribute():
+    results = migrate_project(sources(PROJECTS / "scripts_share_helper"))
+    for script in ("src/pretrain/run_pretrain.py", "src/tasks/run_vqa.py"):
+        assert "_amp_load_save.scaler = scaler" in results[script].code
+    assert results["src/utils/load_save.py"].target_used == "native"
+
+
+def test_two_setups_that_may_run_in_one_process_keep_the_shim_and_say_why():
+    results = migrate_project(sources(PROJECTS / "two_setups_one_trainer"))
+    assert {r.target_used for r in results.values() if r.changed} == {"shim"}
+    (reason,) = [d for d in results["engine/loop.py"].diagnostics if d.code == "AMP102"]
+    assert "engine/classifier.py, engine/detector.py each call `initialize` and may run in one process" \
+        in reason.message
+
+
+FACTORY = '''from apex import amp
+
+
+def build(model, optimizer):
+    return amp.initialize(model, optimizer, opt_level="{level}")
+'''
+TRAINER = '''from apex import amp
+from factory import build
+
+
+def fit(model, optimizer, x):
+    model, optimizer = build(model, optimizer)
+    loss = model(x).sum()
+    with amp.scale_loss(loss, optimizer) as scaled:
+        scaled.backward()
+    optimizer.step()
+'''
+SAVER = '''import torch
+from apex import amp
+from factory import build
+
+
+def save(model, optimizer, path):
+    torch.save({"amp": amp.state_dict()}, path)
+'''
+
+
+def test_autocast_that_cannot_follow_the_shared_scaler_keeps_the_shim():
+    """O3's static scale of 1.0: the scaler is disabled while Apex's casts were on, so the
+    trainer's `autocast(enabled=scaler.is_enabled())` would run in fp32."""
+    results = migrate_project({"factory.py": FACTORY.format(level="O3"), "trainer.py": TRAINER})
+    assert results["trainer.py"].target_used == "shim"
+    assert [d.code for d in results["factory.py"].diagnostics if d.falls_back] == ["AMP130"]
+
+
+def test_a_checkpoint_helper_needs_no_autocast_so_o3_shares_its_scaler():
+    results = migrate_project({"factory.py": FACTORY.format(level="O3"), "saver.py": SAVER})
+    assert results["factory.py"].target_used == results["saver.py"].target_used == "native"
+    assert '{"amp": _amp_factory.scaler.state_dict()}' in results["saver.py"].code
+
+
+def test_a_helper_importing_a_script_does_not_read_the_script_global():
+    """A script runs as `__main__`: `import train` from a helper would run it again as another
+    module, whose global no `initialize` ever set."""
+    script = FACTORY.format(level="O1") + '\n\nif __name__ == "__main__":\n    build(None, None)\n'
+    results = migrate_project({"factory.py": script, "saver.py": SAVER, "main.py": "import factory\n"})
+    assert results["saver.py"].target_used == "shim"
+    (reason,) = [d for d in results["saver.py"].diagnostics if d.code == "AMP102"]
+    assert reason.line == 7 and "cannot reach a scaler built in factory.py" in reason.message

@@ -427,6 +427,21 @@ class ProjectIndex:
                     return found
         return self._inside_package(importer, target)
 
+    def one_name(self, target: str) -> bool:
+        """Whether every import of `target` in the tree names one module object: its absolute
+        spellings agree, and beside relative imports (made inside its package) the absolute one
+        names the package too. A file on `sys.path` twice (`import optimization` and
+        `from pkg import optimization`) is two modules, each with its own globals."""
+        absolute, relative = set(), False
+        for path, facts in self.modules.items():
+            for imp in facts.imports:
+                found = _spelled(self.resolver, path, imp, target) if self.resolver else None
+                if found is not None and found.relative:
+                    relative = True
+                elif found is not None:
+                    absolute.add(found.module)
+        return len(absolute) <= 1 and not (relative and absolute and "." not in min(absolute))
+
     def _inside_package(self, importer: str, target: str) -> Optional[Spelling]:
         """`import pkg.loop` where `importer` imports the package `pkg` (absolutely) and the
         target lies inside it."""

@@ -80,7 +80,7 @@ class _Sharing:
     def attribute(self, owner: str, user: str, name: str) -> bool:
         """The owner sets `user`'s module attribute `name`."""
         spelling = self.index.spelling(owner, user)
-        if spelling is None:
+        if spelling is None or not self.index.one_name(user):
             return False
         alias = _alias(self.index, user, self.texts[owner])
         role = self.owner_role(owner)
@@ -98,7 +98,7 @@ class _Sharing:
         if facts.script or not index.imported(owner) or index.reaches(owner, user):
             return False
         spelling = index.spelling(user, owner)
-        if spelling is None:
+        if spelling is None or not index.one_name(owner):
             return False
         role = self.owner_role(owner)
         name = role.name or _scaler_name(self.texts[owner])

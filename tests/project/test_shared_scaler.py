@@ -113,3 +113,17 @@ def test_a_helper_importing_a_script_does_not_read_the_script_global():
     assert results["saver.py"].target_used == "shim"
     (reason,) = [d for d in results["saver.py"].diagnostics if d.code == "AMP102"]
     assert reason.line == 7 and "cannot reach a scaler built in factory.py" in reason.message
+
+
+def test_a_module_imported_under_two_names_is_two_modules_and_keeps_the_shim():
+    """`from optimization import ...` (its folder on sys.path) and `from pkg.optimization import
+    ...` load the file twice: the global one copy's `initialize` sets is not the other's."""
+    factory = FACTORY.format(level="O1")
+    trainer = TRAINER.replace("from factory import build", "from pkg.factory import build")
+    main = "import sys\nsys.path.insert(0, 'pkg')\nfrom factory import build\nfrom pkg.trainer import fit\n"
+    results = migrate_project({"pkg/__init__.py": "", "pkg/factory.py": factory, "pkg/trainer.py": trainer,
+                               "main.py": main})
+    assert results["pkg/trainer.py"].target_used == "shim"
+    alone = migrate_project({"pkg/__init__.py": "", "pkg/factory.py": factory, "pkg/trainer.py": trainer,
+                             "main.py": main.replace("from factory", "from pkg.factory")})
+    assert alone["pkg/trainer.py"].target_used == "native"

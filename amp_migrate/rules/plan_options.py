@@ -4,15 +4,18 @@ Two switches say what Apex did at run time: whether amp was on at all (autocast'
 and whether losses were scaled (the GradScaler's `enabled`). Each is a literal bool or an
 expression read where the scaler is built; a guard around `initialize`, `enabled=`, the opt
 level and the loss scale each contribute a part, and the parts are joined with `and`. The
-static scale, if any, adds `init_scale`/`growth_interval`. PlanTraining (training_plan.py)
+static scale, if any, adds `init_scale`/`growth_interval`; a scale written into Apex's scaler
+right after `initialize` (`start_scale_write`) replaces `init_scale`. PlanTraining (training_plan.py)
 reads them here and decides where the scaler lives; this module holds no rule.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Optional, Union
+from typing import Callable, Collection, Optional, Sequence, Union
 
 import libcst as cst
+import libcst.matchers as m
 
 from ..diagnostics import Severity, define
 from .apex_calls import NOT_LITERAL
@@ -139,6 +142,37 @@ BF16 = define(
     "unnecessary; a disabled GradScaler passes losses and steps through unchanged, so the code "
     "keeps its shape and can be switched back to float16.",
 )
+
+USER_AUTOCAST = define(
+    "AMP141", "own-autocast-in-apex-region", Severity.WARNING,
+    "The file's own `autocast` region lies inside the forward that native autocast must cover "
+    "for Apex; the file uses the shim.",
+    "Apex's O1 casts ignored torch's autocast state, so they stayed on inside the file's own "
+    "`with autocast(...)` (in a file with an Apex path and a torch path, "
+    "`autocast(enabled=args.amp == \"torch\")` is off on the Apex path and Apex still cast). "
+    "Natively the inner region's `enabled` and `dtype` override the outer one, so where it is "
+    "off the Apex path's forward would run in fp32. Merge the two paths' autocast into one by "
+    "hand (`enabled=` true for both) to migrate natively.",
+    before='with autocast(enabled=args.amp == "torch"):\n    loss = model(x)\n'
+           'with amp.scale_loss(loss, opt) as scaled:\n    scaled.backward()',
+    after="# unchanged, imports point at amp_shim",
+    falls_back=True,
+    refusal="the file's own autocast would switch native autocast off on the Apex path",
+)
+_AUTOCAST_SPELLINGS = ("autocast", "torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast",
+                       "torch.cpu.amp.autocast", "amp.autocast", "cuda.amp.autocast")
+
+
+def own_autocast(statements: Sequence[cst.CSTNode]) -> Optional[cst.With]:
+    """The first `with <...autocast>(...)` in `statements` (spelled like torch's; a helper of
+    the same name counts too, which only makes the file fall back)."""
+    code = cst.Module([]).code_for_node
+    for statement in statements:
+        for node in m.findall(statement, m.With()):
+            if any(isinstance(i.item, cst.Call) and code(i.item.func) in _AUTOCAST_SPELLINGS for i in node.items):
+                return node
+    return None
+
 
 _DROPPED = ("keep_batchnorm_fp32", "master_weights", "cast_model_type", "patch_torch_functions",
             "cast_model_outputs")
@@ -278,12 +312,15 @@ class OptionReader:
     def pure(self, node: cst.BaseExpression) -> bool:
         return pure(node, self.builtins)
 
-    def read(self, guard: Switch) -> Reading:
+    def read(self, guard: Switch, start: Optional[cst.BaseExpression] = None) -> Reading:
         """Both switches from the guard around `initialize`, its `opt_level`, `enabled` and
-        `loss_scale` (in that order, as `and` reads them)."""
+        `loss_scale` (in that order, as `and` reads them); `start`, a scale written into Apex's
+        scaler right after `initialize` (`start_scale_write`), becomes the first scale."""
         level = self.level()
         enabled = self.enabled()
         scale = self.loss_scale(level) if level.ok else Scale(ok=False)
+        if start is not None and scale.ok:
+            scale = self._started(scale, level, start)
         report_dropped(self.args, self.report)
         if not (level.ok and scale.ok) or enabled is None:
             return Reading(ok=False)
@@ -372,6 +409,28 @@ class OptionReader:
         return Scale(True, [keyword("init_scale", cst.Float(repr(float(value)))),
                             keyword("growth_interval", cst.parse_expression(STATIC_GROWTH_INTERVAL))])
 
+    def _started(self, scale: Scale, level: Level, start: cst.BaseExpression) -> Scale:
+        """Apex's scaler 0 set to `start` before its first use: the GradScaler starts there.
+        Apex kept the scale's kind (dynamic or static) and only the value changed, so a dynamic
+        scale gets `init_scale=start` and a static one keeps its never-growing interval."""
+        value, shown = literal(start), f"`_loss_scale = {cst.Module([]).code_for_node(start)}`"
+        why = None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            why = "is no literal positive number"
+        elif literal(self.args.get("num_losses")) not in (None, 1):
+            why = "sets one of several per-loss scalers"
+        elif scale.scaled is False or level.values == ("O3",):
+            why = "turns on a scale Apex had at 1.0 (no scaling), which a disabled GradScaler cannot follow"
+        elif any(isinstance(a.value, cst.IfExp) for a in scale.args):
+            why = "comes with a `loss_scale` chosen at run time"
+        elif "O0" in level.values and scale.scaled is None and math.frexp(value)[0] != 0.5:
+            why = "is not a power of two, and at O0 Apex scaled fp32 losses by it where native code does not"
+        if why is not None:
+            self.report(start, OPTION_NOT_LITERAL, f"{shown} right after `initialize` {why}")
+            return Scale(ok=False)
+        kept = [a for a in scale.args if a.keyword is None or a.keyword.value != "init_scale"]
+        return Scale(scale.scaled, [keyword("init_scale", start.deep_clone()), *kept])
+
     def _run_time_scale(self, loss_scale: cst.BaseExpression, level: Level) -> Scale:
         """"dynamic" or None: GradScaler's defaults; a number S: `init_scale=float(S)` that never
         grows; 1.0: no scaling. One expression per argument, right for each of them."""
@@ -403,6 +462,32 @@ class OptionReader:
         scaled = cst.BooleanOperation(dynamic(), cst.Or(), cst.Comparison(
             as_float(), [cst.ComparisonTarget(cst.NotEqual(), cst.Float("1.0"))]))
         return Scale(scaled, [keyword("init_scale", init), keyword("growth_interval", growth)])
+
+
+def start_scale_write(statement: cst.CSTNode, block: Optional[cst.CSTNode],
+                      is_loss_scalers: Callable[[cst.CSTNode], bool]
+                      ) -> Optional[tuple[cst.SimpleStatementLine, cst.BaseExpression]]:
+    """The statement right after the `initialize` statement `statement` (in `block`, its parent)
+    when it is `<amp>._amp_state.loss_scalers[0]._loss_scale = value`, with that value: Apex's
+    first scale set before any loss is scaled, which is GradScaler's `init_scale`."""
+    if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+        return None
+    body = list(block.body)
+    at = next((i for i, s in enumerate(body) if s is statement), None)
+    if at is None or at + 1 == len(body):
+        return None
+    line = body[at + 1]
+    if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
+            and isinstance(line.body[0], cst.Assign) and len(line.body[0].targets) == 1):
+        return None
+    target = line.body[0].targets[0].target
+    if not (isinstance(target, cst.Attribute) and target.attr.value == "_loss_scale"
+            and isinstance(target.value, cst.Subscript) and len(target.value.slice) == 1
+            and isinstance(target.value.slice[0].slice, cst.Index)
+            and literal(target.value.slice[0].slice.value) == 0
+            and is_loss_scalers(target.value.value)):
+        return None
+    return line, line.body[0].value
 
 
 def _or_operand(node: cst.BaseExpression) -> cst.BaseExpression:

@@ -55,6 +55,7 @@ from ..diagnostics import Severity, define
 from .plan import (ONE_SCALER, SCALE_LOSS, SCALE_LOSS_ARGS, TrainingRule,
                    bind_arguments, literal)
 from .switch_flow import SwitchProof, squeezed
+from .plan_options import USER_AUTOCAST, own_autocast
 
 
 UNSUPPORTED_BLOCK = define(
@@ -219,7 +220,7 @@ def _uses(stmt: cst.CSTNode, codes: set[str]) -> bool:
 
 class ScaleLossToGradScaler(TrainingRule):
     HANDLES = SCALE_LOSS
-    EMITS = (UNSUPPORTED_BLOCK, LOSS_NOT_HERE, LOSS_ONLY_REGION, UNSCALED_BRANCH, ONE_SCALER)
+    EMITS = (UNSUPPORTED_BLOCK, LOSS_NOT_HERE, LOSS_ONLY_REGION, UNSCALED_BRANCH, ONE_SCALER, USER_AUTOCAST)
 
     MARKERS = ()
 
@@ -262,6 +263,10 @@ class ScaleLossToGradScaler(TrainingRule):
             self.report(node, LOSS_NOT_HERE)
             return
         block, first, last, saw_model = region
+        inner = own_autocast(list(block.body)[first:last + 1])
+        if inner is not None:
+            self.report(inner, USER_AUTOCAST)
+            return
         if not saw_model:
             self.report(node, LOSS_ONLY_REGION)
         self.withs.add(id(node))

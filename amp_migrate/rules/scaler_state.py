@@ -9,8 +9,9 @@ What it does
     other use of Apex's scaler state is reported at its line and the file uses the shim: other
     keys (`"unskipped"`), Apex's per-scaler entry, a loss scaler chosen at run time or one no
     GradScaler stands for, iterating over or taking the keys of `amp.state_dict()`, writes such
-    as `loss_scalers[0]._loss_scale = 2**20`, and keys of Apex's checkpoint format
-    (`"loss_scaler0"`) read from a dict elsewhere.
+    as `loss_scalers[0]._loss_scale = 2**20` anywhere but right after `initialize` (there the
+    value becomes the GradScaler's `init_scale` and the statement goes, AMP140), and keys of
+    Apex's checkpoint format (`"loss_scaler0"`) read from a dict elsewhere.
 
 Why
     Rewriting `amp.state_dict()` alone turns `amp.state_dict()["loss_scaler0"]["loss_scale"]`
@@ -56,8 +57,9 @@ from ..binding import children
 from ..diagnostics import Severity, define
 from ..lines import count_line_breaks
 from .control_flow import runs_backward
-from .plan import (LOSS_SCALERS, SCALE_LOSS, SCALE_LOSS_ARGS, STATE_DICT, TrainingRule,
+from .plan import (INITIALIZE, LOSS_SCALERS, SCALE_LOSS, SCALE_LOSS_ARGS, STATE_DICT, TrainingRule,
                    bind_arguments, literal)
+from .plan_options import start_scale_write
 
 NOT_NATIVE = define(
     "AMP311", "apex-scaler-state-not-native", Severity.WARNING,
@@ -95,15 +97,32 @@ READ_MID_STEP = define(
 SCALE_WRITTEN = define(
     "AMP313", "apex-loss-scale-written", Severity.WARNING,
     "This sets Apex's loss scaler state directly; the file uses the shim.",
-    "`amp._amp_state.loss_scalers[0]._loss_scale = 2**20` (common in BERT scripts, to start from "
-    "another scale) changes a live Apex object. GradScaler takes its first scale at "
-    "construction (`init_scale=`) and changes it only in `update()`, so the assignment has no "
-    "rewrite that keeps its meaning wherever it runs. Pass the value as `init_scale=` by hand, "
-    "or keep the shim.",
+    "`amp._amp_state.loss_scalers[0]._loss_scale = 2**20` (common in BERT and ViT scripts, to "
+    "start from another scale) changes a live Apex object. Right after `initialize` it only sets "
+    "the first scale, which becomes `init_scale=` (AMP140). Anywhere else (inside the training "
+    "loop, in another function, after a loss was scaled) it resets a scale that has been "
+    "moving, and GradScaler changes its scale only in `update()` (`update(new_scale)` after a "
+    "step, which runs at another point than Apex's write), and other fields (`_unskipped`, "
+    "`_has_overflow`) have no counterpart. Move the write right after `initialize`, or keep the "
+    "shim.",
     before="amp._amp_state.loss_scalers[0]._loss_scale = 2**20",
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="Apex's scaler state is written directly",
+)
+
+START_SCALE = define(
+    "AMP140", "apex-start-scale-to-init-scale", Severity.INFO,
+    "Apex's loss scale, set right after `initialize`, became the GradScaler's `init_scale`.",
+    "`amp._amp_state.loss_scalers[0]._loss_scale = 2**20` right after `initialize` (the ViT/BERT "
+    "fine-tuning scripts' way to start from another scale) changes only the value Apex's scaler "
+    "starts from: it stays dynamic (or static) as `initialize` made it, and no loss has been "
+    "scaled yet. `GradScaler(init_scale=2**20)` starts there the same way; the statement goes. "
+    "Elsewhere, or with a value or options this cannot follow (AMP103 says which), the write "
+    "falls back (AMP313).",
+    before="model, opt = amp.initialize(model, opt, opt_level=\"O1\")\n"
+           "amp._amp_state.loss_scalers[0]._loss_scale = 2**20",
+    after="scaler = torch.amp.GradScaler(\"cuda\", init_scale=2**20)",
 )
 
 _APEX_KEY = re.compile(r"loss_scaler(\d+)")
@@ -124,7 +143,7 @@ def _combine(verdicts: Sequence[str]) -> str:
 
 class ScalerStateReads(TrainingRule):
     HANDLES = (STATE_DICT, *LOSS_SCALERS)
-    EMITS = (NOT_NATIVE, READ_MID_STEP, SCALE_WRITTEN)
+    EMITS = (NOT_NATIVE, READ_MID_STEP, SCALE_WRITTEN, START_SCALE)
 
     MARKERS = ("state_dict", "loss_scaler", "unskipped")
 
@@ -138,6 +157,7 @@ class ScalerStateReads(TrainingRule):
         super().__init__(context, state)
         self.replace: dict[int, str] = {}  # node -> the scaler whose get_scale() it becomes
         self.consumed: set[int] = set()  # string keys the rewritten reads spell
+        self.absorbed: set[int] = set()  # start-scale writes the GradScaler's init_scale took over
 
     # -- what a use is ------------------------------------------------------------------------
     def _parent_on_path(self, depth: int) -> Optional[cst.CSTNode]:
@@ -231,7 +251,10 @@ class ScalerStateReads(TrainingRule):
             read = member
         elif attr in ("_loss_scale", "_unskipped", "_has_overflow", "_overflow_buf") \
                 and self._is_target(member, above):
-            self.report(member, SCALE_WRITTEN, f"{shown[:-1]}.{attr}` is assigned")
+            if attr == "_loss_scale" and self._absorb_start_scale(member):
+                return
+            self.report(member, SCALE_WRITTEN, f"{shown[:-1]}.{attr}` is assigned"
+                        + (" after this file's `initialize` and its first use" if attr == "_loss_scale" else ""))
             return
         else:
             self.report(member, NOT_NATIVE, f"{shown[:-1]}.{attr}` has no GradScaler counterpart")
@@ -241,6 +264,29 @@ class ScalerStateReads(TrainingRule):
             self._no_scaler(read, loss_id, f"{shown[:-1]}.{attr}`")
             return
         self._rewrite_if_settled(read, scaler)
+
+    def _absorb_start_scale(self, target: cst.Attribute) -> bool:
+        """`target` is the scale written right after the plan's `initialize`, which the planner
+        made the GradScaler's `init_scale` (start_scale_write): its statement goes."""
+        line, block = self._parent_on_path(5), self._parent_on_path(6)
+        if not isinstance(line, cst.SimpleStatementLine) or block is None:
+            return False
+        body = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+        at = next((i for i, statement in enumerate(body) if statement is line), 0)
+        if at == 0:
+            return False
+        before = body[at - 1]
+        found = start_scale_write(before, block, lambda node: self.apex_name(node) in LOSS_SCALERS)
+        inits = m.findall(before, m.Call()) if found is not None and found[0] is line else []
+        if not any(self.apex_name(call.func) == INITIALIZE for call in inits):
+            return False
+        first = self._first_line(before)
+        last = first + count_line_breaks(self.code_of(before.with_changes(leading_lines=())))
+        if self.plan.at(first).init_line not in range(first, last + 1):
+            return False
+        self.absorbed.add(id(line))
+        self.report(line, START_SCALE, f"`{self.code_of(found[1])}` is the GradScaler's `init_scale`")
+        return True
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         if self.plan is None or id(node) in self.consumed:
@@ -272,6 +318,8 @@ class ScalerStateReads(TrainingRule):
             self.replace[id(read)] = scaler
 
     def leave_node(self, original_node, updated_node):
+        if id(original_node) in self.absorbed:
+            return cst.RemoveFromParent()
         scaler = self.replace.get(id(original_node))
         if scaler is not None:
             return cst.parse_expression(f"{scaler}.get_scale()").with_changes(

@@ -197,6 +197,15 @@ CASES = [
     Case("kfold-train-function-fp32", "kfold_train_function.py", ("--corrupt-step", "6"),
          covers="the same script without `--fp16`: each fold's scaler disabled (scales not "
                 "compared: one disabled GradScaler per fold)", scales="own"),
+    Case("start-scale-after-initialize-fp16", "start_scale_after_initialize.py",
+         ("--fp16", "--accum", "1", "--corrupt-step", "25"),
+         covers="`amp._amp_state.loss_scalers[0]._loss_scale = 2**20` right after a guarded "
+                "`initialize` with a run-time `opt_level`: `GradScaler(init_scale=2**20, ...)`; the "
+                "start overflows the fp16 backward for several steps, plus a forced overflow; "
+                "master params clipped before each step", min_skipped=3),
+    Case("start-scale-after-initialize-fp32", "start_scale_after_initialize.py", ("--corrupt-step", "25"),
+         covers="the same script without `--fp16`: Apex never initialised, the scaler disabled",
+         scales="native_disabled"),
     Case("factory-package-resume", "factory_package",
          covers="a project, the Trainer module importing the optimizer factory module that runs "
                 "`amp.initialize` (through a helper, under `if fp16:`): the factory keeps the "

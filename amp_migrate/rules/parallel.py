@@ -46,8 +46,10 @@ Fix safety
     `torch.nn.SyncBatchNorm`: both take the same first six arguments with the same defaults.
     In `isinstance`/`issubclass` checks and class bases, and for the DDP class or
     `convert_syncbn_model` used without a call, the meaning would change for objects this file
-    does not create, so the file falls back. `Reducer`, `LARC` and
-    `create_syncbn_process_group` have no torch equivalent and fall back.
+    does not create, so the file falls back. `Reducer` and `LARC` have no torch equivalent and
+    fall back. `create_syncbn_process_group(n)` becomes `torch.distributed.new_subgroups(n)[0]`
+    (AMP531): both build the groups of `n` consecutive ranks collectively, in the same order, and
+    return this rank's; Apex's `n == 0` (no group) stays `None`.
 
 Example
     model = apex.parallel.DistributedDataParallel(model)
@@ -64,6 +66,7 @@ import libcst.matchers as m
 
 from ..diagnostics import Severity, define
 from .apex_calls import NOT_LITERAL, ApexClassRule, Bound, bind, literal, new_keyword, rebuild_call
+from .plan import pure
 
 DDP_REPLACED = define(
     "AMP520", "apex-ddp-to-torch", Severity.INFO,
@@ -126,6 +129,19 @@ PREDIVIDE_DROPPED = define(
     before="model = DDP(model, gradient_predivide_factor=get_world_size())",
     after="model = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)",
 )
+SUBGROUPS = define(
+    "AMP531", "syncbn-process-group-to-new-subgroups", Severity.INFO,
+    "`create_syncbn_process_group(n)` became this rank's group of "
+    "`torch.distributed.new_subgroups(n)`.",
+    "Both create the groups of `n` consecutive ranks, every rank creating every group in the "
+    "same order (a collective), and hand back the one this rank belongs to "
+    "(`tests/codemod/test_syncbn_process_group_semantics.py` compares them over 4 gloo ranks). "
+    "Apex's `0` meant no group (the whole job): a literal 0 becomes `None`, a run-time size "
+    "`... if n else None`. A size that does not divide the world size fails in both, with "
+    "`ValueError` instead of Apex's `AssertionError`.",
+    before="group = apex.parallel.create_syncbn_process_group(8)",
+    after="group = torch.distributed.new_subgroups(8)[0]",
+)
 SYNCBN_ARGUMENT = define(
     "AMP524", "syncbn-argument-not-mappable", Severity.WARNING,
     "An argument of Apex's SyncBatchNorm has no torch equivalent; the file uses the shim.",
@@ -140,9 +156,10 @@ SYNCBN_ARGUMENT = define(
 NO_TORCH_PARALLEL = define(
     "AMP525", "parallel-without-torch-equivalent", Severity.WARNING,
     "This apex.parallel helper has no torch equivalent; the file uses the shim.",
-    "`Reducer` (manual gradient allreduce), `LARC` (layer-wise adaptive rate clipping around "
-    "an optimizer) and `create_syncbn_process_group` have no one-line torch form. The shim "
-    "provides them unchanged.",
+    "`Reducer` (manual gradient allreduce) and `LARC` (layer-wise adaptive rate clipping "
+    "around an optimizer) have no one-line torch form. `create_syncbn_process_group` has one "
+    "(AMP531) except where its size cannot be read (`*args`, a size with side effects, which "
+    "the native form reads twice). The shim provides them unchanged.",
     before="from apex.parallel import LARC\nopt = LARC(opt)",
     after="from amp_shim.parallel import LARC\nopt = LARC(opt)",
     falls_back=True,
@@ -190,8 +207,9 @@ CONVERT_NAMES = {"apex.parallel.convert_syncbn_model"}
 SYNCBN_NAMES = {"apex.parallel.SyncBatchNorm", "apex.parallel.optimized_sync_batchnorm.SyncBatchNorm",
                 "apex.parallel.sync_batchnorm.SyncBatchNorm"}
 WITHOUT_EQUIVALENT = {"apex.parallel.Reducer", "apex.parallel.distributed.Reducer",
-                      "apex.parallel.LARC", "apex.parallel.LARC.LARC",
-                      "apex.parallel.create_syncbn_process_group"}
+                      "apex.parallel.LARC", "apex.parallel.LARC.LARC"}
+PROCESS_GROUP_NAMES = {"apex.parallel.create_syncbn_process_group"}
+NEW_SUBGROUPS = "torch.distributed.new_subgroups"
 
 DDP_SIGNATURE = ("module", "message_size", "delay_allreduce", "shared_param",
                  "allreduce_trigger_params", "retain_allreduce_buffers", "allreduce_always_fp32",
@@ -231,10 +249,10 @@ class ApexParallelToTorch(ApexClassRule):
 
     MARKERS = ("parallel",)
 
-    HANDLED = frozenset(DDP_NAMES | CONVERT_NAMES | SYNCBN_NAMES | WITHOUT_EQUIVALENT)
+    HANDLED = frozenset(DDP_NAMES | CONVERT_NAMES | SYNCBN_NAMES | WITHOUT_EQUIVALENT | PROCESS_GROUP_NAMES)
     HANDLES = tuple(sorted(HANDLED))
     EMITS = (DDP_REPLACED, DDP_ARGUMENT_DROPPED, DDP_ARGUMENT, DDP_METHOD, SYNCBN_ARGUMENT, NO_TORCH_PARALLEL,
-             PARALLEL_REFERENCE, SYNCBN_CPU, SYNCBN_REFERENCE, PREDIVIDE_DROPPED)
+             PARALLEL_REFERENCE, SYNCBN_CPU, SYNCBN_REFERENCE, PREDIVIDE_DROPPED, SUBGROUPS)
 
     def visit_Module(self, node: cst.Module) -> None:
         self._ddp_only = [a for a in self.findall(node, m.Attribute(attr=m.OneOf(
@@ -249,6 +267,8 @@ class ApexParallelToTorch(ApexClassRule):
             return updated
         if name in DDP_NAMES:
             return self._ddp(original, updated)
+        if name in PROCESS_GROUP_NAMES:
+            return self._subgroup(original, updated)
         if self.options.device == "cpu":
             self.report(original, SYNCBN_CPU)
             return updated
@@ -305,6 +325,33 @@ class ApexParallelToTorch(ApexClassRule):
         if size is not None:
             extra.append(new_keyword("bucket_cap_mb", bucket_cap_mb(size)))
         return rebuild_call(updated, TORCH_DDP, bound, ("module",), ("module",), extra)
+
+    def _subgroup(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        """`create_syncbn_process_group(n)` → this rank's group of `new_subgroups(n)`; Apex's 0
+        (no group: the whole job) stays None."""
+        bound = bind(updated, ("group_size",))
+        size = bound.value("group_size")
+        value = literal(size) if size is not None else NOT_LITERAL
+        why = bound.problem or ("no `group_size` is given" if size is None else None)
+        if why is None and value is NOT_LITERAL and not pure(size):
+            why = f"`group_size={self.code_of(size)}` is read twice natively (0 gives no group) and has side effects"
+        elif why is None and value is not NOT_LITERAL and (isinstance(value, bool) or not isinstance(value, int)
+                                                           or value < 0):
+            why = f"`group_size={self.code_of(size)}` is no group size"
+        if why is not None:
+            self.report(original, NO_TORCH_PARALLEL, f"`create_syncbn_process_group(...)` kept: {why}")
+            return updated
+        self.report(original, SUBGROUPS)
+        if value == 0:
+            return cst.Name("None")
+        group = cst.Subscript(cst.Call(cst.parse_expression(NEW_SUBGROUPS), [cst.Arg(size)]),
+                              [cst.SubscriptElement(cst.Index(cst.Integer("0")))])
+        if value is not NOT_LITERAL:
+            return group
+        loose = not isinstance(self._path[-1] if self._path else None, (cst.Assign, cst.Arg, cst.Return))
+        parens = ([cst.LeftParen()], [cst.RightParen()]) if loose and not updated.lpar else (updated.lpar, updated.rpar)
+        return cst.IfExp(test=size.deep_clone(), body=group, orelse=cst.Name("None"),
+                         lpar=parens[0], rpar=parens[1])
 
     def _predivide_problem(self, call: cst.Call, factor: Optional[cst.BaseExpression]) -> Optional[str]:
         """Why `gradient_predivide_factor` cannot be dropped (a literal that is no positive finite

@@ -223,6 +223,12 @@ class SourceIndex:
             lines.update(facts.bound[name])
         return lines
 
+    def bound_names(self) -> frozenset[str]:
+        """Every name the file binds, in any scope: assigned or deleted, a parameter, an
+        import's name (`import a.b` binds `a`), a function or class, `except ... as`, a
+        match capture (not a `global` declaration by itself)."""
+        return frozenset(self._facts().assigned)
+
     def _facts(self) -> "_Facts":
         if self._facts_cache is None:
             self._facts_cache = _Facts(self.tree)
@@ -361,6 +367,10 @@ class SourceIndex:
                 stack.extend(getattr(node, name, ()) or ())
 
 
+_BINDS_ITS_NAME = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler, ast.MatchAs,
+                   ast.MatchStar)
+
+
 class _Facts:
     """One walk over Python's parse: the names functions and classes take, every import
     (module, or None for `import x`; level; (name, asname) pairs; its lines), and the lines
@@ -371,6 +381,7 @@ class _Facts:
         self.defined: set[str] = set()
         self.imports: list[tuple[Optional[str], int, list[tuple[str, Optional[str]]], int, int]] = []
         self.bound: dict[str, set[int]] = {}
+        self.assigned: set[str] = set()
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 module = (node.module or "") if isinstance(node, ast.ImportFrom) else None
@@ -379,17 +390,22 @@ class _Facts:
                                      node.lineno, node.end_lineno or node.lineno))
                 continue
             if isinstance(node, ast.alias):
+                self.assigned.add(node.asname or node.name.split(".")[0])
                 continue
             if isinstance(node, ast.Name):
                 names = [node.id] if not isinstance(node.ctx, ast.Load) else []
+                self.assigned.update(names)
             elif isinstance(node, (ast.Global, ast.Nonlocal)):
                 names = node.names
             elif isinstance(node, ast.arg):
                 names = [node.arg]
+                self.assigned.add(node.arg)
             else:  # functions, classes, `except ... as`, match captures, type parameters
                 names = [getattr(node, f) for f in ("name", "rest") if isinstance(getattr(node, f, None), str)]
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                     self.defined.add(node.name)
+                if isinstance(node, _BINDS_ITS_NAME) and node.name:
+                    self.assigned.add(node.name)
             for name in names:
                 self.bound.setdefault(name, set()).update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
 

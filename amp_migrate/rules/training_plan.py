@@ -577,8 +577,9 @@ class PlanTraining(UnitPlanning, Rule):
                 tree = (index.tree if index is not None else ast.parse(self.state.original)) if spelled else None
             except (SyntaxError, ValueError):
                 tree, spelled = None, set(PURE_BUILTINS)
-            bound = {name for node in (ast.walk(tree) if tree is not None else ())
-                     for name in _bound_names(node)} & spelled
+            bound = (index.bound_names() if index is not None and tree is not None else
+                     {name for node in (ast.walk(tree) if tree is not None else ())
+                      for name in _bound_names(node)}) & spelled
             self._builtins = tuple(b for b in PURE_BUILTINS if b not in bound)
         return self._builtins
 

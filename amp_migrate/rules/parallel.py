@@ -376,8 +376,13 @@ class ApexParallelToTorch(ApexClassRule):
         if name in WITHOUT_EQUIVALENT:
             self.report(node, NO_TORCH_PARALLEL, f"`{short}` has no torch equivalent")
         elif name not in SYNCBN_NAMES or self.reference_context(node) == "check":
-            self.report(node, PARALLEL_REFERENCE,
-                        f"`{short}` used without a call cannot be mapped provably")
+            if self.reference_context(node) == "check" or name in DDP_NAMES | SYNCBN_NAMES:
+                why = ("torch's class would match objects this file never made and miss those "
+                       "Apex made elsewhere")
+            else:
+                why = "it is called later with arguments this file does not show"
+            self.report(node, PARALLEL_REFERENCE, f"`{short}` used without a call cannot be mapped "
+                        f"provably: {why}")
         elif self.options.device == "cpu":
             self.report(node, SYNCBN_CPU)
         else:

@@ -361,8 +361,10 @@ class OptionReader:
 
     def _run_time_level(self, level: cst.BaseExpression) -> Level:
         if not self.pure(level):
-            why = "calls a builtin this file rebinds" if pure(level, PURE_BUILTINS) else "has side effects"
-            self.report(level, OPTION_NOT_LITERAL, f"`opt_level` is an expression that {why}")
+            why = "calls a builtin this file rebinds" if pure(level, PURE_BUILTINS) else \
+                "calls code that may have side effects or give another value when read again"
+            self.report(level, OPTION_NOT_LITERAL, f"`opt_level={cst.Module([]).code_for_node(level)}` {why}; "
+                        "native code reads the level where the scaler is built and again for autocast")
             return Level(ok=False)
         amp_on = cst.Comparison(parenthesized(level), [cst.ComparisonTarget(cst.NotEqual(), string("O0"))])
         scaled = cst.Comparison(parenthesized(level.deep_clone()), [cst.ComparisonTarget(
@@ -436,7 +438,8 @@ class OptionReader:
         grows; 1.0: no scaling. One expression per argument, right for each of them."""
         why = ("it has side effects" if not self.pure(loss_scale) else
                "the file rebinds `float`" if "float" not in self.builtins else
-               "`opt_level` may be O3, whose default scale is a static 1.0" if "O3" in level.values
+               "`opt_level` may be O3, whose default scale is a static 1.0 (no scaling, no skipped "
+               "steps), so no one GradScaler is right for every level and scale" if "O3" in level.values
                else None)
         if why is not None:
             self.report(loss_scale, OPTION_NOT_LITERAL, f"`loss_scale` is chosen at run time and {why}")

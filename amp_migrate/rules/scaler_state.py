@@ -254,7 +254,10 @@ class ScalerStateReads(TrainingRule):
             if attr == "_loss_scale" and self._absorb_start_scale(member):
                 return
             self.report(member, SCALE_WRITTEN, f"{shown[:-1]}.{attr}` is assigned"
-                        + (" after this file's `initialize` and its first use" if attr == "_loss_scale" else ""))
+                        + (" where it is not the statement right after `initialize` (only there is it "
+                           "a first scale, GradScaler's `init_scale`); GradScaler changes its scale "
+                           "only in `update()`" if attr == "_loss_scale" else
+                           "; GradScaler has no counterpart of this field"))
             return
         else:
             self.report(member, NOT_NATIVE, f"{shown[:-1]}.{attr}` has no GradScaler counterpart")

@@ -106,8 +106,8 @@ def test_unchanged_statements_keep_their_identity_through_the_rules(monkeypatch)
     seen = {}
     real = migrate._run
 
-    def spy(rules, module, text, index, options):
-        out, state = real(rules, module, text, index, options)
+    def spy(rules, module, text, index, options, *project):
+        out, state = real(rules, module, text, index, options, *project)
         seen["before"], seen["after"] = module, out
         return out, state
 

@@ -263,16 +263,16 @@ class Fp16OptimizerToGradScaler(Rule):
         return fp16_name(self, node, self._star)
 
     # -- deciding ------------------------------------------------------------------------------
-    def visit_Module(self, node: cst.Module) -> None:
+    def visit_Module(self, node: cst.Module) -> Optional[bool]:
         self._star = star_only_names(self)
         try:
             flow = self._analyse(node)
         except Refused as refused:
             self.state.scratch["fp16_optimizer_refused"] = True
             self.report(refused.node, REFUSED, refused.why + "; the file uses the shim")
-            return
+            return False  # no flow: the leave handlers have nothing to do
         if flow is None:
-            return
+            return False
         self.flow = flow
         for where, code, message in flow.notes:
             self.report(where, code, message)
@@ -313,7 +313,8 @@ class Fp16OptimizerToGradScaler(Rule):
 
     def _the_call(self, module: cst.Module) -> Optional[cst.Call]:
         """The one `FP16_Optimizer(...)` call; a second one or a use other than a call refuses."""
-        uses = [n for n in m.findall(module, m.Name("FP16_Optimizer") | m.Attribute(attr=m.Name("FP16_Optimizer")))
+        uses = [n for n in self.findall(module, m.Name("FP16_Optimizer") | m.Attribute(attr=m.Name("FP16_Optimizer")),
+                                        ("FP16_Optimizer",))
                 if not (isinstance(n, cst.Name) and isinstance(self.parent(n), cst.Attribute)
                         and self.parent(n).attr is n)
                 and self._name(n) == FP16_OPTIMIZER

@@ -22,7 +22,11 @@ Soundness
     feeds never have an update between them (which would unscale the later ones by a changed
     scale). A group that a finiteness test decides (`if torch.isfinite(loss): opt.step()`, or an
     earlier `if ...isnan(...): continue`) falls back: on those iterations Apex had already
-    backed off and armed a skip that also dropped the next iteration's step.
+    backed off and armed a skip that also dropped the next iteration's step. A step in the
+    function that builds the scaler, after `initialize`, before any backward of that function
+    and outside any loop (`if global_step == 0: optimizer.step()` before the training loop)
+    stays the optimizer's own: no scaled gradient has reached it, Apex's patched step ran the
+    optimizer's, and `scaler.step` would find no overflow check to read.
 
 Fix safety
     Safe where it applies. Closures (`optimizer.step(closure)`) are not supported by an enabled
@@ -160,7 +164,10 @@ class OptimizerStepThroughScaler(TrainingRule):
         for missing in sorted(self.plan.optimizers - stepped):
             self.report(node, NO_STEP, f"`{missing}.step()` is not called in this file")
         by_block: dict[int, tuple[cst.CSTNode, dict[int, list[cst.Call]]]] = {}
+        first_backward = self._first_backwards(node)
         for call in calls:
+            if self._before_any_backward(call, first_backward):
+                continue
             if call.args:
                 self.report(call, CLOSURE)
                 continue
@@ -171,7 +178,32 @@ class OptimizerStepThroughScaler(TrainingRule):
             lines.setdefault(id(line), []).append(call)
         for block, lines in by_block.values():
             self._place_updates(block, lines)
-        self._check_windows(node, calls)
+        self._check_windows(node, [c for c in calls if id(c) in self.steps])
+
+    def _first_backwards(self, module: cst.Module) -> dict[int, int]:
+        """id of each function (0: the module) -> the line of its first backward in the text."""
+        found: dict[int, int] = {}
+        backward = m.Call(func=m.Attribute(attr=m.Name("backward")))
+        for call in self.findall(module, backward, ("backward",)):
+            function = self._function_of(call)
+            found.setdefault(id(function) if function is not None else 0, self.position(call)[0])
+        return found
+
+    def _before_any_backward(self, call: cst.Call, first_backward: dict[int, int]) -> bool:
+        """A step in the function that builds the scaler, after `initialize` and before any
+        backward of that function, outside any loop (`if global_step == 0: optimizer.step()`
+        before the training loop): no gradient Apex scaled has reached it, so Apex's patched
+        step ran the optimizer's own, and `scaler.step` would find no inf check to read."""
+        function = self._function_of(call)
+        line = self.position(call)[0]
+        here = self.position(function)[0] if function is not None else 0
+        if isinstance(function, cst.Lambda) or here != self.plan.init_scope or line <= self.plan.init_line \
+                or self.plan.shared is not None and self.plan.shared.user or self.plan.parts:
+            return False
+        if any(isinstance(p, (cst.For, cst.While)) for p in self.ancestors(call)):
+            return False
+        first = first_backward.get(id(function) if function is not None else 0)
+        return first is not None and line < first
 
     def _check_windows(self, module: cst.Module, calls: list[cst.Call]) -> None:
         """The steps between two backwards of one function (in the order of the text) must be

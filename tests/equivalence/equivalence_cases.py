@@ -227,6 +227,10 @@ CASES = [
     Case("script-trainer-fp32", "script_trainer", ("--steps", "20", "--corrupt-step", "3", "--output", "{dir}/out"),
          covers="the same project without `--fp16`: `initialize(enabled=False)`, the shared "
                 "scaler disabled, autocast off in the Trainer", scales="native_disabled"),
+    Case("warm-up-step", "warm_up_step.py", ("--fp16", "--corrupt-step", "9"),
+         covers="`if global_step == 0: optimizer.step()` after `initialize` and before any "
+                "backward: kept as the optimizer's own step (no inf check for `scaler.step` to "
+                "read); then the loop with a forced overflow", min_skipped=1),
 ]
 
 BY_ID = {case.id: case for case in CASES}

@@ -146,17 +146,23 @@ def _transform(module: cst.Module, original: str, tree: Optional[ast.Module], op
     index = SourceIndex(original, module, tree) if tree is not None else None
     if options.target == "shim":
         shimmed, state = _run(SHIM_RULES, module, original, index, options)
-        return shimmed.code, _sorted(state.diagnostics), "shim"
+        return _code(shimmed, module, original), _sorted(state.diagnostics), "shim"
     native, state = _run(NATIVE_RULES, module, original, index, options, project)
     if not state.falls_back:
-        return native.code, _sorted(state.diagnostics), "native"
+        return _code(native, module, original), _sorted(state.diagnostics), "native"
     reasons = [d for d in state.diagnostics if d.falls_back]
     if options.target == "native":
         return original, _sorted(reasons + [Diagnostic(
             NATIVE_IMPOSSIBLE.code, NATIVE_IMPOSSIBLE.severity, 1, 1,
             NATIVE_IMPOSSIBLE.summary, False)]), None
     shimmed, shim_state = _run(SHIM_RULES, module, original, index, options)
-    return shimmed.code, _sorted(reasons + shim_state.diagnostics), "shim"
+    return _code(shimmed, module, original), _sorted(reasons + shim_state.diagnostics), "shim"
+
+
+def _code(result: cst.Module, parsed: cst.Module, original: str) -> str:
+    """The rules' output as text: the text as given when no rule changed the tree (rules
+    hand back the very tree they got then, and libcst renders a parse as its text)."""
+    return original if result is parsed else result.code
 
 
 def _missing_diagnostic(missing) -> Diagnostic:

@@ -7,6 +7,8 @@ per-command import passes of `CodemodCommand.transform_module` are skipped here.
 """
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import re
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
@@ -399,7 +401,7 @@ class Rule(VisitorBasedCodemodCommand):
             self._words = frozenset(words)
             self._also = frozenset(also) if also is not None else None
             self._original = self.state.index.original_ids
-        return super().transform_module_impl(tree)
+        return visit_module(self, tree)
 
     def get_metadata(self, key, node, default=_UNDEFINED):
         if key is QualifiedNameProvider and key not in self.metadata \
@@ -548,6 +550,102 @@ def _handler(cls: type, prefix: str, node_type: type):
             found = None  # libcst's typed no-op stubs
         _HANDLERS[key] = found
         return found
+
+
+_VISIT_CALL = re.compile(r"\bvisit_(?:required|optional|sentinel|sequence|body_sequence|iterable"
+                         r"|body_iterable)\(\s*self,\s*\"(\w+)\"")
+_ORDER: dict[type, Optional[tuple[str, ...]]] = {}
+
+
+def _visit_order(node_type: type) -> Optional[tuple[str, ...]]:
+    """The fields libcst's `_visit_and_replace_children` visits for `node_type`, in its
+    order (read from its source, where each is one `visit_*(self, "field", ...)` call);
+    None where that cannot be read, and the node is then visited by libcst itself."""
+    try:
+        return _ORDER[node_type]
+    except KeyError:
+        pass
+    try:
+        source = inspect.getsource(node_type._visit_and_replace_children)
+    except (OSError, TypeError):
+        source = ""
+    fields = tuple(_VISIT_CALL.findall(source))
+    calls = len(re.findall(r"\bvisit_\w+\(", source))
+    known = {f.name for f in dataclasses.fields(node_type)} if dataclasses.is_dataclass(node_type) else set()
+    _ORDER[node_type] = order = fields if fields and calls == len(fields) and set(fields) <= known else None
+    if not source.strip():
+        _ORDER[node_type] = order = None
+    elif not fields and calls == 0:
+        _ORDER[node_type] = order = ()  # a leaf: nothing to visit
+    return order
+
+
+class _Replay(cst.CSTTransformer):
+    """Hands libcst's `_visit_and_replace_children` the results a rule visit already has for
+    each child, in libcst's own order, so that the parent is rebuilt exactly as libcst
+    rebuilds it (removals, flattening, empty statements dropped from a body)."""
+
+    def __init__(self, results: list) -> None:
+        self.results = results
+        self.at = 0
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return False
+
+    def on_leave(self, original_node, updated_node):
+        child, result = self.results[self.at]
+        if child is not original_node:
+            raise AssertionError(f"visit order differs from libcst's at {type(original_node).__name__}")
+        self.at += 1
+        return result
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        pass
+
+    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        pass
+
+
+def visit_module(rule: "Rule", tree: cst.Module) -> cst.Module:
+    """`tree.visit(rule)`, with the same calls to the rule in the same order, but a node
+    whose children all come back as they were is kept as it is rather than rebuilt, and
+    the layout nodes the rule ignores (`_passive`) are not visited at all."""
+    result = _visit(rule, tree, _passive(type(rule)))
+    if isinstance(result, cst.RemovalSentinel):
+        return tree.with_changes(body=(), header=(), footer=())
+    return result
+
+
+def _visit(rule: "Rule", node: cst.CSTNode, passive: frozenset):
+    if rule.on_visit(node):
+        order = _visit_order(type(node))
+        if order is None:
+            updated = node._visit_and_replace_children(rule)
+        else:
+            updated = _visit_children(rule, node, order, passive)
+    else:
+        updated = node
+    return rule.on_leave(node, updated)
+
+
+def _visit_children(rule: "Rule", node: cst.CSTNode, order: tuple[str, ...], passive: frozenset):
+    results: list[tuple[cst.CSTNode, object]] = []
+    changed = False
+    skip = rule._skip
+    for name in order:
+        value = getattr(node, name)
+        for child in (value if isinstance(value, (tuple, list)) else (value,)):
+            if not isinstance(child, cst.CSTNode):
+                continue
+            if type(child) in passive or id(child) in skip:
+                results.append((child, child))
+                continue
+            result = _visit(rule, child, passive)
+            results.append((child, result))
+            changed = changed or result is not child
+    if not changed:
+        return node
+    return node._visit_and_replace_children(_Replay(results))
 
 
 def add_requested_imports(context: CodemodContext, tree: cst.Module,

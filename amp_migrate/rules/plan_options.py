@@ -127,8 +127,8 @@ RUN_TIME_SCALE = define(
     "(`init_scale=2.0**16`, `growth_interval=2000`); a number S gives `init_scale=float(S)` "
     "and `growth_interval=2**31 - 1`, a scale that never grows (AMP111: it differs from Apex "
     "only on a step with non-finite gradients); 1.0 disables the scaler while autocast stays "
-    "on, as Apex's `scale_loss` then neither scaled nor skipped (AMP116). An `opt_level` that "
-    "may be O3 (whose default is a static 1.0) falls back instead.",
+    "on, as Apex's `scale_loss` then neither scaled nor skipped (AMP116). Where the level may be "
+    "O0 or O3, None is their default static 1.0 and also disables the scaler.",
     before='amp.initialize(model, opt, opt_level="O1", loss_scale=args.loss_scale)',
     after='scaler = torch.amp.GradScaler(\n    "cuda",\n'
           '    init_scale=2.0**16 if args.loss_scale in (None, "dynamic") else float(args.loss_scale),\n'
@@ -437,16 +437,14 @@ class OptionReader:
         """"dynamic" or None: GradScaler's defaults; a number S: `init_scale=float(S)` that never
         grows; 1.0: no scaling. One expression per argument, right for each of them."""
         why = ("it has side effects" if not self.pure(loss_scale) else
-               "the file rebinds `float`" if "float" not in self.builtins else
-               "`opt_level` may be O3, whose default scale is a static 1.0 (no scaling, no skipped "
-               "steps), so no one GradScaler is right for every level and scale" if "O3" in level.values
-               else None)
+               "the file rebinds `float`" if "float" not in self.builtins else None)
         if why is not None:
             self.report(loss_scale, OPTION_NOT_LITERAL, f"`loss_scale` is chosen at run time and {why}")
             return Scale(ok=False)
         self.report(loss_scale, RUN_TIME_SCALE)
-
-        test, number = _dynamic_arm(loss_scale)
+        # None is the level's default: dynamic at O1/O2, a static 1.0 (no scaling) at O0/O3.
+        default = level.scaled_by_default
+        test, number = _dynamic_arm(loss_scale) if default is True else (None, loss_scale)
 
         def dynamic() -> cst.BaseExpression:
             of_number = cst.Comparison(parenthesized(number.deep_clone()), [cst.ComparisonTarget(
@@ -462,9 +460,28 @@ class OptionReader:
         init = cst.IfExp(dynamic(), cst.Float(repr(start)) if start else cst.parse_expression("2.0**16"),
                          as_float())
         growth = cst.IfExp(dynamic(), cst.Integer("2000"), cst.parse_expression(STATIC_GROWTH_INTERVAL))
-        scaled = cst.BooleanOperation(dynamic(), cst.Or(), cst.Comparison(
-            as_float(), [cst.ComparisonTarget(cst.NotEqual(), cst.Float("1.0"))]))
+        not_one = cst.Comparison(as_float(), [cst.ComparisonTarget(cst.NotEqual(), cst.Float("1.0"))])
+        if default is True:
+            scaled = cst.BooleanOperation(dynamic(), cst.Or(), not_one)
+        else:
+            scaled = _scaled_with_level_default(number, default, not_one)
         return Scale(scaled, [keyword("init_scale", init), keyword("growth_interval", growth)])
+
+
+def _scaled_with_level_default(number: cst.BaseExpression, default: Switch,
+                               not_one: cst.BaseExpression) -> cst.BaseExpression:
+    """`X == "dynamic" or (<level's default> if X is None else float(X) != 1.0)`: whether Apex
+    scaled losses, for a run-time `loss_scale` X at a level whose default may be a static 1.0."""
+    def compare(op: cst.BaseCompOp, right: cst.BaseExpression) -> cst.Comparison:
+        return cst.Comparison(parenthesized(number.deep_clone()), [cst.ComparisonTarget(op, right)])
+
+    named = compare(cst.Equal(), string("dynamic"))
+    if default is False:
+        rest: cst.BaseExpression = cst.BooleanOperation(compare(cst.IsNot(), cst.Name("None")), cst.And(), not_one)
+    else:
+        rest = cst.IfExp(compare(cst.Is(), cst.Name("None")), _or_operand(as_expression(clone(default))), not_one,
+                         lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.BooleanOperation(named, cst.Or(), rest)
 
 
 def start_scale_write(statement: cst.CSTNode, block: Optional[cst.CSTNode],

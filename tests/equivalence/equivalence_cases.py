@@ -135,6 +135,29 @@ CASES = [
                 "stays on; the overflowing step is applied as Apex did"),
     Case("flags-opt-level-off", "opt_level_and_loss_scale_flags.py", ("--loss-scale", "128"),
          covers="the flags without `--half`: O0, scaler and autocast disabled"),
+    Case("flags-opt-level-none-half", "opt_level_and_loss_scale_flags.py",
+         ("--half", "--loss-scale", "none", "--corrupt-step", "7"),
+         covers="a run-time `loss_scale` of None at O1: the level's dynamic default "
+                "(`enabled=... or (args.half if args.loss_scale is None else ...)`); one overflow",
+         min_skipped=1),
+    Case("flags-opt-level-none-off", "opt_level_and_loss_scale_flags.py", ("--loss-scale", "none"),
+         covers="a run-time `loss_scale` of None at O0: the level's static 1.0, so the scaler is "
+                "disabled as Apex did not scale"),
+    Case("imagenet-flags-O1-default-scale", "imagenet_style_option_flags.py",
+         ("--opt-level", "O1", "--corrupt-step", "9"),
+         covers="Apex's ImageNet flags as strings: run-time `opt_level` and `loss_scale` (None, "
+                "O1's dynamic default), `keep_batchnorm_fp32` dropped; one overflow", min_skipped=1),
+    Case("imagenet-flags-O1-static-text", "imagenet_style_option_flags.py",
+         ("--opt-level", "O1", "--loss-scale", "128.0"),
+         covers="the same flags with `--loss-scale 128.0` (text): `init_scale=float(...)`, a scale "
+                "that never grows"),
+    Case("imagenet-flags-O0-default-scale", "imagenet_style_option_flags.py", ("--opt-level", "O0"),
+         covers="the same flags at O0 with no `--loss-scale`: O0's static 1.0, scaler and autocast "
+                "disabled"),
+    Case("imagenet-flags-O0-dynamic", "imagenet_style_option_flags.py",
+         ("--opt-level", "O0", "--loss-scale", "dynamic"),
+         covers="O0 with `--loss-scale dynamic`: Apex scaled fp32 losses dynamically; the scaler "
+                "on, autocast off"),
     Case("fp16-flag-across-functions-on", "fp16_flag_across_functions.py",
          ("--fp16", "--corrupt-step", "5"),
          covers="`if args.fp16: amp.initialize(...)` in `main()`, `scale_loss` in `train_step()` "

@@ -119,3 +119,30 @@ def test_a_user_with_no_importer_is_not_tied_to_scripts_or_to_owners_in_other_fo
     (group,) = find_groups(index)
     assert group.members == ("pkg/setup_amp.py", "pkg/steps/helper.py")
     assert index.modules["examples/run_a.py"].script and not index.modules["pkg/setup_amp.py"].script
+
+
+def test_how_one_module_can_import_another_as_a_module_object():
+    from amp_migrate.project.index import Spelling
+
+    index = build_index({"pkg/__init__.py": "", "pkg/a/__init__.py": "", "pkg/a/opt.py": "",
+                         "pkg/b/__init__.py": "", "pkg/b/train.py": "from ..a.opt import make\n",
+                         "pkg/b/eval.py": "from pkg.a.opt import make\n", "main.py": "import pkg\n",
+                         "pkg/b/loop.py": ""})
+    assert index.spelling("pkg/b/train.py", "pkg/a/opt.py") == Spelling("a", "opt", 2)
+    assert index.spelling("pkg/b/eval.py", "pkg/a/opt.py") == Spelling("pkg.a.opt")
+    assert index.spelling("pkg/b/loop.py", "pkg/a/opt.py") == Spelling("pkg.a.opt")  # eval.py's, resolved
+    assert index.spelling("main.py", "pkg/b/loop.py") == Spelling("pkg.b.loop")  # inside the package it imports
+    assert index.one_name("pkg/a/opt.py")
+
+
+def test_import_reach_and_entry_modules():
+    index = build_index({"main.py": "import trainer\n", "trainer.py": "import utils\n", "utils.py": "",
+                         "other.py": "import utils\n"})
+    assert index.reaches("main.py", "utils.py") and not index.reaches("utils.py", "main.py")
+    assert index.imported("trainer.py") and not index.imported("main.py")
+
+
+def test_a_file_imported_under_two_absolute_names_is_two_modules():
+    index = build_index({"pkg/__init__.py": "", "pkg/opt.py": "", "a.py": "import opt\n",
+                         "b.py": "from pkg import opt\n"})
+    assert not index.one_name("pkg/opt.py")

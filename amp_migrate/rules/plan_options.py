@@ -580,8 +580,9 @@ def arguments(reading: Reading, local: bool, scaler: str, options, call: cst.Cal
             if reading.o0_at_run_time is not None:
                 report(reading.o0_at_run_time, RUNTIME_O0)
             elif reading.o3_at_run_time is None:
-                return "losses are scaled only for some values of the options, and autocast, " \
-                    "which runs elsewhere, cannot follow the scaler there"
+                return "for some values of the options Apex cast without scaling losses (O3, a scale " \
+                    "of 1.0) or scaled without casting (O0 with a scale), so autocast, which runs " \
+                    "elsewhere, cannot follow `scaler.is_enabled()` there"
             else:
                 report(reading.o3_at_run_time, RUNTIME_O3)
         scaler_args.append(keyword("enabled", amp_on))

@@ -467,23 +467,14 @@ class PlanTraining(UnitPlanning, Rule):
                 for function in found:
                     self.report(self._def_at(module, function.line), MAIN_ONLY,
                                 f"`{function.name}` reads the scaler built under `if __name__ == \"__main__\":`")
-        if shared is not None and shared.global_ and placement not in ("local", "module"):
-            self.report(call, SHARE_REFUSED, f"{shared.other} reads the scaler as this module's global, "
-                        "and here it is passed as a parameter or kept on `self`")
-            return None
         scaler, loss_scalers = self._scaler_names(module, placement, per_loss)
         built = arguments(reading, placement == "local" and shared is None, scaler, self.options, call,
                           self.report)
         if isinstance(built, str):
             self.report(call, NO_PLACE, built)
             return None
-        if shared is not None and shared.casts and not self._followed(built, scaler):
-            self.report(call, SHARE_REFUSED, f"{shared.other} uses the scaler built here, but amp is on "
-                        "for some options where losses are not scaled (O0 with a `loss_scale`, O3's "
-                        "static 1.0, bfloat16), and autocast there can only follow the scaler's `enabled`")
+        if shared is not None and not self._shares(call, shared, placement, built, scaler):
             return None
-        if shared is not None:
-            self.report(call, SHARED, f"the GradScaler built here is read by {shared.other}")
         return TrainingPlan(
             scaler=scaler,
             placement=placement,
@@ -503,6 +494,22 @@ class PlanTraining(UnitPlanning, Rule):
             threaded=threaded,
             shared=shared,
         )
+
+    def _shares(self, call: cst.Call, shared: SharedScaler, placement: str, built: tuple[cst.Call, cst.Call],
+                scaler: str) -> bool:
+        """Whether the modules that read this scaler can (reported either way)."""
+        why = None
+        if shared.global_ and placement not in ("local", "module"):
+            why = "it reads the scaler as this module's global, and here it is passed as a parameter " \
+                  "or kept on `self`"
+        elif shared.casts and not self._followed(built, scaler):
+            why = "amp is on for some options where losses are not scaled (O0 with a `loss_scale`, " \
+                  "O3's static 1.0, bfloat16), and autocast there can only follow the scaler's `enabled`"
+        if why is not None:
+            self.report(call, SHARE_REFUSED, f"{shared.other} uses the scaler built here, but {why}")
+            return False
+        self.report(call, SHARED, f"the GradScaler built here is read by {shared.other}")
+        return True
 
     def _followed(self, built: tuple[cst.Call, cst.Call], scaler: str) -> bool:
         """Autocast is on exactly when the scaler is enabled, so that modules reading the scaler

@@ -83,9 +83,14 @@ class InitializeToGradScaler(TrainingRule):
             [cst.Assign([cst.AssignTarget(cst.parse_expression(scaler))], plan.scaler_call.deep_clone())])
             for scaler in plan.scalers]
         shared = plan.shared
-        if shared is not None and shared.global_ and where is not None and any(
-                isinstance(p, cst.FunctionDef) for p in self.ancestors(where)):
-            made.insert(0, cst.SimpleStatementLine([cst.Global([cst.NameItem(cst.Name(shared.name))])]))
+        if shared is not None and shared.global_:
+            declared = [cst.SimpleStatementLine([cst.Global([cst.NameItem(cst.Name(shared.name))])])] \
+                if where is not None and any(isinstance(p, cst.FunctionDef) for p in self.ancestors(where)) else []
+            if plan.scaler == shared.name:
+                made[:0] = declared
+            else:  # kept on `self`: the module's global names the same object
+                made += declared + [cst.SimpleStatementLine([cst.Assign(
+                    [cst.AssignTarget(cst.Name(shared.name))], cst.parse_expression(plan.scaler))])]
         for target in shared.publish if shared is not None else ():
             made.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.parse_expression(target))],
                                                              cst.parse_expression(plan.scaler))]))

@@ -473,7 +473,7 @@ class PlanTraining(UnitPlanning, Rule):
         if isinstance(built, str):
             self.report(call, NO_PLACE, built)
             return None
-        if shared is not None and not self._shares(call, shared, placement, built, scaler):
+        if shared is not None and not self._shares(call, shared, built, scaler):
             return None
         return TrainingPlan(
             scaler=scaler,
@@ -495,14 +495,10 @@ class PlanTraining(UnitPlanning, Rule):
             shared=shared,
         )
 
-    def _shares(self, call: cst.Call, shared: SharedScaler, placement: str, built: tuple[cst.Call, cst.Call],
-                scaler: str) -> bool:
+    def _shares(self, call: cst.Call, shared: SharedScaler, built: tuple[cst.Call, cst.Call], scaler: str) -> bool:
         """Whether the modules that read this scaler can (reported either way)."""
         why = None
-        if shared.global_ and placement not in ("local", "module"):
-            why = "it reads the scaler as this module's global, and here it is passed as a parameter " \
-                  "or kept on `self`"
-        elif shared.casts and not self._followed(built, scaler):
+        if shared.casts and not self._followed(built, scaler):
             why = "amp is on for some options where losses are not scaled (O0 with a `loss_scale`, " \
                   "O3's static 1.0, bfloat16), and autocast there can only follow the scaler's `enabled`"
         if why is not None:
@@ -609,7 +605,8 @@ class PlanTraining(UnitPlanning, Rule):
                       per_loss: dict[str, int]) -> tuple[str, dict[int, str]]:
         """How code reaches the scaler, and each loss id's own where they stay apart."""
         shared: Optional[SharedScaler] = self.state.scratch.get("project")
-        name = shared.name if shared is not None and shared.global_ else self._name(module, placement)
+        name = shared.name if shared is not None and shared.global_ and placement != "self" \
+            else self._name(module, placement)
         scaler = f"self.{name}" if placement == "self" else name
         loss_scalers: dict[int, str] = {}
         for loss_id in sorted(set(per_loss.values())):

@@ -127,3 +127,42 @@ def test_a_module_imported_under_two_names_is_two_modules_and_keeps_the_shim():
     alone = migrate_project({"pkg/__init__.py": "", "pkg/factory.py": factory, "pkg/trainer.py": trainer,
                              "main.py": main.replace("from factory", "from pkg.factory")})
     assert alone["pkg/trainer.py"].target_used == "native"
+
+
+LEARNER = '''import torch
+from apex import amp
+
+
+class Learner:
+    def __init__(self, model, optimizer, fp16=False):
+        self.model = model
+        self.optimizer = optimizer
+        if fp16:
+            self.model, self.optimizer = amp.initialize(self.model, self.optimizer, opt_level="O1")
+
+    def fit(self, batches):
+        for x, y in batches:
+            loss = torch.nn.functional.mse_loss(self.model(x), y)
+            with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                scaled_loss.backward()
+            self.optimizer.step()
+'''
+CALLBACK = '''import torch
+from apex import amp
+
+from learner import Learner
+
+
+def save(learner: Learner, path):
+    torch.save({"amp": amp.state_dict()}, path)
+'''
+
+
+def test_a_scaler_kept_on_self_is_also_the_module_global_a_callback_reads():
+    results = migrate_project({"learner.py": LEARNER, "callbacks.py": CALLBACK,
+                               "main.py": "from learner import Learner\nimport callbacks\n"})
+    learner = results["learner.py"].code
+    assert results["learner.py"].target_used == results["callbacks.py"].target_used == "native"
+    assert "self.scaler = torch.amp.GradScaler(\"cuda\", enabled=fp16)\n        global scaler\n" \
+           "        scaler = self.scaler\n" in learner
+    assert '{"amp": _amp_learner.scaler.state_dict()}' in results["callbacks.py"].code

@@ -71,8 +71,9 @@ def _own_codes(module) -> list[Code]:
     for node in tree.body:
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
                 and getattr(node.value.func, "id", None) == "define":
-            defined.append(CODES[node.value.args[0].value])
-    return defined
+            defined.append(node.value.args[0].value)
+    # A code in the source but not registered: the file changed after it was imported.
+    return [CODES[code] for code in defined if code in CODES]
 
 
 def _rules_in(module_name: str) -> list[type[Rule]]:

@@ -28,7 +28,7 @@ from .binding import apex_import_words, imports_apex
 from .rules.base import FileState
 from .rules.imports import SHIM_ARGUMENT_REJECTED, SHIM_NAME_MISSING
 from .rules.plan import SharedScaler
-from .source_index import SourceIndex
+from .source_index import SourceIndex, walk_ast
 from .verify import VerificationError, imports_apex as output_imports_apex, shim_names_missing, verify_output
 
 # Cheap text test: a file that never spells these cannot use Apex or torch's deprecated
@@ -101,7 +101,7 @@ def touches_apex(tree: ast.Module) -> bool:
     Every rule acts on names those bind, so a file without them is left as it is."""
     if any(imports_apex(node) for node in SourceIndex.imports_of(tree)):
         return True
-    for node in ast.walk(tree):
+    for node in walk_ast(tree):
         if isinstance(node, ast.Attribute):
             if node.attr == "amp" and not (isinstance(node.value, ast.Name) and node.value.id == "torch"):
                 return True

@@ -371,6 +371,33 @@ _BINDS_ITS_NAME = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Exce
                    ast.MatchStar)
 
 
+_AST_FIELDS: dict[type, object] = {}
+
+
+def walk_ast(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node under `tree`, as `ast.walk` gives them but in no set order and without
+    the `Load`/`Store`/`Del` context markers (a third of the nodes): three times faster, for
+    passes that collect sets and read a name's `ctx` from the name itself."""
+    stack: list = [tree]
+    pop, push, extend, fields = stack.pop, stack.append, stack.extend, _AST_FIELDS
+    while stack:
+        node = pop()
+        names = fields.get(type(node))
+        if names is None:
+            kind = type(node)
+            names = fields[kind] = tuple(f for f in kind._fields if f != "ctx") \
+                if issubclass(kind, ast.AST) else False
+        if names is False:
+            continue  # a str in `global a, b`, a None key of a `{**d}` dict
+        yield node
+        for name in names:
+            value = getattr(node, name, None)
+            if type(value) is list:
+                extend(value)
+            elif isinstance(value, ast.AST):
+                push(value)
+
+
 class _Facts:
     """One walk over Python's parse: the names functions and classes take, every import
     (module, or None for `import x`; level; (name, asname) pairs; its lines), and the lines
@@ -382,7 +409,7 @@ class _Facts:
         self.imports: list[tuple[Optional[str], int, list[tuple[str, Optional[str]]], int, int]] = []
         self.bound: dict[str, set[int]] = {}
         self.assigned: set[str] = set()
-        for node in ast.walk(tree):
+        for node in walk_ast(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 module = (node.module or "") if isinstance(node, ast.ImportFrom) else None
                 self.imports.append((module, getattr(node, "level", 0) or 0,
@@ -411,7 +438,7 @@ class _Facts:
 
 
 def _identifiers(tree: ast.AST) -> Iterator[str]:
-    for node in ast.walk(tree):
+    for node in walk_ast(tree):
         if isinstance(node, ast.Name):
             yield node.id
         elif isinstance(node, ast.Attribute):

@@ -16,6 +16,7 @@ from typing import Optional
 import libcst as cst
 
 from .shim_surface import Missing, missing_names
+from .source_index import walk_ast
 
 _BUILTINS = set(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__loader__",
                                   "__package__", "__builtins__", "__path__", "__annotations__",
@@ -60,7 +61,7 @@ def read_before_bound(tree: ast.Module, names: set[str]) -> set[str]:
         read, bound = _module_level_names(stmt)
         found |= read & pending
         pending -= bound
-    for node in ast.walk(tree):
+    for node in walk_ast(tree):
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             read, bound = _module_level_names(node)
             found |= read & bound & names

@@ -569,14 +569,15 @@ def _visit_order(node_type: type) -> Optional[tuple[str, ...]]:
         source = inspect.getsource(node_type._visit_and_replace_children)
     except (OSError, TypeError):
         source = ""
-    fields = tuple(_VISIT_CALL.findall(source))
+    found = _VISIT_CALL.findall(source)
     calls = len(re.findall(r"\bvisit_\w+\(", source))
+    fields = tuple(dict.fromkeys(found))  # `ImportFrom.names`: one of two calls, by its type
     known = {f.name for f in dataclasses.fields(node_type)} if dataclasses.is_dataclass(node_type) else set()
-    _ORDER[node_type] = order = fields if fields and calls == len(fields) and set(fields) <= known else None
-    if not source.strip():
-        _ORDER[node_type] = order = None
-    elif not fields and calls == 0:
-        _ORDER[node_type] = order = ()  # a leaf: nothing to visit
+    if not source.strip() or len(found) != calls or not set(fields) <= known:
+        order = None
+    else:
+        order = fields  # () for a leaf: nothing to visit
+    _ORDER[node_type] = order
     return order
 
 

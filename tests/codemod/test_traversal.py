@@ -1,0 +1,121 @@
+"""The codemod's own tree walks must see what libcst's and Python's walks see, in the same
+order where order matters: a rule visit calls the same handlers on the same nodes in the same
+order as `tree.visit(rule)` and builds the same tree, and `walk_ast` yields every node
+`ast.walk` does but the `Load`/`Store`/`Del` markers."""
+import ast
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from amp_migrate.rules import base
+from amp_migrate.rules.base import FileState, Rule, visit_module
+from amp_migrate.options import Options
+from amp_migrate.source_index import walk_ast
+from libcst.codemod import CodemodContext
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+# Inputs of every shape the golden tests hold (not their expected outputs).
+SOURCES = sorted(p for p in FIXTURES.rglob("*.py") if not p.name.endswith((".native.py", ".shim.py")))[::7]
+
+SAMPLE = '''\
+import torch as T
+from apex import amp
+
+
+@decorate(amp, key=lambda x: x[1:2])
+async def run(model: "T.nn.Module", *args, opt=None, **kw) -> None:
+    global counter
+    async with amp.scale_loss(loss, opt) as (scaled, _):
+        await scaled.backward()
+    f"{model!r:>{width}}" ; x = [y async for y in z if y] ; del x
+    match kw:
+        case {"a": 1, **rest} if rest: pass
+        case [first, *others]: print(first)
+    try:
+        pass
+    except* ValueError as e:
+        raise
+    return {**kw, "k": (yield)}
+'''
+
+
+class _Recorder(Rule):
+    """Records every handler call; rewrites every `amp` name, and drops `del` lines and
+    `pass` statements, so that parents are rebuilt around changed, removed and flattened
+    children."""
+
+    MARKERS = ()
+
+    def __init__(self, context, state, log):
+        super().__init__(context, state)
+        self.log = log
+
+    def interest(self):
+        return None
+
+    def on_visit(self, node):
+        self.log.append(("visit", type(node).__name__, id(node)))
+        return super().on_visit(node)
+
+    def on_leave(self, original_node, updated_node):
+        self.log.append(("leave", type(original_node).__name__, id(original_node)))
+        return super().on_leave(original_node, updated_node)
+
+    def leave_Name(self, original_node, updated_node):
+        return updated_node.with_changes(value="AMP") if updated_node.value == "amp" else updated_node
+
+    def leave_Del(self, original_node, updated_node):
+        return cst.RemoveFromParent()
+
+    def leave_Pass(self, original_node, updated_node):
+        return cst.RemoveFromParent()
+
+    def leave_SimpleStatementLine(self, original_node, updated_node):
+        if any(isinstance(s, cst.Expr) and isinstance(s.value, cst.Await) for s in original_node.body):
+            return cst.FlattenSentinel([updated_node, updated_node.deep_clone()])
+        return updated_node
+
+
+def _run(module: cst.Module, through_libcst: bool):
+    log: list = []
+    rule = _Recorder(CodemodContext(), FileState(Options()), log)
+    rule._skip = frozenset()
+    result = module.visit(rule) if through_libcst else visit_module(rule, module)
+    # The fast walk skips layout nodes the rule ignores: compare the calls on the rest.
+    passive = base._passive(_Recorder)
+    kept = [entry for entry in log if getattr(cst, entry[1]) not in passive]
+    return kept, result
+
+
+@pytest.mark.parametrize("text", [SAMPLE] + [p.read_text(encoding="utf-8") for p in SOURCES],
+                         ids=["sample"] + [str(p.relative_to(FIXTURES)) for p in SOURCES])
+def test_rule_visit_calls_handlers_in_libcsts_order_and_builds_its_tree(text):
+    module = cst.parse_module(text)
+    fast_log, fast = _run(module, through_libcst=False)
+    libcst_log, slow = _run(module, through_libcst=True)
+    assert fast_log == libcst_log
+    assert fast.code == slow.code
+    assert fast.deep_equals(slow)
+
+
+def test_unchanged_subtrees_keep_their_identity():
+    module = cst.parse_module("import torch\n\n\ndef f(x):\n    return x + 1\n\n\ny = amp\n")
+    _, result = _run(module, through_libcst=False)
+    assert result.body[1] is module.body[1]  # nothing in `f` changed
+    assert result.body[2] is not module.body[2]
+
+
+def test_every_node_type_has_a_visit_order_read_from_libcst():
+    missing = [name for name, kind in vars(cst).items()
+               if isinstance(kind, type) and issubclass(kind, cst.CSTNode) and not kind.__abstractmethods__
+               and base._visit_order(kind) is None]
+    assert missing == []
+
+
+@pytest.mark.parametrize("text", [SAMPLE] + [p.read_text(encoding="utf-8") for p in SOURCES],
+                         ids=["sample"] + [str(p.relative_to(FIXTURES)) for p in SOURCES])
+def test_walk_ast_yields_what_ast_walk_yields_but_context_markers(text):
+    tree = ast.parse(text)
+    expected = sorted(id(n) for n in ast.walk(tree) if not isinstance(n, ast.expr_context))
+    assert sorted(id(n) for n in walk_ast(tree)) == expected

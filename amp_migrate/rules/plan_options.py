@@ -417,8 +417,10 @@ class OptionReader:
         scale gets `init_scale=start` and a static one keeps its never-growing interval."""
         value, shown = literal(start), f"`_loss_scale = {cst.Module([]).code_for_node(start)}`"
         why = None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-            why = "is no literal positive number"
+        if value is NOT_LITERAL:
+            why = "is known only at run time, and the GradScaler may be built where it is not"
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            why = "is no positive number"
         elif literal(self.args.get("num_losses")) not in (None, 1):
             why = "sets one of several per-loss scalers"
         elif scale.scaled is False or level.values == ("O3",):

@@ -88,7 +88,14 @@ def codemod_section(res: dict) -> str:
                      f"{real['ratio_to_bare_libcst']:.3f}x, measured the same way; cost per line "
                      f"{small['amp_migrate_us_per_line']:.0f} µs on the smallest third of the files "
                      f"({small['lines']:,} lines), {large['amp_migrate_us_per_line']:.0f} µs on the largest "
-                     f"third ({large['lines']:,} lines): {real['large_vs_small_per_line']:.2f}x.")
+                     f"third ({large['lines']:,} lines): {real['large_vs_small_per_line']:.2f}x."
+                     + (f" The project index pass (`project.Tree` over each of the {real['index_repos']} "
+                        f"repositories, laid out at their paths) took {real['index_s']:.2f} s, "
+                        f"{real['index_vs_pipeline']:.1%} on top of the per-file pipeline."
+                        if "index_vs_pipeline" in real else "")
+                     + (f" (This row measured {real['measured']} with `--real-only`, load average "
+                        f"{', '.join(map(str, real['load_before']))} before, "
+                        f"{', '.join(map(str, real['load_after']))} after.)" if "measured" in real else ""))
     facts.append(f"- Files without Apex: {cl['parsed']} of {cl['count']} parsed; "
                  f"{cl['us_per_file']:.0f} µs per file (read + text pre-filter).")
     facts.append(f"- Scaling from `--jobs 1` to `--jobs 2`: {res['scaling_1_to_2']:.2f}x.")

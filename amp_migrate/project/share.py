@@ -52,9 +52,10 @@ def _import(spelling: Spelling, alias: str) -> tuple:
     return (spelling.module, spelling.obj, alias, spelling.relative)
 
 
-def _alias(index: ProjectIndex, target: str, importer_text: str) -> str:
+def _alias(index: ProjectIndex, target: str, importer_text: str, taken: tuple = ()) -> str:
+    """`_amp_<module>`, spelled nowhere in the importer nor among the aliases it already adds."""
     last = index.facts(target).name.rsplit(".", 1)[-1] or "module"
-    return _free(f"_amp_{last}", importer_text)
+    return _free(f"_amp_{last}", importer_text, " ".join(alias for _, _, alias, _ in taken))
 
 
 class _Sharing:
@@ -82,8 +83,8 @@ class _Sharing:
         spelling = self.index.spelling(owner, user)
         if spelling is None or not self.index.one_name(user):
             return False
-        alias = _alias(self.index, user, self.texts[owner])
         role = self.owner_role(owner)
+        alias = _alias(self.index, user, self.texts[owner], role.imports)
         self.roles[owner] = replace(role, publish=(*role.publish, f"{alias}.{name}"), casts=role.casts or _scales(
                                         self.index, user),
                                     imports=(*role.imports, _import(spelling, alias)),

@@ -166,3 +166,16 @@ def test_a_scaler_kept_on_self_is_also_the_module_global_a_callback_reads():
     assert "self.scaler = torch.amp.GradScaler(\"cuda\", enabled=fp16)\n        global scaler\n" \
            "        scaler = self.scaler\n" in learner
     assert '{"amp": _amp_learner.scaler.state_dict()}' in results["callbacks.py"].code
+
+
+def test_two_helpers_with_one_module_name_get_two_aliases_in_the_script():
+    script = ('from apex import amp\nfrom utils import save\nfrom models import save as model_save\n\n\n'
+              'def train(model, optimizer):\n'
+              '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+              '    save.write()\n    model_save.write()\n\n\nif __name__ == "__main__":\n    train(None, None)\n')
+    helper = 'import torch\nfrom apex import amp\n\n\ndef write():\n    torch.save({"amp": amp.state_dict()}, "x.pt")\n'
+    results = migrate_project({"main.py": script, "utils/__init__.py": "", "utils/save.py": helper,
+                               "models/__init__.py": "", "models/save.py": helper})
+    code = results["main.py"].code
+    assert "import models.save as _amp_save\nimport utils.save as _amp_save_1\n" in code
+    assert "    _amp_save.scaler = scaler\n    _amp_save_1.scaler = scaler\n" in code

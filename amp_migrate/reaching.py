@@ -174,86 +174,87 @@ class _Scopes:
                 continue
             if isinstance(item, (list, tuple)):
                 stack.extend((n, scope) for n in item)
-                continue
-            node = item
-            if isinstance(node, (cst.FunctionDef, cst.Lambda)):
-                inner = self.of[node] = _Scope("function", scope)
-                if isinstance(node, cst.FunctionDef):
-                    self._add(scope, node.name)
-                    stack.extend((d, scope) for d in node.decorators)
-                    if node.returns is not None:
-                        stack.append((node.returns, scope))
-                params = node.params
-                for param in (*params.posonly_params, *params.params, *params.kwonly_params,
-                              params.star_arg, params.star_kwarg):
-                    if isinstance(param, cst.Param):
-                        self._add(inner, param.name)
-                        if param.default is not None:
-                            stack.append((param.default, scope))
-                        if param.annotation is not None:
-                            stack.append((param.annotation, scope))
-                stack.append((node.body, inner))
-                continue
-            if isinstance(node, cst.ClassDef):
-                self._add(scope, node.name)
-                stack.extend((n, scope) for n in (*node.decorators, *node.bases, *node.keywords))
-                stack.append((node.body, self.of.setdefault(node, _Scope("class", scope))))
-                continue
-            if isinstance(node, _COMPREHENSIONS):
-                inner = self.of[node] = _Scope("comprehension", scope)
-                stack.append((node.for_in.iter, scope))
-                rest = [n for n in children(node) if n is not node.for_in]
-                for_in: Optional[cst.CompFor] = node.for_in
-                first = True
-                while for_in is not None:
-                    for name in _target_names(for_in.target):
-                        self._add(inner, name)
-                    rest.append(for_in.target)
-                    if not first:
-                        rest.append(for_in.iter)
-                    rest.extend(for_in.ifs)
-                    first, for_in = False, for_in.inner_for_in
-                stack.extend((n, inner) for n in rest)
-                continue
-            if isinstance(node, cst.Global):
-                scope.globals.update(n.name.value for n in node.names)
-                continue
-            if isinstance(node, cst.Nonlocal):
-                scope.nonlocals.update(n.name.value for n in node.names)
-                continue
-            if isinstance(node, cst.AssignTarget):
-                names = _target_names(node.target)
-            elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For)):
-                names = _target_names(node.target)
-            elif isinstance(node, cst.WithItem):
-                names = _target_names(node.asname.name) if node.asname is not None else ()
-            elif isinstance(node, cst.ExceptHandler):
-                names = [node.name.name] if node.name is not None and isinstance(node.name.name, cst.Name) else ()
-            elif isinstance(node, cst.Del):
-                names = _target_names(node.target)
-            elif isinstance(node, cst.NamedExpr):
-                names = ()
-                for name in _target_names(node.target):
-                    self._add(self._walrus_scope(scope), name)
-            elif isinstance(node, (cst.Import, cst.ImportFrom)):
-                names = ()
-                if not isinstance(node.names, cst.ImportStar):
-                    for alias in node.names:
+            elif isinstance(item, (cst.FunctionDef, cst.Lambda)):
+                self._function(item, scope, stack)
+            elif isinstance(item, cst.ClassDef):
+                self._add(scope, item.name)
+                stack.extend((n, scope) for n in (*item.decorators, *item.bases, *item.keywords))
+                stack.append((item.body, self.of.setdefault(item, _Scope("class", scope))))
+            elif isinstance(item, _COMPREHENSIONS):
+                self._comprehension(item, scope, stack)
+            elif isinstance(item, cst.Global):
+                scope.globals.update(n.name.value for n in item.names)
+            elif isinstance(item, cst.Nonlocal):
+                scope.nonlocals.update(n.name.value for n in item.names)
+            elif isinstance(item, (cst.Import, cst.ImportFrom)):
+                if not isinstance(item.names, cst.ImportStar):
+                    for alias in item.names:
                         bound = alias.evaluated_alias or alias.evaluated_name.split(".")[0]
                         if bound in self.names:
                             scope.local.add(bound)
-                continue
-            elif isinstance(node, cst.MatchCase):
-                names = _pattern_names(node.pattern)
             else:
-                names = ()
-            for name in names:
-                self._add(scope, name)
-            stack.extend((child, scope) for child in children(node))
+                for name in self._bound_by(item, scope):
+                    self._add(scope, name)
+                stack.extend((child, scope) for child in children(item))
         # `global x` / `nonlocal x` make x another scope's, whatever the block binds.
         for scope in self.of.values():
             scope.local -= scope.globals | scope.nonlocals
         self.root.local |= self.names
+
+    def _function(self, node, scope: _Scope, stack: list) -> None:
+        """A function or lambda: its name, decorators, return annotation, defaults and
+        parameter annotations belong to `scope`; its parameters and body to a scope of its own."""
+        inner = self.of[node] = _Scope("function", scope)
+        if isinstance(node, cst.FunctionDef):
+            self._add(scope, node.name)
+            stack.extend((d, scope) for d in node.decorators)
+            if node.returns is not None:
+                stack.append((node.returns, scope))
+        params = node.params
+        for param in (*params.posonly_params, *params.params, *params.kwonly_params,
+                      params.star_arg, params.star_kwarg):
+            if isinstance(param, cst.Param):
+                self._add(inner, param.name)
+                if param.default is not None:
+                    stack.append((param.default, scope))
+                if param.annotation is not None:
+                    stack.append((param.annotation, scope))
+        stack.append((node.body, inner))
+
+    def _comprehension(self, node, scope: _Scope, stack: list) -> None:
+        """A comprehension: its first iterable runs in `scope`, the rest in a scope of its own
+        that its targets bind."""
+        inner = self.of[node] = _Scope("comprehension", scope)
+        stack.append((node.for_in.iter, scope))
+        rest = [n for n in children(node) if n is not node.for_in]
+        for_in: Optional[cst.CompFor] = node.for_in
+        first = True
+        while for_in is not None:
+            for name in _target_names(for_in.target):
+                self._add(inner, name)
+            rest.append(for_in.target)
+            if not first:
+                rest.append(for_in.iter)
+            rest.extend(for_in.ifs)
+            first, for_in = False, for_in.inner_for_in
+        stack.extend((n, inner) for n in rest)
+
+    def _bound_by(self, node, scope: _Scope):
+        """The names a statement or expression binds in `scope` itself (a walrus binds in the
+        scope around its comprehensions, here and now)."""
+        if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.Del)):
+            return _target_names(node.target)
+        if isinstance(node, cst.WithItem):
+            return _target_names(node.asname.name) if node.asname is not None else ()
+        if isinstance(node, cst.ExceptHandler):
+            return [node.name.name] if node.name is not None and isinstance(node.name.name, cst.Name) else ()
+        if isinstance(node, cst.NamedExpr):
+            for name in _target_names(node.target):
+                self._add(self._walrus_scope(scope), name)
+            return ()
+        if isinstance(node, cst.MatchCase):
+            return _pattern_names(node.pattern)
+        return ()
 
 
 @dataclass

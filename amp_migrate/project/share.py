@@ -7,7 +7,8 @@ across the modules of a group"):
 
 * the owner (the module calling `initialize`) imports the user (the script imports its
   trainer or checkpoint helper): the user module gets `scaler = None`, and the owner sets
-  `_amp_trainer.scaler = scaler` right after building it; the user reads its own global;
+  `_amp_trainer.scaler = scaler` right after building it; the user reads its own global
+  (not where the user runs as a program itself: as `__main__` it is another module object);
 * otherwise the user imports the owner (`import pkg.optimization as _amp_optimization`)
   and reads `_amp_optimization.scaler`, which the owner keeps in a module global (set with
   `global scaler` where `initialize` ran). Only where the owner is a module some other
@@ -153,7 +154,7 @@ def _group_roles(index: ProjectIndex, group: Group, texts: Mapping[str, str],
 
 def _one(sharing: _Sharing, owner: str, user: str) -> bool:
     index = sharing.index
-    if index.reaches(owner, user) and not index.reaches(user, owner):
+    if index.reaches(owner, user) and not index.reaches(user, owner) and not index.facts(user).script:
         name = sharing.roles.get(user, SharedScaler()).name or _scaler_name(sharing.texts[user])
         return sharing.attribute(owner, user, name)
     return sharing.global_(owner, user)

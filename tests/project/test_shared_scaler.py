@@ -179,3 +179,13 @@ def test_two_helpers_with_one_module_name_get_two_aliases_in_the_script():
     code = results["main.py"].code
     assert "import models.save as _amp_save\nimport utils.save as _amp_save_1\n" in code
     assert "    _amp_save.scaler = scaler\n    _amp_save_1.scaler = scaler\n" in code
+
+
+def test_a_user_that_also_runs_as_a_program_is_not_handed_the_scaler_by_attribute():
+    """Run as `python helper.py`, the helper is `__main__`; the attribute the owner sets on the
+    module it imports by name is another module's."""
+    owner = ('import helper\nfrom apex import amp\n\n\ndef setup(model, optimizer):\n'
+             '    return amp.initialize(model, optimizer, opt_level="O1")\n')
+    helper = SAVER.replace("from factory import build\n", "") + '\n\nif __name__ == "__main__":\n    save(None, None, "x")\n'
+    results = migrate_project({"owner.py": owner, "helper.py": helper})
+    assert results["helper.py"].target_used == "shim"

@@ -5,7 +5,9 @@ What it does
     does more than one backward, binds `s = scaler.scale(loss)` and keeps the body), and wraps
     the forward pass in `with torch.autocast(...)`: the statements of the enclosing block from
     the first one that uses a model returned by `initialize` to the last one that assigns the
-    loss (only the loss assignment when no model use is visible there).
+    loss (when no model use is visible there, from the earliest statement whose assignments
+    flow into the loss, so that a forward through a wrapper such as `self.mnetwork` is
+    covered).
 
 Why
     Apex O1 patched torch functions globally from `initialize` on; native code says where
@@ -85,12 +87,14 @@ LOSS_NOT_HERE = define(
 )
 LOSS_ONLY_REGION = define(
     "AMP203", "autocast-covers-loss-only", Severity.INFO,
-    "No use of an `initialize`d model precedes the loss here; autocast covers only the loss "
-    "computation.",
+    "No use of an `initialize`d model precedes the loss here; autocast covers the statements "
+    "the loss is computed from.",
     "The autocast region starts at the first statement that uses a model returned by "
-    "`initialize`. None is visible in this block, so only the loss assignment runs under "
-    "autocast. If the forward pass happens in that statement (a helper call), that is right; "
-    "otherwise widen the `with torch.autocast(...)` block by hand.",
+    "`initialize`. None is visible in this block (the forward may run through a wrapper, "
+    "`self.mnetwork = DataParallel(self.network)`, or a helper), so the region starts at the "
+    "earliest statement whose assignments flow into the loss, by name: the forward that made "
+    "the loss is among them. Apex cast every statement after `initialize`, so a wider region "
+    "is closer to it, not further. Check that the forward is inside the `with` block.",
 )
 
 UNSCALED_BRANCH = define(
@@ -188,6 +192,18 @@ def _assigned(stmt: cst.CSTNode) -> set[str]:
 
     Collect().walk(stmt)
     return out
+
+
+def _feeding(body: Sequence[cst.CSTNode], start: int, last: int) -> int:
+    """The earliest statement of `body[start:last + 1]` whose assignments flow into what
+    `body[last]` reads (a backward slice by names): where no model use is visible, the forward
+    that made the loss is among those statements, and Apex cast all of them."""
+    needed, first = _names(body[last]), last
+    for i in range(last - 1, start - 1, -1):
+        if _assigned(body[i]) & needed:
+            needed |= _names(body[i])
+            first = i
+    return first
 
 
 def _single_backward(stmt: cst.CSTNode, alias: str) -> Optional[cst.Call]:
@@ -294,7 +310,9 @@ class ScaleLossToGradScaler(TrainingRule):
                 if self.plan.global_casts:  # amp.init(): everything since the last backward
                     return block, start, last, True
                 first = next((i for i in range(start, last + 1) if _uses(body[i], self.plan.models)), None)
-                return block, (last if first is None else first), last, first is not None
+                if first is None:  # no model use seen: from the earliest statement the loss comes from
+                    return block, _feeding(body, start, last), last, False
+                return block, first, last, True
             owner = self.statement_around(block)
             if owner is None:
                 return None

@@ -154,6 +154,15 @@ CASES = [
     Case("imagenet-flags-O0-default-scale", "imagenet_style_option_flags.py", ("--opt-level", "O0"),
          covers="the same flags at O0 with no `--loss-scale`: O0's static 1.0, scaler and autocast "
                 "disabled"),
+    Case("forward-through-wrapper-attribute-fp16", "forward_through_wrapper_attribute.py",
+         ("--fp16", "--corrupt-step", "8"),
+         covers="the forward runs through `self.mnetwork` (a DataParallel around the `initialize`d "
+                "model), so no model use is visible: autocast covers the statements the loss "
+                "comes from, forward included; one overflow", min_skipped=1),
+    Case("forward-through-wrapper-attribute-fp32", "forward_through_wrapper_attribute.py",
+         ("--corrupt-step", "8"),
+         covers="the same trainer without fp16: scaler and autocast disabled",
+         scales="native_disabled"),
     Case("imagenet-flags-O0-dynamic", "imagenet_style_option_flags.py",
          ("--opt-level", "O0", "--loss-scale", "dynamic"),
          covers="O0 with `--loss-scale dynamic`: Apex scaled fp32 losses dynamically; the scaler "

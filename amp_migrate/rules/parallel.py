@@ -44,9 +44,11 @@ Fix safety
 
     A bare `apex.parallel.SyncBatchNorm` used as a value (`norm_layer=SyncBatchNorm`) becomes
     `torch.nn.SyncBatchNorm`: both take the same first six arguments with the same defaults.
-    In `isinstance`/`issubclass` checks and class bases, and for the DDP class or
-    `convert_syncbn_model` used without a call, the meaning would change for objects this file
-    does not create, so the file falls back. `Reducer` and `LARC` have no torch equivalent and
+    A bare `convert_syncbn_model` (`converter = apex.parallel.convert_syncbn_model`) becomes
+    `torch.nn.SyncBatchNorm.convert_sync_batchnorm` (AMP532): same leading `module,
+    process_group` and the same conversion; Apex's `channel_last` would raise in torch. In
+    `isinstance`/`issubclass` checks and class bases, and for the DDP class used without a call,
+    the meaning would change for objects this file does not create, so the file falls back. `Reducer` and `LARC` have no torch equivalent and
     fall back. `create_syncbn_process_group(n)` becomes `torch.distributed.new_subgroups(n)[0]`
     (AMP531): both build the groups of `n` consecutive ranks collectively, in the same order, and
     return this rank's; Apex's `n == 0` (no group) stays `None`.
@@ -142,6 +144,16 @@ SUBGROUPS = define(
     before="group = apex.parallel.create_syncbn_process_group(8)",
     after="group = torch.distributed.new_subgroups(8)[0]",
 )
+CONVERT_REFERENCE = define(
+    "AMP532", "convert-syncbn-reference", Severity.INFO,
+    "`convert_syncbn_model` used as a value became `torch.nn.SyncBatchNorm.convert_sync_batchnorm`.",
+    "Both take `module, process_group=None` first and convert every `_BatchNorm` of the module "
+    "into a SyncBatchNorm with its running statistics and affine parameters, so a caller that "
+    "passes those gets the same model. A caller that passes Apex's `channel_last` gets a "
+    "TypeError from torch's function, not a different model.",
+    before="bn_converter = apex.parallel.convert_syncbn_model",
+    after="bn_converter = torch.nn.SyncBatchNorm.convert_sync_batchnorm",
+)
 SYNCBN_ARGUMENT = define(
     "AMP524", "syncbn-argument-not-mappable", Severity.WARNING,
     "An argument of Apex's SyncBatchNorm has no torch equivalent; the file uses the shim.",
@@ -170,8 +182,9 @@ PARALLEL_REFERENCE = define(
     "An apex.parallel class or function is used without being called in a way whose torch "
     "form is not provably the same; the file uses the shim.",
     "`isinstance(m, apex.parallel.DistributedDataParallel)` would become true for torch DDP "
-    "models this file never wrapped; a bare DDP class or `convert_syncbn_model` is called "
-    "elsewhere with arguments this codemod cannot see and map.",
+    "models this file never wrapped and false for models Apex's DDP wrapped elsewhere; a bare "
+    "DDP class is called elsewhere with arguments this codemod cannot see and map (Apex's "
+    "`message_size`, `delay_allreduce`, ... are not torch's).",
     before="if isinstance(model, apex.parallel.DistributedDataParallel):\n    model = model.module",
     after="import amp_shim as apex  # import rewritten only",
     falls_back=True,
@@ -252,7 +265,7 @@ class ApexParallelToTorch(ApexClassRule):
     HANDLED = frozenset(DDP_NAMES | CONVERT_NAMES | SYNCBN_NAMES | WITHOUT_EQUIVALENT | PROCESS_GROUP_NAMES)
     HANDLES = tuple(sorted(HANDLED))
     EMITS = (DDP_REPLACED, DDP_ARGUMENT_DROPPED, DDP_ARGUMENT, DDP_METHOD, SYNCBN_ARGUMENT, NO_TORCH_PARALLEL,
-             PARALLEL_REFERENCE, SYNCBN_CPU, SYNCBN_REFERENCE, PREDIVIDE_DROPPED, SUBGROUPS)
+             PARALLEL_REFERENCE, SYNCBN_CPU, SYNCBN_REFERENCE, PREDIVIDE_DROPPED, SUBGROUPS, CONVERT_REFERENCE)
 
     def visit_Module(self, node: cst.Module) -> None:
         self._ddp_only = [a for a in self.findall(node, m.Attribute(attr=m.OneOf(
@@ -375,6 +388,12 @@ class ApexParallelToTorch(ApexClassRule):
         short = self._short(name)
         if name in WITHOUT_EQUIVALENT:
             self.report(node, NO_TORCH_PARALLEL, f"`{short}` has no torch equivalent")
+        elif name in CONVERT_NAMES and self.reference_context(node) != "check":
+            if self.options.device == "cpu":
+                self.report(node, SYNCBN_CPU)
+            else:
+                self.report(node, CONVERT_REFERENCE)
+                self.replacements[id(node)] = CONVERT
         elif name not in SYNCBN_NAMES or self.reference_context(node) == "check":
             if self.reference_context(node) == "check" or name in DDP_NAMES | SYNCBN_NAMES:
                 why = ("torch's class would match objects this file never made and miss those "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import AbstractSet, ClassVar, Iterable, Optional, Sequence
 
@@ -55,11 +55,32 @@ class FileState:
         return self.index.skipped(words, also)
 
 
+class FastMetadataWrapper(MetadataWrapper):
+    """A MetadataWrapper without the walks that compute nothing. libcst resolves providers
+    in rounds, and each round walks the whole tree once for the batchable providers, even
+    when there are none (PositionProvider's round) or when every one works in `visit_Module`
+    alone (ScopeProvider and ExpressionContextProvider each run a visitor of their own
+    there): such a round calls `visit_Module` and walks nothing."""
+
+    def visit_batched(self, visitors, before_visit=None, after_leave=None):
+        visitors = list(visitors)
+        handlers = [v.get_visitors() for v in visitors]
+        if before_visit is not None or after_leave is not None or any(set(h) - {"visit_Module"} for h in handlers):
+            return super().visit_batched(visitors, before_visit, after_leave)
+        with ExitStack() as stack:
+            for v in visitors:
+                stack.enter_context(v.resolve(self))
+            for h in handlers:
+                if "visit_Module" in h:
+                    h["visit_Module"](self.module)
+        return self.module
+
+
 @contextmanager
 def metadata_without_copy(codemod: Codemod, module: cst.Module):
     """What `Codemod._handle_metadata_reference` does, minus libcst's defensive deep copy of a
     tree: unchanged statements keep their identity, which positions are keyed by."""
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    wrapper = FastMetadataWrapper(module, unsafe_skip_copy=True)
     with codemod.resolve(wrapper):
         codemod.context = replace(codemod.context, wrapper=wrapper)
         try:
@@ -415,7 +436,7 @@ class Rule(VisitorBasedCodemodCommand):
             if questions is not None:
                 skip = self.state.index.skipped_for_scopes(*questions)
                 pruned = statements_spelling(self.context.wrapper.module, skip)
-                self.metadata = {**self.metadata, key: MetadataWrapper(pruned, unsafe_skip_copy=True).resolve(key)}
+                self.metadata = {**self.metadata, key: FastMetadataWrapper(pruned, unsafe_skip_copy=True).resolve(key)}
         if key not in self.metadata:
             if key not in self.LAZY_METADATA and key not in self.get_inherited_dependencies():
                 raise KeyError(f"{key.__name__} is not available to {type(self).__name__}")
@@ -450,7 +471,7 @@ class Rule(VisitorBasedCodemodCommand):
             return line, col + 1
         positions = self._statement_positions.get(id(statement))
         if positions is None:
-            wrapper = MetadataWrapper(cst.Module(body=[statement]), unsafe_skip_copy=True)
+            wrapper = FastMetadataWrapper(cst.Module(body=[statement]), unsafe_skip_copy=True)
             positions = self._statement_positions[id(statement)] = wrapper.resolve(PositionProvider)
         where, base = positions.get(node), positions.get(statement)
         if where is None or base is None:

@@ -119,3 +119,39 @@ def test_walk_ast_yields_what_ast_walk_yields_but_context_markers(text):
     tree = ast.parse(text)
     expected = sorted(id(n) for n in ast.walk(tree) if not isinstance(n, ast.expr_context))
     assert sorted(id(n) for n in walk_ast(tree)) == expected
+
+
+@pytest.mark.parametrize("provider", ["PositionProvider", "ScopeProvider", "QualifiedNameProvider",
+                                      "ParentNodeProvider", "ExpressionContextProvider"])
+def test_fast_metadata_wrapper_resolves_what_libcst_resolves(provider):
+    import libcst.metadata as meta
+    from amp_migrate.rules.base import FastMetadataWrapper
+
+    key = getattr(meta, provider)
+    module = cst.parse_module(SAMPLE)
+    fast = FastMetadataWrapper(module, unsafe_skip_copy=True).resolve(key)
+    slow = meta.MetadataWrapper(module, unsafe_skip_copy=True).resolve(key)
+    # Nodes of the file itself (scope analysis also parses string annotations, anew each time).
+    ours = set()
+    stack = [module]
+    while stack:
+        node = stack.pop()
+        ours.add(id(node))
+        stack.extend(node.children)
+    fast = {n: v for n, v in fast.items() if id(n) in ours}
+    slow = {n: v for n, v in slow.items() if id(n) in ours}
+    assert fast.keys() == slow.keys()
+
+    def plain(value):
+        if callable(value):  # libcst's LazyValue
+            value = value()
+        if key is meta.ScopeProvider:
+            return None if value is None else (type(value).__name__, sorted(value._assignments),
+                                               sorted(a.node.value for a in value.accesses if isinstance(a.node, cst.Name)))
+        if key is meta.QualifiedNameProvider:
+            return sorted((q.name, q.source.name) for q in value)
+        if key is meta.ParentNodeProvider:
+            return id(value)
+        return value
+
+    assert {id(n): plain(v) for n, v in fast.items()} == {id(n): plain(v) for n, v in slow.items()}

@@ -163,13 +163,25 @@ _AUTOCAST_SPELLINGS = ("autocast", "torch.autocast", "torch.amp.autocast", "torc
                        "torch.cpu.amp.autocast", "amp.autocast", "cuda.amp.autocast")
 
 
-def own_autocast(statements: Sequence[cst.CSTNode]) -> Optional[cst.With]:
-    """The first `with <...autocast>(...)` in `statements` (spelled like torch's; a helper of
-    the same name counts too, which only makes the file fall back)."""
+def autocast_aliases(module: cst.Module) -> frozenset[str]:
+    """Names the module's `from torch... import autocast as <name>` imports bind (any depth)."""
+    names = set()
+    for node in m.findall(module, m.ImportFrom()):
+        source = cst.Module([]).code_for_node(node.module) if node.module is not None else ""
+        if source.split(".")[0] == "torch" and not isinstance(node.names, cst.ImportStar):
+            names.update(a.evaluated_alias or a.evaluated_name for a in node.names
+                         if a.evaluated_name == "autocast")
+    return frozenset(names)
+
+
+def own_autocast(statements: Sequence[cst.CSTNode], aliases: Collection[str] = ()) -> Optional[cst.With]:
+    """The first `with <...autocast>(...)` in `statements`: spelled like torch's, or a name
+    from `aliases` (a helper of the same name counts too, which only makes the file fall back)."""
     code = cst.Module([]).code_for_node
     for statement in statements:
         for node in m.findall(statement, m.With()):
-            if any(isinstance(i.item, cst.Call) and code(i.item.func) in _AUTOCAST_SPELLINGS for i in node.items):
+            if any(isinstance(i.item, cst.Call) and (code(i.item.func) in _AUTOCAST_SPELLINGS
+                                                     or code(i.item.func) in aliases) for i in node.items):
                 return node
     return None
 

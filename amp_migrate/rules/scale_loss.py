@@ -57,7 +57,7 @@ from ..diagnostics import Severity, define
 from .plan import (ONE_SCALER, SCALE_LOSS, SCALE_LOSS_ARGS, TrainingRule,
                    bind_arguments, literal)
 from .switch_flow import SwitchProof, squeezed
-from .plan_options import USER_AUTOCAST, own_autocast
+from .plan_options import USER_AUTOCAST, autocast_aliases, own_autocast
 
 
 UNSUPPORTED_BLOCK = define(
@@ -244,6 +244,7 @@ class ScaleLossToGradScaler(TrainingRule):
         super().__init__(context, state)
         self.withs: set[int] = set()  # original With nodes to rewrite
         self.regions: dict[int, list[tuple[int, int]]] = {}  # original block -> [(first, last)]
+        self._autocast_aliases: Optional[frozenset[str]] = None  # `autocast as ac` imports
 
     APEX_ON_THE_LINE = True
 
@@ -279,7 +280,9 @@ class ScaleLossToGradScaler(TrainingRule):
             self.report(node, LOSS_NOT_HERE)
             return
         block, first, last, saw_model = region
-        inner = own_autocast(list(block.body)[first:last + 1])
+        if self._autocast_aliases is None:
+            self._autocast_aliases = autocast_aliases(self._path[0]) if self._path else frozenset()
+        inner = own_autocast(list(block.body)[first:last + 1], self._autocast_aliases)
         if inner is not None:
             self.report(inner, USER_AUTOCAST)
             return

@@ -159,8 +159,6 @@ USER_AUTOCAST = define(
     falls_back=True,
     refusal="the file's own autocast would switch native autocast off on the Apex path",
 )
-_AUTOCAST_SPELLINGS = ("autocast", "torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast",
-                       "torch.cpu.amp.autocast", "amp.autocast", "cuda.amp.autocast")
 
 
 def autocast_aliases(module: cst.Module) -> frozenset[str]:
@@ -175,12 +173,12 @@ def autocast_aliases(module: cst.Module) -> frozenset[str]:
 
 
 def own_autocast(statements: Sequence[cst.CSTNode], aliases: Collection[str] = ()) -> Optional[cst.With]:
-    """The first `with <...autocast>(...)` in `statements`: spelled like torch's, or a name
-    from `aliases` (a helper of the same name counts too, which only makes the file fall back)."""
+    """The first `with <...>.autocast(...)` in `statements`, or a call of a name from `aliases`
+    (a helper of the same name counts too, which only makes the file fall back)."""
     code = cst.Module([]).code_for_node
     for statement in statements:
         for node in m.findall(statement, m.With()):
-            if any(isinstance(i.item, cst.Call) and (code(i.item.func) in _AUTOCAST_SPELLINGS
+            if any(isinstance(i.item, cst.Call) and (code(i.item.func).rsplit(".", 1)[-1] == "autocast"
                                                      or code(i.item.func) in aliases) for i in node.items):
                 return node
     return None

@@ -264,6 +264,10 @@ class Rule(VisitorBasedCodemodCommand):
     #: does, unlike `model.state_dict()`).
     APEX_ON_THE_LINE: ClassVar[bool] = False
 
+    #: Whether `parent()` must answer for nodes anywhere in the file, not only in the statements
+    #: the rule visits (a rule that follows a binding's reads to the calls around them).
+    PARENTS_EVERYWHERE: ClassVar[bool] = False
+
     def also_spells(self) -> Optional[Iterable[str]]:
         """A second set of words the same line must spell too (None: no such condition)."""
         return self.state.apex_words if self.APEX_ON_THE_LINE else None
@@ -418,6 +422,8 @@ class Rule(VisitorBasedCodemodCommand):
                 self.state.apex_words = self.state.apex_words | self.apex.words()
         words, also = self.interest(), self.also_spells()
         self._skip = self._parent_skip = self.state.skipping(words, also)
+        if self.PARENTS_EVERYWHERE:
+            self._parent_skip = NOTHING
         if self._skip and self.state.index is not None:
             self._words = frozenset(words)
             self._also = frozenset(also) if also is not None else None

@@ -98,8 +98,8 @@ class OptimizerClassAlias(Rule):
     def applies(cls, state, context) -> bool:
         return super().applies(state, context) and cls._ALIAS.search(state.original) is not None
 
-    def interest(self):
-        return None  # the calls through the variable spell no Apex word
+    #: The calls through the variable spell no Apex word: `_refusal` asks for their parents.
+    PARENTS_EVERYWHERE = True
 
     def scope_questions(self):
         # Scope is asked only about `x = <name or attribute>` targets and their bindings' reads:

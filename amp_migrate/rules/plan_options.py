@@ -164,12 +164,28 @@ USER_AUTOCAST = define(
 def autocast_aliases(module: cst.Module) -> frozenset[str]:
     """Names the module's `from torch... import autocast as <name>` imports bind (any depth)."""
     names = set()
-    for node in m.findall(module, m.ImportFrom()):
+    for node in _import_froms(module):
         source = cst.Module([]).code_for_node(node.module) if node.module is not None else ""
         if source.split(".")[0] == "torch" and not isinstance(node.names, cst.ImportStar):
             names.update(a.evaluated_alias or a.evaluated_name for a in node.names
                          if a.evaluated_name == "autocast")
     return frozenset(names)
+
+
+def _import_froms(module: cst.Module) -> list[cst.ImportFrom]:
+    """`m.findall(module, m.ImportFrom())`, reading statement bodies only (imports are
+    statements: no expression holds one)."""
+    found, stack = [], [module]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            found.extend(s for s in node.body if isinstance(s, cst.ImportFrom))
+        elif isinstance(node, (cst.Module, cst.BaseCompoundStatement, cst.BaseSuite, cst.Else, cst.ExceptHandler,
+                               cst.Finally, cst.MatchCase)) or type(node).__name__ == "ExceptStarHandler":
+            for name in ("body", "orelse", "handlers", "finalbody", "cases"):
+                value = getattr(node, name, None)
+                stack.extend(value if isinstance(value, (list, tuple)) else [value] if value is not None else [])
+    return found
 
 
 def own_autocast(statements: Sequence[cst.CSTNode], aliases: Collection[str] = ()) -> Optional[cst.With]:

@@ -133,6 +133,31 @@ _BLOCKS = (cst.Module, cst.BaseCompoundStatement, cst.IndentedBlock, cst.Else, c
 
 
 _STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+_SUITES = ("body", "handlers", "orelse", "finalbody", "cases")  # in libcst's visiting order
+
+
+def find_statements(tree: cst.CSTNode, kind: type) -> list:
+    """`m.findall(tree, m.<Kind>())` for a statement type (`cst.With`, `cst.ImportFrom`, ...),
+    in the same order, reading statement bodies only: no expression holds a statement."""
+    found, stack = [], [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, kind):
+            found.append(node)
+        if isinstance(node, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            found.extend(small for small in node.body if isinstance(small, kind))
+            continue
+        if not isinstance(node, _BLOCKS + (cst.BaseSuite,)):
+            continue
+        inner = []
+        for name in _SUITES:
+            value = getattr(node, name, None)
+            if isinstance(value, (list, tuple)):
+                inner.extend(value)
+            elif isinstance(value, cst.CSTNode):
+                inner.append(value)
+        stack.extend(reversed(inner))
+    return found
 
 
 class _DropStatements(cst.CSTTransformer):

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Collection, Optional, Sequence, Union
 
 import libcst as cst
-import libcst.matchers as m
 
 from ..diagnostics import Severity, define
 from .apex_calls import NOT_LITERAL
+from .base import find_statements
 from .plan import LEVELS, PURE_BUILTINS, literal, pure
 
 #: A switch: a literal bool, or an expression that is true where the thing is on.
@@ -164,7 +164,7 @@ USER_AUTOCAST = define(
 def autocast_aliases(module: cst.Module) -> frozenset[str]:
     """Names the module's `from torch... import autocast as <name>` imports bind (any depth)."""
     names = set()
-    for node in _import_froms(module):
+    for node in find_statements(module, cst.ImportFrom):
         source = cst.Module([]).code_for_node(node.module) if node.module is not None else ""
         if source.split(".")[0] == "torch" and not isinstance(node.names, cst.ImportStar):
             names.update(a.evaluated_alias or a.evaluated_name for a in node.names
@@ -172,28 +172,12 @@ def autocast_aliases(module: cst.Module) -> frozenset[str]:
     return frozenset(names)
 
 
-def _import_froms(module: cst.Module) -> list[cst.ImportFrom]:
-    """`m.findall(module, m.ImportFrom())`, reading statement bodies only (imports are
-    statements: no expression holds one)."""
-    found, stack = [], [module]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
-            found.extend(s for s in node.body if isinstance(s, cst.ImportFrom))
-        elif isinstance(node, (cst.Module, cst.BaseCompoundStatement, cst.BaseSuite, cst.Else, cst.ExceptHandler,
-                               cst.Finally, cst.MatchCase)) or type(node).__name__ == "ExceptStarHandler":
-            for name in ("body", "orelse", "handlers", "finalbody", "cases"):
-                value = getattr(node, name, None)
-                stack.extend(value if isinstance(value, (list, tuple)) else [value] if value is not None else [])
-    return found
-
-
 def own_autocast(statements: Sequence[cst.CSTNode], aliases: Collection[str] = ()) -> Optional[cst.With]:
     """The first `with <...>.autocast(...)` in `statements`, or a call of a name from `aliases`
     (a helper of the same name counts too, which only makes the file fall back)."""
     code = cst.Module([]).code_for_node
     for statement in statements:
-        for node in m.findall(statement, m.With()):
+        for node in find_statements(statement, cst.With):
             if any(isinstance(i.item, cst.Call) and (code(i.item.func).rsplit(".", 1)[-1] == "autocast"
                                                      or code(i.item.func) in aliases) for i in node.items):
                 return node

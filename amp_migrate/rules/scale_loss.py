@@ -54,6 +54,7 @@ import libcst.matchers as m
 
 from ..binding import Pruned
 from ..diagnostics import Severity, define
+from .base import find_statements
 from .plan import (ONE_SCALER, SCALE_LOSS, SCALE_LOSS_ARGS, TrainingRule,
                    bind_arguments, literal)
 from .switch_flow import SwitchProof, squeezed
@@ -305,7 +306,7 @@ class ScaleLossToGradScaler(TrainingRule):
             if last is not None:
                 start = 0
                 for i in range(at - 1, -1, -1):
-                    if any(self._scale_loss_call(w) is not None for w in m.findall(body[i], m.With())):
+                    if any(self._scale_loss_call(w) is not None for w in find_statements(body[i], cst.With)):
                         start = i + 1
                         break
                 if start > last:  # computed before an earlier scale_loss: inside its region

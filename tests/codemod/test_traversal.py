@@ -155,3 +155,15 @@ def test_fast_metadata_wrapper_resolves_what_libcst_resolves(provider):
         return value
 
     assert {id(n): plain(v) for n, v in fast.items()} == {id(n): plain(v) for n, v in slow.items()}
+
+
+@pytest.mark.parametrize("kind", ["With", "ImportFrom", "If", "FunctionDef", "Try", "Assign", "Return"])
+def test_find_statements_finds_what_matchers_find_in_the_same_order(kind):
+    import libcst.matchers as m
+    from amp_migrate.rules.base import find_statements
+
+    for text in [SAMPLE] + [p.read_text(encoding="utf-8") for p in SOURCES]:
+        module = cst.parse_module(text)
+        for tree in [module, *module.body]:
+            expected = [id(n) for n in m.findall(tree, getattr(m, kind)())]
+            assert [id(n) for n in find_statements(tree, getattr(cst, kind))] == expected

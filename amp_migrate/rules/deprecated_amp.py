@@ -81,7 +81,7 @@ from libcst.metadata import MetadataWrapper, QualifiedNameProvider, ScopeProvide
 from ..binding import DEPRECATED_AMP_MODULES
 from ..diagnostics import Code, Severity, define
 from ..source_index import SourceIndex
-from .base import FileState, PrunedImportRemoval, Rule, add_requested_imports
+from .base import FileState, PrunedImportRemoval, Rule, WithoutMatcherSearch, add_requested_imports
 
 AUTOCAST_FIXED = define(
     "AMP601", "deprecated-autocast", Severity.INFO,
@@ -498,7 +498,7 @@ class _KeepIdentity(cst.CSTTransformer):
         return result
 
 
-class _RemoveUnusedImports(PrunedImportRemoval, _KeepIdentity, RemoveImportsVisitor):
+class _RemoveUnusedImports(PrunedImportRemoval, _KeepIdentity, RemoveImportsVisitor, WithoutMatcherSearch):
     """libcst's unused-import removal, without the blank line a function body would start
     with when the import it started with goes."""
 

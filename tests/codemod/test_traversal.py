@@ -167,3 +167,22 @@ def test_find_statements_finds_what_matchers_find_in_the_same_order(kind):
         for tree in [module, *module.body]:
             expected = [id(n) for n in m.findall(tree, getattr(m, kind)())]
             assert [id(n) for n in find_statements(tree, getattr(cst, kind))] == expected
+
+
+def test_classes_without_matcher_search_have_no_matcher_decorators():
+    from libcst.matchers._visitors import (_gather_constructed_leave_funcs, _gather_constructed_visit_funcs,
+                                           _gather_matchers)
+    import amp_migrate.rules  # noqa: F401 - defines every rule module's classes
+    from amp_migrate.rules.base import WithoutMatcherSearch
+
+    def subclasses(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    found = list(subclasses(WithoutMatcherSearch))
+    assert found
+    for cls in found:
+        instance = cls.__new__(cls)
+        assert (_gather_matchers(instance), _gather_constructed_visit_funcs(instance),
+                _gather_constructed_leave_funcs(instance)) == ({}, {}, {}), cls

@@ -428,9 +428,8 @@ class PlanTraining(UnitPlanning, Rule):
 
     def _plan(self, call: cst.Call, statement: cst.CSTNode, module: cst.Module,
               unit: Optional[Unit] = None, threaded: tuple = ()) -> Optional[TrainingPlan]:
-        """Options -> switches and scaler arguments, placement, naming: the recipe in order.
-        Every reason to refuse is reported before giving up. With a `unit`, the scaler serves
-        only the sites of that block (plan_units.py)."""
+        """Options -> switches and scaler arguments, placement, naming: the recipe in order. Every
+        refusal is reported; with a `unit`, the scaler serves only that block's sites."""
         args = self._options_of(call)
         if args is None:
             return None
@@ -456,17 +455,10 @@ class PlanTraining(UnitPlanning, Rule):
             self.report(call, INIT_COUNT, "per-loss scalers (`num_losses`) with several `initialize` calls")
             return None
         if placement == "module" and (is_expression(reading.amp_on) or is_expression(reading.scaling_on)):
-            found = self._threading(module, statement, guard_node, self.sites + steps)
-            if isinstance(found, str):
-                self.report(call, NO_PLACE, "whether amp is enabled is only known where `initialize` "
-                            f"runs, and the scaler cannot be passed on from there: {found}")
+            placed = self._run_time_switch_placement(call, statement, module, guard_node, steps)
+            if placed is None:
                 return None
-            if self.scope_of(statement) is not None:  # built in a function: passed as a parameter
-                placement, threaded = "threaded", tuple(found)
-            elif any(_script_entry(p) for p in self.ancestors(statement)):
-                for function in found:
-                    self.report(self._def_at(module, function.line), MAIN_ONLY,
-                                f"`{function.name}` reads the scaler built under `if __name__ == \"__main__\":`")
+            placement, threaded = placed or (placement, threaded)
         scaler, loss_scalers = self._scaler_names(module, placement, per_loss)
         built = arguments(reading, placement == "local" and shared is None, scaler, self.options, call,
                           self.report)
@@ -494,6 +486,24 @@ class PlanTraining(UnitPlanning, Rule):
             threaded=threaded,
             shared=shared,
         )
+
+    def _run_time_switch_placement(self, call: cst.Call, statement: cst.CSTNode, module: cst.Module,
+                                   guard_node: Optional[cst.CSTNode], steps: list) -> Optional[tuple]:
+        """A module-level scaler whose switch is only known where `initialize` runs: passed as a
+        parameter when built in a function (the new placement), read from the script's entry
+        block (reported; `()` keeps the placement), or None (refused, reported)."""
+        found = self._threading(module, statement, guard_node, self.sites + steps)
+        if isinstance(found, str):
+            self.report(call, NO_PLACE, "whether amp is enabled is only known where `initialize` "
+                        f"runs, and the scaler cannot be passed on from there: {found}")
+            return None
+        if self.scope_of(statement) is not None:
+            return "threaded", tuple(found)
+        if any(_script_entry(p) for p in self.ancestors(statement)):
+            for function in found:
+                self.report(self._def_at(module, function.line), MAIN_ONLY,
+                            f"`{function.name}` reads the scaler built under `if __name__ == \"__main__\":`")
+        return ()
 
     def _shares(self, call: cst.Call, shared: SharedScaler, built: tuple[cst.Call, cst.Call], scaler: str) -> bool:
         """Whether the modules that read this scaler can (reported either way)."""

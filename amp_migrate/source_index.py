@@ -410,31 +410,45 @@ class _Facts:
         self.bound: dict[str, set[int]] = {}
         self.assigned: set[str] = set()
         for node in walk_ast(tree):
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                module = (node.module or "") if isinstance(node, ast.ImportFrom) else None
-                self.imports.append((module, getattr(node, "level", 0) or 0,
-                                     [(a.name, a.asname) for a in node.names],
-                                     node.lineno, node.end_lineno or node.lineno))
+            kind = type(node)
+            if kind is ast.Name:
+                if isinstance(node.ctx, ast.Load):
+                    continue
+                names = [node.id]
+                self.assigned.add(node.id)
+            elif kind in _IMPORTS:
+                self._import(node)
                 continue
-            if isinstance(node, ast.alias):
+            elif kind is ast.alias:
                 self.assigned.add(node.asname or node.name.split(".")[0])
                 continue
-            if isinstance(node, ast.Name):
-                names = [node.id] if not isinstance(node.ctx, ast.Load) else []
-                self.assigned.update(names)
-            elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            elif kind is ast.Global or kind is ast.Nonlocal:
                 names = node.names
-            elif isinstance(node, ast.arg):
+            elif kind is ast.arg:
                 names = [node.arg]
                 self.assigned.add(node.arg)
-            else:  # functions, classes, `except ... as`, match captures, type parameters
+            elif kind in _NAMED:  # functions, classes, `except ... as`, match captures, type parameters
                 names = [getattr(node, f) for f in ("name", "rest") if isinstance(getattr(node, f, None), str)]
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if kind in _DEFINES:
                     self.defined.add(node.name)
-                if isinstance(node, _BINDS_ITS_NAME) and node.name:
+                if kind in _BINDS_ITS_NAME and node.name:
                     self.assigned.add(node.name)
+            else:
+                continue
             for name in names:
                 self.bound.setdefault(name, set()).update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+
+    def _import(self, node: ast.Import | ast.ImportFrom) -> None:
+        module = (node.module or "") if isinstance(node, ast.ImportFrom) else None
+        self.imports.append((module, getattr(node, "level", 0) or 0, [(a.name, a.asname) for a in node.names],
+                             node.lineno, node.end_lineno or node.lineno))
+
+
+_IMPORTS = (ast.Import, ast.ImportFrom)
+_DEFINES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+#: Node types with a `name` or `rest` field (a string where the node binds it), but `alias`.
+_NAMED = tuple(kind for kind in vars(ast).values() if isinstance(kind, type) and issubclass(kind, ast.AST)
+               and kind is not ast.alias and {"name", "rest"} & set(getattr(kind, "_fields", ())))
 
 
 def _identifiers(tree: ast.AST) -> Iterator[str]:

@@ -66,11 +66,24 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     out: list[cst.CSTNode] = []
     for name in names:
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
+        kind = type(value)
+        if kind is tuple or kind is list:
+            out.extend(v for v in value if is_node(v))
+        elif is_node(value):
             out.append(value)
-        elif isinstance(value, (list, tuple)):
-            out.extend(v for v in value if isinstance(v, cst.CSTNode))
     return out
+
+
+_NODE_TYPES: dict[type, bool] = {}
+
+
+def is_node(value: object) -> bool:
+    """`isinstance(value, cst.CSTNode)`, without the ABC machinery's cost on every call."""
+    kind = type(value)
+    known = _NODE_TYPES.get(kind)
+    if known is None:
+        known = _NODE_TYPES[kind] = isinstance(value, cst.CSTNode)
+    return known
 
 
 class Pruned:

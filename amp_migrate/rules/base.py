@@ -25,7 +25,7 @@ from libcst.metadata import (MetadataWrapper, ParentNodeProvider, PositionProvid
 
 _UNDEFINED = object()
 
-from ..binding import NOTHING, ApexBinder, children, find
+from ..binding import NOTHING, ApexBinder, children, find, is_node
 from ..source_index import SourceIndex, pruning_enabled
 from ..diagnostics import Code, Diagnostic
 from ..options import Options
@@ -707,8 +707,8 @@ def _visit_children(rule: "Rule", node: cst.CSTNode, order: tuple[str, ...], pas
     skip = rule._skip
     for name in order:
         value = getattr(node, name)
-        for child in (value if isinstance(value, (tuple, list)) else (value,)):
-            if not isinstance(child, cst.CSTNode):
+        for child in (value if type(value) is tuple or type(value) is list else (value,)):
+            if not is_node(child):
                 continue
             if type(child) in passive or id(child) in skip:
                 results.append((child, child))

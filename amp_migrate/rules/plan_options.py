@@ -209,12 +209,33 @@ def both(*switches: Switch) -> Switch:
 
 
 def _and(left: cst.BaseExpression, right: cst.BaseExpression) -> cst.BooleanOperation:
+    """`left and right`, each part made a bool where it may not be one: `and` returns a falsy
+    operand itself (`None`, `""`), and `torch.autocast(enabled=)` accepts only a bool."""
     def wrap(e):
+        if not is_bool(e):
+            return cst.Call(cst.Name("bool"), [cst.Arg(e)])
         if isinstance(e, cst.BooleanOperation) and isinstance(e.operator, cst.Or) \
                 or isinstance(e, (cst.IfExp, cst.Lambda, cst.NamedExpr)):
             return parenthesized(e)
         return e
     return cst.BooleanOperation(wrap(left), cst.And(), wrap(right))
+
+
+_BOOL_CALLS = frozenset({"bool", "isinstance", "issubclass", "hasattr", "callable"})
+
+
+def is_bool(node: cst.BaseExpression) -> bool:
+    """Whether `node` evaluates to a bool whatever its operands hold."""
+    if isinstance(node, (cst.Comparison,)) or (
+            isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not)):
+        return True
+    if isinstance(node, cst.Name):
+        return node.value in ("True", "False")
+    if isinstance(node, cst.BooleanOperation):
+        return is_bool(node.left) and is_bool(node.right)
+    if isinstance(node, cst.IfExp):
+        return is_bool(node.body) and is_bool(node.orelse)
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in _BOOL_CALLS
 
 
 _LOOSE = (cst.IfExp, cst.BooleanOperation, cst.Comparison, cst.Lambda, cst.NamedExpr)

@@ -25,8 +25,11 @@ _DEPTH = 8
 
 
 def conjuncts(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The and-ed parts, each as tested for truth (`bool(x)` is false exactly when `x` is)."""
     if isinstance(expr, cst.BooleanOperation) and isinstance(expr.operator, cst.And) and not expr.lpar:
         return conjuncts(expr.left) + conjuncts(expr.right)
+    if m.matches(expr, m.Call(func=m.Name("bool"), args=[m.Arg(keyword=None, star="")])) and not expr.lpar:
+        return conjuncts(expr.args[0].value)
     return [expr]
 
 

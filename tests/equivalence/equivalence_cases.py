@@ -263,6 +263,14 @@ CASES = [
          covers="`if global_step == 0: optimizer.step()` after `initialize` and before any "
                 "backward: kept as the optimizer's own step (no inf check for `scaler.step` to "
                 "read); then the loop with a forced overflow", min_skipped=1),
+    Case("opt-level-option-as-guard-O1", "opt_level_option_as_guard.py",
+         ("--opt-level", "O1", "--corrupt-step", "6"),
+         covers="`if args.opt_level:` guards Apex (the option is the switch and the level): "
+                "`enabled=bool(args.opt_level) and ...`; one overflow", min_skipped=1),
+    Case("opt-level-option-as-guard-unset", "opt_level_option_as_guard.py", (),
+         covers="the same script with `--opt-level` unset (None): the switch is False, not None "
+                "(torch.autocast accepts only a bool); no loss scaler to record, the native one "
+                "disabled", scales="native_disabled"),
 ]
 
 BY_ID = {case.id: case for case in CASES}

@@ -15,6 +15,13 @@ Why
     `amp = None` of an `except ImportError` guard) reaches are migrated; reads that only
     other bindings reach are left alone, with no diagnostic.
 
+    One pair is no ambiguity: `try: from apex.normalization import FusedLayerNorm as
+    LayerNorm` with `except Exception: from torch.nn import LayerNorm`. The native rewrite of
+    the Apex binding is `torch.nn.LayerNorm`, the very object the other binding holds, so after
+    migration the name means one object on every path (AMP022 says so); only where the read
+    uses an argument the two classes do not share (`memory_efficient`, `bias`, `*args`) do
+    the paths differ, and AMP020 stays.
+
 Soundness
     Nothing is rewritten here; the rule makes every other rule's reads trustworthy. The
     binder follows the bindings of each name an Apex import binds through the statements as
@@ -24,6 +31,12 @@ Soundness
     binding of the name in the scope that owns it. Its sets can only be too large, so a read
     it calls Apex's is Apex's on every path; a read that can be either is reported here and the
     file falls back to the shim, whose import-only rewrite leaves every binding as it was.
+    A read whose other bindings all import the Apex object's native counterpart (the class its
+    rule rewrites it to, `from torch.nn import LayerNorm`) is not reported when it calls the
+    name with arguments both constructors take with the same meaning and defaults
+    (`normalized_shape, eps=1e-5, elementwise_affine=True`) or passes the class on as a
+    value: the Apex path builds what the rewrite builds (normalization.py's soundness), and
+    the other path built `torch.nn.LayerNorm` already.
 
 Fix safety
     No fix; `--target auto` uses the shim for the file. Renaming the other object (or the
@@ -37,9 +50,12 @@ Example
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import libcst as cst
 
 from ..diagnostics import Severity, define
+from .apex_calls import bind
 from .base import Rule
 
 NAME_REBOUND = define(
@@ -61,11 +77,43 @@ NAME_REBOUND = define(
 )
 
 
+COLLAPSED = define(
+    "AMP022", "apex-or-native-name-collapsed", Severity.INFO,
+    "This name holds Apex's class or its native counterpart; both become the native class.",
+    "`try: from apex.normalization import FusedLayerNorm as LayerNorm` / `except: from "
+    "torch.nn import LayerNorm` makes the name one of two classes. The native rewrite of "
+    "`FusedLayerNorm` is `torch.nn.LayerNorm` with the same arguments, which is what the other "
+    "binding holds, so every read becomes `torch.nn.LayerNorm` and the program builds the same "
+    "layers whichever branch ran. The fallback import stays and is harmless.",
+    before="try:\n    from apex.normalization import FusedLayerNorm as LayerNorm\n    LayerNorm(8)\n"
+           "except Exception:\n    from torch.nn import LayerNorm\nnorm = LayerNorm(hidden, eps=1e-5)",
+    after="try:\n    torch.nn.LayerNorm(8)\nexcept Exception:\n    from torch.nn import LayerNorm\n"
+          "norm = torch.nn.LayerNorm(hidden, eps=1e-5)",
+)
+
+#: Apex classes whose native rewrite is a torch class with the same meaning, and the
+#: constructor arguments (in order) they share with it, meaning and defaults included.
+NATIVE_TWINS = {
+    "apex.normalization.FusedLayerNorm": ("torch.nn.LayerNorm", ("normalized_shape", "eps", "elementwise_affine")),
+    "apex.normalization.fused_layer_norm.FusedLayerNorm": (
+        "torch.nn.LayerNorm", ("normalized_shape", "eps", "elementwise_affine")),
+}
+
+
+def _import_of(node: cst.CSTNode, parent) -> Optional[str]:
+    """The qualified name an `from a.b import C [as D]` alias binds (None for anything else)."""
+    owner = parent(node)
+    if not isinstance(node, cst.ImportAlias) or not isinstance(owner, cst.ImportFrom) \
+            or owner.relative or owner.module is None or not isinstance(node.name, cst.Name):
+        return None
+    return f"{cst.Module([]).code_for_node(owner.module)}.{node.name.value}"
+
+
 class ReboundApexNames(Rule):
     """Reports the reads of an Apex import's name that another binding can reach too."""
 
     HANDLES = ()
-    EMITS = (NAME_REBOUND,)
+    EMITS = (NAME_REBOUND, COLLAPSED)
 
     @classmethod
     def applies(cls, state, context) -> bool:
@@ -76,8 +124,28 @@ class ReboundApexNames(Rule):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         tree = super().transform_module_impl(tree)  # records where the reads sit, rewrites nothing
         for read, apex, other in self.apex.ambiguous_reads():
-            self.report(read, NAME_REBOUND, self._message(read, apex, other))
+            twin = self._twin(read, apex, other)
+            if twin is not None:
+                self.report(read, COLLAPSED, f"`{read.value}` is `{apex[0].apex}` or `{twin}`; "
+                            f"both are `{twin}` after migration")
+            else:
+                self.report(read, NAME_REBOUND, self._message(read, apex, other))
         return tree
+
+    def _twin(self, read: cst.Name, apex: list, other: list) -> Optional[str]:
+        """The native class every binding of this read means after migration, or None where
+        the Apex binding and the others can differ for it."""
+        twins = {NATIVE_TWINS.get(b.apex) for b in apex}
+        if len(twins) != 1 or None in twins or not other:
+            return None
+        (native, shared), = twins
+        if any(_import_of(b.node, self.parent) != native for b in other):
+            return None
+        call = self.parent(read)
+        if isinstance(call, cst.Call) and call.func is read:
+            bound = bind(call, shared)
+            return native if bound.problem is None else None
+        return native
 
     def _message(self, read: cst.Name, apex: list, other: list) -> str:
         def where(binding) -> str:

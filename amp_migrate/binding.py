@@ -27,6 +27,8 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import QualifiedNameProvider
 
+from .carriers import Carriers, find_carriers
+
 if TYPE_CHECKING:
     from .reaching import Binding, Reaching
 
@@ -404,6 +406,20 @@ def _table(seen: _Bindings) -> Optional[dict[str, str]]:
     return {name: next(iter(values)) for name, values in seen.apex.items()}
 
 
+CARRIED = "apex.amp"  # what a parameter that receives Apex's module holds
+
+
+def _carriers_of(module: cst.Module) -> Optional[Carriers]:
+    """The proven flow of Apex's module as a value (only for files that bind an Apex name
+    otherwise too: a parameter `amp`, `amp = None`)."""
+    source = module.code
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    return find_carriers(tree, source)
+
+
 def _unsubscripted(node: cst.CSTNode) -> cst.CSTNode:
     """`x[i][j]` → `x`: an attribute of an item has the container's name with the attribute, as
     QualifiedNameProvider says (`amp._amp_state.loss_scalers[0].loss_scale` is
@@ -445,6 +461,7 @@ class ApexBinder:
             self.bound_elsewhere = known.bound_elsewhere
             self.imported, self._stars = known.imported, known._stars
             self._per_tree = known._per_tree
+            self.carriers = known.carriers
         else:
             seen = _Bindings(self._skip)
             seen.walk(module)
@@ -456,6 +473,13 @@ class ApexBinder:
             #: Names the file binds other than by an Apex import (only those that spell an
             #: Apex word are known: the others do not matter).
             self.bound_elsewhere: frozenset[str] = frozenset(seen.other)
+            #: Apex's module handed around as a value (`train(model, optimizer, amp)`), where
+            #: that flow is proven: the parameters that receive it read as the module.
+            self.carriers: Optional[Carriers] = _carriers_of(module) if set(seen.apex) & seen.other or any(
+                isinstance(a.value, cst.Name) and a.value.value in seen.apex for a in seen.assigns) else None
+            if self.carriers is not None and self.carriers.refusal is None and self.carriers.slots:
+                self.table = None
+                self.imported = self.imported | {s.param for s in self.carriers.slots.values()}
             self._scan(module, words, seen.assigns)
 
     def imported_name(self, node: cst.CSTNode) -> Optional[str]:
@@ -501,7 +525,7 @@ class ApexBinder:
     def _flowing(self, node: cst.CSTNode) -> Optional[str]:
         if isinstance(node, cst.Name):
             reaching = self.reaching().reads.get(node)
-            apex = sorted({b.apex for b in reaching or () if b.apex is not None})
+            apex = sorted({self._apex_of(b) for b in reaching or () if self._apex_of(b) is not None})
             # A read that something else can reach too is reported (rules/rebinding.py) and
             # the file falls back; answering Apex keeps the other rules' view as it was.
             return apex[0] if apex else None
@@ -520,11 +544,34 @@ class ApexBinder:
             return []
         out = []
         for read, reaching in self.reaching().reads.items():
-            apex = [b for b in reaching if b.apex is not None]
-            other = [b for b in reaching if b.apex is None and not b.harmless]
-            if apex and (other or len({b.apex for b in apex}) > 1):
+            apex = [b for b in reaching if self._apex_of(b) is not None]
+            other = [b for b in reaching if self._apex_of(b) is None and not b.harmless]
+            if apex and (other or len({self._apex_of(b) for b in apex}) > 1):
                 out.append((read, apex, other))
         return out
+
+    def _apex_of(self, binding: Binding) -> Optional[str]:
+        """What a binding binds of Apex: an import's object, or Apex's module for a parameter
+        that receives it (`carriers`)."""
+        if binding.apex is not None or not isinstance(binding.node, cst.Param):
+            return binding.apex
+        return CARRIED if id(binding.node) in self._carrier_params() else None
+
+    def _carrier_params(self) -> frozenset[int]:
+        slots = self.carriers.slots if self.carriers is not None and self.carriers.refusal is None else {}
+        if not slots:
+            return frozenset()
+
+        def compute() -> frozenset[int]:
+            found = set()
+            for statement in self._module.body:
+                slot = slots.get(statement.name.value) if isinstance(statement, cst.FunctionDef) else None
+                params = statement.params if slot is not None else None
+                for param in (*params.posonly_params, *params.params, *params.kwonly_params) if params else ():
+                    if param.name.value == slot.param:
+                        found.add(id(param))
+            return frozenset(found)
+        return self._of_tree(("carrier_params",), compute)
 
     def import_is_read(self, alias: cst.ImportAlias) -> Optional[bool]:
         """Whether some read can see the binding this import alias makes (None: not known,
@@ -626,6 +673,8 @@ class ApexBinder:
         """Names beyond the imports that can reach Apex here: holders, handles, wrappers."""
         out = set(self.holders) | set(self.handles)
         out.update(w.rsplit(".", 1)[-1] for w in self.wrapped)
+        if self.carriers is not None and self.carriers.refusal is None:
+            out |= self.carriers.names()
         return out
 
     def is_(self, node: cst.CSTNode, *names: str) -> bool:

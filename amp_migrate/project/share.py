@@ -23,13 +23,15 @@ keeps the group on the shim, with the reason in the user's AMP102.
 """
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import replace
 from typing import Mapping, Optional
 
 from ..rules.plan import SCALER_NAMES, SharedScaler
+from ..rules.switch_flow import _Stores, _ast_path, _conflict
 from .groups import Group
-from .index import ProjectIndex, Spelling
+from .index import _MAIN_GUARD, Import, ProjectIndex, Spelling
 
 
 def _free(word: str, *texts: str) -> str:
@@ -113,6 +115,96 @@ class _Sharing:
         return True
 
 
+def _conjuncts(test: ast.expr) -> list[ast.expr]:
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return [part for value in test.values for part in _conjuncts(value)]
+    if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "bool" \
+            and len(test.args) == 1 and not test.keywords:
+        return _conjuncts(test.args[0])
+    return [test]
+
+
+def _guarded_builder(tree: ast.Module, line: int) -> Optional[tuple[ast.FunctionDef, ast.If]]:
+    """The module-level function whose body holds `if cond:` (no `else`) around the simple
+    statement on `line` (the `initialize`): the guard the owner's plan hoists into `enabled=`."""
+    for function in tree.body:
+        if not isinstance(function, ast.FunctionDef) or not function.lineno <= line <= function.end_lineno:
+            continue
+        for guard in function.body:
+            if isinstance(guard, ast.If) and not guard.orelse and any(
+                    isinstance(s, (ast.Assign, ast.Expr, ast.AnnAssign)) and s.lineno <= line <= s.end_lineno
+                    for s in guard.body):
+                return function, guard
+    return None
+
+
+def _callee(index: ProjectIndex, user: str, tree: ast.Module, owner: str, name: str) -> Optional[str]:
+    """How `user` calls the function `name` of `owner`: `name` (or its alias) imported from
+    it, or `module.name` through an import of the module; None unless exactly one way."""
+    resolver, found = index.resolver, set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            imp = Import(node.module or "", tuple(a.name for a in node.names), node.level)
+            module = resolver.relative_module(user, imp) if node.level else None
+            from_owner = resolver.by_name.get(module) == owner if node.level else \
+                owner in resolver.lookup(user, node.module or "")
+            for alias in node.names:
+                if from_owner and alias.name == name:
+                    found.add(alias.asname or name)
+                elif owner in resolver.targets(user, Import(imp.module, (alias.name,), node.level)) \
+                        and not from_owner:
+                    found.add(f"{alias.asname or alias.name}.{name}")
+        elif isinstance(node, ast.Import):
+            found.update(f"{a.asname or a.name}.{name}" for a in node.names
+                         if owner in resolver.lookup(user, a.name))
+    return found.pop() if len(found) == 1 else None
+
+
+def _own_program(index: ProjectIndex, path: str, text: str, user: str) -> bool:
+    """`path` runs only as a program of its own that never loads `user`: a builder it calls
+    there builds a scaler `user` never sees."""
+    return path in index.modules and _MAIN_GUARD.search(text) is not None \
+        and not index.imported(path) and not index.reaches(path, user)
+
+
+def owner_switch(index: ProjectIndex, texts: Mapping[str, str], owner: str,
+                 user: str) -> tuple[str, tuple[tuple[int, str, tuple[str, ...]], ...]]:
+    """The owner's guard around its one `initialize`, as `user` can check it (SharedScaler's
+    `switch_via` and `switch_paths`): the paths of the guard's conjuncts rooted at a parameter
+    the builder never rebinds and nothing in the owner stores into; ("", ()) where the builder
+    is called from another module than `user` or the owner, or cannot be named from `user`."""
+    facts = index.facts(owner)
+    if len(facts.initialize) != 1 or index.resolver is None:
+        return "", ()
+    try:
+        tree, user_tree = ast.parse(texts[owner]), ast.parse(texts[user])
+    except (SyntaxError, ValueError):
+        return "", ()
+    found = _guarded_builder(tree, facts.initialize[0].line)
+    if found is None:
+        return "", ()
+    function, guard = found
+    callee = _callee(index, user, user_tree, owner, function.name)
+    call = re.compile(rf"\b{re.escape(function.name)}\s*\(")
+    if callee is None or len(call.findall(texts[owner])) != 1 or any(
+            call.search(t) and not _own_program(index, p, t, user) for p, t in texts.items() if p not in (owner, user)):
+        return "", ()
+    stores = _Stores()
+    stores.visit(tree)
+    args = function.args
+    positional = [a.arg for a in [*args.posonlyargs, *args.args]]
+    paths = []
+    for part in _conjuncts(guard.test):
+        path = _ast_path(part)
+        if path is None or path[0] not in positional + [a.arg for a in args.kwonlyargs] \
+                or path[0] in stores.declared or any(
+                    (p == path[:1] and function.lineno <= line <= function.end_lineno)
+                    or (len(p) > 1 and _conflict(p, path)) for p, line, _, _ in stores.found):
+            continue
+        paths.append((positional.index(path[0]) if path[0] in positional else -1, path[0], path[1:]))
+    return (callee, tuple(paths)) if paths else ("", ())
+
+
 def _scales(index: ProjectIndex, user: str) -> bool:
     """Whether `user` scales a loss (and so runs a forward under autocast)."""
     return any(site.what.endswith("scale_loss") for site in index.facts(user).uses)
@@ -149,6 +241,10 @@ def _group_roles(index: ProjectIndex, group: Group, texts: Mapping[str, str],
         elif not _one(sharing, tied[0], user):
             sharing.refuse(user, f"it cannot reach a scaler built in {sharing.call(tied[0])} "
                            "(neither imports the other, and no import of it resolves from here)", tied)
+        else:
+            via, paths = owner_switch(index, texts, tied[0], user)
+            if paths:
+                sharing.roles[user] = replace(sharing.roles[user], switch_via=via, switch_paths=paths)
     return sharing.roles
 
 

@@ -18,6 +18,7 @@ from .handle_api import WrapOptimizerToOptimizer
 from .imports import RemainingApexUses, SettleImports, ShimImports
 from .initialize import InitializeToGradScaler
 from .master_params import MasterParamsUnscale
+from .module_value import ApexModuleValueToScaler
 from .normalization import FusedNormsToTorch
 from .optimizer_step import OptimizerStepThroughScaler
 from .optimizer_alias import OptimizerClassAlias
@@ -32,6 +33,7 @@ from .training_plan import PlanTraining
 NATIVE_RULES = [
     PlanTraining,
     ReboundApexNames,
+    ApexModuleValueToScaler,
     ScalerStateReads,
     InitializeToGradScaler,
     WrapOptimizerToOptimizer,

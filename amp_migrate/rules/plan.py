@@ -69,6 +69,11 @@ class SharedScaler:
     casts: bool = False  # owner: a user runs its forward under autocast that follows the scaler
     other: str = ""  # the module at the other end, for messages ("trainer.py")
     refused: str = ""  # why no role could be given (quoted by AMP102)
+    #: user: the owner's module-level function whose `if` test guards `initialize` (so is a
+    #: conjunct of the scaler's `enabled=`), as this module calls it (`load_model`, `opt.build`),
+    #: and that test's access paths from its parameters: (position or -1, parameter, rest)
+    switch_via: str = ""
+    switch_paths: tuple[tuple[int, str, tuple[str, ...]], ...] = ()
 
     @property
     def owner(self) -> bool:

@@ -24,6 +24,10 @@ class Threaded:
     name: str
     line: int  # of its `def`, in the file as given
     keyword_only: bool  # after `*` (it has defaults, `*args` or keyword-only parameters)
+    #: The parameter that received Apex's module as a value (carriers.py), which the scaler
+    #: takes over, and its position (None: passed by keyword only); None: a new parameter.
+    replaces: Optional[str] = None
+    index: Optional[int] = None
 
 
 def top_level_function(rule, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
@@ -62,6 +66,10 @@ def find_threading(rule, module: cst.Module, builder: Optional[cst.FunctionDef],
         if isinstance(statement, cst.FunctionDef):
             functions.setdefault(statement.name.value, []).append(statement)
     pending: list[cst.FunctionDef] = []
+    slots = _slots(rule)
+    for statement in module.body:
+        if isinstance(statement, cst.FunctionDef) and statement.name.value in slots:
+            pending.append(statement)  # receives Apex's module: the scaler takes its place
     for site in sites:
         holder = top_level_function(rule, site)
         line = rule.position(site)[0]
@@ -97,7 +105,18 @@ def find_threading(rule, module: cst.Module, builder: Optional[cst.FunctionDef],
                 return f"`{name}` is called at module level (line {line}), where no scaler is in scope"
             else:
                 pending.append(caller)
-    return [Threaded(f.name.value, rule.position(f)[0], _keyword_only(f)) for f in threaded]
+    return [_threaded(rule, f, slots.get(f.name.value)) for f in threaded]
+
+
+def _slots(rule) -> dict:
+    carriers = rule.apex.carriers if rule.apex is not None else None
+    return dict(carriers.slots) if carriers is not None and carriers.refusal is None else {}
+
+
+def _threaded(rule, function: cst.FunctionDef, slot) -> Threaded:
+    if slot is None:
+        return Threaded(function.name.value, rule.position(function)[0], _keyword_only(function))
+    return Threaded(function.name.value, rule.position(function)[0], slot.index is None, slot.param, slot.index)
 
 
 def _callers(rule, module: cst.Module, name: str):

@@ -26,7 +26,10 @@ Soundness
     computed elsewhere (no forward to wrap), several context managers in one `with`, and
     `delay_overflow_check` fall back. `if cond: <scaled backward> else: loss.backward()`
     becomes one `scaler.scale(loss).backward()` only where `cond` is the switch the scaler was
-    built with (switch_flow.py), because a disabled scaler's `scale(loss)` is the loss itself;
+    built with (switch_flow.py: its `and`-ed parts are parts of `enabled=` read with the same
+    value, the guard of another module's `initialize` reached through this module's one call
+    of its builder, or import flags that are True once no Apex import is left), because a
+    disabled scaler's `scale(loss)` is the loss itself;
     where that is not provable the `else` branch could run under an enabled scaler, whose step
     would unscale gradients never scaled, and the file falls back (AMP220).
 

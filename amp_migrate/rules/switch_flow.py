@@ -165,6 +165,8 @@ class SwitchProof:
         parts = {squeezed(code(c)) for c in conjuncts(enabled)}
         paths = {_cst_path(c) for c in conjuncts(enabled)} - {None}
         for part in conjuncts(branch.test):
+            if squeezed(code(part)) == f"{self.plan.scaler}.is_enabled()":
+                continue  # false exactly when the scaler is disabled
             path = _cst_path(part)
             if path is not None and self._translated(where, path, 0) in paths:
                 continue  # `fp16` passed down from `args.fp16`

@@ -86,8 +86,12 @@ class ThreadScalerThroughCalls(TrainingRule):
         threaded = self.threaded.get(original_node.name.value)
         if threaded is None or not isinstance(self.parent(original_node), cst.Module):
             return updated_node
-        self.report(original_node, THREADED, f"`{threaded.name}` (line {threaded.line}) now takes `scaler`")
         params = updated_node.params
+        if threaded.replaces is not None:
+            self.report(original_node, THREADED, f"`{threaded.name}` (line {threaded.line}) takes the "
+                        f"scaler as `{self._name().value}` where it took Apex's module as `{threaded.replaces}`")
+            return updated_node.with_changes(params=_renamed(params, threaded.replaces, self._name()))
+        self.report(original_node, THREADED, f"`{threaded.name}` (line {threaded.line}) now takes `scaler`")
         new = cst.Param(self._name())
         if not threaded.keyword_only:
             return updated_node.with_changes(params=params.with_changes(params=[*params.params, new]))
@@ -102,6 +106,11 @@ class ThreadScalerThroughCalls(TrainingRule):
         if threaded is None:
             return updated_node
         args = list(updated_node.args)
+        if threaded.replaces is not None:
+            return updated_node.with_changes(args=[
+                a.with_changes(value=self._name(), keyword=self._name()) if a.keyword is not None
+                and a.keyword.value == threaded.replaces else a.with_changes(value=self._name())
+                if a.keyword is None and i == threaded.index else a for i, a in enumerate(args)])
         positional = not threaded.keyword_only and all(a.keyword is None and not a.star for a in args)
         if args:
             args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) \
@@ -112,3 +121,11 @@ class ThreadScalerThroughCalls(TrainingRule):
             args.append(cst.Arg(self._name(), keyword=self._name(), equal=cst.AssignEqual(
                 cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
         return updated_node.with_changes(args=args)
+
+
+def _renamed(params: cst.Parameters, old: str, new: cst.Name) -> cst.Parameters:
+    """The parameter `old` (positional or keyword-only) renamed `new`, its default kept."""
+    def rename(group):
+        return [p.with_changes(name=new) if p.name.value == old else p for p in group]
+    return params.with_changes(posonly_params=rename(params.posonly_params), params=rename(params.params),
+                               kwonly_params=rename(params.kwonly_params))

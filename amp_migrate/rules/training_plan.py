@@ -626,6 +626,12 @@ class PlanTraining(UnitPlanning, Rule):
             scaler = loss_scalers[min(loss_scalers)]
         return scaler, loss_scalers
 
+    def _none_else(self, branch: cst.If) -> bool:
+        """`else: amp = None` beside the import of a module handed on as a value (carriers.py):
+        the value becomes the scaler, built before the `if`, and the `else` goes."""
+        carriers = self.apex.carriers
+        return carriers is not None and carriers.refusal is None and self.position(branch)[0] in carriers.bare_else
+
     def _guard(self, statement: cst.CSTNode) -> tuple[Optional[cst.BaseExpression], bool]:
         """The `if cond:` (without else) directly around `initialize`, and whether anything
         else (a loop, another branch) stands between it and its function."""
@@ -633,7 +639,7 @@ class PlanTraining(UnitPlanning, Rule):
         owner = self.parent(block) if block is not None else None
         guard = None
         start: cst.CSTNode = statement
-        if isinstance(owner, cst.If) and owner.body is block and owner.orelse is None:
+        if isinstance(owner, cst.If) and owner.body is block and (owner.orelse is None or self._none_else(owner)):
             guard, start = owner.test, owner
         for parent in self.ancestors(start):
             if isinstance(parent, (cst.FunctionDef, cst.Module)):

@@ -271,6 +271,33 @@ CASES = [
          covers="the same script with `--opt-level` unset (None): the switch is False, not None "
                 "(torch.autocast accepts only a bool); no loss scaler to record, the native one "
                 "disabled", scales="native_disabled"),
+    Case("module-handed-as-value-resume", "module_handed_as_value.py",
+         covers="`from apex import amp` in `main()` only with an opt level (`amp = None` otherwise), the module "
+                "passed to `train()` (`if amp is not None:` around `scale_loss`, `if amp:` clipping "
+                "`amp.master_params`) and saved as `amp.state_dict() if amp else None`: the scaler "
+                "takes the value's place; resumed in a new process from the checkpoint holding its "
+                "state; an overflow in each phase", min_skipped=2,
+         phases=(("--amp-level", "O1", "--epochs", "2", "--corrupt-step", "3", "--checkpoint", "{dir}/ckpt.pt"),
+                 ("--amp-level", "O1", "--epochs", "4", "--corrupt-step", "15", "--checkpoint",
+                  "{dir}/ckpt.pt", "--restore"))),
+    Case("module-handed-as-value-O0", "module_handed_as_value.py",
+         ("--amp-level", "O0", "--epochs", "4", "--corrupt-step", "3"),
+         covers="the same script at O0: Apex set up but scaling nothing, `if amp:` true where "
+                "the native `scaler.is_enabled()` is false (same clipping, same steps); the scaler "
+                "disabled", scales="native_disabled"),
+    Case("inference-only-initialize-O1", "inference_only_initialize.py", ("--fp16", "--opt-level", "O1"),
+         covers="`if args.fp16: model = amp.initialize(model, opt_level=...)` with no optimizer after "
+                "fp32 training: logits, a loss, a matmul and a softmax on them in a function that "
+                "receives the model, all under the autocast region after `initialize`; the scaler "
+                "Apex built is never used (scales not compared)", scales="own"),
+    Case("inference-only-initialize-O0", "inference_only_initialize.py", ("--fp16", "--opt-level", "O0"),
+         covers="the same evaluation at O0: the region's autocast is disabled", scales="own"),
+    Case("ema-second-initialize", "ema_second_initialize.py",
+         ("--amp", "--moco", "--opt-level", "O1", "--corrupt-step", "7"),
+         covers="a second `amp.initialize` for an EMA (key) model with a dummy never-stepped SGD, "
+                "nested after the training one with the same options: dropped; the EMA forward "
+                "in the training autocast region, its outputs printed; momentum update after each "
+                "step; one overflow", min_skipped=1),
 ]
 
 BY_ID = {case.id: case for case in CASES}

@@ -1,0 +1,68 @@
+"""`if cond: <scale_loss backward> else: loss.backward()` in a module whose GradScaler another
+module builds (project/share.py `owner_switch`, rules/switch_flow.py): it collapses to one
+scaled backward only where `cond` is provably the guard of the owner's `initialize` (passed down
+unchanged from this module's one call of the owner's builder) and availability flags that are
+True once Apex is gone. Each tree's outputs are checked against fixtures/project_outputs/<tree>/
+(AMP_MIGRATE_UPDATE_GOLDEN=1 regenerates them; read every changed output)."""
+import os
+
+import pytest
+
+from amp_migrate.project import migrate_project
+from amp_migrate.project.index import build_index
+from amp_migrate.project.share import owner_switch
+
+from .conftest import PROJECTS, sources
+
+OUTPUTS = PROJECTS.parent / "project_outputs"
+TREES = ("flag_guarded_builder", "builder_shared_by_two_scripts", "builder_args_rebound",
+         "builder_called_where_the_trainer_runs")
+TRAINER, BUILDER = "train_contrastive.py", "simclr_like/builder.py"
+
+
+def _diagnostics(results) -> str:
+    return "".join(f"{path}: {' '.join(d.code for d in r.diagnostics)}\n"
+                   for path, r in sorted(results.items()) if r.diagnostics)
+
+
+@pytest.mark.parametrize("name", TREES)
+def test_guarded_builder_trees_migrate_to_their_golden_outputs(name):
+    results = migrate_project(sources(PROJECTS / name))
+    expected = OUTPUTS / name
+    changed = {p: r.code for p, r in results.items() if r.changed}
+    if os.environ.get("AMP_MIGRATE_UPDATE_GOLDEN") == "1":
+        for path, code in changed.items():
+            (expected / path).parent.mkdir(parents=True, exist_ok=True)
+            (expected / path).write_text(code)
+        (expected / "diagnostics.txt").write_text(_diagnostics(results))
+    stored = {str(p.relative_to(expected)): p.read_text() for p in expected.rglob("*.py")}
+    assert changed == stored
+    assert _diagnostics(results) == (expected / "diagnostics.txt").read_text()
+
+
+def test_flag_and_builder_guard_collapse_to_one_scaled_backward():
+    results = migrate_project(sources(PROJECTS / "flag_guarded_builder"))
+    trainer = results[TRAINER]
+    assert results[BUILDER].target_used == trainer.target_used == "native"
+    assert "_amp_builder.scaler.scale(loss).backward()" in trainer.code
+    assert "loss.backward()" not in trainer.code.replace("scaler.scale(loss).backward()", "")
+    assert "use_apex = True" in trainer.code and "try:" not in trainer.code
+
+
+def test_the_builder_guard_is_given_from_its_parameters():
+    files = sources(PROJECTS / "flag_guarded_builder")
+    index = build_index({p: t for p, t in files.items() if p.endswith(".py")})
+    assert owner_switch(index, files, BUILDER, TRAINER) == ("make_encoder", ((0, "cfg", ("fp16",)),))
+
+
+@pytest.mark.parametrize("name", ["builder_args_rebound", "builder_called_where_the_trainer_runs"])
+def test_a_guard_that_may_differ_from_the_builders_keeps_the_shim_with_amp220(name):
+    results = migrate_project(sources(PROJECTS / name))
+    assert results[TRAINER].target_used == results[BUILDER].target_used == "shim"
+    assert [d.line for d in results[TRAINER].diagnostics if d.code == "AMP220"] == [23]
+
+
+def test_a_second_program_calling_the_builder_in_its_own_process_does_not_block():
+    files = sources(PROJECTS / "builder_shared_by_two_scripts")
+    index = build_index({p: t for p, t in files.items() if p.endswith(".py")})
+    assert owner_switch(index, files, BUILDER, TRAINER)[0] == "make_encoder"

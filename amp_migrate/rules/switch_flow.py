@@ -9,7 +9,17 @@ that reads it as a module global; and in a function the scaler was threaded thro
 name is a parameter that every caller passes on unchanged under the same name, from a
 function for which the same holds. Attribute or item stores into the name (`args.fp16 =
 False`) anywhere after `initialize` or in another function defeat the proof, as do `global`
-and `nonlocal` declarations. This module holds no rule; the scale_loss rule asks it.
+and `nonlocal` declarations.
+
+Two more kinds of part hold. A flag that one module-level `try:` sets True beside Apex's imports
+(`apex = False / try: from apex import amp; apex = True / except ImportError: ...`), stored
+nowhere else after it, read in a function defined after it: the native file has no Apex import
+left to fail, so the flag is True. And where the scaler is another module's (project mode), the
+`if` test guarding that module's `initialize` in its function `builder(args)`, which the owner
+hoists into `enabled=`: a path read here holds it where it reaches, passed down unchanged, this
+module's one call of `builder` with the same path for that parameter, with no store into the
+path in either module and no other call of `builder` in a process that loads this module
+(project/share.py checks the owner's side). This module holds no rule; the scale_loss rule asks it.
 """
 from __future__ import annotations
 
@@ -145,10 +155,35 @@ class _Stores(ast.NodeVisitor):
     visit_Subscript = visit_Attribute
 
 
+def _apex_import(node: ast.stmt) -> bool:
+    if isinstance(node, ast.Import):
+        return all(a.name == "apex" or a.name.startswith("apex.") for a in node.names)
+    return isinstance(node, ast.ImportFrom) and not node.level and node.module is not None and (
+        node.module == "apex" or node.module.startswith("apex."))
+
+
+def _sets_flag(node: ast.Try, name: str) -> bool:
+    """`try:` whose body is Apex imports and constant assignments to names, the last of them to
+    `name` being `name = True`; no `else` or `finally` (its handlers never run natively)."""
+    if node.orelse or node.finalbody or not any(_apex_import(s) for s in node.body):
+        return False
+    last = None
+    for statement in node.body:
+        if _apex_import(statement):
+            continue
+        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name) and isinstance(statement.value, ast.Constant)):
+            return False
+        if statement.targets[0].id == name:
+            last = statement.value.value
+    return last is True
+
+
 class SwitchProof:
     def __init__(self, rule, plan: TrainingPlan) -> None:
         self.rule, self.plan = rule, plan
         self._stores: Optional[_Stores] = None
+        self._tree: Optional[ast.Module] = None
         self._init_method: Optional[tuple[Optional[int], int]] = None
 
     def holds(self, branch: cst.If) -> bool:
@@ -156,17 +191,21 @@ class SwitchProof:
                         if a.keyword is not None and a.keyword.value == "enabled"), None)
         if enabled is not None and literal(enabled) is False:
             return True  # always disabled: `scale(loss)` is `loss`
-        if enabled is None or self._all_stores() is None:
+        if self._all_stores() is None:
             return False
         where = self._function_of(branch)
         if where is False:
             return False
+        if enabled is None:
+            return self._owner_switch(branch, where)
         code = self.rule.code_of
         parts = {squeezed(code(c)) for c in conjuncts(enabled)}
         paths = {_cst_path(c) for c in conjuncts(enabled)} - {None}
         for part in conjuncts(branch.test):
             if squeezed(code(part)) == f"{self.plan.scaler}.is_enabled()":
                 continue  # false exactly when the scaler is disabled
+            if self._available(part, where):
+                continue  # `apex and args.fp16`: `apex` is True once torch.amp replaces Apex
             path = _cst_path(part)
             if path is not None and self._translated(where, path, 0) in paths:
                 continue  # `fp16` passed down from `args.fp16`
@@ -182,9 +221,99 @@ class SwitchProof:
                 tree = index.tree if index is not None else ast.parse(self.rule.state.original)
             except (SyntaxError, ValueError):
                 return None
+            self._tree = tree
             self._stores = _Stores()
             self._stores.visit(tree)
         return self._stores
+
+    # -- a scaler built in another module --------------------------------------------------------
+    def _owner_switch(self, branch: cst.If, where) -> bool:
+        """The scaler is another module's, built with `enabled=` the `if` test guarding its
+        `initialize` in a function `builder(args, ...)` (project/share.py gives the test's
+        paths from the builder's parameters). The branch's test holds what the guard held
+        where each conjunct is one of those paths, passed down unchanged from the one call of
+        `builder` in this module, or an availability flag."""
+        shared = self.plan.shared
+        if shared is None or not shared.switch_via or not shared.switch_paths:
+            return False
+        for part in conjuncts(branch.test):
+            if self._available(part, where):
+                continue
+            path = _cst_path(part)
+            if path is None or not self._reaches_builder(where, path, 0):
+                return False
+        return True
+
+    def _reaches_builder(self, function: Optional[cst.FunctionDef], path: tuple[str, ...], depth: int) -> bool:
+        stores, shared = self._stores, self.plan.shared
+        if path[0] in stores.declared or depth > _DEPTH or path[0] == "self" or any(
+                len(p) > 1 and _conflict(p, path) for p, _, _, _ in stores.found):
+            return False
+        here = self._line(function)
+        names = [line for p, line, top, klass in stores.found
+                 if p == path[:1] and top == here and (function is not None or klass == 0)]
+        module = self.rule.context.wrapper.module
+        via = shared.switch_via
+        calls = [c for c in self.rule.findall(module, m.Call(), {via.rsplit(".", 1)[-1]})
+                 if self.rule.code_of(c.func) == via]
+        if any(self._function_of(c) is function for c in calls):
+            if len(calls) != 1:
+                return False
+            line = self.rule.position(calls[0])[0]
+            return not any(at >= line for at in names) and any(
+                _cst_path(value) is not None and _cst_path(value) + rest == path
+                for value, rest in self._builder_arguments(calls[0]))
+        if names or function is None or not self._is_parameter(function, path[0]):
+            return False
+        return self._callers_pass(function, path, depth)
+
+    def _builder_arguments(self, call: cst.Call):
+        """(what the call passes for a guard's parameter, the rest of the guard's path)."""
+        for index, name, rest in self.plan.shared.switch_paths:
+            value = self._argument(call, name, index if index >= 0 else None)
+            if value is not None:
+                yield value, rest
+
+    def _callers_pass(self, function: cst.FunctionDef, path: tuple[str, ...], depth: int) -> bool:
+        """Every call of `function` in this module passes, for `path[0]`, a path that reaches
+        the builder's call unchanged."""
+        if not isinstance(self.rule.parent(function), cst.Module):
+            return False
+        name = path[0]
+        params = function.params
+        positional = [p.name.value for p in [*params.posonly_params, *params.params]]
+        fname = function.name.value
+        calls = self.rule.findall(self.rule.context.wrapper.module, m.Call(func=m.Name(fname)), {fname})
+        for call in calls:
+            value = self._argument(call, name, positional.index(name) if name in positional else None)
+            passed = _cst_path(value) if value is not None else None
+            caller = self._function_of(call)
+            if passed is None or caller is False or not self._reaches_builder(caller, passed + path[1:], depth + 1):
+                return False
+        return bool(calls)
+
+    # -- flags that say Apex was importable ---------------------------------------------------
+    def _available(self, part: cst.BaseExpression, where) -> bool:
+        """`part` is a module flag that one module-level `try:` sets True beside Apex's imports
+        (`apex = False / try: from apex import amp; apex = True / except ImportError: ...`),
+        read in a function defined after that `try` that does not bind it. The native file
+        has no Apex import left (or it falls back), so what remains of that `try` cannot fail
+        and the flag is True wherever the function can run; stores of it elsewhere (in a
+        function, after the `try`, `global`) defeat the proof."""
+        if not isinstance(part, cst.Name) or where is None or part.value in ("True", "False", "None"):
+            return False
+        name, stores = part.value, self._stores
+        if name in stores.declared or self._is_parameter(where, name):
+            return False
+        found = [s for s in self._tree.body if isinstance(s, ast.Try) and _sets_flag(s, name)]
+        if len(found) != 1:
+            return False
+        start, end = found[0].lineno, found[0].end_lineno
+        if any(p[0] == name and not (top == 0 and klass == 0 and line <= end)
+               for p, line, top, klass in stores.found):
+            return False
+        outer = [p for p in self.rule.ancestors(where) if isinstance(p, cst.ClassDef)]
+        return self.rule.position(outer[-1] if outer else where)[0] > end >= start
 
     def _function_of(self, node: cst.CSTNode):
         """The module-level def or method around `node` (None at module level, False when

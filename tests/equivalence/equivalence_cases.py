@@ -271,6 +271,19 @@ CASES = [
          covers="the same script with `--opt-level` unset (None): the switch is False, not None "
                 "(torch.autocast accepts only a bool); no loss scaler to record, the native one "
                 "disabled", scales="native_disabled"),
+    Case("flag-guarded-builder-O1", "flag_guarded_builder",
+         ("--fp16", "--opt-level", "O1", "--corrupt-step", "5"),
+         covers="a project: `if apex and args.fp16: <scale_loss> else: loss.backward()` in the "
+                "script, `apex` an import-success flag, `initialize` under `if args.fp16:` in "
+                "another module's builder given the same `args`: one scaled backward through the "
+                "builder module's scaler; one overflow", min_skipped=1),
+    Case("flag-guarded-builder-O0", "flag_guarded_builder",
+         ("--fp16", "--opt-level", "O0", "--corrupt-step", "5"),
+         covers="the same project at O0: Apex's static scale 1.0, the shared scaler disabled",
+         scales="native_disabled"),
+    Case("flag-guarded-builder-fp32", "flag_guarded_builder", ("--corrupt-step", "5"),
+         covers="the same project without `--fp16`: Apex never initialised, the branch's plain "
+                "backward is the disabled scaler's", scales="native_disabled"),
     Case("module-handed-as-value-resume", "module_handed_as_value.py",
          covers="`from apex import amp` in `main()` only with an opt level (`amp = None` otherwise), the module "
                 "passed to `train()` (`if amp is not None:` around `scale_loss`, `if amp:` clipping "

@@ -81,18 +81,24 @@ class _Sharing:
     def owner_role(self, owner: str) -> SharedScaler:
         return self.roles.get(owner, SharedScaler())
 
-    def attribute(self, owner: str, user: str, name: str) -> bool:
-        """The owner sets `user`'s module attribute `name`."""
+    def attribute(self, owner: str, user: str, name: str, owners: tuple[str, ...] = ()) -> bool:
+        """The owner sets `user`'s module attribute `name` (and, where the options of `owners`,
+        all that set it, may make Apex cast without scaling, the user's amp switch)."""
         spelling = self.index.spelling(owner, user)
         if spelling is None or not self.index.one_name(user):
             return False
         role = self.owner_role(owner)
         alias = _alias(self.index, user, self.texts[owner], role.imports)
+        owners = owners or (owner,)
+        switch = _free("amp_enabled", self.texts[user]) if _scales(self.index, user) and not any(
+            _scales(self.index, o) for o in owners) and any(
+            _options_apart(self.index, self.texts[o], o) for o in owners) else ""
         self.roles[owner] = replace(role, publish=(*role.publish, f"{alias}.{name}"), casts=role.casts or _scales(
                                         self.index, user),
                                     imports=(*role.imports, _import(spelling, alias)),
-                                    other=_join(role.other, self.call(user)))
-        self.roles[user] = SharedScaler(name=name, reach=name, declare=True, other=self.call(owner))
+                                    other=_join(role.other, self.call(user)),
+                                    amp_publish=(*role.amp_publish, f"{alias}.{switch}") if switch else role.amp_publish)
+        self.roles[user] = SharedScaler(name=name, reach=name, declare=True, other=self.call(owner), amp_switch=switch)
         return True
 
     def global_(self, owner: str, user: str) -> bool:
@@ -205,6 +211,30 @@ def owner_switch(index: ProjectIndex, texts: Mapping[str, str], owner: str,
     return (callee, tuple(paths)) if paths else ("", ())
 
 
+_SCALED_LEVELS = ("O1", "O2")
+
+
+def _options_apart(index: ProjectIndex, text: str, owner: str) -> bool:
+    """Whether the owner's `initialize` options may make Apex cast without scaling losses or
+    scale without casting (a level or loss scale read at run time, O0, O3, a static scale): then
+    the modules it hands the scaler to switch autocast by a flag it sets, not by the scaler."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    lines = {site.line for site in index.facts(owner).initialize}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.lineno in lines and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "initialize":
+            options = {k.arg: k.value for k in node.keywords}
+            level, scale = options.get("opt_level"), options.get("loss_scale")
+            if level is not None and not (isinstance(level, ast.Constant) and level.value in _SCALED_LEVELS):
+                return True
+            if scale is not None and not (isinstance(scale, ast.Constant) and scale.value in ("dynamic", None)):
+                return True
+    return False
+
+
 def _scales(index: ProjectIndex, user: str) -> bool:
     """Whether `user` scales a loss (and so runs a forward under autocast)."""
     return any(site.what.endswith("scale_loss") for site in index.facts(user).uses)
@@ -263,7 +293,7 @@ def _several(sharing: _Sharing, owners: list[str], user: str) -> None:
         return
     name = _scaler_name(sharing.texts[user])
     for owner in owners:
-        if not sharing.attribute(owner, user, name):
+        if not sharing.attribute(owner, user, name, tuple(owners)):
             sharing.refuse(user, f"{sharing.call(owner)} cannot import it by a spelling of the tree", owners)
             return
     sharing.roles[user] = replace(sharing.roles[user], other=listed)

@@ -94,6 +94,11 @@ class InitializeToGradScaler(TrainingRule):
         for target in shared.publish if shared is not None else ():
             made.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.parse_expression(target))],
                                                              cst.parse_expression(plan.scaler))]))
+        amp_on = next((a.value for a in plan.autocast_call.args if a.keyword is not None
+                       and a.keyword.value == "enabled"), cst.Name("True"))
+        for target in shared.amp_publish if shared is not None else ():  # autocast's switch, apart
+            made.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.parse_expression(target))],
+                                                             amp_on.deep_clone())]))
         made[0] = made[0].with_changes(leading_lines=leading_lines)
         return made
 
@@ -172,8 +177,10 @@ class InitializeToGradScaler(TrainingRule):
             for module, obj, asname, relative in shared.imports:
                 AddImportsVisitor.add_needed_import(self.context, module, obj, asname, relative)
             if shared.declare and (self.created or self.plan.placement == "shared"):
+                switch = [(shared.amp_switch, "False")] if shared.amp_switch else []
                 return self._at_top(updated_node, [cst.SimpleStatementLine(
-                    [cst.Assign([cst.AssignTarget(cst.Name(shared.name))], cst.Name("None"))])])
+                    [cst.Assign([cst.AssignTarget(cst.Name(name))], cst.Name(value))])
+                    for name, value in [(shared.name, "None"), *switch]])
         if self.created or self.plan.placement == "shared":
             return updated_node
         return self._at_top(updated_node, self._creation(self.plan))

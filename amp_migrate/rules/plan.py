@@ -74,6 +74,12 @@ class SharedScaler:
     #: and that test's access paths from its parameters: (position or -1, parameter, rest)
     switch_via: str = ""
     switch_paths: tuple[tuple[int, str, tuple[str, ...]], ...] = ()
+    #: Where Apex may have cast without scaling (or scaled without casting) for some values of
+    #: run-time options, autocast cannot follow `scaler.is_enabled()`: the owner sets each of
+    #: `amp_publish` (`_amp_fitter.amp_enabled`) to whether amp is on, beside the scaler, and the
+    #: user's autocast reads `amp_switch` (its own global, declared False).
+    amp_publish: tuple[str, ...] = ()
+    amp_switch: str = ""
 
     @property
     def owner(self) -> bool:

@@ -582,9 +582,11 @@ def _same(a: Switch, b: Switch) -> bool:
 
 
 def arguments(reading: Reading, local: bool, scaler: str, options, call: cst.Call,
-              report: Report) -> Union[tuple[cst.Call, cst.Call], str]:
+              report: Report, apart: bool = False) -> Union[tuple[cst.Call, cst.Call], str]:
     """The GradScaler's and autocast's calls; or why autocast, which runs where the scaler is
-    only reached (not where it is built), cannot follow the switches."""
+    only reached (not where it is built), cannot follow the switches. `apart`: autocast
+    elsewhere reads the amp switch the owner publishes beside the scaler (project/share.py),
+    so each switch is its own expression, right for every value of the options."""
     scaler_args: list[cst.Arg] = [cst.Arg(string(options.device)), *reading.scale_args]
     autocast_args = [cst.Arg(string(options.device)),
                      keyword("dtype", cst.parse_expression(f"torch.{options.dtype}"))]
@@ -592,6 +594,12 @@ def arguments(reading: Reading, local: bool, scaler: str, options, call: cst.Cal
     if not options.needs_loss_scaling:
         report(call, BF16)
         scaling_on = False
+    if apart:
+        if scaling_on is not True:
+            scaler_args.append(keyword("enabled", as_expression(scaling_on)))
+        autocast_args.append(keyword("enabled", as_expression(clone(amp_on))))
+        return (cst.Call(cst.parse_expression("torch.amp.GradScaler"), scaler_args),
+                cst.Call(cst.parse_expression("torch.autocast"), autocast_args))
     if amp_on is False:  # O0: fp32 throughout, losses scaled only by a `loss_scale` given
         autocast_args.append(keyword("enabled", cst.Name("False")))
         if scaling_on is not True:

@@ -303,7 +303,7 @@ class PlanTraining(UnitPlanning, Rule):
         device = cst.Arg(string(self.options.device))
         autocast = cst.Call(cst.parse_expression("torch.autocast"), [
             device, keyword("dtype", cst.parse_expression(f"torch.{self.options.dtype}")),
-            keyword("enabled", cst.parse_expression(f"{shared.reach}.is_enabled()"))])
+            keyword("enabled", cst.parse_expression(shared.amp_switch or f"{shared.reach}.is_enabled()"))])
         return TrainingPlan(
             scaler=shared.reach, placement="shared",
             scaler_call=cst.Call(cst.parse_expression("torch.amp.GradScaler"), [device]),
@@ -461,7 +461,7 @@ class PlanTraining(UnitPlanning, Rule):
             placement, threaded = placed or (placement, threaded)
         scaler, loss_scalers = self._scaler_names(module, placement, per_loss)
         built = arguments(reading, placement == "local" and shared is None, scaler, self.options, call,
-                          self.report)
+                          self.report, apart=shared is not None and bool(shared.amp_publish))
         if isinstance(built, str):
             self.report(call, NO_PLACE, built)
             return None
@@ -508,7 +508,7 @@ class PlanTraining(UnitPlanning, Rule):
     def _shares(self, call: cst.Call, shared: SharedScaler, built: tuple[cst.Call, cst.Call], scaler: str) -> bool:
         """Whether the modules that read this scaler can (reported either way)."""
         why = None
-        if shared.casts and not self._followed(built, scaler):
+        if shared.casts and not shared.amp_publish and not self._followed(built, scaler):
             why = "amp is on for some options where losses are not scaled (O0 with a `loss_scale`, " \
                   "O3's static 1.0, bfloat16), and autocast there can only follow the scaler's `enabled`"
         if why is not None:

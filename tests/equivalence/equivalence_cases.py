@@ -284,6 +284,19 @@ CASES = [
     Case("flag-guarded-builder-fp32", "flag_guarded_builder", ("--corrupt-step", "5"),
          covers="the same project without `--fp16`: Apex never initialised, the branch's plain "
                 "backward is the disabled scaler's", scales="native_disabled"),
+    Case("script-config-fitter-O1", "script_config_fitter",
+         ("--fp16", "--opt-level", "O1", "--corrupt-step", "5"),
+         covers="a project: the script's config class gives `initialize` a run-time `opt_level` and "
+                "`loss_scale` and sets the Fitter module's scaler and its amp switch apart "
+                "(`amp_enabled`); dynamic scale, one overflow", min_skipped=1),
+    Case("script-config-fitter-O1-unit-scale", "script_config_fitter",
+         ("--fp16", "--opt-level", "O1", "--loss-scale", "1.0"),
+         covers="the same project with a static scale of 1.0: Apex cast without scaling; the "
+                "Fitter's autocast on, the scaler disabled", scales="native_disabled"),
+    Case("script-config-fitter-O0-scale", "script_config_fitter",
+         ("--fp16", "--opt-level", "O0", "--loss-scale", "128"),
+         covers="the same project at O0 with a static scale of 128: Apex scaled fp32 losses "
+                "without casting; the scaler enabled at 128, the Fitter's autocast off"),
     Case("module-handed-as-value-resume", "module_handed_as_value.py",
          covers="`from apex import amp` in `main()` only with an opt level (`amp = None` otherwise), the module "
                 "passed to `train()` (`if amp is not None:` around `scale_loss`, `if amp:` clipping "
@@ -311,6 +324,38 @@ CASES = [
                 "nested after the training one with the same options: dropped; the EMA forward "
                 "in the training autocast region, its outputs printed; momentum update after each "
                 "step; one overflow", min_skipped=1),
+    Case("trainer-fit-and-lr-find-resume", "trainer_fit_and_lr_find.py",
+         covers="a learner class whose `fit()` and `lr_find()` each call `amp.initialize` under "
+                "`if self.fp16:`; `lr_find` scales in a helper method only it calls, `fit` saves and "
+                "loads `amp.state_dict()` through methods it calls: each `initialize` sets "
+                "`self.scaler`, fresh scale at each; resumed in a new process; overflows forced",
+         min_skipped=2,
+         phases=(("--fp16", "--lr-find", "--epochs", "1", "--corrupt-step", "5", "--checkpoint", "{dir}/ckpt.pt"),
+                 ("--fp16", "--epochs", "2", "--corrupt-step", "3", "--checkpoint", "{dir}/ckpt.pt",
+                  "--resume"))),
+    Case("trainer-fit-and-lr-find-O0", "trainer_fit_and_lr_find.py",
+         ("--fp16", "--opt-level", "O0", "--lr-find", "--corrupt-step", "5"),
+         covers="the same learner at O0: both scalers disabled, nothing skipped", scales="native_disabled"),
+    Case("task-test-only-or-training-resume", "task_test_only_or_training.py",
+         covers="`if self.test_only: model = amp.initialize(model) else: model, opt = "
+                "amp.initialize(model, opt)` in `prepare()` (exactly one runs: one scaler, "
+                "`self.scaler` in each arm), `scale_loss` in `train_step()` and "
+                "`amp.state_dict()`/`load_state_dict` in checkpoint methods the script calls; "
+                "resumed in a new process; an overflow in each phase", min_skipped=2,
+         phases=(("--steps", "6", "--corrupt-step", "2", "--checkpoint", "{dir}/ckpt.pt"),
+                 ("--steps", "12", "--corrupt-step", "9", "--checkpoint", "{dir}/ckpt.pt", "--resume"))),
+    Case("task-test-only-or-training-O0", "task_test_only_or_training.py",
+         ("--opt-level", "O0", "--corrupt-step", "2"),
+         covers="the same task at O0: the scaler disabled", scales="native_disabled"),
+    Case("module-handed-to-helper-resume", "module_handed_to_helper",
+         covers="a project: `from apex import amp` in the script only with an opt level (`amp = None` "
+                "otherwise), the module passed to `train_epoch()` and to the package's "
+                "`load_checkpoint(path, model, optimizer, amp)`, which restores `amp.load_state_dict` "
+                "under `if amp and \"amp\" in state:`; the scaler takes both slots; resumed in a new "
+                "process; an overflow in each phase", min_skipped=2,
+         phases=(("--amp-level", "O1", "--steps", "12", "--corrupt-step", "4", "--checkpoint", "{dir}/ckpt.pt"),
+                 ("--amp-level", "O1", "--steps", "24", "--corrupt-step", "17", "--checkpoint",
+                  "{dir}/ckpt.pt", "--restore"))),
 ]
 
 BY_ID = {case.id: case for case in CASES}

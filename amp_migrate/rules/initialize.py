@@ -32,11 +32,12 @@ becomes
 """
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 import libcst as cst
 from libcst.codemod.visitors import AddImportsVisitor
 
+from .base import Rule
 from .plan import INIT, INITIALIZE, bind_arguments, TrainingRule
 
 Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
@@ -59,6 +60,11 @@ def returned_value(call: cst.Call) -> Optional[cst.BaseExpression]:
                       cst.Element(optimizers)], lpar=[], rpar=[])
 
 
+def _empty(body: cst.BaseSuite) -> bool:
+    return not body.body or all(isinstance(s, cst.SimpleStatementLine) and
+                                all(isinstance(x, cst.Pass) for x in s.body) for s in body.body)
+
+
 class InitializeToGradScaler(TrainingRule):
     HANDLES = (INITIALIZE, INIT)
     EMITS = ()
@@ -68,6 +74,13 @@ class InitializeToGradScaler(TrainingRule):
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
         self.created = False
+        self.regions = self.plan.inference if self.plan is not None else state.scratch.get("inference", ())
+        self.dropped = {r.line for r in self.regions} | (self.plan.absorbed if self.plan is not None else set())
+
+    @classmethod
+    def applies(cls, state, context) -> bool:
+        return ("training" in state.scratch or "inference" in state.scratch) and Rule.applies.__func__(
+            cls, state, context)
 
     APEX_ON_THE_LINE = True
 
@@ -112,13 +125,17 @@ class InitializeToGradScaler(TrainingRule):
         return not any(isinstance(p, cst.FunctionDef) for p in self.ancestors(statement))
 
     def leave_SimpleStatementLine(self, original_node, updated_node):
-        if self.plan is None or len(original_node.body) != 1:
+        if self.plan is None and not self.dropped or len(original_node.body) != 1:
             return updated_node
         small = original_node.body[0]
         value = getattr(small, "value", None)
         if not self._is_init(value):
             return updated_node
         rest = self._rest(small, updated_node.body[0], value)
+        if self.position(original_node)[0] in self.dropped:
+            return cst.RemoveFromParent() if rest is None else updated_node.with_changes(body=[rest])
+        if self.plan is None:
+            return updated_node
         plan = self.plan.at(self.position(original_node)[0])
         if plan.hoisted or not self._creates_here(original_node):
             if rest is None:
@@ -146,11 +163,15 @@ class InitializeToGradScaler(TrainingRule):
         return updated_small.with_changes(value=value) if value is not None else None
 
     def leave_If(self, original_node: cst.If, updated_node: cst.If):
-        if self.plan is None or original_node.orelse is not None:
+        if self.plan is None and not self.dropped or original_node.orelse is not None:
             return updated_node
         guarded = [s for s in original_node.body.body if isinstance(s, cst.SimpleStatementLine)
                    and len(s.body) == 1 and self._is_init(getattr(s.body[0], "value", None))]
         if not guarded:
+            return updated_node
+        if all(self.position(s)[0] in self.dropped for s in guarded):
+            return cst.RemoveFromParent() if _empty(updated_node.body) else updated_node
+        if self.plan is None:
             return updated_node
         plan = self.plan.at(self.position(original_node)[0])
         if not plan.hoisted:
@@ -159,15 +180,39 @@ class InitializeToGradScaler(TrainingRule):
             creation = None
         else:
             creation = self._creation(plan, original_node.leading_lines, original_node)
-        body = updated_node.body
-        if not body.body or all(isinstance(s, cst.SimpleStatementLine) and
-                                all(isinstance(x, cst.Pass) for x in s.body) for s in body.body):
+        if _empty(updated_node.body):
             return cst.FlattenSentinel(creation) if creation is not None else cst.RemoveFromParent()
         if creation is None:
             return updated_node
         return cst.FlattenSentinel([*creation, updated_node.with_changes(leading_lines=())])
 
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
+        body = self._covered(original_node.body, updated_node.body)
+        return updated_node if body is None else updated_node.with_changes(body=body)
+
+    def _covered(self, original: Sequence[cst.CSTNode], updated: Sequence[cst.CSTNode]) -> Optional[list]:
+        """The block with the statements after an inference `initialize` (or the `if` guarding
+        it) under its autocast; None where no region starts in it."""
+        for region in self.regions:
+            if region.autocast_call is None:
+                continue
+            at = next((i for i, s in enumerate(original) if self.position(s)[0] == region.anchor), None)
+            after = len(original) - at - 1 if at is not None else 0
+            if after <= 0 or after > len(updated):
+                continue
+            AddImportsVisitor.add_needed_import(self.context, "torch")
+            inner = list(updated[len(updated) - after:])
+            lead = inner[0].leading_lines
+            inner[0] = inner[0].with_changes(leading_lines=())
+            region_with = cst.With(items=[cst.WithItem(region.autocast_call.deep_clone())],
+                                   body=cst.IndentedBlock(inner), leading_lines=lead)
+            return [*updated[:len(updated) - after], region_with]
+        return None
+
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        body = self._covered(original_node.body, updated_node.body)
+        if body is not None:
+            updated_node = updated_node.with_changes(body=body)
         if self.plan is None:
             return updated_node
         shared = self.plan.shared

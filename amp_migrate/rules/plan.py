@@ -102,6 +102,18 @@ class PlanPart:
     init_line: int = 0
 
 
+@dataclass(frozen=True)
+class InferenceRegion:
+    """An `initialize` that only prepares models for inference (plan_inference.py): the line of
+    its statement, the line of the statement after which autocast covers the rest of the block
+    (the statement itself, or the `if` guarding it), and the autocast to open there (None: amp
+    is off, nothing to cover)."""
+    line: int
+    anchor: int
+    autocast_call: Optional[cst.Call] = None
+    span: Optional[tuple] = None  # the region's first and last line, None when empty
+
+
 @dataclass
 class TrainingPlan:
     scaler: str  # how code reaches it: "scaler" or "self.scaler"
@@ -135,6 +147,11 @@ class TrainingPlan:
     parts: tuple = ()
     #: The file's part in a scaler shared with other modules of its project (None: alone).
     shared: Optional[SharedScaler] = None
+    #: `initialize` calls that only prepare models for inference, each with its region.
+    inference: tuple = ()
+    #: Lines of `initialize` statements dropped because Apex rebuilt, with the same options and
+    #: before any use, the scaler the plan's `initialize` had built (an EMA model's dummy optimizer).
+    absorbed: frozenset = frozenset()
 
     @property
     def scaler_calls(self) -> list[cst.Call]:

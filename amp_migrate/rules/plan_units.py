@@ -57,22 +57,31 @@ class UnitPlanning:
         threaded = self._thread_from_units(module, units, outside) if outside else []
         if isinstance(threaded, str):
             return threaded
-        plans = []
+        plans, regions, trained = [], [], []
         for unit in units:
+            if not unit.sites and self._inference_shaped(unit.call):
+                region = self._inference_region(unit.call, unit.statement)
+                if not region:
+                    return ""
+                regions.append(region)
+                continue
             plan = self._plan_unit(unit, module, outside, threaded)
             if plan is None:
                 return ""
             if isinstance(plan, str):
                 return plan
             plans.append(plan)
+            trained.append(unit)
         steps = {line for plan in plans for line in plan.step_lines}
         every = self._step_sites(module, set().union(*(p.optimizers for p in plans)), units[0].statement)
         stray = [c for c in every if self.position(c)[0] not in steps]
         if stray:
             return f"the step at line {self.position(stray[0])[0]} is tied to no `initialize`"
+        if not plans or not self._regions_apart(regions, [self.position(site)[0] for site in self.sites]):
+            return "" if plans else "no `scale_loss` goes with any `initialize`"
         if len(plans) == 1:
-            return plans[0]
-        return replace(plans[0],
+            return replace(plans[0], inference=tuple(regions))
+        return replace(plans[0], inference=tuple(regions),
                        models=set().union(*(p.models for p in plans)),
                        optimizers=set().union(*(p.optimizers for p in plans)),
                        step_lines=frozenset(steps),
@@ -80,7 +89,7 @@ class UnitPlanning:
                        threaded=tuple(threaded),
                        parts=tuple(PlanPart(u.span[0], u.span[1], p.scaler_call, p.autocast_call, p.hoisted,
                                             p.init_scope, p.init_line)
-                                   for u, p in zip(units, plans)))
+                                   for u, p in zip(trained, plans)))
 
     def _disjoint(self, units: list[Unit]) -> str:
         for unit in units:

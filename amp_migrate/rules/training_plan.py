@@ -76,6 +76,7 @@ from .plan import (INIT, INITIALIZE, INITIALIZE_ARGS, LOAD_STATE_DICT, LOSS_SCAL
                    expression_codes, literal, pure, words_of)
 from .plan_threading import find_threading, top_level_function
 from .plan_units import Unit, UnitPlanning
+from .plan_inference import INFERENCE_DTYPE, INFERENCE_OUT_OF_REACH, SECOND_INITIALIZE, InferencePlanning
 from .plan_options import (OPTION_NOT_LITERAL, OptionReader, Switch, arguments, is_expression, keyword,
                            string, switch_of)
 from .plan_options import start_scale_write  # a scale Apex's scaler is given after initialize
@@ -182,13 +183,14 @@ def _bound_names(node: ast.AST) -> tuple[str, ...]:
     return ()
 
 
-class PlanTraining(UnitPlanning, Rule):
+class PlanTraining(UnitPlanning, InferencePlanning, Rule):
     """Read the file's Apex training calls and decide where its GradScaler lives."""
 
     HANDLES = (INITIALIZE, INIT)
     EMITS = (NO_PLACE, INIT_COUNT, MAIN_ONLY, PER_LOSS_CHECKPOINT, SHARE_REFUSED, SHARED, ONE_SCALER,
              OPTION_NOT_LITERAL, O2_O3,
-             STATIC_SCALE, UNSCALED, RUNTIME_O3, RUNTIME_O0, SCALE_BOUNDS, IGNORED_OPTIONS, RUN_TIME_SCALE, BF16)
+             STATIC_SCALE, UNSCALED, RUNTIME_O3, RUNTIME_O0, SCALE_BOUNDS, IGNORED_OPTIONS, RUN_TIME_SCALE, BF16,
+             INFERENCE_OUT_OF_REACH, INFERENCE_DTYPE, SECOND_INITIALIZE)
 
     MARKERS = ("initialize", "scale_loss", "init(")
     APEX_ON_THE_LINE = True
@@ -265,14 +267,20 @@ class PlanTraining(UnitPlanning, Rule):
             return updated_node
         if not self.inits and not self.scale_losses:
             return updated_node
+        if self._only_inference(shared):
+            self._plan_inference(original_node)
+            return updated_node
+        absorbed = self._absorb(self._optimizer_codes()) if self.scale_losses else []
         if self.scale_losses and (len(self.inits) > 1 or self.inits and self._guard(self.inits[0][1])[1]):
             self._plan_several(original_node)
+            self._with_absorbed(absorbed)
             return updated_node
         if len(self.inits) != 1 or not (self.scale_losses or shared is not None and shared.owner):
             self._not_once(shared)
             return updated_node
         call, statement = self.inits[0]
         self._keep(self._plan(call, statement, original_node))
+        self._with_absorbed(absorbed)
         return updated_node
 
     def _keep(self, plan: Optional[TrainingPlan]) -> None:

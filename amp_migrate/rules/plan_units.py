@@ -21,6 +21,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from .plan import PlanPart, TrainingPlan
+from .plan_methods import MethodTies, branch_arms
 from .plan_threading import find_threading
 
 
@@ -32,9 +33,15 @@ class Unit:
         self.call, self.statement, self.block, self.anchor = call, statement, block, anchor
         self.after, self.span = after, span
         self.sites: list[cst.CSTNode] = []
+        #: The `if` of an `if`/`else` with one `initialize` per arm (exactly one runs): the code
+        #: after it, in `pair_block` from line `pair_after` on, runs after this unit's or a sibling's.
+        self.pair: Optional[cst.If] = None
+        self.pair_block: Optional[cst.CSTNode] = None
+        self.pair_after = 0
+        self.methods: list[cst.FunctionDef] = []  # other methods of its class tied to it (plan_methods)
 
 
-class UnitPlanning:
+class UnitPlanning(MethodTies):
     """PlanTraining's planning for `initialize` calls that each govern one block."""
 
     def _unit_of(self, call: cst.Call, statement: cst.CSTNode) -> Unit:
@@ -44,20 +51,27 @@ class UnitPlanning:
             block, anchor = self.parent(owner), owner
         body = list(block.body)
         first = self.position(anchor)[0] if isinstance(block, cst.Module) else self.position(body[0])[0]
-        return Unit(call, statement, block, anchor, self._lines_of(statement)[-1],
+        unit = Unit(call, statement, block, anchor, self._lines_of(statement)[-1],
                     (first, self._lines_of(body[-1])[-1]))
+        arms = branch_arms(self, anchor)
+        if arms is not None and all(sum(1 for c, s in self.inits if any(p is arm for p in self.ancestors(s))) == 1
+                                    for arm in arms[1]):
+            unit.pair, unit.pair_block, unit.pair_after = arms[0], self.parent(arms[0]), self._lines_of(arms[0])[-1]
+        return unit
 
     def _plan_in_units(self, module: cst.Module) -> Union[TrainingPlan, str]:
         """One plan part per `initialize`; or why the sites are not provably tied to one each."""
         units = [self._unit_of(call, statement) for call, statement in self.inits]
         outside: list[cst.CSTNode] = []
-        why = self._disjoint(units) or self._assign(units, self.sites, outside)
+        why = self._disjoint(units) or self._assign(units, self.sites, outside) or self._tie_methods(units, outside) \
+            or self._isolated(units)
         if why:
             return why
         threaded = self._thread_from_units(module, units, outside) if outside else []
         if isinstance(threaded, str):
             return threaded
         plans, regions, trained = [], [], []
+        self.forced_placement = "self" if any(u.methods for u in units) else None
         for unit in units:
             if not unit.sites and self._inference_shaped(unit.call):
                 region = self._inference_region(unit.call, unit.statement)
@@ -72,6 +86,7 @@ class UnitPlanning:
                 return plan
             plans.append(plan)
             trained.append(unit)
+        self.forced_placement = None
         steps = {line for plan in plans for line in plan.step_lines}
         every = self._step_sites(module, set().union(*(p.optimizers for p in plans)), units[0].statement)
         stray = [c for c in every if self.position(c)[0] not in steps]
@@ -79,7 +94,10 @@ class UnitPlanning:
             return f"the step at line {self.position(stray[0])[0]} is tied to no `initialize`"
         if not plans or not self._regions_apart(regions, [self.position(site)[0] for site in self.sites]):
             return "" if plans else "no `scale_loss` goes with any `initialize`"
-        if len(plans) == 1:
+        tied = self._tied_parts(trained, plans)
+        if isinstance(tied, str):
+            return tied
+        if len(plans) == 1 and not tied:
             return replace(plans[0], inference=tuple(regions))
         return replace(plans[0], inference=tuple(regions),
                        models=set().union(*(p.models for p in plans)),
@@ -89,7 +107,7 @@ class UnitPlanning:
                        threaded=tuple(threaded),
                        parts=tuple(PlanPart(u.span[0], u.span[1], p.scaler_call, p.autocast_call, p.hoisted,
                                             p.init_scope, p.init_line)
-                                   for u, p in zip(trained, plans)))
+                                   for u, p in zip(trained, plans)) + tuple(tied))
 
     def _disjoint(self, units: list[Unit]) -> str:
         for unit in units:
@@ -125,7 +143,10 @@ class UnitPlanning:
         for site in sites:
             holder = self._holder(units, site)
             if holder is not None:
-                holder.sites.append(site)
+                for unit in units:
+                    if unit is holder or unit.pair is not None and unit.pair is holder.pair \
+                            and self._holder([unit], site) is unit:
+                        unit.sites.append(site)
             elif id(self.scope_of(site)) in functions or self.scope_of(site) is None:
                 return f"the Apex call at line {self.position(site)[0]} is tied to no single `initialize`"
             else:
@@ -143,12 +164,24 @@ class UnitPlanning:
             return False
         return find_threading(self, module, None, 0, outside, entry)
 
+    def _unit_steps(self, unit: Unit, steps: list[cst.Call], threaded) -> list[cst.Call]:
+        """The steps one unit's scaler serves: in its block, in a function it passes the
+        scaler to, or in a method tied to it."""
+        passed = {t.line for t in threaded}
+        return [c for c in steps if self._holder([unit], c) is unit or (
+            self.scope_of(c) is not None and self.position(self.scope_of(c))[0] in passed)
+            or any(self.scope_of(c) is f for f in unit.methods)]
+
     def _holder(self, units: list[Unit], node: cst.CSTNode) -> Optional[Unit]:
         line = self.position(node)[0]
         scope = self.scope_of(node)
         for unit in units:
-            if line > unit.after and scope is self.scope_of(unit.statement) \
-                    and any(p is unit.block for p in self.ancestors(node)):
+            if scope is not self.scope_of(unit.statement):
+                continue
+            if line > unit.after and any(p is unit.block for p in self.ancestors(node)):
+                return unit
+            if unit.pair is not None and line > unit.pair_after and any(p is unit.pair_block
+                                                                         for p in self.ancestors(node)):
                 return unit
         return None
 

@@ -194,6 +194,7 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
 
     MARKERS = ("initialize", "scale_loss", "init(")
     APEX_ON_THE_LINE = True
+    forced_placement: Optional[str] = None  # one placement for several `initialize` calls (plan_methods)
 
     def interest(self):
         return self.words_for(INITIALIZE, INIT, *SCALE_LOSS, MASTER_PARAMS, STATE_DICT, LOAD_STATE_DICT,
@@ -444,10 +445,8 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
         optimizers = self._optimizer_codes()
         steps = self._step_sites(module, optimizers, statement)
         if unit is not None:
-            passed = {t.line for t in threaded}
-            steps = [c for c in steps if self._holder([unit], c) is unit or (
-                self.scope_of(c) is not None and self.position(self.scope_of(c))[0] in passed)]
-        placement = "threaded" if threaded else self._placement(statement, self.sites + steps)
+            steps = self._unit_steps(unit, steps, threaded)
+        placement = "threaded" if threaded else self.forced_placement or self._placement(statement, self.sites + steps)
         guard_node, guard = self._guard_switch(statement, nested_ok=unit is not None)
         start = start_scale_write(statement, self.parent(statement),
                                   lambda node: self.apex_name(node) in LOSS_SCALERS)

@@ -329,23 +329,23 @@ CASES = [
                 "`if self.fp16:`; `lr_find` scales in a helper method only it calls, `fit` saves and "
                 "loads `amp.state_dict()` through methods it calls: each `initialize` sets "
                 "`self.scaler`, fresh scale at each; resumed in a new process; overflows forced",
-         min_skipped=2,
+         min_skipped=2, scales="newest",
          phases=(("--fp16", "--lr-find", "--epochs", "1", "--corrupt-step", "5", "--checkpoint", "{dir}/ckpt.pt"),
-                 ("--fp16", "--epochs", "2", "--corrupt-step", "3", "--checkpoint", "{dir}/ckpt.pt",
+                 ("--fp16", "--lr-find", "--epochs", "2", "--corrupt-step", "3", "--checkpoint", "{dir}/ckpt.pt",
                   "--resume"))),
     Case("trainer-fit-and-lr-find-O0", "trainer_fit_and_lr_find.py",
-         ("--fp16", "--opt-level", "O0", "--lr-find", "--corrupt-step", "5"),
-         covers="the same learner at O0: both scalers disabled, nothing skipped", scales="native_disabled"),
+         ("--fp16", "--opt-level", "O0", "--lr-find"),
+         covers="the same learner at O0: both scalers disabled, nothing skipped", scales="newest"),
     Case("task-test-only-or-training-resume", "task_test_only_or_training.py",
          covers="`if self.test_only: model = amp.initialize(model) else: model, opt = "
                 "amp.initialize(model, opt)` in `prepare()` (exactly one runs: one scaler, "
                 "`self.scaler` in each arm), `scale_loss` in `train_step()` and "
                 "`amp.state_dict()`/`load_state_dict` in checkpoint methods the script calls; "
                 "resumed in a new process; an overflow in each phase", min_skipped=2,
-         phases=(("--steps", "6", "--corrupt-step", "2", "--checkpoint", "{dir}/ckpt.pt"),
-                 ("--steps", "12", "--corrupt-step", "9", "--checkpoint", "{dir}/ckpt.pt", "--resume"))),
+         phases=(("--steps", "12", "--corrupt-step", "4", "--checkpoint", "{dir}/ckpt.pt"),
+                 ("--steps", "24", "--corrupt-step", "17", "--checkpoint", "{dir}/ckpt.pt", "--resume"))),
     Case("task-test-only-or-training-O0", "task_test_only_or_training.py",
-         ("--opt-level", "O0", "--corrupt-step", "2"),
+         ("--opt-level", "O0", "--steps", "24"),
          covers="the same task at O0: the scaler disabled", scales="native_disabled"),
     Case("module-handed-to-helper-resume", "module_handed_to_helper",
          covers="a project: `from apex import amp` in the script only with an opt level (`amp = None` "

@@ -66,7 +66,8 @@ class Case:
     tolerance: Optional[Tolerance] = None
     # How the shim's loss scales relate to native's: "equal" (same list), "per_loss" (native's
     # single GradScaler equals the smallest of the shim's per-loss scalers: num_losses/loss_id),
-    # "native_disabled" (bf16: native's GradScaler is disabled, get_scale() is 1.0), "own"
+    # "native_disabled" (bf16: native's GradScaler is disabled, get_scale() is 1.0), "newest"
+    # (several `initialize` calls: the shim's scales equal native's newest GradScaler's), "own"
     # (scales not compared).
     scales: str = "equal"
     dtype: str = "float16"
@@ -342,6 +343,13 @@ def compare_scales(ref: dict, other: dict, how: str) -> list:
     a, b = ref["scales"], other["scales"]
     if how == "equal":
         return [] if a == b else [f"loss scales: {a} vs {b}"]
+    if how == "newest":
+        # Apex's scalers are those of the newest `initialize`; the recorder lists every
+        # GradScaler created, so the newest one (the last) is Apex's counterpart.
+        if len(a) != len(b):
+            return [f"{len(a)} iterations of loss scales vs {len(b)}"]
+        bad = [i for i, (s, n) in enumerate(zip(a, b)) if s != n[-1:]]
+        return [f"loss scales at iterations {bad[:5]}: {a[bad[0]]} vs {b[bad[0]]}"] if bad else []
     if how == "per_loss":
         # ref: the shim's per-loss scalers; other: native's one GradScaler, which backs off for
         # every loss when any overflows. With isolated overflows it is the smallest per-loss scale.

@@ -1,0 +1,220 @@
+"""Which `initialize` a site in a method of a trainer class runs after, from the class's calls.
+
+A trainer class may call `amp.initialize` in more than one method (`fit()` and an `lr_find()`
+that initializes again) and scale the loss in a helper method only one of them calls
+(`self._train_batch()`), or call it in both arms of an `if`/`else` (`if self.test_only: ...
+else: ...`) and save `amp.state_dict()` in a checkpoint method. Apex used the scalers of the
+newest `initialize`. A site is tied to one `initialize` here when every chain of
+`self.<method>(...)` calls that reaches it starts in that call's block after it, and no
+method on the way can call (by any name it mentions) a function holding another
+`initialize`; a method nothing in the class calls (a checkpoint hook the framework calls) is
+tied to the only `initialize` there is (one call, or one per arm of one `if`/`else`, of which
+exactly one runs). Each such `initialize` then sets `self.<scaler>`, which the tied methods
+read. This module holds no rule: PlanTraining mixes it in through plan_units.py.
+"""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import libcst as cst
+import libcst.matchers as m
+
+from .plan import PlanPart
+
+#: A site reached from a method nothing in the class calls: any `initialize` may have run last.
+ANYONE = "anyone"
+
+
+def branch_arms(rule, anchor: cst.CSTNode) -> Optional[tuple[cst.If, list[cst.BaseSuite]]]:
+    """The top `if` and its arms when `anchor` is a statement directly in one arm of an
+    `if`/`elif`/`else` chain that ends in `else` (exactly one arm runs); else None."""
+    block = rule.parent(anchor)
+    owner = rule.parent(block) if block is not None else None
+    if not isinstance(owner, (cst.If, cst.Else)):
+        return None
+    top = owner if isinstance(owner, cst.If) else rule.parent(owner)
+    while isinstance(top, cst.If) and isinstance(rule.parent(top), cst.If) and rule.parent(top).orelse is top:
+        top = rule.parent(top)
+    if not isinstance(top, cst.If):
+        return None
+    arms, node = [], top
+    while isinstance(node, cst.If):
+        arms.append(node.body)
+        node = node.orelse
+    if node is None:
+        return None
+    arms.append(node.body)
+    return top, arms
+
+
+class MethodTies:
+    """PlanTraining's reading of `self.<method>(...)` calls inside one trainer class."""
+
+    def _tie_methods(self, units: list, outside: list[cst.CSTNode]) -> str:
+        """Move the sites in methods of the units' class from `outside` to the unit their
+        calls tie them to (recording the methods on it); or why one is tied to no single one."""
+        owner = self._units_class(units)
+        if owner is None:
+            return ""
+        ties: dict[int, Union[str, list]] = {}
+        kept = []
+        for site in outside:
+            method = self.scope_of(site)
+            if method is None or self.class_of(method) is not owner:
+                kept.append(site)
+                continue
+            found = self._ties_of(method, owner, units, ties, ())
+            if isinstance(found, str) and found != ANYONE:
+                return found
+            groups = self._groups(units) if found == ANYONE else self._groups(found)
+            if len(groups) != 1:
+                return self._not_one(site, method, found, units)
+            for unit in groups[0]:
+                unit.sites.append(site)
+                if not any(f is method for f in unit.methods):
+                    unit.methods.append(method)
+        if kept and len(kept) != len(outside):
+            return (f"the Apex call at line {self.position(kept[0])[0]} would need the scaler as a parameter "
+                    "and others read it from `self`")
+        outside[:] = kept
+        return ""
+
+    def _not_one(self, site: cst.CSTNode, method: cst.FunctionDef, found, units: list) -> str:
+        line = self.position(site)[0]
+        if found == ANYONE:
+            return (f"`{method.name.value}` (the Apex call at line {line}) may be called from outside its "
+                    "class, so which `initialize` ran last is not known there")
+        lines = " and ".join(str(self.position(g[0].call)[0]) for g in self._groups(found))
+        return (f"the Apex call at line {line} runs after the `initialize` at lines {lines}, depending on "
+                f"which method called `{method.name.value}`")
+
+    def _units_class(self, units: list) -> Optional[cst.ClassDef]:
+        classes = {id(c): c for c in (self.class_of(f) if f is not None else None
+                                      for f in (self.scope_of(u.statement) for u in units))}
+        if len(classes) != 1 or None in classes.values():
+            return None
+        return next(iter(classes.values()))
+
+    def _groups(self, units: list) -> list[list]:
+        """Units grouped by the `if`/`else` whose arms they are (one group per lone unit)."""
+        groups: dict[int, list] = {}
+        for unit in units:
+            groups.setdefault(id(unit.pair) if unit.pair is not None else id(unit), []).append(unit)
+        return list(groups.values())
+
+    def _ties_of(self, method: cst.FunctionDef, owner: cst.ClassDef, units: list,
+                 ties: dict, chain: tuple) -> Union[str, list]:
+        """The units whose blocks call into `method` (ANYONE: something outside the class
+        does); a string with a located reason where a call is no such tie."""
+        if id(method) in ties:
+            return ties[id(method)]
+        if any(f is method for f in chain):
+            return []
+        name = method.name.value
+        found: list = []
+        calls = self._self_calls(name, owner)
+        if isinstance(calls, str) or calls is None:
+            return calls or ANYONE
+        for call in calls:
+            holders = [u for u in units if self._holds(u, call)]
+            caller = self.scope_of(call)
+            if holders:
+                found.extend(u for u in holders if u not in found)
+            elif any(caller is self.scope_of(u.statement) for u in units):
+                return (f"`{name}` is called at line {self.position(call)[0]}, outside the block of "
+                        "the `initialize` in that method")
+            else:
+                more = self._ties_of(caller, owner, units, ties, chain + (method,))
+                if isinstance(more, str):
+                    return more
+                found.extend(u for u in more if u not in found)
+        result = found if calls else ANYONE
+        ties[id(method)] = result
+        return result
+
+    def _self_calls(self, name: str, owner: cst.ClassDef) -> Union[str, list[cst.Call], None]:
+        """Every `self.<name>(...)` call in a method of `owner`; None where `name` is also used
+        otherwise (called on an instance from outside, passed as a callback); a string where
+        the method is not one plain definition."""
+        module = self.context.wrapper.module
+        defs = [d for d in self.findall(module, m.FunctionDef(name=m.Name(name)), {name})]
+        if len(defs) != 1 or defs[0].decorators or defs[0].asynchronous:
+            return f"`{name}` is defined more than once, decorated or async"
+        calls = []
+        for node in self.findall(module, m.Name(name), {name}):
+            parent = self.parent(node)
+            if parent is defs[0] or isinstance(parent, cst.Arg) and parent.keyword is node:
+                continue
+            call = self.parent(parent) if isinstance(parent, cst.Attribute) else None
+            caller = self.scope_of(node)
+            if not (isinstance(parent, cst.Attribute) and parent.attr is node
+                    and m.matches(parent.value, m.Name("self")) and isinstance(call, cst.Call)
+                    and call.func is parent and caller is not None and self.class_of(caller) is owner):
+                return None
+            calls.append(call)
+        return calls
+
+    def _holds(self, unit, node: cst.CSTNode) -> bool:
+        return self._holder([unit], node) is unit
+
+    def _isolated(self, units: list) -> str:
+        """No function holding one group's `initialize`, or tied to it, can reach (by a name it
+        mentions, through the file's functions) a function that holds another group's."""
+        groups = self._groups(units)
+        holding = {}
+        for group in groups:
+            for unit in group:
+                holding.setdefault(id(self.scope_of(unit.statement)), []).append(group)
+        functions = self._functions_by_name()
+        for group in groups:
+            starts = [self.scope_of(u.statement) for u in group] + [f for u in group for f in u.methods]
+            seen: set[int] = set()
+            pending = [f for f in starts if f is not None]
+            while pending:
+                function = pending.pop()
+                if id(function) in seen:
+                    continue
+                seen.add(id(function))
+                if any(other is not group for other in holding.get(id(function), ())):
+                    return (f"`{starts[0].name.value}` may call `{function.name.value}` (by the name it "
+                            "mentions), which calls `initialize` again")
+                pending.extend(f for name in self._mentions(function) for f in functions.get(name, ()))
+        return ""
+
+    def _functions_by_name(self) -> dict[str, list[cst.FunctionDef]]:
+        found: dict[str, list[cst.FunctionDef]] = {}
+        for function in m.findall(self.context.wrapper.module, m.FunctionDef()):
+            found.setdefault(function.name.value, []).append(function)
+        return found
+
+    def _mentions(self, function: cst.FunctionDef) -> set[str]:
+        return {n.value for n in m.findall(function.body, m.Name())}
+
+    def _tied_parts(self, units: list, plans: list) -> Union[list[PlanPart], str]:
+        """The plan parts for the code after an `if`/`else` with one `initialize` per arm and
+        for the methods tied to a unit (after the units' own parts); or why the arms' autocasts
+        differ where code runs after either."""
+        parts: list[PlanPart] = []
+        for group in self._groups(units):
+            planned = [(u, p) for u, p in zip(units, plans) if any(u is g for g in group)]
+            if not planned:
+                continue
+            unit = planned[0][0]
+            after = unit.pair is not None and any(self._holder([unit], s) is unit and self.position(s)[0] > unit.pair_after
+                                                  and not any(p is unit.block for p in self.ancestors(s))
+                                                  for s in unit.sites)
+            if not after and not unit.methods:
+                continue
+            casts = {self.code_of(p.autocast_call) for _, p in planned}
+            if len(casts) > 1:
+                lines = " and ".join(str(self.position(u.call)[0]) for u, _ in planned)
+                return (f"the `initialize` calls at lines {lines}, one per branch, need different autocasts "
+                        f"({' / '.join(sorted(f'`{c}`' for c in casts))}) where code runs after either")
+            first = min((p for _, p in planned), key=lambda p: p.init_line)
+            spans = [(self.position(f)[0], self._lines_of(f)[-1]) for f in unit.methods]
+            if after:
+                body = unit.pair_block.body
+                spans.append((unit.pair_after + 1, self._lines_of(body[-1])[-1]))
+            parts.extend(PlanPart(a, b, first.scaler_call, first.autocast_call, False, first.init_scope,
+                                  first.init_line) for a, b in spans)
+        return parts

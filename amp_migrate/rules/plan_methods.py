@@ -66,7 +66,7 @@ class MethodTies:
             found = self._ties_of(method, owner, units, ties, ())
             if isinstance(found, str) and found != ANYONE:
                 return found
-            groups = self._groups(units) if found == ANYONE else self._groups(found)
+            groups = self._groups(units) if found == ANYONE or not found else self._groups(found)
             if len(groups) != 1:
                 return self._not_one(site, method, found, units)
             for unit in groups[0]:
@@ -81,7 +81,7 @@ class MethodTies:
 
     def _not_one(self, site: cst.CSTNode, method: cst.FunctionDef, found, units: list) -> str:
         line = self.position(site)[0]
-        if found == ANYONE:
+        if found == ANYONE or not found:
             return (f"`{method.name.value}` (the Apex call at line {line}) may be called from outside its "
                     "class, so which `initialize` ran last is not known there")
         lines = " and ".join(str(self.position(g[0].call)[0]) for g in self._groups(found))
@@ -129,7 +129,8 @@ class MethodTies:
                     return more
                 found.extend(u for u in more if u not in found)
         result = found if calls else ANYONE
-        ties[id(method)] = result
+        if not chain:  # deeper results may miss callers on the chain (a cycle cut short)
+            ties[id(method)] = result
         return result
 
     def _self_calls(self, name: str, owner: cst.ClassDef) -> Union[str, list[cst.Call], None]:
@@ -206,10 +207,13 @@ class MethodTies:
             if not after and not unit.methods:
                 continue
             casts = {self.code_of(p.autocast_call) for _, p in planned}
-            if len(casts) > 1:
+            switches = {self._enabled_code(p.scaler_call) for _, p in planned}
+            if len(casts) > 1 or len(switches) > 1:
                 lines = " and ".join(str(self.position(u.call)[0]) for u, _ in planned)
-                return (f"the `initialize` calls at lines {lines}, one per branch, need different autocasts "
-                        f"({' / '.join(sorted(f'`{c}`' for c in casts))}) where code runs after either")
+                what = "autocasts" if len(casts) > 1 else "scaler switches (`enabled=`)"
+                shown = casts if len(casts) > 1 else {c or "always on" for c in switches}
+                return (f"the `initialize` calls at lines {lines}, one per branch, need different {what} "
+                        f"({' / '.join(sorted(f'`{c}`' for c in shown))}) where code runs after either")
             first = min((p for _, p in planned), key=lambda p: p.init_line)
             spans = [(self.position(f)[0], self._lines_of(f)[-1]) for f in unit.methods]
             if after:
@@ -218,3 +222,7 @@ class MethodTies:
             parts.extend(PlanPart(a, b, first.scaler_call, first.autocast_call, False, first.init_scope,
                                   first.init_line) for a, b in spans)
         return parts
+
+    def _enabled_code(self, call: cst.Call) -> str:
+        return next((self.code_of(a.value) for a in call.args if a.keyword is not None
+                     and a.keyword.value == "enabled"), "")

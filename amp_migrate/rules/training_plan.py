@@ -55,8 +55,10 @@ Soundness
     value it has (AMP120). It keeps one GradScaler per loss id when `num_losses > 1` and each
     optimizer is scaled under one loss id, because Apex kept one loss scale per loss id and an
     overflow in one backed off only that one; an optimizer scaled under two loss ids shares one
-    scaler (its gradients must carry one scale), as AMP114 says. It refuses what it cannot
-    express: several `initialize` calls, options with side effects or only known at run time
+    scaler (its gradients must carry one scale), as AMP114 says. Several `initialize` calls
+    each build their own scaler where every site is tied to one (plan_units.py,
+    plan_methods.py). It refuses what it cannot express: several `initialize` calls a site is
+    not provably tied to one of, options with side effects or only known at run time
     where a literal is needed, a scaler no single place reaches, and per-loss scalers whose
     state `amp.state_dict()` would have to save as one.
 """
@@ -100,10 +102,14 @@ INIT_COUNT = define(
     "AMP102", "initialize-not-once", Severity.WARNING,
     "The file calls `amp.initialize` (or `amp.init`) more than once, or uses `scale_loss` "
     "without calling it.",
-    "The native rewrite turns the one `initialize` of a training script into the one "
-    "GradScaler of its loop. Several calls (one per fold, per branch) or none at all (the call "
-    "lives in another module) leave no single scaler to use, so the file keeps Apex's "
-    "semantics through the shim.",
+    "The native rewrite turns each `initialize` into a GradScaler built where it ran. Several "
+    "calls (per fold, per branch, per training method of a class) each get their own where "
+    "every `scale_loss`, step and `amp.state_dict()` is provably tied to the one Apex would have "
+    "used: after it in its block, or in a method only calls from that block reach. Where a site "
+    "may run after either (a helper both `fit()` and `lr_find()` call, a method called from "
+    "outside the class), or no `initialize` is in the file (the call lives in another module "
+    "this run cannot see), the file keeps Apex's semantics through the shim; the message says "
+    "which.",
     falls_back=True,
     refusal="several initialize calls, or none, leave no single scaler",
 )

@@ -53,10 +53,12 @@ INFERENCE_DTYPE = define(
     "O2/O3 cast this model's weights to fp16 for inference and its outputs back to fp32; the "
     "native model keeps fp32 weights and runs under autocast, so its outputs may be float16.",
     "The native recipe for O2/O3 (AMP110) applies to inference as to training: fp32 weights, "
-    "ops in reduced precision where autocast chooses. Apex's patched forward returned fp32 "
-    "outputs; under autocast a model whose last op is a matmul returns float16, and the ops "
-    "on it inside the region run under autocast too. Call `.float()` on outputs that must stay "
-    "fp32 (saved logits, metrics).",
+    "ops in reduced precision where autocast chooses, over a region (the statements after "
+    "`initialize`) rather than one model. Apex's patched forward returned fp32 outputs; under "
+    "autocast a model whose last op is a matmul returns float16, and the other ops of the "
+    "region (on those outputs, or another model's forward) run under autocast too, where "
+    "Apex's O2/O3 ran them in fp32. Call `.float()` on outputs that must stay fp32 (saved "
+    "logits, metrics), or narrow the `with` to the forward.",
     before="model = amp.initialize(model, opt_level=\"O2\")\nlogits = model(x)",
     after="with torch.autocast(\"cuda\", dtype=torch.float16):\n    logits = model(x)  # float16",
 )
@@ -116,6 +118,49 @@ def _own_nodes(scope: ast.AST):
         yield node
         if not isinstance(node, _NESTED):
             stack.extend(ast.iter_child_nodes(node))
+
+
+#: `nn.Module` methods that return the module itself.
+_SELF_RETURNING = frozenset({"eval", "train", "cuda", "cpu", "to", "half", "float", "double", "bfloat16",
+                             "requires_grad_", "apply", "type", "share_memory", "to_empty"})
+
+
+def _holds(value: ast.AST, names: set[str]) -> bool:
+    """Whether `value` may hold a model: it mentions one other than as the callee of a call
+    (`model(x)`, `model.infer(x)` give outputs; `model.eval()` gives the model back)."""
+    callees = set()
+    for node in ast.walk(value):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name):
+                callees.add(id(func))
+            elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
+                    and func.attr not in _SELF_RETURNING:
+                callees.add(id(func.value))
+    return any(isinstance(n, ast.Name) and n.id in names and id(n) not in callees for n in ast.walk(value))
+
+
+def _aliases(scope: ast.AST, names: set[str]) -> set[str]:
+    """`names` and every local name assigned a value that may hold one, to a fixpoint."""
+    names = set(names)
+    binds = []
+    for node in _own_nodes(scope):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            binds.append((node.value, targets))
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            binds.append((node.iter, [node.target]))
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            binds.append((node.context_expr, [node.optional_vars]))
+    grown = True
+    while grown:
+        grown = False
+        for value, targets in binds:
+            if _holds(value, names):
+                new = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)} - names
+                names |= new
+                grown = grown or bool(new)
+    return names
 
 
 class InferencePlanning:
@@ -207,7 +252,9 @@ class InferencePlanning:
         """Why the region after `anchor` does not cover what Apex cast ("" where it does), and
         its lines (None: empty)."""
         parents = self._ast_parents()
-        block = _holder(parents[id(anchor)], anchor)
+        block = _holder(parents[id(anchor)], anchor) if id(anchor) in parents else None
+        if block is None:
+            return "its statement could not be placed", None
         after = block[next(i for i, s in enumerate(block) if s is anchor) + 1:]
         span = (_first_line(after[0]), after[-1].end_lineno) if after else None
         scope = self._scope_of(anchor, parents)
@@ -277,7 +324,9 @@ class InferencePlanning:
         return ""
 
     def _confined(self, scope: ast.AST, names: set[str], init_end: int, span: Optional[tuple]) -> str:
-        """Why a model may run outside the region ("" where it cannot)."""
+        """Why a model may run outside the region ("" where it cannot). Locals bound to
+        anything built from a model (`wrapped = DataParallel(model)`) count as the model."""
+        names = _aliases(scope, names)
         for node in _own_nodes(scope):
             if isinstance(node, _NESTED):
                 name = _mentions(node, names)
@@ -294,16 +343,16 @@ class InferencePlanning:
     def _escape(self, node: ast.AST, names: set[str]) -> str:
         if isinstance(node, (ast.Global, ast.Nonlocal)) and set(node.names) & names:
             return f"`{sorted(set(node.names) & names)[0]}` is declared global at line {node.lineno}"
-        if isinstance(node, ast.Return) and node.value is not None and _mentions(node.value, names):
+        if isinstance(node, ast.Return) and node.value is not None and _holds(node.value, names):
             return f"`{_mentions(node.value, names)}` is returned at line {node.lineno}"
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None \
-                and _mentions(node.value, names):
+                and _holds(node.value, names):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(isinstance(t, (ast.Attribute, ast.Subscript)) for target in targets for t in ast.walk(target)):
                 return f"`{_mentions(node.value, names)}` is stored at line {node.lineno}"
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _STORING:
-            name = next((n for a in [*node.args, *(k.value for k in node.keywords)]
-                         for n in [_mentions(a, names)] if n), None)
+            name = next((_mentions(a, names) for a in [*node.args, *(k.value for k in node.keywords)]
+                         if _holds(a, names)), None)
             if name:
                 return f"`{name}` is handed to `.{node.func.attr}()` at line {node.lineno}, which may keep it"
         return ""

@@ -324,6 +324,13 @@ CASES = [
                 "nested after the training one with the same options: dropped; the EMA forward "
                 "in the training autocast region, its outputs printed; momentum update after each "
                 "step; one overflow", min_skipped=1),
+    Case("train-or-infer-branches", "train_or_infer_branches.py",
+         ("--fp16", "--corrupt-step", "5", "--evaluate", "--checkpoint", "tagger.pt"),
+         covers="a training `initialize` in `start_training` and an inference one (no optimizer, "
+                "`enabled=cfg.fp16`, run-time level) in `start_inference`, which the entry calls as "
+                "its last statement: trained with an overflow, saved, then scored under the region "
+                "after the inference `initialize` (scales not compared: Apex rebuilt an unused scaler)",
+         scales="own", min_skipped=1),
     Case("trainer-fit-and-lr-find-resume", "trainer_fit_and_lr_find.py",
          covers="a learner class whose `fit()` and `lr_find()` each call `amp.initialize` under "
                 "`if self.fp16:`; `lr_find` scales in a helper method only it calls, `fit` saves and "
@@ -356,19 +363,6 @@ CASES = [
          phases=(("--amp-level", "O1", "--steps", "12", "--corrupt-step", "4", "--checkpoint", "{dir}/ckpt.pt"),
                  ("--amp-level", "O1", "--steps", "24", "--corrupt-step", "17", "--checkpoint",
                   "{dir}/ckpt.pt", "--restore"))),
-    Case("inference-only-initialize-O1", "inference_only_initialize.py", ("--fp16", "--opt-level", "O1"),
-         covers="`if args.fp16: model = amp.initialize(model, opt_level=...)` with no optimizer after "
-                "fp32 training: logits, a loss, a matmul and a softmax on them in a function that "
-                "receives the model, all under the autocast region after `initialize`; the scaler "
-                "Apex built is never used (scales not compared)", scales="own"),
-    Case("inference-only-initialize-O0", "inference_only_initialize.py", ("--fp16", "--opt-level", "O0"),
-         covers="the same evaluation at O0: the region's autocast is disabled", scales="own"),
-    Case("ema-second-initialize", "ema_second_initialize.py",
-         ("--amp", "--moco", "--opt-level", "O1", "--corrupt-step", "7"),
-         covers="a second `amp.initialize` for an EMA (key) model with a dummy never-stepped SGD, "
-                "nested after the training one with the same options: dropped; the EMA forward "
-                "in the training autocast region, its outputs printed; momentum update after each "
-                "step; one overflow", min_skipped=1),
 ]
 
 BY_ID = {case.id: case for case in CASES}

@@ -359,11 +359,12 @@ class InferencePlanning:
 
     def _model_names(self, statement: cst.CSTNode, args: dict) -> Union[set[str], str]:
         """The local names the prepared models are read through, or why they are not locals."""
-        models = expression_codes(args.get("models"))
-        if not models or any("." in code for code in models):
+        given = args.get("models")
+        parts = [e.value for e in given.elements] if isinstance(given, (cst.List, cst.Tuple)) else [given]
+        if not all(isinstance(p, (cst.Name, cst.Call)) for p in parts):
             return "its models are not plain local names (an attribute is read where no region follows)"
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
-        names = set(models)
+        names = {p.value for p in parts if isinstance(p, cst.Name)}
         if isinstance(small, cst.Assign):
             for target in small.targets:
                 found = self._target_names(target.target)

@@ -29,7 +29,9 @@ Soundness
     built with (switch_flow.py: its `and`-ed parts are parts of `enabled=` read with the same
     value, the guard of another module's `initialize` reached through this module's one call
     of its builder, or import flags that are True once no Apex import is left), because a
-    disabled scaler's `scale(loss)` is the loss itself;
+    disabled scaler's `scale(loss)` is the loss itself. Branches that do more than the backward
+    (clipping `amp.master_params` in one, the model's parameters in the other) stay apart, under
+    the same proof: their plain backward must run only where the scaler is disabled;
     where that is not provable the `else` branch could run under an enabled scaler, whose step
     would unscale gradients never scaled, and the file falls back (AMP220).
 
@@ -393,14 +395,26 @@ class ScaleLossToGradScaler(TrainingRule):
         scaled = _only(updated_node.body)
         plain = _only(original_node.orelse.body)
         with_ = _only(original_node.body)
-        if scaled is None or plain is None or with_ is None or id(with_) not in self.withs \
-                or not _same_backward(scaled, plain):
+        collapses = scaled is not None and plain is not None and with_ is not None and id(with_) in self.withs \
+            and _same_backward(scaled, plain)
+        if not collapses and not self._unscaled_else(original_node):
             return updated_node
         if not SwitchProof(self, self.plan.at(self.position(original_node)[0])).holds(original_node):
             self.report(original_node, UNSCALED_BRANCH, "`{}` may be false while the GradScaler is "
                         "enabled".format(self.code_of(original_node.test)))
             return updated_node
-        return scaled.with_changes(leading_lines=updated_node.leading_lines)
+        return scaled.with_changes(leading_lines=updated_node.leading_lines) if collapses else updated_node
+
+    def _unscaled_else(self, node: cst.If) -> bool:
+        """`if cond: <scale_loss block>, ... else: loss.backward(), ...`: the `else` runs an
+        unscaled backward whose gradients the scaler's step would unscale unless it is disabled
+        there, so `cond` must be its switch even where the branches stay apart (clipping
+        `amp.master_params` in one, the model's parameters in the other)."""
+        body, orelse = node.body, node.orelse.body
+        if not isinstance(body, cst.IndentedBlock) or not isinstance(orelse, cst.IndentedBlock):
+            return False
+        backward = m.SimpleStatementLine(body=[m.Expr(m.Call(func=m.Attribute(attr=m.Name("backward"))))])
+        return any(id(s) in self.withs for s in body.body) and any(m.matches(s, backward) for s in orelse.body)
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
         if not self.withs:

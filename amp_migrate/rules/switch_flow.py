@@ -11,7 +11,9 @@ function for which the same holds. Attribute or item stores into the name (`args
 False`) anywhere after `initialize` or in another function defeat the proof, as do `global`
 and `nonlocal` declarations.
 
-Two more kinds of part hold. A flag that one module-level `try:` sets True beside Apex's imports
+A `self.use_amp` that the method building the scaler sets in its body, before `initialize` and
+nowhere else, from a path read unchanged until the scaler is built (`self.use_amp = use_amp`),
+reads what that path read. Two more kinds of part hold. A flag that one module-level `try:` sets True beside Apex's imports
 (`apex = False / try: from apex import amp; apex = True / except ImportError: ...`), stored
 nowhere else after it, read in a function defined after it: the native file has no Apex import
 left to fail, so the flag is True. And where the scaler is another module's (project mode), the
@@ -207,8 +209,9 @@ class SwitchProof:
             if self._available(part, where):
                 continue  # `apex and args.fp16`: `apex` is True once torch.amp replaces Apex
             path = _cst_path(part)
-            if path is not None and self._translated(where, path, 0) in paths:
-                continue  # `fp16` passed down from `args.fp16`
+            read = self._translated(where, path, 0) if path is not None else None
+            if read is not None and (read in paths or self._self_alias(read) in paths):
+                continue  # `fp16` passed down from `args.fp16`, `self.use_amp` set from `use_amp`
             if squeezed(code(part)) not in parts or not all(
                     self._translated(where, p, 0) == p for p in _read_paths(part)):
                 return False
@@ -356,6 +359,30 @@ class SwitchProof:
                 not any(top == 0 and line > plan.init_line for line, top in names)
             return path if unchanged else None
         return self._passed_on(function, path, depth)
+
+    def _self_alias(self, path: tuple[str, ...]) -> Optional[tuple[str, ...]]:
+        """`self.use_amp` where the method building the scaler sets it, in its body before
+        `initialize` and nowhere else, from a path (`self.use_amp = use_amp`) read unchanged
+        until the scaler is built: that path, as read there."""
+        plan, stores = self.plan, self._stores
+        if len(path) < 2 or path[0] != "self":
+            return None
+        sets = [(line, top) for p, line, top, _ in stores.found if p == path[:2]]
+        if len(sets) != 1 or sets[0][1] != plan.init_scope or not sets[0][0] < plan.init_line:
+            return None
+        line = sets[0][0]
+        value = next((_ast_path(n.value) for f in ast.walk(self._tree)
+                      if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in f.body
+                      if isinstance(n, ast.Assign) and n.lineno == line and len(n.targets) == 1
+                      and _ast_path(n.targets[0]) == path[:2]), None)  # runs whenever the method does
+        if value is None or value[0] == "self":
+            return None
+        alias = value + path[2:]
+        if any((p == alias[:1] and top == plan.init_scope and line < at <= plan.init_line)
+               or (len(p) > 1 and _conflict(p, alias) and (top != plan.init_scope or at > plan.init_line))
+               for p, at, top, _ in stores.found):
+            return None
+        return alias
 
     def _constructor(self) -> tuple[Optional[int], int]:
         """The line of `__init__` of the class whose method builds the scaler, and the line

@@ -297,6 +297,21 @@ CASES = [
          ("--fp16", "--opt-level", "O0", "--loss-scale", "128"),
          covers="the same project at O0 with a static scale of 128: Apex scaled fp32 losses "
                 "without casting; the scaler enabled at 128, the Fitter's autocast off"),
+    Case("branch-clip-master-or-model-O1", "branch_clip_master_or_model.py",
+         ("--fp16", "--opt-level", "O1", "--corrupt-step", "6"),
+         covers="`if fp16: <scale_loss>; clip(amp.master_params(opt)) else: loss.backward(); "
+                "clip(model.parameters())` on the scaler's own switch: the branches stay apart "
+                "(`unscale_` before the fp16 clip); one overflow", min_skipped=1),
+    Case("branch-clip-master-or-model-fp32", "branch_clip_master_or_model.py", ("--corrupt-step", "6"),
+         covers="the same `fit` without fp16: only the plain branch runs, the scaler disabled",
+         scales="native_disabled"),
+    Case("flag-attribute-trainer-amp", "flag_attribute_trainer.py", ("--use-amp", "--corrupt-step", "7"),
+         covers="a Trainer storing `self.use_amp = use_amp`, `initialize` under `use_amp` in its "
+                "constructor, `if self.use_amp: <scale_loss> else: loss.backward()` in its loop: one "
+                "scaled backward on `self.scaler`; one overflow", min_skipped=1),
+    Case("flag-attribute-trainer-fp32", "flag_attribute_trainer.py", ("--corrupt-step", "7"),
+         covers="the same Trainer without amp: the plain backward is the disabled scaler's",
+         scales="native_disabled"),
     Case("module-handed-as-value-resume", "module_handed_as_value.py",
          covers="`from apex import amp` in `main()` only with an opt level (`amp = None` otherwise), the module "
                 "passed to `train()` (`if amp is not None:` around `scale_loss`, `if amp:` clipping "

@@ -23,6 +23,8 @@ import ast
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, Union
 
+from .lines import split_lines
+
 #: The calls on the module value that rules rewrite (`initialize` only where it was imported).
 HANDLED = ("scale_loss", "master_params", "state_dict", "load_state_dict")
 
@@ -38,6 +40,19 @@ class Slot:
     index: Optional[int]  # its position; None: keyword-only
 
 
+@dataclass(frozen=True)
+class External:
+    """Calls of a function another module defines (`from M import f`), passing the value."""
+
+    local: str  # the name this module calls it by
+    module: str  # as imported: `M` of `from M import f`
+    level: int  # dots of a relative import
+    function: str  # its name in M
+    index: Optional[int]  # the argument's position in every call (None: by keyword)
+    keyword: Optional[str]
+    at: Place  # the first call
+
+
 @dataclass
 class Carriers:
     origin: str  # the function that imports Apex's module and hands it on
@@ -49,13 +64,18 @@ class Carriers:
     nones: set[Place] = field(default_factory=set)  # the `amp = None` statements
     bare_else: set[int] = field(default_factory=set)  # lines of `if`s whose else only holds those
     refusal: Optional[tuple[Place, str]] = None
+    #: Functions of other modules the value is passed to; a project accepts them (share.py) or
+    #: the rule refuses with their place.
+    external: dict[str, External] = field(default_factory=dict)
+    #: Slots of this module's functions that other modules fill (the project's `seeds`).
+    seeded: frozenset[str] = frozenset()
 
     def names(self) -> set[str]:
-        return {self.name} | {s.param for s in self.slots.values()}
+        return ({self.name} | {s.param for s in self.slots.values()}) - {""}
 
     def carrier(self, function: str) -> Optional[str]:
         """The name that holds the value in `function` (None: it holds none)."""
-        if function == self.origin:
+        if function == self.origin and self.origin:
             return self.name
         slot = self.slots.get(function)
         return slot.param if slot is not None else None
@@ -88,9 +108,10 @@ def _own_nodes(function: ast.AST) -> Iterator[tuple[ast.AST, ast.AST, bool]]:
         stack.extend((child, node, inner) for child in ast.iter_child_nodes(node))
 
 
-def find_carriers(tree: ast.Module, source: str) -> Optional[Carriers]:
-    """The value flow of Apex's module in this file (None: no function hands it on)."""
-    lines = source.splitlines()
+def find_carriers(tree: ast.Module, source: str, seeds: Optional[dict[str, str]] = None) -> Optional[Carriers]:
+    """The value flow of Apex's module in this file (None: no function hands it on). `seeds`:
+    function -> parameter of this module that other modules of the project pass it to."""
+    lines = split_lines(source)
     functions: dict[str, list[ast.AST]] = {}
     for statement in tree.body:
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -105,10 +126,20 @@ def find_carriers(tree: ast.Module, source: str) -> Optional[Carriers]:
                 found.refusal = (place_of(lines, origin[1]), "Apex's module is handed on from more than one function")
                 return found
             found = Carriers(name, origin[0], place_of(lines, origin[1]))
+    if found is None and seeds:
+        found = Carriers("", "", (1, 1), seeded=frozenset(seeds))
     if found is None:
         return None
     try:
-        _Flow(tree, functions, found, lines).run()
+        flow = _Flow(tree, functions, found, lines)
+        for function, param in (seeds or {}).items():
+            defs = functions.get(function, [])
+            if len(defs) != 1 or not isinstance(defs[0], ast.FunctionDef) or defs[0].decorator_list:
+                raise _Refused(tree, f"`{function}` is not a function defined once, undecorated, here")
+            names = [a.arg for a in (*defs[0].args.posonlyargs, *defs[0].args.args)]
+            index = names.index(param) if param in names else None
+            found.slots[function] = Slot(function, param, index)
+        flow.run()
     except _Refused as refused:
         found.refusal = (place_of(lines, refused.node), refused.why)
     return found
@@ -130,15 +161,20 @@ class _Flow:
     def __init__(self, tree: ast.Module, functions: dict[str, list[ast.AST]], found: Carriers,
                  lines: list[str]) -> None:
         self.tree, self.functions, self.found, self.lines = tree, functions, found, lines
+        #: local name -> (module, level, name) of the module's `from M import f` statements
+        self.imported: dict[str, tuple[str, int, str]] = {
+            (a.asname or a.name): (node.module or "", node.level, a.name)
+            for node in tree.body if isinstance(node, ast.ImportFrom) for a in node.names}
         self.parents: dict[int, ast.AST] = {}
         for node in ast.walk(tree):
             for child in ast.iter_child_nodes(node):
                 self.parents[id(child)] = node
 
     def run(self) -> None:
-        origin = self.functions[self.found.origin][0]
-        after = self._origin_bindings(origin)
-        pending = [(self.found.origin, self.found.name)]
+        origin = self.functions[self.found.origin][0] if self.found.origin else None
+        after = self._origin_bindings(origin) if origin is not None else 0
+        pending = [(self.found.origin, self.found.name)] if origin is not None else []
+        pending += [(s.function, s.param) for s in self.found.slots.values()]
         done: set[str] = set()
         while pending:
             function, name = pending.pop()
@@ -154,8 +190,14 @@ class _Flow:
                 slot = self._classify(read, name, function == self.found.origin)
                 if slot is not None:
                     pending.append((slot.function, slot.param))
+        initialized, imported = getattr(self, "_initialized", (True, None))
+        if not initialized:
+            raise _Refused(imported, f"`{self.found.name}.initialize` does not run in the block that imports "
+                           "Apex, so whether the value is set and whether the scaler is enabled may differ")
         for slot in self.found.slots.values():
-            self._calls_pass_it(slot)
+            self._calls_pass_it(slot.function, slot.param, slot.index)
+        for external in self.found.external.values():
+            self._calls_pass_it(external.local, external.keyword, external.index)
 
     def _reads(self, function: ast.AST, name: str) -> Iterator[ast.Name]:
         for node, _, nested in _own_nodes(function):
@@ -192,6 +234,8 @@ class _Flow:
             setup, after = imported, imported.lineno
         else:
             raise _Refused(imported, "Apex's module is imported inside a loop, `try` or `with` and handed on")
+        block = holder.body if isinstance(holder, ast.If) else origin.body
+        self._initialized = any(_initializes(s, name) for s in block[block.index(imported) + 1:]), imported
         for node, parent, nested in _own_nodes(origin):
             if nested or node is imported:
                 continue
@@ -263,8 +307,10 @@ class _Flow:
             return True
         return isinstance(parent, ast.BoolOp) and self._truth_context(parent)
 
-    def _slot(self, call: ast.Call, read: ast.Name, name: str, at: Union[int, str]) -> Slot:
+    def _slot(self, call: ast.Call, read: ast.Name, name: str, at: Union[int, str]) -> Optional[Slot]:
         callee = call.func.id if isinstance(call.func, ast.Name) else None
+        if callee in self.imported and callee not in self.functions:
+            return self._external(call, read, name, callee, at)
         defs = self.functions.get(callee or "", [])
         if len(defs) != 1 or not isinstance(defs[0], ast.FunctionDef) or defs[0].decorator_list \
                 or callee == self.found.origin:
@@ -286,24 +332,39 @@ class _Flow:
         self.found.slots[callee] = Slot(callee, param, index)
         return self.found.slots[callee]
 
-    def _calls_pass_it(self, slot: Slot) -> None:
+    def _external(self, call: ast.Call, read: ast.Name, name: str, callee: str, at: Union[int, str]) -> None:
+        module, level, function = self.imported[callee]
+        if isinstance(at, int) and any(isinstance(a, ast.Starred) for a in call.args[:at + 1]):
+            raise _Refused(read, f"`{name}` is passed to `{callee}` after `*args`")
+        index, keyword = (at, None) if isinstance(at, int) else (None, at)
+        known = self.found.external.get(callee)
+        if known is not None and (known.index, known.keyword) != (index, keyword):
+            raise _Refused(read, f"`{name}` is passed to `{callee}` in two ways")
+        if known is None:
+            self.found.external[callee] = External(callee, module, level, function, index, keyword,
+                                                   self.place(call))
+        return None
+
+    def _calls_pass_it(self, function: str, param: Optional[str], index: Optional[int]) -> None:
         """Every use of the function is a direct call that passes the value in the slot."""
         for node in ast.walk(self.tree):
-            if not (isinstance(node, ast.Name) and node.id == slot.function):
+            if not (isinstance(node, ast.Name) and node.id == function):
                 continue
             call = self.parents.get(id(node))
+            if isinstance(call, (ast.alias, ast.ImportFrom)):
+                continue
             if not (isinstance(call, ast.Call) and call.func is node):
-                raise _Refused(node, f"`{slot.function}` receives Apex's module and is used other than "
+                raise _Refused(node, f"`{function}` receives Apex's module and is used other than "
                                "by a direct call")
             if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
-                raise _Refused(call, f"`{slot.function}` is called with `*args`/`**kwargs`")
-            value = next((k.value for k in call.keywords if k.arg == slot.param), None)
-            if value is None and slot.index is not None and slot.index < len(call.args):
-                value = call.args[slot.index]
+                raise _Refused(call, f"`{function}` is called with `*args`/`**kwargs`")
+            value = next((k.value for k in call.keywords if k.arg == param), None) if param else None
+            if value is None and index is not None and index < len(call.args):
+                value = call.args[index]
             holder = self._function_around(call)
             held = self.found.carrier(holder) if holder is not None else None
             if not (isinstance(value, ast.Name) and held is not None and value.id == held):
-                raise _Refused(call, f"`{slot.function}` is called without Apex's module as `{slot.param}`")
+                raise _Refused(call, f"`{function}` is called without Apex's module as `{param or index}`")
 
     def _function_around(self, node: ast.AST) -> Optional[str]:
         while True:
@@ -315,6 +376,13 @@ class _Flow:
             node = parent
 
 
+def _initializes(statement: ast.AST, name: str) -> bool:
+    """`model, optimizer = amp.initialize(...)` (or the bare call) as a statement of its own."""
+    value = statement.value if isinstance(statement, (ast.Assign, ast.Expr)) else None
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+        and value.func.attr == "initialize" and isinstance(value.func.value, ast.Name) and value.func.value.id == name
+
+
 def _short(node: ast.AST) -> str:
     text = ast.unparse(node)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -322,5 +390,6 @@ def _short(node: ast.AST) -> str:
 
 def place_of(lines: list[str], node: ast.AST) -> Place:
     """Line and 1-based column in characters (`ast` counts UTF-8 bytes)."""
-    line = lines[node.lineno - 1] if 0 < node.lineno <= len(lines) else ""
-    return node.lineno, len(line.encode("utf-8")[:node.col_offset].decode("utf-8", "replace")) + 1
+    lineno, offset = getattr(node, "lineno", 1), getattr(node, "col_offset", 0)
+    line = lines[lineno - 1] if 0 < lineno <= len(lines) else ""
+    return lineno, len(line.encode("utf-8")[:offset].decode("utf-8", "replace")) + 1

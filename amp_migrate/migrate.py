@@ -182,7 +182,8 @@ def migrate_source(text: str, *, target: Target = "auto", device: str = "cuda",
     GradScaler shared with other modules (amp_migrate/project/share.py); None: the file alone.
     """
     options = Options(target, device, dtype)
-    if not might_use_apex(text):
+    handed = project is not None and bool(project.carrier_slots)  # receives Apex's module as a value
+    if not might_use_apex(text) and not handed:
         return MigrationResult(text, (), None)
     indents = form_feed_indents(text)
     if indents is not None:  # libcst cannot parse statements indented past a form feed
@@ -193,7 +194,7 @@ def migrate_source(text: str, *, target: Target = "auto", device: str = "cuda",
         return replace(result, code=indents.restore(result.code), diagnostics=tuple(
             replace(d, col=indents.column(d.line, d.col)) for d in result.diagnostics))
     tree = python_ast(text)
-    if tree is not None and not touches_apex(tree):
+    if tree is not None and not touches_apex(tree) and not handed:
         return MigrationResult(text, (), None)
     module = parse(text)
     code, diagnostics, used = _transform(module, text, tree, options, project)

@@ -30,6 +30,7 @@ from typing import Mapping, Optional
 
 from ..rules.plan import SCALER_NAMES, SharedScaler
 from ..rules.switch_flow import _Stores, _ast_path, _conflict
+from .carry import carrier_roles
 from .groups import Group
 from .index import _MAIN_GUARD, Import, ProjectIndex, Spelling
 
@@ -253,6 +254,9 @@ def _one_at_a_time(index: ProjectIndex, owners: list[str], user: str) -> bool:
 def _group_roles(index: ProjectIndex, group: Group, texts: Mapping[str, str],
                  names: Mapping[str, str]) -> dict[str, SharedScaler]:
     facts = {p: index.facts(p) for p in group.members}
+    carried = carrier_roles(index, group, texts)
+    if carried is not None:
+        return carried
     if any(f.fp16_optimizers or f.providers or f.provided or f.dynamic_state or f.foreign
            for f in facts.values()):
         return {}
@@ -306,4 +310,4 @@ def shared_scalers(index: ProjectIndex, groups: list[Group], texts: Mapping[str,
     roles: dict[str, SharedScaler] = {}
     for group in groups:
         roles.update(_group_roles(index, group, texts, names or {}))
-    return {p: r for p, r in roles.items() if r.owner or r.user or r.refused}
+    return {p: r for p, r in roles.items() if r.owner or r.user or r.refused or r.carrier_calls}

@@ -18,7 +18,7 @@ from .handle_api import WrapOptimizerToOptimizer
 from .imports import RemainingApexUses, SettleImports, ShimImports
 from .initialize import InitializeToGradScaler
 from .master_params import MasterParamsUnscale
-from .module_value import ApexModuleValueToScaler
+from .module_value import ApexModuleValueToScaler, ScalerInTheModuleSlot
 from .normalization import FusedNormsToTorch
 from .optimizer_step import OptimizerStepThroughScaler
 from .optimizer_alias import OptimizerClassAlias
@@ -43,6 +43,7 @@ NATIVE_RULES = [
     OptimizerStepThroughScaler,
     CheckpointToScaler,
     ThreadScalerThroughCalls,
+    ScalerInTheModuleSlot,
     DeprecatedTorchAmp,
     CastRegistrationToAutocast,
     Fp16UtilsToTorch,

@@ -460,7 +460,8 @@ class Rule(VisitorBasedCodemodCommand):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         known = self.state.scratch.get("binding")
         self.apex = ApexBinder(tree, self.get_metadata, known, self.state.skipping,
-                               self.state.apex_words, self._known_parent)
+                               self.state.apex_words, self._known_parent,
+                               dict(getattr(self.state.scratch.get("project"), "carrier_slots", ())))
         if known is None:
             self.state.scratch["binding"] = self.apex
             if self.state.apex_words is not None:

@@ -8,7 +8,9 @@ What it does
     becomes `scaler`, `amp = None` goes, and every test of the value's truth (`if amp:`,
     `amp is not None`, `x if amp else None`, `amp is None`) reads `scaler.is_enabled()`. The
     calls on it (`scale_loss`, `master_params`, `state_dict`, `load_state_dict`) are rewritten by
-    their own rules; checkpoint keys stay as the code wrote them.
+    their own rules; checkpoint keys stay as the code wrote them. In a project, a function of
+    another module that receives the value (`load_checkpoint(model, path, amp=amp)`) gets the
+    scaler in that parameter the same way (project/carry.py decides it for the group).
 
 Why
     Apex's module is one process-wide object, so code that wanted "amp or nothing" passed the
@@ -30,7 +32,11 @@ Soundness
     module was set up but scaled nothing and the scaler is built disabled (training is the
     same; the checkpoint's entry is None, or `{}`, where Apex saved a static scale of 1.0).
     Calls the file cannot see (another module calling `train`), a value stored (`args.amp =
-    amp`), returned or passed to an unknown function refuse with the place (AMP155).
+    amp`), returned or passed to an unknown function refuse with the place (AMP155). A function
+    of another module takes the scaler only where the project shows its every use of the value
+    (the same proof, seeded with that parameter) and no module but the one that set Apex up
+    names the function; otherwise the group stays on the shim (AMP155 in the script, AMP033 in
+    the helper).
 
 Fix safety
     Safe within the file; a caller in another module would pass Apex's module where a scaler
@@ -91,6 +97,18 @@ NOW_SCALER = define(
     after="if scaler.is_enabled():",
 )
 
+IN_THE_SLOT = define(
+    "AMP157", "scaler-in-module-parameter", Severity.INFO,
+    "This function's parameter that received Apex's module from another module now receives the "
+    "GradScaler, and the calls that passed the module pass the scaler.",
+    "The project shows every call of the function (the script that set Apex up passes the value; "
+    "no other module names the function), so the parameter can change what it holds; its uses "
+    "(`state_dict`, `load_state_dict`, `scale_loss`, truth tests) read the scaler. A caller "
+    "outside the tree that passes Apex's module would fail loudly (AttributeError).",
+    before="def load_checkpoint(model, path, amp=None):",
+    after="def load_checkpoint(model, path, scaler=None):",
+)
+
 
 class ApexModuleValueToScaler(TrainingRule):
     HANDLES = ()
@@ -111,6 +129,16 @@ class ApexModuleValueToScaler(TrainingRule):
             if diagnostic not in self.state.diagnostics:
                 self.state.diagnostics.append(diagnostic)
             return tree
+        accepted = dict(getattr(self.state.scratch.get("project"), "carrier_calls", ()))
+        for external in carriers.external.values():
+            if external.local not in accepted:
+                (line, col), module = external.at, "." * external.level + external.module
+                diagnostic = Diagnostic(HANDED_ON.code, HANDED_ON.severity, line, col,
+                                        f"`{carriers.name or 'amp'}` is passed to `{external.local}` of `{module}`, "
+                                        "where the project does not show every use of it", False)
+                if diagnostic not in self.state.diagnostics:
+                    self.state.diagnostics.append(diagnostic)
+                break
         if self.plan is None:
             return tree
         self.carriers = carriers
@@ -158,3 +186,65 @@ class ApexModuleValueToScaler(TrainingRule):
                 and not updated_node.orelse.body.body:
             return updated_node.with_changes(orelse=None)
         return updated_node
+
+
+class ScalerInTheModuleSlot(TrainingRule):
+    """Across modules, the parameter that received Apex's module is renamed for the scaler, and
+    the calls that passed the module pass the scaler (after the rules that rewrote the calls on
+    it, which follow the old name)."""
+
+    HANDLES = ()
+    EMITS = (IN_THE_SLOT,)
+
+    MARKERS = ()
+
+    @classmethod
+    def applies(cls, state, context) -> bool:
+        binding = state.scratch.get("binding")
+        carriers = binding.carriers if binding is not None else None
+        return "training" in state.scratch and carriers is not None and carriers.refusal is None \
+            and bool(carriers.seeded or carriers.external)
+
+    def __init__(self, context, state) -> None:
+        super().__init__(context, state)
+        binding = state.scratch.get("binding")
+        self.carriers = binding.carriers if binding is not None else None
+        threaded = {t.name for t in self.plan.threaded} if self.plan is not None else set()
+        slots = self.carriers.slots if self.carriers is not None else {}
+        self.renamed = {f: s for f, s in slots.items() if f in self.carriers.seeded and f not in threaded}
+        self.calls = dict(getattr(state.scratch.get("project"), "carrier_calls", ()))
+
+    def interest(self):
+        names = self.carriers.names() if self.carriers is not None else set()
+        return frozenset(names) | frozenset(self.renamed) | frozenset(self.calls)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
+        slot = self.renamed.get(original_node.name.value)
+        if slot is None or not isinstance(self.parent(original_node), cst.Module):
+            return updated_node
+        self.report(original_node, IN_THE_SLOT, f"`{slot.function}` takes the scaler as `{self.plan.scaler}` "
+                    f"where it took Apex's module as `{slot.param}`")
+        name = cst.Name(self.plan.scaler)
+        params = updated_node.params
+
+        def rename(group):
+            return [p.with_changes(name=name) if p.name.value == slot.param else p for p in group]
+        return updated_node.with_changes(params=params.with_changes(
+            posonly_params=rename(params.posonly_params), params=rename(params.params),
+            kwonly_params=rename(params.kwonly_params)))
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        callee = original_node.func.value if isinstance(original_node.func, cst.Name) else None
+        external = self.carriers.external.get(callee) if callee in self.calls else None
+        slot = self.renamed.get(callee)
+        if external is not None:
+            index, old, new = external.index, external.keyword, self.calls[callee]
+        elif slot is not None:
+            index, old, new = slot.index, slot.param, self.plan.scaler
+        else:
+            return updated_node
+        name = cst.Name(self.plan.scaler)
+        return updated_node.with_changes(args=[
+            a.with_changes(value=name, keyword=cst.Name(new)) if a.keyword is not None and a.keyword.value == old
+            else a.with_changes(value=name) if a.keyword is None and i == index else a
+            for i, a in enumerate(updated_node.args)])

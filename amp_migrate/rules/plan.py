@@ -80,6 +80,12 @@ class SharedScaler:
     #: user's autocast reads `amp_switch` (its own global, declared False).
     amp_publish: tuple[str, ...] = ()
     amp_switch: str = ""
+    #: Apex's module handed between modules as a value (carriers.py): the functions of this
+    #: module whose parameter receives it, (function, parameter); the scaler takes the place
+    #: (`reach` is the parameter's new name). And the functions of other modules this module
+    #: passes it to, (name called, their parameter's new name).
+    carrier_slots: tuple[tuple[str, str], ...] = ()
+    carrier_calls: tuple[tuple[str, str], ...] = ()
 
     @property
     def owner(self) -> bool:

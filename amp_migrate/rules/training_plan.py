@@ -467,7 +467,7 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
         if unit is not None and per_loss:
             self.report(call, INIT_COUNT, "per-loss scalers (`num_losses`) with several `initialize` calls")
             return None
-        if placement == "module" and (is_expression(reading.amp_on) or is_expression(reading.scaling_on)):
+        if placement == "module" and (is_expression(reading.amp_on) or is_expression(reading.scaling_on) or self._handed_on()):
             placed = self._run_time_switch_placement(call, statement, module, guard_node, steps)
             if placed is None:
                 return None
@@ -638,6 +638,12 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
         if loss_scalers:
             scaler = loss_scalers[min(loss_scalers)]
         return scaler, loss_scalers
+
+    def _handed_on(self) -> bool:
+        """Apex's module is passed to functions of the file (carriers.py): the scaler takes
+        their parameter, so it is passed down from where it is built, never a module global."""
+        carriers = self.apex.carriers
+        return carriers is not None and carriers.refusal is None and bool(carriers.slots)
 
     def _none_else(self, branch: cst.If) -> bool:
         """`else: amp = None` beside the import of a module handed on as a value (carriers.py):

@@ -378,6 +378,13 @@ CASES = [
          phases=(("--amp-level", "O1", "--steps", "12", "--corrupt-step", "4", "--checkpoint", "{dir}/ckpt.pt"),
                  ("--amp-level", "O1", "--steps", "24", "--corrupt-step", "17", "--checkpoint",
                   "{dir}/ckpt.pt", "--restore"))),
+    Case("module-handed-to-helper-O0-resume", "module_handed_to_helper",
+         covers="the same project at O0: Apex set up but scaling nothing saves and restores its state "
+                "(`if amp` true), the disabled scaler saves none and its load is skipped; the same "
+                "steps across the resume", scales="native_disabled",
+         phases=(("--amp-level", "O0", "--steps", "12", "--corrupt-step", "4", "--checkpoint", "{dir}/ckpt.pt"),
+                 ("--amp-level", "O0", "--steps", "24", "--corrupt-step", "17", "--checkpoint",
+                  "{dir}/ckpt.pt", "--restore"))),
 ]
 
 BY_ID = {case.id: case for case in CASES}

@@ -16,7 +16,7 @@ from .conftest import PROJECTS, sources
 
 OUTPUTS = PROJECTS.parent / "project_outputs"
 GOLDEN_TREES = ("checkpoint_helper", "trainer_package", "optimizer_factory", "scripts_share_helper",
-                "two_setups_one_trainer")
+                "two_setups_one_trainer", "module_value_checkpoint_helper", "module_value_helper_called_elsewhere")
 
 
 def _diagnostics(results) -> str:
@@ -189,3 +189,21 @@ def test_a_user_that_also_runs_as_a_program_is_not_handed_the_scaler_by_attribut
     helper = SAVER.replace("from factory import build\n", "") + '\n\nif __name__ == "__main__":\n    save(None, None, "x")\n'
     results = migrate_project({"owner.py": owner, "helper.py": helper})
     assert results["helper.py"].target_used == "shim"
+
+
+def test_a_helper_handed_apex_module_takes_the_scaler_in_that_parameter():
+    results = migrate_project(sources(PROJECTS / "module_value_checkpoint_helper"))
+    script, helper = results["train.py"], results["tts_like/utils/io.py"]
+    assert script.target_used == helper.target_used == "native"
+    assert "load_checkpoint(model, optimizer, args.restore_path, scaler=scaler)" in script.code
+    assert "def load_checkpoint(model, optimizer, checkpoint_path, scaler=None):" in helper.code
+    assert "if scaler.is_enabled() and \"amp\" in state:\n        scaler.load_state_dict(state[\"amp\"])" in helper.code
+
+
+def test_a_helper_another_module_calls_without_apex_module_keeps_the_group_on_the_shim():
+    results = migrate_project(sources(PROJECTS / "module_value_helper_called_elsewhere"))
+    script, helper = results["train.py"], results["tts_like/utils/io.py"]
+    assert script.target_used == "shim" and not helper.changed
+    refused = [d for d in script.diagnostics if d.code == "AMP155"]
+    assert [(d.line, d.col) for d in refused] == [(37, 16)] and "load_checkpoint" in refused[0].message
+    assert [d.code for d in helper.diagnostics] == ["AMP033"]

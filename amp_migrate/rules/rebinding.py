@@ -20,7 +20,8 @@ Why
     the Apex binding is `torch.nn.LayerNorm`, the very object the other binding holds, so after
     migration the name means one object on every path (AMP022 says so); only where the read
     uses an argument the two classes do not share (`memory_efficient`, `bias`, `*args`) do
-    the paths differ, and AMP020 stays.
+    the paths differ, and AMP020 stays. `FusedRMSNorm` and `torch.nn.RMSNorm` pair up the same
+    way for calls that pass `eps` (their defaults differ).
 
 Soundness
     Nothing is rewritten here; the rule makes every other rule's reads trustworthy. The
@@ -84,19 +85,25 @@ COLLAPSED = define(
     "torch.nn import LayerNorm` makes the name one of two classes. The native rewrite of "
     "`FusedLayerNorm` is `torch.nn.LayerNorm` with the same arguments, which is what the other "
     "binding holds, so every read becomes `torch.nn.LayerNorm` and the program builds the same "
-    "layers whichever branch ran. The fallback import stays and is harmless.",
+    "layers whichever branch ran. `FusedRMSNorm` and `torch.nn.RMSNorm` pair up the same way in "
+    "calls that pass `eps` (Apex's default is 1e-5, torch's the dtype's epsilon). The fallback "
+    "import stays and is harmless.",
     before="try:\n    from apex.normalization import FusedLayerNorm as LayerNorm\n    LayerNorm(8)\n"
            "except Exception:\n    from torch.nn import LayerNorm\nnorm = LayerNorm(hidden, eps=1e-5)",
     after="try:\n    torch.nn.LayerNorm(8)\nexcept Exception:\n    from torch.nn import LayerNorm\n"
           "norm = torch.nn.LayerNorm(hidden, eps=1e-5)",
 )
 
-#: Apex classes whose native rewrite is a torch class with the same meaning, and the
-#: constructor arguments (in order) they share with it, meaning and defaults included.
+_NORM_ARGS = ("normalized_shape", "eps", "elementwise_affine")
+#: Apex classes whose native rewrite is a torch class with the same meaning: (the torch class,
+#: the constructor arguments in order they share, the ones a call must pass because their
+#: defaults differ, whether the bare class may be passed on as a value).
 NATIVE_TWINS = {
-    "apex.normalization.FusedLayerNorm": ("torch.nn.LayerNorm", ("normalized_shape", "eps", "elementwise_affine")),
-    "apex.normalization.fused_layer_norm.FusedLayerNorm": (
-        "torch.nn.LayerNorm", ("normalized_shape", "eps", "elementwise_affine")),
+    **{f"apex.normalization{m}.FusedLayerNorm": ("torch.nn.LayerNorm", _NORM_ARGS, (), True)
+       for m in ("", ".fused_layer_norm")},
+    # Apex's eps defaults to 1e-5, torch's RMSNorm to the dtype's machine epsilon.
+    **{f"apex.normalization{m}.FusedRMSNorm": ("torch.nn.RMSNorm", _NORM_ARGS, ("eps",), False)
+       for m in ("", ".fused_layer_norm")},
 }
 
 
@@ -138,14 +145,14 @@ class ReboundApexNames(Rule):
         twins = {NATIVE_TWINS.get(b.apex) for b in apex}
         if len(twins) != 1 or None in twins or not other:
             return None
-        (native, shared), = twins
+        (native, shared, required, as_value), = twins
         if any(_import_of(b.node, self.parent) != native for b in other):
             return None
         call = self.parent(read)
         if isinstance(call, cst.Call) and call.func is read:
             bound = bind(call, shared)
-            return native if bound.problem is None else None
-        return native
+            return native if bound.problem is None and all(a in bound.args for a in required) else None
+        return native if as_value else None
 
     def _message(self, read: cst.Name, apex: list, other: list) -> str:
         def where(binding) -> str:

@@ -227,13 +227,14 @@ class _Flow:
         imported = next(n for n, _, nested in _own_nodes(origin) if not nested and _imported_module(n) == name
                         and self.place(n) == self.found.at)
         holder = self.parents[id(imported)]
-        if isinstance(holder, ast.If) and imported in holder.body:
+        if isinstance(holder, ast.If) and imported in holder.body and self.parents[id(holder)] is origin:
             self._setup_block = holder.body[holder.body.index(imported):]
             setup, after = holder, holder.end_lineno
         elif holder is origin:
             setup, after = imported, imported.lineno
         else:
-            raise _Refused(imported, "Apex's module is imported inside a loop, `try` or `with` and handed on")
+            raise _Refused(imported, "Apex's module is imported inside a loop, `try`, `with` or a nested "
+                           "block and handed on")
         block = holder.body if isinstance(holder, ast.If) else origin.body
         self._initialized = any(_initializes(s, name) for s in block[block.index(imported) + 1:]), imported
         for node, parent, nested in _own_nodes(origin):

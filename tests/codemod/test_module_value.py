@@ -121,3 +121,18 @@ def test_an_import_whose_block_does_not_initialize_is_refused():
     ''')
     (line, _), message = _carriers(source).refusal
     assert line == 13 and "does not run in the block that imports Apex" in message
+
+
+def test_an_import_in_a_loop_is_refused():
+    source = TRAIN + textwrap.dedent('''
+    def main(level, model, optimizer, folds):
+        for inputs in folds:
+            if level == "O1":
+                from apex import amp
+                model, optimizer = amp.initialize(model, optimizer, opt_level=level)
+            else:
+                amp = None
+            train(model, optimizer, inputs, amp)
+    ''')
+    (line, _), message = _carriers(source).refusal
+    assert line == 14 and "inside a loop" in message

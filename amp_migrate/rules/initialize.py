@@ -38,7 +38,7 @@ import libcst as cst
 from libcst.codemod.visitors import AddImportsVisitor
 
 from .base import Rule
-from .plan import INIT, INITIALIZE, bind_arguments, TrainingRule
+from .plan import INIT, INITIALIZE, bind_arguments, pure, TrainingRule
 
 Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
 
@@ -137,7 +137,7 @@ class InitializeToGradScaler(TrainingRule):
         if self.plan is None:
             return updated_node
         plan = self.plan.at(self.position(original_node)[0])
-        if plan.hoisted or not self._creates_here(original_node):
+        if plan.hoisted or not self._creates_here(original_node) or self._loop_of(original_node, plan) is not None:
             if rest is None:
                 return cst.RemoveFromParent()
             return updated_node.with_changes(body=[rest])
@@ -165,8 +165,8 @@ class InitializeToGradScaler(TrainingRule):
     def leave_If(self, original_node: cst.If, updated_node: cst.If):
         if self.plan is None and not self.dropped or original_node.orelse is not None:
             return updated_node
-        guarded = [s for s in original_node.body.body if isinstance(s, cst.SimpleStatementLine)
-                   and len(s.body) == 1 and self._is_init(getattr(s.body[0], "value", None))]
+        guarded = [s for s in original_node.body.body if self._holds_init(s)
+                   or isinstance(s, cst.For) and any(self._holds_init(x) for x in s.body.body)]
         if not guarded:
             return updated_node
         if all(self.position(s)[0] in self.dropped for s in guarded):
@@ -183,6 +183,42 @@ class InitializeToGradScaler(TrainingRule):
         if _empty(updated_node.body):
             return cst.FlattenSentinel(creation) if creation is not None else cst.RemoveFromParent()
         if creation is None:
+            return updated_node
+        return cst.FlattenSentinel([*creation, updated_node.with_changes(leading_lines=())])
+
+    def _holds_init(self, statement: cst.CSTNode) -> bool:
+        return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+            and self._is_init(getattr(statement.body[0], "value", None))
+
+    def _loop_of(self, statement: cst.CSTNode, plan) -> Optional[cst.For]:
+        """The loop that only runs this `initialize` on each element, where the plan builds one
+        scaler for the state the whole loop leaves (it governs up to the loop's last line)."""
+        block = self.parent(statement)
+        loop = self.parent(block) if block is not None else None
+        if not isinstance(loop, cst.For) or loop.body is not block:
+            return None
+        index = self.state.index
+        tree = index.ast_of(loop) if index is not None else None
+        return loop if getattr(tree, "end_lineno", None) == plan.init_line else None
+
+    def leave_For(self, original_node: cst.For, updated_node: cst.For):
+        """A loop that only ran `initialize` on each element: the scaler is built before it
+        (unless hoisted before the `if` guarding it), and a loop left with nothing to do goes
+        where its iterable is only read."""
+        inits = [s for s in original_node.body.body if self._holds_init(s)] if self.plan is not None else []
+        if not inits:
+            return updated_node
+        plan = self.plan.at(self.position(inits[0])[0])
+        if self._loop_of(inits[0], plan) is None:
+            return updated_node
+        creation = [] if plan.hoisted or not self._creates_here(original_node) else \
+            self._creation(plan, original_node.leading_lines, original_node)
+        if not updated_node.body.body and pure(original_node.iter, ("range", "len", "enumerate", "zip")):
+            return cst.FlattenSentinel(creation) if creation else cst.RemoveFromParent()
+        if not updated_node.body.body:
+            updated_node = updated_node.with_changes(body=updated_node.body.with_changes(
+                body=[cst.SimpleStatementLine([cst.Pass()])]))
+        if not creation:
             return updated_node
         return cst.FlattenSentinel([*creation, updated_node.with_changes(leading_lines=())])
 

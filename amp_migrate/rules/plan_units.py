@@ -7,7 +7,9 @@ sits in the block that holds that `initialize` (or the `if` guarding it), after 
 function, and no other `initialize` can run in between (the blocks are disjoint and the
 functions holding them do not call each other). A k-fold loop with a fresh `initialize` per
 fold, one `initialize` per branch of an `if`/`else`, and one per training function are such
-blocks; sites in functions called from such a block (`train_one_epoch(model, optimizer)` in
+blocks. A loop that only runs `initialize` on each element (plain assignments beside it) is
+one unit as a whole: the state it leaves is the last call's, fresh, so sites after the loop are
+tied to it as to one `initialize` where the loop stands. Sites in functions called from such a block (`train_one_epoch(model, optimizer)` in
 the fold loop) get the block's scaler as a parameter (plan_threading.py), passed only by calls
 in a block after its `initialize`. Anything else keeps AMP101/AMP102 with the reason. This module holds no rule: it is a
 part of PlanTraining (training_plan.py), which mixes it in.
@@ -44,7 +46,24 @@ class Unit:
 class UnitPlanning(MethodTies):
     """PlanTraining's planning for `initialize` calls that each govern one block."""
 
+    def _initializing_loop(self, statement: cst.CSTNode) -> Optional[cst.For]:
+        """The `for` whose body only runs this `initialize` on one element each (plain
+        assignments beside it, no other Apex call): Apex's state after the loop is the last
+        call's, fresh, as if one `initialize` had run where the loop stands."""
+        block = self.parent(statement)
+        loop = self.parent(block) if block is not None else None
+        if not isinstance(loop, cst.For) or loop.body is not block or loop.orelse is not None or loop.asynchronous:
+            return None
+        if sum(1 for _, s in self.inits if any(p is loop for p in self.ancestors(s))) != 1:
+            return None
+        simple = m.SimpleStatementLine(body=[m.OneOf(m.Assign(), m.Expr())])
+        if not all(m.matches(s, simple) for s in block.body) or any(
+                any(p is loop for p in self.ancestors(site)) for site in self.sites):
+            return None
+        return loop
+
     def _unit_of(self, call: cst.Call, statement: cst.CSTNode) -> Unit:
+        statement = self._initializing_loop(statement) or statement
         block, anchor = self.parent(statement), statement
         owner = self.parent(block)
         if isinstance(owner, cst.If) and owner.body is block and owner.orelse is None:

@@ -23,8 +23,9 @@ Soundness
     place those calls so that every read of gradients sees what Apex's code saw. Autocast
     covers the forward from the first use of an `initialize`d model to the loss, as Apex's O1
     patches did from `initialize` on, and ends before backward, which Apex never cast. A loss
-    computed elsewhere (no forward to wrap), several context managers in one `with`, and
-    `delay_overflow_check` fall back. `if cond: <scaled backward> else: loss.backward()`
+    computed elsewhere (no forward to wrap), several context managers in one `with`,
+    `delay_overflow_check`, and optimizers given as anything but names or attributes (whose
+    steps could not be found to become `scaler.step`, AMP221) fall back. `if cond: <scaled backward> else: loss.backward()`
     becomes one `scaler.scale(loss).backward()` only where `cond` is the switch the scaler was
     built with (switch_flow.py: its `and`-ed parts are parts of `enabled=` read with the same
     value, the guard of another module's `initialize` reached through this module's one call
@@ -60,8 +61,8 @@ import libcst.matchers as m
 from ..binding import Pruned
 from ..diagnostics import Severity, define
 from .base import find_statements
-from .plan import (ONE_SCALER, SCALE_LOSS, SCALE_LOSS_ARGS, TrainingRule,
-                   bind_arguments, literal)
+from .plan import (ONE_SCALER, SCALE_LOSS, SCALE_LOSS_ARGS, WRAPPED_SCALE_LOSS, TrainingRule,
+                   bind_arguments, expression_codes, literal)
 from .switch_flow import SwitchProof, squeezed
 from .plan_options import USER_AUTOCAST, autocast_aliases, own_autocast
 
@@ -117,6 +118,23 @@ UNSCALED_BRANCH = define(
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="an unscaled backward under another condition than the scaler's",
+)
+
+UNFOLLOWED_OPTIMIZER = define(
+    "AMP221", "scaled-optimizer-not-followed", Severity.WARNING,
+    "The optimizers given to `scale_loss` are not a name, an attribute or a list of them "
+    "(`optimizers[idx]`, a call), so the steps that must become `scaler.step` cannot be found.",
+    "Natively every step of an optimizer whose gradients were scaled must go through "
+    "`scaler.step` (which unscales them and skips a step with inf/NaN gradients) and be "
+    "followed by `scaler.update()`. The rewrite finds those steps by the expression that names "
+    "the optimizer; `optimizers[idx].step()` may or may not be the optimizer `scale_loss` got "
+    "(another index, another list), and a step left as it is would apply gradients still "
+    "multiplied by the scale. Bind the optimizer to a name first "
+    "(`optimizer = optimizers[idx]`), then run amp-migrate again.",
+    before="with amp.scale_loss(loss, optimizers[idx]) as s:\n    s.backward()\noptimizers[idx].step()",
+    after="# unchanged, imports point at amp_shim",
+    falls_back=True,
+    refusal="the optimizer whose steps must become scaler.step cannot be told apart",
 )
 
 
@@ -242,7 +260,8 @@ def _uses(stmt: cst.CSTNode, codes: set[str]) -> bool:
 
 class ScaleLossToGradScaler(TrainingRule):
     HANDLES = SCALE_LOSS
-    EMITS = (UNSUPPORTED_BLOCK, LOSS_NOT_HERE, LOSS_ONLY_REGION, UNSCALED_BRANCH, ONE_SCALER, USER_AUTOCAST)
+    EMITS = (UNSUPPORTED_BLOCK, LOSS_NOT_HERE, LOSS_ONLY_REGION, UNSCALED_BRANCH, UNFOLLOWED_OPTIMIZER, ONE_SCALER,
+             USER_AUTOCAST)
 
     MARKERS = ()
 
@@ -278,6 +297,12 @@ class ScaleLossToGradScaler(TrainingRule):
         if literal(args.get("delay_overflow_check")) not in (None, False):
             self.report(args["delay_overflow_check"], UNSUPPORTED_BLOCK,
                         "`delay_overflow_check` has no GradScaler equivalent")
+            return
+        if self.apex_name(call.func) != WRAPPED_SCALE_LOSS and not expression_codes(args.get("optimizers")):
+            given = args.get("optimizers")
+            self.report(given if given is not None else call, UNFOLLOWED_OPTIMIZER,
+                        "`{}` is not a name or attribute whose steps can be found".format(
+                            self.code_of(given) if given is not None else "(no optimizers)"))
             return
         if "loss_id" in args and literal(args["loss_id"]) != 0 and not self.plan.loss_scalers:
             self.report(args["loss_id"], ONE_SCALER)

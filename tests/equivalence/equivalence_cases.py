@@ -312,6 +312,13 @@ CASES = [
     Case("flag-attribute-trainer-fp32", "flag_attribute_trainer.py", ("--corrupt-step", "7"),
          covers="the same Trainer without amp: the plain backward is the disabled scaler's",
          scales="native_disabled"),
+    Case("objectives-initialize-loop-O1", "objectives_initialize_loop.py", ("--fp16", "--corrupt-step", "5"),
+         covers="`amp.initialize` once per objective in a loop under `if fp16:` (the last call's "
+                "fresh scaler serves all), then round-robin steps with `if fp16: <scale_loss>; "
+                "clip(master params) else: ...`: one GradScaler before the `if`, updated after each "
+                "objective's step; an overflow in objective 1", min_skipped=1),
+    Case("objectives-initialize-loop-fp32", "objectives_initialize_loop.py", ("--corrupt-step", "5"),
+         covers="the same training without fp16: the scaler disabled", scales="native_disabled"),
     Case("module-handed-as-value-resume", "module_handed_as_value.py",
          covers="`from apex import amp` in `main()` only with an opt level (`amp = None` otherwise), the module "
                 "passed to `train()` (`if amp is not None:` around `scale_loss`, `if amp:` clipping "

@@ -114,11 +114,15 @@ class _Sharing:
         role = self.owner_role(owner)
         name = role.name or _scaler_name(self.texts[owner])
         alias = _alias(index, owner, self.texts[user])
+        switch = role.amp_switch or _free("amp_enabled", self.texts[owner]) if _scales(index, user) and not _scales(
+            index, owner) and _options_apart(index, self.texts[owner], owner) else ""
         self.roles[owner] = replace(role, name=name, global_=True, declare=True,
                                     casts=role.casts or _scales(index, user),
-                                    other=_join(role.other, self.call(user)))
+                                    other=_join(role.other, self.call(user)),
+                                    amp_publish=(switch,) if switch else role.amp_publish,
+                                    amp_switch=switch or role.amp_switch)
         self.roles[user] = SharedScaler(name=name, reach=f"{alias}.{name}", imports=(_import(spelling, alias),),
-                                        other=self.call(owner))
+                                        other=self.call(owner), amp_switch=f"{alias}.{switch}" if switch else "")
         return True
 
 

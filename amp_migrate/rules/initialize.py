@@ -97,7 +97,8 @@ class InitializeToGradScaler(TrainingRule):
             for scaler in plan.scalers]
         shared = plan.shared
         if shared is not None and shared.global_:
-            declared = [cst.SimpleStatementLine([cst.Global([cst.NameItem(cst.Name(shared.name))])])] \
+            names = [shared.name, *(t for t in shared.amp_publish if "." not in t)]  # amp's own switch too
+            declared = [cst.SimpleStatementLine([cst.Global([cst.NameItem(cst.Name(n)) for n in names])])] \
                 if where is not None and any(isinstance(p, cst.FunctionDef) for p in self.ancestors(where)) else []
             if plan.scaler == shared.name:
                 made[:0] = declared

@@ -319,6 +319,17 @@ CASES = [
                 "objective's step; an overflow in objective 1", min_skipped=1),
     Case("objectives-initialize-loop-fp32", "objectives_initialize_loop.py", ("--corrupt-step", "5"),
          covers="the same training without fp16: the scaler disabled", scales="native_disabled"),
+    Case("factory-options-trainer-O1", "factory_options_trainer", ("--opt-level", "O1", "--corrupt-step", "5"),
+         covers="a project: an optimizer factory calls `initialize` with a run-time level and loss "
+                "scale, a Trainer reads the GradScaler and `amp_enabled` from the factory module; "
+                "dynamic scale, one overflow", min_skipped=1),
+    Case("factory-options-trainer-O1-unit-scale", "factory_options_trainer",
+         ("--opt-level", "O1", "--loss-scale", "1.0"),
+         covers="the same project with a static scale of 1.0: the Trainer's autocast on, the "
+                "scaler disabled", scales="native_disabled"),
+    Case("factory-options-trainer-O0-scale", "factory_options_trainer",
+         ("--opt-level", "O0", "--loss-scale", "128"),
+         covers="the same project at O0 with a static scale of 128: scaled, no autocast"),
     Case("module-handed-as-value-resume", "module_handed_as_value.py",
          covers="`from apex import amp` in `main()` only with an opt level (`amp = None` otherwise), the module "
                 "passed to `train()` (`if amp is not None:` around `scale_loss`, `if amp:` clipping "

@@ -97,8 +97,10 @@ def test_options_fixed_to_a_scaled_level_keep_autocast_following_the_scaler():
     assert "enabled=scaler.is_enabled()" in fitter.code and "amp_enabled" not in fitter.code
 
 
-def test_a_factory_read_through_its_module_global_still_refuses_run_time_options():
+def test_a_factory_read_through_its_module_global_keeps_amp_switch_beside_its_scaler():
     results = migrate_project(sources(PROJECTS / "factory_run_time_options"))
-    factory = results["nlp/modeling/optimization.py"]
-    assert factory.target_used == results["nlp/train.py"].target_used == "shim"
-    assert [d.code for d in factory.diagnostics] == ["AMP101"]
+    factory, trainer = results["nlp/modeling/optimization.py"], results["nlp/train.py"]
+    assert factory.target_used == trainer.target_used == "native"
+    assert "\namp_enabled = False\n" in factory.code and "    global scaler, amp_enabled\n" in factory.code
+    assert '    amp_enabled = bool(opt_level) and opt_level != "O0"\n' in factory.code
+    assert "enabled=_amp_optimization.amp_enabled)" in trainer.code

@@ -16,6 +16,13 @@ across the modules of a group"):
   does not itself import the user (no new cycle), and some module of the tree spells an
   import of it that resolves the same from the user.
 
+Two facts travel with the roles. Where the owner's run-time options may make Apex cast without
+scaling (or scale without casting), the owner also hands over autocast's own switch
+(`amp_enabled`, beside the scaler), which the user's autocast reads instead of
+`scaler.is_enabled()`. And for a user whose `if cond: <scaled> else: loss.backward()` must be
+proven to follow the scaler's switch, `owner_switch` gives the `if` test around the owner's
+`initialize` as paths from its builder's parameters (rules/switch_flow.py checks the user's side).
+
 A user tied to several owners gets a scaler only when each owner is a separate program
 (a script that imports it, none importing another): each sets the attribute, as each
 program's `initialize` set Apex's state. Anything else, and a tie the index only guessed,

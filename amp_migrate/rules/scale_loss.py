@@ -32,7 +32,8 @@ Soundness
     of its builder, or import flags that are True once no Apex import is left), because a
     disabled scaler's `scale(loss)` is the loss itself. Branches that do more than the backward
     (clipping `amp.master_params` in one, the model's parameters in the other) stay apart, under
-    the same proof: their plain backward must run only where the scaler is disabled;
+    the same proof: their plain backward must run only where the scaler is disabled (and
+    `if not cond: loss.backward() else: <scaled>`, or `x == c` for `cond` `x != c`, needs the same of `cond`);
     where that is not provable the `else` branch could run under an enabled scaler, whose step
     would unscale gradients never scaled, and the file falls back (AMP220).
 
@@ -63,7 +64,7 @@ from ..diagnostics import Severity, define
 from .base import find_statements
 from .plan import (ONE_SCALER, SCALE_LOSS, SCALE_LOSS_ARGS, WRAPPED_SCALE_LOSS, TrainingRule,
                    bind_arguments, expression_codes, literal)
-from .switch_flow import SwitchProof, squeezed
+from .switch_flow import SwitchProof, negation, squeezed
 from .plan_options import USER_AUTOCAST, autocast_aliases, own_autocast
 
 
@@ -417,6 +418,14 @@ class ScaleLossToGradScaler(TrainingRule):
     def leave_If(self, original_node: cst.If, updated_node: cst.If):
         if not self.withs or not isinstance(original_node.orelse, cst.Else):
             return updated_node
+        if self._unscaled_else(original_node, inverted=True):  # `if not fp16: loss.backward() else: <scaled>`
+            test = original_node.test
+            switch = negation(test)
+            if switch is None or not SwitchProof(self, self.plan.at(self.position(original_node)[0])).holds(
+                    original_node, switch):
+                self.report(original_node, UNSCALED_BRANCH, "`{}` may be true while the GradScaler is "
+                            "enabled".format(self.code_of(test)))
+            return updated_node
         scaled = _only(updated_node.body)
         plain = _only(original_node.orelse.body)
         with_ = _only(original_node.body)
@@ -430,14 +439,17 @@ class ScaleLossToGradScaler(TrainingRule):
             return updated_node
         return scaled.with_changes(leading_lines=updated_node.leading_lines) if collapses else updated_node
 
-    def _unscaled_else(self, node: cst.If) -> bool:
+    def _unscaled_else(self, node: cst.If, inverted: bool = False) -> bool:
         """`if cond: <scale_loss block>, ... else: loss.backward(), ...`: the `else` runs an
         unscaled backward whose gradients the scaler's step would unscale unless it is disabled
         there, so `cond` must be its switch even where the branches stay apart (clipping
-        `amp.master_params` in one, the model's parameters in the other)."""
+        `amp.master_params` in one, the model's parameters in the other). `inverted`: the plain
+        backward in the `if`, the scaled one in the `else`."""
         body, orelse = node.body, node.orelse.body
         if not isinstance(body, cst.IndentedBlock) or not isinstance(orelse, cst.IndentedBlock):
             return False
+        if inverted:
+            body, orelse = orelse, body
         backward = m.SimpleStatementLine(body=[m.Expr(m.Call(func=m.Attribute(attr=m.Name("backward"))))])
         return any(id(s) in self.withs for s in body.body) and any(m.matches(s, backward) for s in orelse.body)
 

@@ -49,6 +49,31 @@ def squeezed(code: str) -> str:
     return "".join(code.split())
 
 
+def _same_key(code: str) -> str:
+    """Spelling-blind: `x != 'O0'` and `x != "O0"` are one expression."""
+    try:
+        return ast.dump(ast.parse(code.strip(), mode="eval"))
+    except SyntaxError:
+        return squeezed(code)
+
+
+_FLIPPED = {cst.Equal: cst.NotEqual, cst.NotEqual: cst.Equal, cst.Is: cst.IsNot, cst.IsNot: cst.Is,
+            cst.In: cst.NotIn, cst.NotIn: cst.In}
+
+
+def negation(expr: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """An expression true exactly where `expr` is false, where one is plain to read: `not x` ->
+    `x`, a single `==`/`is`/`in` comparison -> its opposite (`<` is not `>=` for NaN)."""
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not) and not expr.lpar:
+        return expr.expression
+    if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1 and not expr.lpar:
+        target = expr.comparisons[0]
+        flipped = _FLIPPED.get(type(target.operator))
+        if flipped is not None:
+            return expr.with_changes(comparisons=[target.with_changes(operator=flipped())])
+    return None
+
+
 def _read_paths(expr: cst.CSTNode) -> set[tuple[str, ...]]:
     """What an expression reads, as access paths: `args.fp16` -> ("args", "fp16"),
     `self.config["fp16"]` -> ("self", "config", "['fp16']")."""
@@ -188,7 +213,9 @@ class SwitchProof:
         self._tree: Optional[ast.Module] = None
         self._init_method: Optional[tuple[Optional[int], int]] = None
 
-    def holds(self, branch: cst.If) -> bool:
+    def holds(self, branch: cst.If, test: Optional[cst.BaseExpression] = None) -> bool:
+        """Whether `test` (default: the branch's own) is false only where the scaler is disabled."""
+        test = branch.test if test is None else test
         enabled = next((a.value for a in self.plan.scaler_call.args
                         if a.keyword is not None and a.keyword.value == "enabled"), None)
         if enabled is not None and literal(enabled) is False:
@@ -199,11 +226,11 @@ class SwitchProof:
         if where is False:
             return False
         if enabled is None:
-            return self._owner_switch(branch, where)
+            return self._owner_switch(test, where)
         code = self.rule.code_of
-        parts = {squeezed(code(c)) for c in conjuncts(enabled)}
+        parts = {_same_key(code(c)) for c in conjuncts(enabled)}
         paths = {_cst_path(c) for c in conjuncts(enabled)} - {None}
-        for part in conjuncts(branch.test):
+        for part in conjuncts(test):
             if squeezed(code(part)) == f"{self.plan.scaler}.is_enabled()":
                 continue  # false exactly when the scaler is disabled
             if self._available(part, where):
@@ -212,7 +239,7 @@ class SwitchProof:
             read = self._translated(where, path, 0) if path is not None else None
             if read is not None and (read in paths or self._self_alias(read) in paths):
                 continue  # `fp16` passed down from `args.fp16`, `self.use_amp` set from `use_amp`
-            if squeezed(code(part)) not in parts or not all(
+            if _same_key(code(part)) not in parts or not all(
                     self._translated(where, p, 0) == p for p in _read_paths(part)):
                 return False
         return True
@@ -230,7 +257,7 @@ class SwitchProof:
         return self._stores
 
     # -- a scaler built in another module --------------------------------------------------------
-    def _owner_switch(self, branch: cst.If, where) -> bool:
+    def _owner_switch(self, test: cst.BaseExpression, where) -> bool:
         """The scaler is another module's, built with `enabled=` the `if` test guarding its
         `initialize` in a function `builder(args, ...)` (project/share.py gives the test's
         paths from the builder's parameters). The branch's test holds what the guard held
@@ -239,7 +266,7 @@ class SwitchProof:
         shared = self.plan.shared
         if shared is None or not shared.switch_via or not shared.switch_paths:
             return False
-        for part in conjuncts(branch.test):
+        for part in conjuncts(test):
             if self._available(part, where):
                 continue
             path = _cst_path(part)

@@ -330,6 +330,20 @@ CASES = [
     Case("factory-options-trainer-O0-scale", "factory_options_trainer",
          ("--opt-level", "O0", "--loss-scale", "128"),
          covers="the same project at O0 with a static scale of 128: scaled, no autocast"),
+    Case("inverted-backward-branch-fp16", "inverted_backward_branch.py", ("--fp16", "--corrupt-step", "6"),
+         covers="`if not args.fp16: loss.backward() else: <scale_loss>` on the scaler's own switch: "
+                "the branches stay apart; one overflow", min_skipped=1),
+    Case("inverted-backward-branch-fp32", "inverted_backward_branch.py", ("--corrupt-step", "6"),
+         covers="the same script without `--fp16`: only the plain branch runs, the scaler disabled",
+         scales="native_disabled"),
+    Case("opt-level-o0-plain-backward-O1", "opt_level_o0_plain_backward.py",
+         ("--opt-level", "O1", "--corrupt-step", "6"),
+         covers="`if self.opt_level == \"O0\": loss.backward() else: <scale_loss>` in a trainer, the "
+                "scaler built with `enabled=self.opt_level != \"O0\"`: the branches stay apart; one overflow",
+         min_skipped=1),
+    Case("opt-level-o0-plain-backward-O0", "opt_level_o0_plain_backward.py", ("--opt-level", "O0"),
+         covers="the same trainer at O0: only the plain branch runs, the scaler disabled",
+         scales="native_disabled"),
     Case("module-handed-as-value-resume", "module_handed_as_value.py",
          covers="`from apex import amp` in `main()` only with an opt level (`amp = None` otherwise), the module "
                 "passed to `train()` (`if amp is not None:` around `scale_loss`, `if amp:` clipping "

@@ -203,7 +203,9 @@ def migrate_source(text: str, *, target: Target = "auto", device: str = "cuda",
     try:
         verify_output(text, tree, code)
         again_possible = might_use_apex(code) and may_touch_apex(code)
-        after_tree = python_ast(code) if again_possible or used == "shim" or "apex" in code else None
+        # Without `again_possible` no import line names Apex (the text test is a superset of
+        # `output_imports_apex`), so a native output needs no second parse.
+        after_tree = python_ast(code) if again_possible or used == "shim" else None
         if used == "shim":
             missing = shim_names_missing(text, tree, code, after_tree)
             if missing:  # the file stays as it is: no fix was applied

@@ -129,6 +129,42 @@ def test_output_that_a_second_run_would_change_is_refused(monkeypatch):
     assert any(d.code == "AMP002" and "second run" in d.message for d in result.diagnostics)
 
 
+def test_native_output_that_still_imports_apex_is_refused(monkeypatch):
+    import libcst as cst
+
+    class KeepsApex(Rule):
+        """A rule with a bug: it adds an Apex import to native output."""
+
+        MARKERS = ()
+
+        def leave_Module(self, original_node, updated_node):
+            return updated_node.with_changes(
+                body=[cst.parse_statement("from apex import \\\n    amp\n")] + list(updated_node.body))
+
+    import amp_migrate.migrate as migrate
+    monkeypatch.setattr(migrate, "NATIVE_RULES", rules.NATIVE_RULES + [KeepsApex])
+    result = migrate_source(LOOP, target="native")
+    assert result.code == LOOP and not result.changed
+    assert any(d.code == "AMP002" and "still imports `apex`" in d.message for d in result.diagnostics)
+
+
+@pytest.mark.parametrize("text", [
+    "import apex\n", "import os, apex.amp as a\n", "import os, \\\n    apex\n", "from apex import amp\n",
+    "from \\\napex.optimizers import FusedAdam\n", "x = 1; import apex.parallel\n",
+    "if True:\n    from apex.fp16_utils import *\n",
+])
+def test_the_text_check_sees_every_apex_import_the_output_check_would(text):
+    """A native output is parsed again only where the text may import Apex: the text test
+    must hold wherever `output_imports_apex` would find an import."""
+    import ast
+
+    from amp_migrate.migrate import may_touch_apex, might_use_apex
+    from amp_migrate.verify import imports_apex
+
+    assert imports_apex(ast.parse(text))
+    assert might_use_apex(text) and may_touch_apex(text)
+
+
 def test_output_without_apex_is_not_migrated_again(monkeypatch):
     import amp_migrate.migrate as migrate
 

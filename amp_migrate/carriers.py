@@ -212,8 +212,11 @@ class _Flow:
     def _in_setup(self, read: ast.Name, origin: ast.AST) -> bool:
         """A read inside the `if` block that imports Apex, after the import (`initialize`)."""
         block = self._setup_block
+        # By position, not line: a project's provider call becomes the import on the line of
+        # the `initialize` it guards (project/provide.py), `from apex import amp; m, o = ...`.
         return block is not None and any(read.lineno >= s.lineno and read.lineno <= s.end_lineno
-                                          for s in block[1:]) and read.lineno > block[0].lineno
+                                          for s in block[1:]) \
+            and (read.lineno, read.col_offset) > (block[0].end_lineno, block[0].end_col_offset)
 
     _setup_block: Optional[list] = None
 

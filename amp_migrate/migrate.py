@@ -23,6 +23,7 @@ from libcst.codemod import CodemodContext
 from .diagnostics import NATIVE_IMPOSSIBLE, PARSE_ERROR, VERIFY_FAILED, Diagnostic
 from .lines import form_feed_indents
 from .options import Options, Target
+from .provided import migrate_part
 from .rules import NATIVE_RULES, SHIM_RULES
 from .binding import apex_import_words, imports_apex
 from .rules.base import FileState
@@ -170,6 +171,15 @@ def _missing_diagnostic(missing) -> Diagnostic:
     return Diagnostic(code.code, code.severity, missing.line, missing.col, missing.message, False)
 
 
+def _with_part(text: str, target: Target, device: str, dtype: str, project: SharedScaler) -> MigrationResult:
+    """A file with a part in a provider group (amp_migrate/provided.py): the part applied around
+    the ordinary migration, with the rest of its project role."""
+    rest = replace(project, provided=None)
+    rest = None if rest == SharedScaler() else rest
+    return migrate_part(text, project.provided, lambda code: migrate_source(
+        code, target=target, device=device, dtype=dtype, project=rest))
+
+
 def migrate_source(text: str, *, target: Target = "auto", device: str = "cuda",
                    dtype: str = "float16", project: Optional[SharedScaler] = None) -> MigrationResult:
     """Migrate one Python source text off Apex.
@@ -181,6 +191,8 @@ def migrate_source(text: str, *, target: Target = "auto", device: str = "cuda",
     with an error (AMP470, AMP471) where the file uses it. `project` is the file's part in a
     GradScaler shared with other modules (amp_migrate/project/share.py); None: the file alone.
     """
+    if project is not None and project.provided is not None:
+        return _with_part(text, target, device, dtype, project)
     options = Options(target, device, dtype)
     handed = project is not None and bool(project.carrier_slots)  # receives Apex's module as a value
     if not might_use_apex(text) and not handed:

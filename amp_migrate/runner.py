@@ -56,7 +56,9 @@ def process(job: Job) -> FileResult:
     except SourceError as exc:
         return FileResult(job.path, job.kind, error=str(exc))
     # Source encodings are ASCII-compatible, so the markers read the same in latin-1.
-    if not might_use_apex(data.decode("latin-1")):
+    # A file with a part in a project's group is migrated whatever it spells (a caller of a
+    # provider of Apex's module spells no `apex`).
+    if job.project is None and not might_use_apex(data.decode("latin-1")):
         return FileResult(job.path, job.kind)
     try:
         if job.kind == "notebook":

@@ -74,3 +74,67 @@ GROUP_NOT_NATIVE = define(
     "The message names the file that blocks the group.",
     refusal="a file sharing its Apex state cannot go native",
 )
+
+# Apex's module from a provider function of the tree (project/provide.py): AMP161-AMP164.
+PROVIDED_NOW_SCALER = define(
+    "AMP161", "provided-module-now-scaler", Severity.INFO,
+    "`amp = get_amp(fp16)` goes: the provider returned Apex's module exactly when its condition "
+    "held (None otherwise), so the GradScaler built where `initialize` runs, enabled under that "
+    "condition in this caller's arguments, takes the value's place.",
+    "The provider only imports Apex's module and returns it (or None), so its call means, in "
+    "the caller, `amp = None; if <cond>: from apex import amp`, with `<cond>` the provider's "
+    "test spelled in the call's arguments. That is the shape the module-value rules migrate: "
+    "the scaler is enabled where the value was Apex's module and disabled where it was None, "
+    "and `if amp:` reads `scaler.is_enabled()`. The `try: from apex import amp except "
+    "ImportError: raise ...` inside the provider only raised where Apex was missing, which "
+    "native code does not need. The caller no longer imports the provider.",
+    before="from utils import get_amp\namp = get_amp(fp16)\nif fp16 and amp:\n"
+           "    model, optimizer = amp.initialize(model, optimizer, opt_level=\"O1\")",
+    after="scaler = torch.amp.GradScaler(\"cuda\", enabled=bool(fp16))",
+)
+PROVIDER_NOT_FOLLOWED = define(
+    "AMP162", "apex-provider-not-followed", Severity.WARNING,
+    "The function that hands Apex's module to its callers does more than import it and return "
+    "it (or None), or is reached where the tree does not show: its group uses the shim.",
+    "A provider call can become the GradScaler only where the provider is nothing but `if "
+    "<cond>: from apex import amp` (a `try` whose `except ImportError` only raises allowed), "
+    "`amp = None` otherwise, and `return amp`, with `<cond>` a pure test of its parameters. "
+    "Anything else it does (`amp.register_half_function(torch, \"einsum\")` registers a cast "
+    "for the whole process, a print, a fallback to None when Apex is missing) has no place in "
+    "a scaler, and a provider named where no call can be followed (another module, `__all__`, "
+    "a reference) might hand Apex's module to code that calls it. The message names the "
+    "provider's line that stands in the way.",
+    before="def get_amp(fp16):\n    if fp16:\n        from apex import amp\n"
+           "        amp.register_half_function(torch, \"einsum\")\n    else:\n        amp = None\n    return amp",
+    after="# the provider returns amp_shim's module; its callers are left as they are",
+    falls_back=True,
+    refusal="the provider of Apex's module does more than import and return it",
+)
+PROVIDED_NOT_FOLLOWED = define(
+    "AMP163", "provided-module-not-followed", Severity.WARNING,
+    "This caller's `amp = get_amp(...)` cannot become the GradScaler: the value is stored, "
+    "returned, passed on where the tree does not show, or `initialize` does not run under a "
+    "test of it; the provider's group uses the shim.",
+    "The value is Apex's module exactly when the provider's condition held; a scaler can take "
+    "its place only where `initialize` runs under a test equal to that condition (`if amp:`, "
+    "`if fp16 and amp:`), the arguments it was computed from are not rebound, and every use of "
+    "the value is visible (the rules of AMP155). Stored on `self`, returned, or handed to code "
+    "the tree does not show, it might reach code that calls Apex directly. The message names "
+    "the place.",
+    before="self.amp = get_amp(fp16)",
+    after="self.amp = get_amp(fp16)  # unchanged; the provider returns amp_shim's module",
+    falls_back=True,
+    refusal="the value a provider returned cannot be followed",
+)
+PROVIDER_REMOVED = define(
+    "AMP164", "apex-provider-removed", Severity.INFO,
+    "The function that returned Apex's module is removed: every call of it in the tree now "
+    "builds the GradScaler where `initialize` runs.",
+    "No call of the provider is left in the tree, and a provider kept as it was would still "
+    "import Apex. Returning a GradScaler in its place would build it before `initialize`'s "
+    "options (O0, a static loss scale) are known, and hand callers outside the tree a scaler "
+    "where they expect Apex's module; removed, an importer outside the tree fails at import "
+    "time, loudly, rather than training differently.",
+    before="def get_amp(fp16):\n    if fp16:\n        from apex import amp\n    else:\n        amp = None\n    return amp",
+    after="# removed",
+)

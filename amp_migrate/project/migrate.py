@@ -20,6 +20,7 @@ from ..source_file import SourceError, read_bytes
 from .groups import Group, find_groups
 from .index import ProjectIndex, build_index
 from .settle import Outcome, Verdict, blocker, own_warnings, settle
+from .provide import provider_roles
 from .share import shared_scalers
 from ..rules.plan import SharedScaler
 
@@ -57,11 +58,13 @@ def migrate_project(files: Mapping[str, str], *, target: str = "auto", device: s
     index = build_index(python)
     groups = find_groups(index)
     roles = shared_scalers(index, groups, python) if target != "shim" else {}
+    roles.update(provider_roles(index, groups, python) if target != "shim" else {})
     results = {p: _migrate_one(t, target, device, dtype, roles.get(p)) for p, t in files.items()}
     outcomes = {p: _outcome(r) for p, r in results.items()}
     grouped = {p for g in groups for p in g.members}
+    provided = _provided(roles, outcomes)
     for group in groups:
-        for path, verdict in settle(index, group, outcomes, target).items():
+        for path, verdict in settle(index, group, outcomes, target, provided=provided).items():
             result = results[path]
             if verdict.redo == "shim":
                 result = _migrate_one(files[path], "shim", device, dtype)
@@ -69,10 +72,16 @@ def migrate_project(files: Mapping[str, str], *, target: str = "auto", device: s
                 result = MigrationResult(files[path], result.diagnostics, None)
             results[path] = replace(result, diagnostics=_by_line(result.diagnostics + verdict.diagnostics))
     for path in index.modules:
-        extra = own_warnings(index, path, outcomes[path], path in grouped)
+        extra = own_warnings(index, path, outcomes[path], path in grouped, provided=path in provided)
         if extra:
             results[path] = replace(results[path], diagnostics=_by_line(results[path].diagnostics + extra))
     return results
+
+
+def _provided(roles: Mapping[str, SharedScaler], outcomes: Mapping[str, Outcome]) -> frozenset[str]:
+    """The callers whose provider calls went native with their part (project/provide.py)."""
+    return frozenset(p for p, r in roles.items() if r.provided is not None and r.provided.edits
+                     and p in outcomes and outcomes[p].status == "native")
 
 
 def _file_outcome(result: FileResult) -> Outcome:
@@ -128,6 +137,7 @@ class Tree:
         # Under --target shim every file already uses the shim: nothing to settle or wait for.
         groups = find_groups(self.index) if options.target != "shim" else []
         self.roles = shared_scalers(self.index, groups, texts, self.names) if groups else {}
+        self.roles.update(provider_roles(self.index, groups, texts, self.names) if groups else {})
         self.pending = {}
         for group in groups:
             shared = _Pending(group, {})
@@ -159,7 +169,8 @@ class Tree:
         outcomes = {rel: _file_outcome(r) for rel, r in pending.results.items()}
         if self._share(pending, outcomes):
             outcomes = {rel: _file_outcome(r) for rel, r in pending.results.items()}
-        verdicts = settle(self.index, pending.group, outcomes, self.options.target, self.names)
+        provided = _provided(self.roles, outcomes)
+        verdicts = settle(self.index, pending.group, outcomes, self.options.target, self.names, provided)
         final = []
         for rel, result in sorted(pending.results.items()):
             verdict = verdicts.get(rel, Verdict())
@@ -168,7 +179,8 @@ class Tree:
                                      self.want_diff))
             elif verdict.redo == "untouched":
                 result = replace(result, changed=False, target_used=None, new_bytes=None, diff="")
-            extra = verdict.diagnostics + own_warnings(self.index, rel, outcomes[rel], True, self.names)
+            extra = verdict.diagnostics + own_warnings(self.index, rel, outcomes[rel], True, self.names,
+                                                       rel in provided)
             final.append(_with(result, extra))
         return final
 
@@ -179,7 +191,7 @@ class Tree:
         from ..runner import Job, process
 
         roles = {rel: self.roles[rel] for rel in pending.results if rel in self.roles}
-        if not any(r.owner or r.user for r in roles.values()) or any(
+        if not any(r.owner or r.user or r.provided is not None for r in roles.values()) or any(
                 blocker(self.index.facts(rel), outcomes[rel]) is not None
                 for rel in pending.results if rel not in roles):
             return False

@@ -52,9 +52,10 @@ def anchor(facts: ModuleFacts) -> Site:
     return min(sites, key=lambda s: (s.line, s.col)) if sites else Site(1, 1, "")
 
 
-def blocker(facts: ModuleFacts, outcome: Outcome) -> Optional[tuple[int, str]]:
-    """Why this member keeps its group off native code: (line, reason), or None."""
-    if facts.provided:
+def blocker(facts: ModuleFacts, outcome: Outcome, provided: bool = False) -> Optional[tuple[int, str]]:
+    """Why this member keeps its group off native code: (line, reason), or None. `provided`:
+    its provider calls went native (project/provide.py)."""
+    if facts.provided and not provided:
         site = facts.provided[0]
         return site.line, f"it gets Apex's module from a function call (`{site.what}`)"
     if facts.dynamic_state:
@@ -73,12 +74,13 @@ def blocker(facts: ModuleFacts, outcome: Outcome) -> Optional[tuple[int, str]]:
 
 
 def settle(index: ProjectIndex, group: Group, outcomes: dict[str, Outcome], target: str,
-           names: Optional[Mapping[str, str]] = None) -> dict[str, Verdict]:
+           names: Optional[Mapping[str, str]] = None, provided: frozenset = frozenset()) -> dict[str, Verdict]:
     """The verdict for each member of `group` whose result must change; messages call files
-    by `names` (default: their paths in the index)."""
+    by `names` (default: their paths in the index); `provided`: the members whose provider
+    calls went native."""
     blocking = {}
     for path in group.members:
-        found = blocker(index.facts(path), outcomes[path])
+        found = blocker(index.facts(path), outcomes[path], path in provided)
         if found is not None:
             blocking[path] = found
     if not blocking or target == "shim":
@@ -108,13 +110,13 @@ def _provider(site: Site, names: Mapping[str, str]) -> tuple[str, str]:
 
 
 def own_warnings(index: ProjectIndex, path: str, outcome: Outcome, grouped: bool,
-                 names: Optional[Mapping[str, str]] = None) -> tuple[Diagnostic, ...]:
+                 names: Optional[Mapping[str, str]] = None, provided: bool = False) -> tuple[Diagnostic, ...]:
     """Apex uses in this file that no rule rewrites: a module returned by a function, a
     run-time import, an Apex object from another file (the last only where the file is tied
     to the file that makes it and was left as it is)."""
     facts = index.facts(path)
     found = []
-    for site in facts.provided:
+    for site in facts.provided if not provided else ():
         call, where = _provider(site, names or {})
         found.append(_diagnostic(codes.MODULE_FROM_CALL, site,
                                  f"`{call}` gets Apex's module from {where}; left as it is, "

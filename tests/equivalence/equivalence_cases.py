@@ -417,6 +417,26 @@ CASES = [
          phases=(("--amp-level", "O0", "--steps", "12", "--corrupt-step", "4", "--checkpoint", "{dir}/ckpt.pt"),
                  ("--amp-level", "O0", "--steps", "24", "--corrupt-step", "17", "--checkpoint",
                   "{dir}/ckpt.pt", "--restore"))),
+    Case("provided-amp-module-O1", "provided_amp_module", ("--fp16", "--opt-level", "O1", "--corrupt-step", "4"),
+         covers="a project: the trainer gets Apex's module from a helper, `amp = get_amp_module(fp16)` (the "
+                "helper imports it under `if fp16:` in a `try` that only raises, None otherwise), sets it up "
+                "under `if fp16 and amp:` and hands it to the epoch runner, which scales and clips "
+                "`amp.master_params` under `if amp:`; the call becomes the scaler, the helper goes; one "
+                "overflow", min_skipped=1),
+    Case("provided-amp-module-fp32", "provided_amp_module", ("--corrupt-step", "4"),
+         covers="the same project without `--fp16`: the helper returned None (Apex never imported), "
+                "the scaler is disabled", scales="native_disabled", apex_unused=True),
+    Case("loss-helper-threaded-two-losses-fp16", "loss_helper_threaded_two_losses.py",
+         ("--fp16", "--corrupt-step", "7"),
+         covers="`initialize` under `if args.fp16:` in `main()`; `apply_loss(loss, optimizer, args, "
+                "do_step)` scales the loss it is given, called from a warm-up loop (a step every "
+                "second call) and twice per iteration of the training loop (a main loss, then an "
+                "auxiliary loss from a second forward after the first step): the scaler threaded "
+                "as a parameter, one autocast region per call's forward; an overflow in one "
+                "auxiliary loss", min_skipped=1),
+    Case("loss-helper-threaded-two-losses-fp32", "loss_helper_threaded_two_losses.py", ("--corrupt-step", "7"),
+         covers="the same script without `--fp16`: the scaler disabled, autocast off",
+         scales="native_disabled"),
 ]
 
 BY_ID = {case.id: case for case in CASES}

@@ -81,6 +81,9 @@ class Case:
     min_skipped: int = 0
     # A project program (a directory): the script that runs it.
     entry: str = "main.py"
+    # The program imports Apex only where it uses it (a provider's import under `if fp16:`), so
+    # this run (fp16 off) never imports it, through the alias or otherwise.
+    apex_unused: bool = False
 
     @property
     def path(self) -> Path:

@@ -69,8 +69,9 @@ def test_callers_of_a_function_returning_apex_amp_are_warned_and_the_provider_us
     document = run_json(root, "--check")
     files = document["by_path"]
     learner = files["models/learner.py"]
-    assert not learner["changed"] and codes(learner) == ["AMP031", "AMP031"]
-    assert [d["line"] for d in learner["diagnostics"]] == [10, 28]
+    assert not learner["changed"] and codes(learner) == ["AMP031", "AMP162", "AMP031"]
+    assert [d["line"] for d in learner["diagnostics"]] == [10, 10, 28]
+    assert "register_half_function" in learner["diagnostics"][1]["message"]  # the provider's line, named
     assert files["utils/pytorch_utils.py"]["target_used"] == "shim"
     assert document["summary"]["kept_apex"] == 1
     assert document["exit"] == 1

@@ -1,0 +1,153 @@
+"""A file's part in a provider group: Apex's module obtained from a function of the tree.
+
+`def get_amp(fp16): if fp16: from apex import amp; else: amp = None; return amp` hands its
+callers Apex's module exactly when `fp16`, None otherwise. To a caller, `amp = get_amp(c)`
+means what `amp = None; if c: from apex import amp` means in place, and that form the per-file
+rules already migrate (carriers.py: the value becomes the GradScaler built where `initialize`
+runs, enabled under the same condition). The project pass (project/provide.py) proves the
+provider and each call, and hands each file a `ProvidedPart`:
+
+* a caller gets the edits that spell its call that way, line for line (the import goes on a
+  line of its own at the top of the `if` that runs `initialize`, whose test becomes the
+  provider's condition in the caller's arguments); its native result drops the provider's name
+  from its imports. Where that does not go native, the file is migrated as written and the
+  reason is reported where it arises (`fallback`);
+* the provider's module gets the provider function removed: no call of it is left in the tree.
+
+Nothing here decides anything; `migrate_source` applies the part (no index is needed).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
+
+import libcst as cst
+
+from .diagnostics import Diagnostic, Severity
+
+#: (first line, byte column, last line, byte column, replacement) on the file as written
+Edit = tuple[int, int, int, int, str]
+
+
+@dataclass(frozen=True)
+class ProvidedPart:
+    """What one file does in its provider group (project/provide.py builds it)."""
+
+    #: the caller's edits, sorted, none overlapping
+    edits: tuple[Edit, ...] = ()
+    #: whole lines the edits insert: (line in the edited text, line and column reported)
+    inserted: tuple[tuple[int, int, int], ...] = ()
+    #: caller: names its imports of the provider drop; provider's module: functions removed
+    drop: tuple[str, ...] = ()
+    removes: bool = False  # the provider's module: `drop` names the functions to remove
+    notes: tuple[Diagnostic, ...] = ()  # added where the part went native
+    refused: tuple[Diagnostic, ...] = ()  # the group cannot go native: added, nothing else done
+    #: the code and severity of the caller's fallback (its message names the reason)
+    fallback: Optional[Diagnostic] = None
+
+
+Run = Callable[[str], "object"]  # text -> MigrationResult (migrate_source without the part)
+
+
+def _offsets(lines: list[bytes]) -> list[int]:
+    starts, at = [], 0
+    for line in lines:
+        starts.append(at)
+        at += len(line)
+    starts.append(at)
+    return starts
+
+
+def apply_edits(text: str, edits: tuple[Edit, ...]) -> str:
+    data = text.encode("utf-8")
+    starts = _offsets(data.splitlines(keepends=True))
+    out, at = [], 0
+    for line1, col1, line2, col2, new in edits:
+        start, end = starts[line1 - 1] + col1, starts[line2 - 1] + col2
+        out += [data[at:start], new.encode("utf-8")]
+        at = end
+    out.append(data[at:])
+    return b"".join(out).decode("utf-8")
+
+
+def _origin_line(part: ProvidedPart, line: int, col: int) -> tuple[int, int]:
+    """A line of the edited text as the file's own line (and column)."""
+    shift = 0
+    for inserted, reported, reported_col in part.inserted:
+        if line == inserted:
+            return reported, reported_col
+        if line > inserted:
+            shift += 1
+    return line - shift, col
+
+
+def _remap(part: ProvidedPart, diagnostics) -> tuple[Diagnostic, ...]:
+    out = []
+    for d in diagnostics:
+        line, col = _origin_line(part, d.line, d.col)
+        out.append(replace(d, line=line, col=col))
+    return tuple(out)
+
+
+class _DropImported(cst.CSTTransformer):
+    """Drops `names` from `from ... import` statements (the statement too when none is left)."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+
+    def leave_ImportFrom(self, original_node, updated_node):
+        if isinstance(updated_node.names, cst.ImportStar):
+            return updated_node
+        kept = [a for a in updated_node.names if a.asname is not None or
+                not (isinstance(a.name, cst.Name) and a.name.value in self.names)]
+        if len(kept) == len(updated_node.names):
+            return updated_node
+        if not kept:
+            return cst.RemoveFromParent()
+        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated_node.with_changes(names=kept)
+
+
+class _DropFunctions(cst.CSTTransformer):
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+
+    def leave_FunctionDef(self, original_node, updated_node):
+        if original_node.name.value in self.names:
+            return cst.RemoveFromParent()
+        return updated_node
+
+    def visit_FunctionDef(self, node) -> bool:
+        return False  # only the module's own functions
+
+
+def migrate_part(text: str, part: ProvidedPart, run: Run):
+    """The file's result with its part applied (`run`: migrate_source on a text, no part)."""
+    from .migrate import MigrationResult  # the driver imports this module
+
+    if part.refused:
+        result = run(text)
+        return replace(result, diagnostics=_sorted(result.diagnostics + part.refused))
+    if part.removes:
+        code = cst.parse_module(text).visit(_DropFunctions(part.drop)).code
+        result = run(code)
+        if result.target_used == "shim" or any(d.falls_back or d.severity == Severity.ERROR for d in result.diagnostics):
+            return run(text)
+        return MigrationResult(result.code, _sorted(result.diagnostics + part.notes), "native", True)
+    edited = apply_edits(text, part.edits)
+    result = run(edited)
+    if result.target_used == "native":
+        code = cst.parse_module(result.code).visit(_DropImported(part.drop)).code if part.drop else result.code
+        return MigrationResult(code, _sorted(_remap(part, result.diagnostics) + part.notes), "native", True)
+    reasons = [d for d in _remap(part, result.diagnostics) if d.falls_back or d.severity == Severity.ERROR]
+    plain = run(text)
+    if not reasons or part.fallback is None:
+        return plain
+    first = next((d for d in reasons if d.code == "AMP155"), reasons[0])  # the value's own flow first
+    why = replace(part.fallback, line=first.line, col=first.col,
+                  message=f"{part.fallback.message}: {first.code} {first.message}")
+    return replace(plain, diagnostics=_sorted(plain.diagnostics + (why,)))
+
+
+def _sorted(diagnostics) -> tuple[Diagnostic, ...]:
+    return tuple(sorted(diagnostics, key=lambda d: (d.line, d.col, d.code)))

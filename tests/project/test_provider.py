@@ -1,0 +1,139 @@
+"""Apex's module from a provider function of the tree (`amp = get_amp(fp16)`): the group goes
+native where the provider only imports and returns it and every call is followed
+(project/provide.py, amp_migrate/provided.py); otherwise the reason where it arises.
+
+Golden outputs as in test_shared_scaler.py: fixtures/project_outputs/<tree>/ (regenerate with
+AMP_MIGRATE_UPDATE_GOLDEN=1 and read every changed output)."""
+import os
+
+import pytest
+
+from amp_migrate.project import migrate_project
+
+from .conftest import PROJECTS, run_json, sources
+
+OUTPUTS = PROJECTS.parent / "project_outputs"
+
+
+def _diagnostics(results) -> str:
+    return "".join(f"{path}: {' '.join(d.code for d in r.diagnostics)}\n"
+                   for path, r in sorted(results.items()) if r.diagnostics)
+
+
+@pytest.mark.parametrize("name", ("amp_provider_native", "amp_provider_stored"))
+def test_a_provider_group_migrates_to_its_golden_output(name):
+    results = migrate_project(sources(PROJECTS / name))
+    expected = OUTPUTS / name
+    changed = {p: r.code for p, r in results.items() if r.changed}
+    if os.environ.get("AMP_MIGRATE_UPDATE_GOLDEN") == "1":
+        for path, code in changed.items():
+            (expected / path).parent.mkdir(parents=True, exist_ok=True)
+            (expected / path).write_text(code)
+        (expected / "diagnostics.txt").write_text(_diagnostics(results))
+    stored = {str(p.relative_to(expected)): p.read_text() for p in expected.rglob("*.py")}
+    assert changed == stored
+    assert _diagnostics(results) == (expected / "diagnostics.txt").read_text()
+
+
+def test_every_caller_and_the_provider_go_native_together():
+    results = migrate_project(sources(PROJECTS / "amp_provider_native"))
+    assert {p: r.target_used for p, r in results.items() if r.changed} == {
+        "textcls/train.py": "native", "textcls/distill.py": "native", "textcls/utils/amp_utils.py": "native"}
+    assert "def load_amp" not in results["textcls/utils/amp_utils.py"].code
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=args.half)' in results["textcls/distill.py"].code
+    assert "load_amp" not in results["textcls/train.py"].code
+
+
+def test_the_command_line_migrates_the_group_natively(tree):
+    root = tree("amp_provider_native")
+    document = run_json(root)
+    files = document["by_path"]
+    assert {files[p]["target_used"] for p in ("textcls/train.py", "textcls/distill.py",
+                                              "textcls/utils/amp_utils.py")} == {"native"}
+    assert "apex" not in (root / "textcls" / "utils" / "amp_utils.py").read_text()
+    again = run_json(root, "--check")
+    assert again["exit"] == 0
+
+
+PROVIDER = '''import torch
+
+
+def get_amp(fp16):
+    if fp16:
+{body}
+    else:
+        amp = None
+    return amp
+'''
+CALLER = '''import torch
+
+from lib.amp_utils import get_amp
+
+
+def train(model, optimizer, x, fp16=False):
+    amp = get_amp(fp16)
+{between}    if {guard}:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    loss = model(x).sum()
+    if amp:
+        with amp.scale_loss(loss, optimizer) as scaled:
+            scaled.backward()
+    else:
+        loss.backward()
+    optimizer.step()
+'''
+IMPORT = "        from apex import amp\n"
+
+
+def _run(body=IMPORT, guard="fp16 and amp", between=""):
+    return migrate_project({"lib/amp_utils.py": PROVIDER.format(body=body.rstrip("\n")),
+                            "train.py": CALLER.format(guard=guard, between=between)})
+
+
+def _codes(result):
+    return [d.code for d in result.diagnostics]
+
+
+@pytest.mark.parametrize("guard", ("fp16 and amp", "amp", "amp is not None", "fp16"))
+def test_a_guard_equal_to_the_providers_condition_goes_native(guard):
+    results = _run(guard=guard)
+    assert results["train.py"].target_used == results["lib/amp_utils.py"].target_used == "native"
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=fp16)\n' in results["train.py"].code and "get_amp" not in results["train.py"].code
+
+
+@pytest.mark.parametrize("body, at, why", [
+    (IMPORT + "        amp.register_half_function(torch, \"einsum\")\n", 7, "also runs `amp.register_half_function"),
+    ("        try:\n            from apex import amp\n        except ImportError:\n            amp = None\n", 8,
+     "does more than raise when Apex is missing"),
+    ("        print('apex')\n" + IMPORT, 6, "also runs `print('apex')`"),
+])
+def test_a_provider_that_does_more_keeps_the_group_on_the_shim_and_says_where(body, at, why):
+    results = _run(body=body)
+    provider, caller = results["lib/amp_utils.py"], results["train.py"]
+    assert provider.target_used == "shim" and not caller.changed
+    (own,) = [d for d in provider.diagnostics if d.code == "AMP162"]
+    assert own.line == at and why in own.message
+    (there,) = [d for d in caller.diagnostics if d.code == "AMP162"]
+    assert there.line == 7 and f"lib/amp_utils.py:{at}" in there.message and "AMP031" in _codes(caller)
+
+
+@pytest.mark.parametrize("guard, between, why", [
+    ("amp and x is not None", "", "is not the provider's condition"),
+    ("fp16", "    fp16 = not fp16\n", "rebinds what the provider's condition reads"),
+    ("amp", "    print(amp)\n", "read before Apex is set up"),
+])
+def test_a_caller_whose_value_cannot_be_followed_keeps_the_group_on_the_shim(guard, between, why):
+    results = _run(guard=guard, between=between)
+    assert results["lib/amp_utils.py"].target_used == "shim" and not results["train.py"].changed
+    (found,) = [d for d in results["train.py"].diagnostics if d.code == "AMP163"]
+    assert why in found.message
+
+
+def test_a_provider_named_by_a_module_that_does_not_call_it_stays_on_the_shim():
+    files = {"lib/amp_utils.py": PROVIDER.format(body=IMPORT.rstrip("\n")),
+             "train.py": CALLER.format(guard="amp", between=""),
+             "lib/__init__.py": "from .amp_utils import get_amp\n"}
+    results = migrate_project(files)
+    assert results["lib/amp_utils.py"].target_used == "shim"
+    assert any(d.code == "AMP162" and "lib/__init__.py names it" in d.message
+               for d in results["lib/amp_utils.py"].diagnostics)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 import libcst as cst
+import libcst.matchers as m
 
 from .diagnostics import Diagnostic, Severity
 
@@ -40,6 +41,9 @@ class ProvidedPart:
     #: caller: names its imports of the provider drop; provider's module: functions removed
     drop: tuple[str, ...] = ()
     removes: bool = False  # the provider's module: `drop` names the functions to remove
+    #: (function, name): the `name = None` the edits put in that module-level function, which
+    #: goes where the native code no longer reads the name (no test of the value was left)
+    nones: tuple[tuple[str, str], ...] = ()
     notes: tuple[Diagnostic, ...] = ()  # added where the part went native
     refused: tuple[Diagnostic, ...] = ()  # the group cannot go native: added, nothing else done
     #: the code and severity of the caller's fallback (its message names the reason)
@@ -90,7 +94,9 @@ def _remap(part: ProvidedPart, diagnostics) -> tuple[Diagnostic, ...]:
 
 
 class _DropImported(cst.CSTTransformer):
-    """Drops `names` from `from ... import` statements (the statement too when none is left)."""
+    """Drops `names` (under any alias) from `from ... import` statements (the statement too when
+    none is left): project/provide.py made sure the caller imports that name only from the
+    provider's module."""
 
     def __init__(self, names: tuple[str, ...]) -> None:
         self.names = names
@@ -98,14 +104,54 @@ class _DropImported(cst.CSTTransformer):
     def leave_ImportFrom(self, original_node, updated_node):
         if isinstance(updated_node.names, cst.ImportStar):
             return updated_node
-        kept = [a for a in updated_node.names if a.asname is not None or
-                not (isinstance(a.name, cst.Name) and a.name.value in self.names)]
+        kept = [a for a in updated_node.names if not (isinstance(a.name, cst.Name) and a.name.value in self.names)]
         if len(kept) == len(updated_node.names):
             return updated_node
         if not kept:
             return cst.RemoveFromParent()
         kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         return updated_node.with_changes(names=kept)
+
+
+class _DropUnreadNones(cst.CSTTransformer):
+    """`name = None` statements of `function` that nothing in it reads any more."""
+
+    def __init__(self, nones: tuple[tuple[str, str], ...]) -> None:
+        self.nones = nones
+        self.names: frozenset[str] = frozenset()
+
+    def visit_FunctionDef(self, node) -> bool:
+        wanted = {name for function, name in self.nones if function == node.name.value}
+        spelled = _spelled(node)
+        self.names = frozenset(n for n in wanted if spelled.get(n, 0) == 1)
+        return bool(self.names)
+
+    def leave_FunctionDef(self, original_node, updated_node):
+        self.names = frozenset()
+        return updated_node
+
+    def leave_SimpleStatementLine(self, original_node, updated_node):
+        if len(updated_node.body) == 1 and m.matches(updated_node.body[0], m.Assign(
+                targets=[m.AssignTarget(target=m.Name())], value=m.Name("None"))) \
+                and updated_node.body[0].targets[0].target.value in self.names:
+            return cst.RemoveFromParent()
+        return updated_node
+
+
+def _spelled(node: cst.CSTNode) -> dict[str, int]:
+    """How often each name is spelled under `node` (an attribute's own name, `torch.amp`'s
+    `amp`, is none)."""
+    counts: dict[str, int] = {}
+
+    class Count(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            counts[name.value] = counts.get(name.value, 0) + 1
+
+        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
+            attribute.value.visit(self)
+            return False
+    node.visit(Count())
+    return counts
 
 
 class _DropFunctions(cst.CSTTransformer):
@@ -136,10 +182,15 @@ def migrate_part(text: str, part: ProvidedPart, run: Run):
         return MigrationResult(result.code, _sorted(result.diagnostics + part.notes), "native", True)
     edited = apply_edits(text, part.edits)
     result = run(edited)
-    if result.target_used == "native":
-        code = cst.parse_module(result.code).visit(_DropImported(part.drop)).code if part.drop else result.code
-        return MigrationResult(code, _sorted(_remap(part, result.diagnostics) + part.notes), "native", True)
     reasons = [d for d in _remap(part, result.diagnostics) if d.falls_back or d.severity == Severity.ERROR]
+    if result.target_used == "native":
+        code = cst.parse_module(result.code).visit(_DropImported(part.drop)).visit(_DropUnreadNones(part.nones)).code
+        try:
+            compile(code, "<provided>", "exec")
+            return MigrationResult(code, _sorted(_remap(part, result.diagnostics) + part.notes), "native", True)
+        except SyntaxError as exc:  # an import of the provider alone in a block
+            reasons = [replace(part.fallback, line=exc.lineno or 1, col=1, message="dropping the provider's "
+                               "import leaves a block empty")] if part.fallback is not None else []
     plain = run(text)
     if not reasons or part.fallback is None:
         return plain

@@ -571,17 +571,21 @@ def _resolve_provided(sources: Mapping[str, str], modules: dict[str, ModuleFacts
             providers.setdefault(site.what, []).append((path, site))
     if not providers:
         return
-    pattern = re.compile(r"\b(?:%s)\s*\(" % "|".join(map(re.escape, sorted(providers))))
+    named = re.compile(r"\b(?:%s)\b" % "|".join(map(re.escape, sorted(providers))))
     for path, text in sources.items():
-        hits = hit_lines(text, pattern)
-        tree = (trees.get(path) or _parse(text)) if hits else None
+        tree = (trees.get(path) or _parse(text)) if named.search(text) else None
         if tree is None:
             continue
+        # `from utils import get_amp as amp_or_none`: the call spells the alias
+        aliases = {a.asname: a.name for node in tree.body if isinstance(node, ast.ImportFrom)
+                   for a in node.names if a.asname and a.name in providers}
+        pattern = re.compile(r"\b(?:%s)\s*\(" % "|".join(map(re.escape, sorted({*providers, *aliases}))))
+        hits = hit_lines(text, pattern)
         lines = text.split("\n")
         for unit, stack in _units(tree.body, hits, ()):
             for node in ast.walk(unit):
                 if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-                    _provided(modules[path], node, stack, providers, edges[path], lines)
+                    _provided(modules[path], node, stack, providers, edges[path], lines, aliases)
         names = {site.what.split(" = ")[0] for site in modules[path].provided}
         if any("." not in name and not _amp_like(name) for name in names):
             _reread(modules, path, text, tree, {n: "apex.amp" for n in names if "." not in n})
@@ -600,9 +604,11 @@ def _reread(modules: dict[str, ModuleFacts], path: str, text: str, tree: ast.Mod
 
 
 def _provided(facts: ModuleFacts, node: ast.Assign, stack: tuple[str, ...],
-              providers: dict[str, list[tuple[str, Site]]], imported: set[str], lines: list[str]) -> None:
+              providers: dict[str, list[tuple[str, Site]]], imported: set[str], lines: list[str],
+              aliases: Mapping[str, str] = {}) -> None:
     callee = _dotted(node.value.func)
     function = callee.rsplit(".", 1)[-1] if callee else ""
+    function = aliases.get(function, function) if callee == function else function
     for provider_path, site in providers.get(function, ()):
         if provider_path != facts.path and provider_path not in imported:
             continue

@@ -12,7 +12,7 @@ goes native where both sides are proven, and each file gets its `ProvidedPart`
 * each call `name = get_amp(<args>)` is a statement of a module-level function, the name a
   plain local; the provider's condition in the call's arguments (`<args>` pure: names,
   attributes, constants, tests) reads parameters of that function that it never rebinds or
-  stores into; the `initialize` on the value runs in an `if` after the call whose test is
+  stores into, nor hands to a call between the call and the `if`; the `initialize` on the value runs in an `if` after the call whose test is
   that condition (each conjunct a test of the value, `name is not None`, or a conjunct of the
   condition). Then the call means `name = None; if <cond>: from apex import amp as name`, and
   the module-value rules (carriers.py) prove the rest of the flow in that spelling.
@@ -235,6 +235,37 @@ def _stable(function: ast.FunctionDef, condition: ast.expr, refuse) -> None:
             refuse(node, f"`{_short(node)}` rebinds what the provider's condition reads")
 
 
+def _path(node: ast.AST) -> Optional[tuple[str, ...]]:
+    """`args.model.fp16` -> ("args", "model", "fp16"); an item reads its container's path."""
+    parts: list[str] = []
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
+        if isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+        else:
+            parts.clear()
+        node = node.value
+    return (node.id, *reversed(parts)) if isinstance(node, ast.Name) else None
+
+
+def _untouched(between: list, condition: ast.expr, refuse) -> None:
+    """No call between the provider's call and the `if` is handed an object the condition reads
+    through, or is a method of one (`setup(args)`, `args.update(...)` could change `args.fp16`;
+    `args.lr` is no such object)."""
+    read = {p for n in ast.walk(condition) if isinstance(n, (ast.Name, ast.Attribute))
+            for p in [_path(n)] if p is not None and p[0] != "bool"}
+
+    def reached(node: ast.AST) -> bool:
+        path = _path(node)
+        return path is not None and any(r[:len(path)] == path for r in read)
+    for statement in between:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Call) and (
+                    isinstance(node.func, ast.Attribute) and reached(node.func.value)
+                    or any(reached(a) for a in (*node.args, *(k.value for k in node.keywords)))):
+                refuse(node, f"`{_short(node)}` runs between the call and the `if` that runs `initialize`, "
+                       "and may change what the provider's condition read")
+
+
 def _guard(function: ast.FunctionDef, after: ast.stmt, name: str) -> Optional[ast.If]:
     """The first `if` after the call, in the function's own body, that runs `name.initialize`."""
     for statement in function.body[function.body.index(after) + 1:]:
@@ -268,6 +299,7 @@ class _Caller:
         self.edits: list = []
         self.inserts: list[tuple[int, ast.stmt]] = []  # (line inserted before, the call)
         self.notes: list[Diagnostic] = []
+        self.nones: list[tuple[str, str]] = []
 
     def refuse(self, node, why: str) -> None:
         raise _Refused(self.path, node if node is not None else (1, 1), why, codes.PROVIDED_NOT_FOLLOWED)
@@ -298,14 +330,16 @@ class _Caller:
         if self.provider.condition is None:
             alias = _import_text(name)[len("from apex import "):]
             self.edits.append(self._edit(statement, "from apex import " + _spanning(alias, statement)))
-            self._note(statement, f"`{name} = {_short(call)}` is now Apex's module imported here: {where} "
-                       "returned it whatever its arguments; the rules below turn it into the scaler")
+            self._note(statement, f"`{name} = {_short(call)}` goes: {where} always returned Apex's module; "
+                       "the GradScaler built where `initialize` runs takes the value's place")
             return
         condition = _Substitute(values).visit(ast.parse(ast.unparse(self.provider.condition), mode="eval").body)
         _stable(function, condition, self.refuse)
         guard = _guard(function, statement, name)
         if guard is None:
             self.refuse(statement, f"no `if` after it in `{function.name}` runs `{name}.initialize`")
+        _untouched(function.body[function.body.index(statement) + 1:function.body.index(guard)], condition,
+                   self.refuse)
         wanted = {ast.dump(c) for c in _conjuncts(condition)}
         parts = _conjuncts(guard.test)
         if any(not _tests_value(p, name) and ast.dump(p) not in wanted for p in parts) or not (
@@ -320,6 +354,7 @@ class _Caller:
         indent = self.lines[line - 1][:len(self.lines[line - 1]) - len(self.lines[line - 1].lstrip())]
         self.edits.append((line, 0, line, 0, f"{indent}{_import_text(name)}\n"))
         self.inserts.append((line, statement))
+        self.nones.append((function.name, name))
         self._note(statement, f"`{name} = {_short(call)}` goes: {where} returned Apex's module exactly when "
                    f"`{ast.unparse(condition)}`, None otherwise; the GradScaler built where `initialize` runs, "
                    "enabled under that test, takes the value's place")
@@ -340,7 +375,8 @@ class _Caller:
         fallback = Diagnostic(code.code, code.severity, 1, 1, f"`{self.provider.function.name}`'s value "
                               "cannot become the GradScaler here", False)
         return ProvidedPart(edits=tuple(sorted(self.edits)), inserted=tuple(inserted),
-                            drop=(self.provider.function.name,), notes=tuple(self.notes), fallback=fallback)
+                            drop=(self.provider.function.name,), notes=tuple(self.notes), fallback=fallback,
+                            nones=tuple(self.nones))
 
 
 def _diagnostic(code: Code, lines: list[str], where: Node, message: str) -> Diagnostic:

@@ -121,6 +121,7 @@ def test_a_provider_that_does_more_keeps_the_group_on_the_shim_and_says_where(bo
     ("amp and x is not None", "", "is not the provider's condition"),
     ("fp16", "    fp16 = not fp16\n", "rebinds what the provider's condition reads"),
     ("amp", "    print(amp)\n", "read before Apex is set up"),
+    ("amp", "    reset(fp16)\n", "may change what the provider's condition read"),
 ])
 def test_a_caller_whose_value_cannot_be_followed_keeps_the_group_on_the_shim(guard, between, why):
     results = _run(guard=guard, between=between)
@@ -137,3 +138,36 @@ def test_a_provider_named_by_a_module_that_does_not_call_it_stays_on_the_shim():
     assert results["lib/amp_utils.py"].target_used == "shim"
     assert any(d.code == "AMP162" and "lib/__init__.py names it" in d.message
                for d in results["lib/amp_utils.py"].diagnostics)
+
+
+SHAPED_CALLER = '''import torch
+
+from lib.amp_utils import {imported}
+
+
+def train(model, optimizer, x, fp16=False):
+    amp = {call}
+    {guard}model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    loss = model(x).sum()
+    with amp.scale_loss(loss, optimizer) as scaled:
+        scaled.backward()
+    optimizer.step()
+'''
+ALWAYS = "def get_amp():\n    from apex import amp\n    return amp\n"
+RETURNED_INSIDE = "def get_amp(on=True):\n    if on:\n        from apex import amp\n        return amp\n    return None\n"
+
+
+@pytest.mark.parametrize("provider, imported, call, guard, enabled", [
+    (ALWAYS, "get_amp", "get_amp()", "", 'GradScaler("cuda")\n'),
+    (RETURNED_INSIDE, "get_amp", "get_amp(fp16)", "if amp:\n        ", 'GradScaler("cuda", enabled=fp16)\n'),
+    (RETURNED_INSIDE, "get_amp", "get_amp()", "if amp:\n        ", 'GradScaler("cuda")\n'),  # the default, True
+    (RETURNED_INSIDE, "get_amp as amp_or_none", "amp_or_none(on=fp16)", "if amp is not None:\n        ",
+     'GradScaler("cuda", enabled=fp16)\n'),
+])
+def test_provider_shapes_and_an_aliased_import_go_native(provider, imported, call, guard, enabled):
+    results = migrate_project({"lib/amp_utils.py": provider, "train.py": SHAPED_CALLER.format(
+        imported=imported, call=call, guard=guard)})
+    code = results["train.py"].code
+    assert results["train.py"].target_used == results["lib/amp_utils.py"].target_used == "native"
+    assert f"    scaler = torch.amp.{enabled}" in code
+    assert "amp = None" not in code and "get_amp" not in code and "import" not in code.split("\n", 2)[2]

@@ -164,6 +164,8 @@ class InitializeToGradScaler(TrainingRule):
         return updated_small.with_changes(value=value) if value is not None else None
 
     def leave_If(self, original_node: cst.If, updated_node: cst.If):
+        if self.plan is not None and self.position(original_node)[0] in self.plan.flag_branches:
+            return self._flag_body(updated_node)
         if self.plan is None and not self.dropped or original_node.orelse is not None:
             return updated_node
         guarded = [s for s in original_node.body.body if self._holds_init(s)
@@ -187,7 +189,19 @@ class InitializeToGradScaler(TrainingRule):
             return updated_node
         return cst.FlattenSentinel([*creation, updated_node.with_changes(leading_lines=())])
 
+    @staticmethod
+    def _flag_body(updated_node: cst.If):
+        """An `if FLAG:` that always runs natively (AMP158): its body in its place, its `else` gone."""
+        body = [s for s in updated_node.body.body if not _empty(cst.IndentedBlock([s]))]
+        if not body:
+            return cst.RemoveFromParent()
+        body[0] = body[0].with_changes(leading_lines=updated_node.leading_lines)
+        return cst.FlattenSentinel(body)
+
     def _holds_init(self, statement: cst.CSTNode) -> bool:
+        if isinstance(statement, cst.If) and self.plan is not None \
+                and self.position(statement)[0] in self.plan.flag_branches:
+            return any(self._holds_init(s) for s in statement.body.body)
         return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
             and self._is_init(getattr(statement.body[0], "value", None))
 

@@ -161,6 +161,9 @@ class TrainingPlan:
     #: Lines of `initialize` statements dropped because Apex rebuilt, with the same options and
     #: before any use, the scaler the plan's `initialize` had built (an EMA model's dummy optimizer).
     absorbed: frozenset = frozenset()
+    #: Lines of `if FLAG:` statements around `initialize` whose FLAG the Apex import's `try:` sets
+    #: True: natively their body always runs, so it takes their place and their `else` goes.
+    flag_branches: frozenset = frozenset()
 
     @property
     def scaler_calls(self) -> list[cst.Call]:

@@ -121,6 +121,31 @@ UNSCALED_BRANCH = define(
     refusal="an unscaled backward under another condition than the scaler's",
 )
 
+INSTANCE_FLAG = define(
+    "AMP222", "instance-flag-not-the-owners-switch", Severity.WARNING,
+    "`if self.use_amp: <scale_loss backward> else: loss.backward()` in a class of one module, "
+    "with the GradScaler built by `initialize` in another: nothing here proves that "
+    "`self.use_amp` is false only where that scaler is disabled.",
+    "A Trainer module often keeps a switch of its own (`self.use_amp = use_amp` in `__init__`) "
+    "and scales the loss under it, while an optimizer factory in another module calls "
+    "`initialize` under its own parameter of the same name. Both receive their value from the "
+    "code that builds the optimizer and constructs the Trainer, often outside the package. "
+    "Natively the Trainer's steps go through the factory's GradScaler; where `self.use_amp` is "
+    "false while that scaler is enabled, the plain backward's gradients would be unscaled by "
+    "`scaler.step` although they were never scaled. The proof would need that caller: one "
+    "call of the factory and one construction of the class, in one function, passing the same "
+    "unchanged value to both (and no other construction or factory call in the process). "
+    "amp-migrate does not follow calls across modules for this, so the group uses the shim; "
+    "the message names the store that sets the flag. To migrate natively, give the Trainer "
+    "no switch of its own: scale unconditionally (the shared scaler is disabled where amp is "
+    "off).",
+    before="# trainer.py\nif self.use_amp:\n    with amp.scale_loss(loss, self.optimizer) as s:\n"
+           "        s.backward()\nelse:\n    loss.backward()",
+    after="# unchanged, imports point at amp_shim",
+    falls_back=True,
+    refusal="a class's own amp switch not tied to another module's scaler",
+)
+
 UNFOLLOWED_OPTIMIZER = define(
     "AMP221", "scaled-optimizer-not-followed", Severity.WARNING,
     "The optimizers given to `scale_loss` are not a name, an attribute or a list of them "
@@ -261,7 +286,8 @@ def _uses(stmt: cst.CSTNode, codes: set[str]) -> bool:
 
 class ScaleLossToGradScaler(TrainingRule):
     HANDLES = SCALE_LOSS
-    EMITS = (UNSUPPORTED_BLOCK, LOSS_NOT_HERE, LOSS_ONLY_REGION, UNSCALED_BRANCH, UNFOLLOWED_OPTIMIZER, ONE_SCALER,
+    EMITS = (UNSUPPORTED_BLOCK, LOSS_NOT_HERE, LOSS_ONLY_REGION, UNSCALED_BRANCH, INSTANCE_FLAG, UNFOLLOWED_OPTIMIZER,
+             ONE_SCALER,
              USER_AUTOCAST)
 
     MARKERS = ()
@@ -433,9 +459,14 @@ class ScaleLossToGradScaler(TrainingRule):
             and _same_backward(scaled, plain)
         if not collapses and not self._unscaled_else(original_node):
             return updated_node
-        if not SwitchProof(self, self.plan.at(self.position(original_node)[0])).holds(original_node):
-            self.report(original_node, UNSCALED_BRANCH, "`{}` may be false while the GradScaler is "
-                        "enabled".format(self.code_of(original_node.test)))
+        proof = SwitchProof(self, self.plan.at(self.position(original_node)[0]))
+        if not proof.holds(original_node):
+            why = proof.instance_flag(original_node.test)
+            if why is not None:
+                self.report(original_node, INSTANCE_FLAG, why)
+            else:
+                self.report(original_node, UNSCALED_BRANCH, "`{}` may be false while the GradScaler is "
+                            "enabled".format(self.code_of(original_node.test)))
             return updated_node
         return scaled.with_changes(leading_lines=updated_node.leading_lines) if collapses else updated_node
 

@@ -189,21 +189,134 @@ def _apex_import(node: ast.stmt) -> bool:
         node.module == "apex" or node.module.startswith("apex."))
 
 
+_LOG_METHODS = ("debug", "info", "warning", "warn", "error", "critical", "exception")
+
+
+def _constant_store(statement: ast.stmt) -> Optional[str]:
+    """The name `statement` assigns a constant to (`APEX_OK = True`), else None."""
+    if isinstance(statement, ast.Assign) and len(statement.targets) == 1 \
+            and isinstance(statement.targets[0], ast.Name) and isinstance(statement.value, ast.Constant):
+        return statement.targets[0].id
+    return None
+
+
+def _log_call(statement: ast.stmt) -> bool:
+    """`logger.info("apex found")`, `print("...")`: a message of constants, which raises nothing
+    an import's `except` would catch (logging reports its own errors)."""
+    if not isinstance(statement, ast.Expr) or not isinstance(statement.value, ast.Call):
+        return False
+    call = statement.value
+    func = call.func
+    named = (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.attr in _LOG_METHODS) \
+        or (isinstance(func, ast.Name) and func.id == "print")
+    return named and all(isinstance(a, ast.Constant) for a in call.args) and not call.keywords
+
+
+def _inner_try(statement: ast.stmt, name: str) -> bool:
+    """A nested `try:` of Apex imports (`from apex.parallel import ...`) beside other flags: once
+    no Apex import is left it runs its constant stores and nothing else; none of them is `name`."""
+    if not isinstance(statement, ast.Try) or statement.orelse or statement.finalbody:
+        return False
+    handled = [s for h in statement.handlers for s in h.body]
+    return all(_apex_import(s) or _log_call(s) or _constant_store(s) not in (None, name) for s in statement.body) \
+        and all(isinstance(s, ast.Pass) or _log_call(s) or _constant_store(s) not in (None, name) for s in handled)
+
+
 def _sets_flag(node: ast.Try, name: str) -> bool:
-    """`try:` whose body is Apex imports and constant assignments to names, the last of them to
-    `name` being `name = True`; no `else` or `finally` (its handlers never run natively)."""
+    """`try:` whose body is Apex imports, constant assignments to names (the last of them to
+    `name` being `name = True`), constant log messages and nested `try:` blocks of the same kind
+    that never store `name`; no `else` or `finally` (its handlers never run natively)."""
     if node.orelse or node.finalbody or not any(_apex_import(s) for s in node.body):
         return False
     last = None
     for statement in node.body:
-        if _apex_import(statement):
+        if _apex_import(statement) or _log_call(statement) or _inner_try(statement, name):
             continue
-        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
-                and isinstance(statement.targets[0], ast.Name) and isinstance(statement.value, ast.Constant)):
+        if _constant_store(statement) is None:
             return False
-        if statement.targets[0].id == name:
+        if _constant_store(statement) == name:
             last = statement.value.value
     return last is True
+
+
+def file_stores(rule) -> Optional[tuple[ast.Module, "_Stores"]]:
+    """The file's `ast` (the index's where there is one) and every store in it; None where it
+    does not parse."""
+    index = rule.state.index
+    try:
+        tree = index.tree if index is not None else ast.parse(rule.state.original)
+    except (SyntaxError, ValueError):
+        return None
+    stores = _Stores()
+    stores.visit(tree)
+    return tree, stores
+
+
+def function_of(rule, node: cst.CSTNode):
+    """The module-level def or method around `node` (None at module level, False when nested
+    deeper)."""
+    scopes = [p for p in rule.ancestors(node) if isinstance(p, (cst.FunctionDef, cst.Lambda, cst.ClassDef))]
+    if not scopes:
+        return None
+    if not isinstance(scopes[0], cst.FunctionDef) or len(scopes) > 2 or \
+            (len(scopes) == 2 and not isinstance(scopes[1], cst.ClassDef)):
+        return False
+    return scopes[0]
+
+
+def _parameter(function: cst.FunctionDef, name: str) -> bool:
+    params = function.params
+    return any(p.name.value == name for p in [*params.posonly_params, *params.params, *params.kwonly_params])
+
+
+def import_flag(rule, tree: ast.Module, stores: "_Stores", part: cst.BaseExpression, where) -> Optional[int]:
+    """The line of the module-level `try:` that sets `part` True beside Apex's imports
+    (`apex = False / try: from apex import amp; apex = True / except ImportError: ...`), where
+    `part` is that flag read in the function `where`, defined after that `try`, that does not
+    bind it; None otherwise. The native file has no Apex import left (or it falls back), so what
+    remains of that `try` cannot fail and the flag is True wherever the function can run; stores
+    of it elsewhere (in a function, after the `try`, `global`) defeat the proof."""
+    if not isinstance(part, cst.Name) or where is None or where is False or part.value in ("True", "False", "None"):
+        return None
+    name = part.value
+    if name in stores.declared or _parameter(where, name):
+        return None
+    found = [s for s in tree.body if isinstance(s, ast.Try) and _sets_flag(s, name)]
+    if len(found) != 1:
+        return None
+    start, end = found[0].lineno, found[0].end_lineno
+    if any(p[0] == name and not (top == 0 and klass == 0 and line <= end)
+           for p, line, top, klass in stores.found):
+        return None
+    outer = [p for p in rule.ancestors(where) if isinstance(p, cst.ClassDef)]
+    return start if rule.position(outer[-1] if outer else where)[0] > end >= start else None
+
+
+_REPORTS = m.Call(func=m.Attribute(attr=m.OneOf(*(m.Name(n) for n in _LOG_METHODS))) | m.Name("print")
+                  | m.Attribute(value=m.Name("warnings"), attr=m.Name("warn")))
+
+
+def _only_reports(rule, orelse: cst.Else) -> bool:
+    """The `else` only says Apex is missing: `pass`, `raise`, log or print calls, with no Apex
+    name in it."""
+    for statement in orelse.body.body:
+        if not isinstance(statement, cst.SimpleStatementLine) or not all(
+                isinstance(s, (cst.Pass, cst.Raise)) or (isinstance(s, cst.Expr) and m.matches(s.value, _REPORTS))
+                for s in statement.body):
+            return False
+        if any(rule.apex_name(n) is not None for n in m.findall(statement, m.Name() | m.Attribute())):
+            return False
+    return True
+
+
+def flag_branch(rule, branch: cst.If, tree: ast.Module, stores: "_Stores") -> Optional[int]:
+    """`if FLAG: ... else: <only reports that Apex is missing>` (or no `else`), FLAG a flag the
+    Apex import's `try:` sets True (import_flag): natively the body always runs and the `else`
+    never does, so the `if` is its body. The line of that `try`, else None."""
+    if branch.orelse is not None and not (isinstance(branch.orelse, cst.Else) and _only_reports(rule, branch.orelse)):
+        return None
+    where = function_of(rule, branch)
+    return import_flag(rule, tree, stores, branch.test, where) if where else None
 
 
 class SwitchProof:
@@ -246,15 +359,51 @@ class SwitchProof:
 
     def _all_stores(self) -> Optional[_Stores]:
         if self._stores is None:
-            index = self.rule.state.index
-            try:
-                tree = index.tree if index is not None else ast.parse(self.rule.state.original)
-            except (SyntaxError, ValueError):
+            found = file_stores(self.rule)
+            if found is None:
                 return None
-            self._tree = tree
-            self._stores = _Stores()
-            self._stores.visit(tree)
+            self._tree, self._stores = found
         return self._stores
+
+    def instance_flag(self, test: cst.BaseExpression) -> Optional[str]:
+        """Where the scaler is another module's and `test` reads an attribute of `self` (a
+        Trainer's `self.use_amp`): why that flag cannot be tied to the scaler's switch, located
+        at the store that sets it; None otherwise (the plain AMP220 applies). The owner's switch
+        reaches this class only through the code that constructs it, and that code is not
+        followed across modules."""
+        shared = self.plan.shared
+        if shared is None or not shared.user or self._all_stores() is None:
+            return None
+        for part in conjuncts(test):
+            path = _cst_path(part)
+            if path is None or len(path) < 2 or path[0] != "self":
+                continue
+            code = self.rule.code_of(part)
+            sets = [(line, top) for p, line, top, _ in self._stores.found if p == path[:2]]
+            where = "it is set nowhere in this file"
+            if len(sets) == 1:
+                where = f"it is set at line {sets[0][0]}{self._from_parameter(path[:2], sets[0][0])}"
+            elif sets:
+                where = "it is set at lines " + ", ".join(str(line) for line, _ in sets)
+            return (f"`{code}` may be false while the GradScaler {shared.other} builds is enabled: {where}, "
+                    f"and nothing in this module ties it to the condition that scaler is built with (the "
+                    f"code that builds the optimizer and constructs this class would have to pass one "
+                    f"value to both, and calls are not followed across modules to prove it)")
+        return None
+
+    def _from_parameter(self, path: tuple[str, ...], line: int) -> str:
+        """`, from `__init__`'s parameter `use_amp`` where the store at `line` is `self.x = x` in
+        a method of that parameter."""
+        for function in ast.walk(self._tree):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            params = [a.arg for a in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)]
+            for node in function.body:
+                if isinstance(node, ast.Assign) and node.lineno == line and len(node.targets) == 1 \
+                        and _ast_path(node.targets[0]) == path and isinstance(node.value, ast.Name) \
+                        and node.value.id in params:
+                    return f", from `{function.name}`'s parameter `{node.value.id}`"
+        return ""
 
     # -- a scaler built in another module --------------------------------------------------------
     def _owner_switch(self, test: cst.BaseExpression, where) -> bool:
@@ -324,37 +473,11 @@ class SwitchProof:
 
     # -- flags that say Apex was importable ---------------------------------------------------
     def _available(self, part: cst.BaseExpression, where) -> bool:
-        """`part` is a module flag that one module-level `try:` sets True beside Apex's imports
-        (`apex = False / try: from apex import amp; apex = True / except ImportError: ...`),
-        read in a function defined after that `try` that does not bind it. The native file
-        has no Apex import left (or it falls back), so what remains of that `try` cannot fail
-        and the flag is True wherever the function can run; stores of it elsewhere (in a
-        function, after the `try`, `global`) defeat the proof."""
-        if not isinstance(part, cst.Name) or where is None or part.value in ("True", "False", "None"):
-            return False
-        name, stores = part.value, self._stores
-        if name in stores.declared or self._is_parameter(where, name):
-            return False
-        found = [s for s in self._tree.body if isinstance(s, ast.Try) and _sets_flag(s, name)]
-        if len(found) != 1:
-            return False
-        start, end = found[0].lineno, found[0].end_lineno
-        if any(p[0] == name and not (top == 0 and klass == 0 and line <= end)
-               for p, line, top, klass in stores.found):
-            return False
-        outer = [p for p in self.rule.ancestors(where) if isinstance(p, cst.ClassDef)]
-        return self.rule.position(outer[-1] if outer else where)[0] > end >= start
+        """`part` is a flag the Apex import's `try:` sets True (import_flag)."""
+        return where is not None and import_flag(self.rule, self._tree, self._stores, part, where) is not None
 
     def _function_of(self, node: cst.CSTNode):
-        """The module-level def or method around `node` (None at module level, False when
-        nested deeper)."""
-        scopes = [p for p in self.rule.ancestors(node) if isinstance(p, (cst.FunctionDef, cst.Lambda, cst.ClassDef))]
-        if not scopes:
-            return None
-        if not isinstance(scopes[0], cst.FunctionDef) or len(scopes) > 2 or \
-                (len(scopes) == 2 and not isinstance(scopes[1], cst.ClassDef)):
-            return False
-        return scopes[0]
+        return function_of(self.rule, node)
 
     def _line(self, function: Optional[cst.FunctionDef]) -> int:
         return self.rule.position(function)[0] if function is not None else 0
@@ -445,8 +568,7 @@ class SwitchProof:
 
     @staticmethod
     def _is_parameter(function: cst.FunctionDef, name: str) -> bool:
-        params = function.params
-        return any(p.name.value == name for p in [*params.posonly_params, *params.params, *params.kwonly_params])
+        return _parameter(function, name)
 
     def _passed_on(self, function: cst.FunctionDef, path: tuple[str, ...], depth: int) -> Optional[tuple[str, ...]]:
         """`path[0]` is a parameter of `function`; what every call passes for it, read where

@@ -77,6 +77,7 @@ from .plan import (INIT, INITIALIZE, INITIALIZE_ARGS, LOAD_STATE_DICT, LOSS_SCAL
                    WRAPPED_SCALE_LOSS, SharedScaler, TrainingPlan, bind_arguments, binds_in_ast,
                    expression_codes, literal, pure, words_of)
 from .plan_threading import find_threading, top_level_function
+from .switch_flow import file_stores, flag_branch, function_of, import_flag
 from .plan_units import Unit, UnitPlanning
 from .plan_inference import INFERENCE_DTYPE, INFERENCE_OUT_OF_REACH, SECOND_INITIALIZE, InferencePlanning
 from .plan_options import (OPTION_NOT_LITERAL, OptionReader, Switch, arguments, is_expression, keyword,
@@ -135,6 +136,25 @@ PER_LOSS_CHECKPOINT = define(
     refusal="per-loss scalers saved as one checkpoint entry",
 )
 
+FLAG_BRANCH = define(
+    "AMP158", "apex-flag-branch-always-runs", Severity.INFO,
+    "`if FLAG: <amp.initialize> else: <Apex is missing>`: FLAG is the flag the Apex import's "
+    "`try:` sets True, so natively the branch always runs and its `else` goes.",
+    "A module that imports Apex under `try:` often records whether it could (`try: from apex "
+    "import amp; APEX_OK = True / except ImportError: APEX_OK = False`) and calls `initialize` "
+    "only where it did, warning otherwise. Natively no Apex import is left in that `try:`, so "
+    "it cannot fail and the flag is True: the `if` is its body, and the scaler is built where "
+    "`initialize` ran, under the `if` around it if there is one (its test joins `enabled=`). "
+    "This holds only where the `try:` holds nothing else that may fail (Apex imports, constant "
+    "assignments, constant log messages), nothing else stores the flag, the `if` is in a "
+    "function defined after the `try:`, and the `else` only reports (log, print, `pass`, "
+    "`raise`) with no Apex name in it; otherwise the `if`/`else` keeps `initialize` apart "
+    "(AMP101). The warning the `else` gave when Apex was missing is gone: torch.amp needs no "
+    "install.",
+    before="if APEX_OK:\n    model, opt = amp.initialize(model, opt, opt_level=level)\n"
+           "else:\n    logger.warning(\"no apex\")",
+    after="scaler = torch.amp.GradScaler(\"cuda\", enabled=level != \"O0\")",
+)
 SHARE_REFUSED = define(
     "AMP130", "shared-scaler-refused", Severity.WARNING,
     "The GradScaler this `initialize` builds would be read by other modules of the project, "
@@ -193,7 +213,7 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
     """Read the file's Apex training calls and decide where its GradScaler lives."""
 
     HANDLES = (INITIALIZE, INIT)
-    EMITS = (NO_PLACE, INIT_COUNT, MAIN_ONLY, PER_LOSS_CHECKPOINT, SHARE_REFUSED, SHARED, ONE_SCALER,
+    EMITS = (NO_PLACE, INIT_COUNT, FLAG_BRANCH, MAIN_ONLY, PER_LOSS_CHECKPOINT, SHARE_REFUSED, SHARED, ONE_SCALER,
              OPTION_NOT_LITERAL, O2_O3,
              STATIC_SCALE, UNSCALED, RUNTIME_O3, RUNTIME_O0, SCALE_BOUNDS, IGNORED_OPTIONS, RUN_TIME_SCALE, BF16,
              INFERENCE_OUT_OF_REACH, INFERENCE_DTYPE, SECOND_INITIALIZE)
@@ -213,6 +233,8 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
         self.scale_losses: list[cst.Call] = []
         self._binds_cache: dict[tuple[int, str], Optional[bool]] = {}
         self._builtins: Optional[tuple[str, ...]] = None
+        self._flagged: set[int] = set()  # lines of the `if FLAG:` branches reported (AMP158)
+        self._stored: Optional[tuple] = None  # the file's ast and stores, () where it does not parse
 
     def visit_Call(self, node: cst.Call) -> None:
         name = self.apex_name(node.func)
@@ -278,7 +300,8 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
             self._plan_inference(original_node)
             return updated_node
         absorbed = self._absorb(self._optimizer_codes()) if self.scale_losses else []
-        if self.scale_losses and (len(self.inits) > 1 or self.inits and self._guard(self.inits[0][1])[1]):
+        if self.scale_losses and (len(self.inits) > 1 or self.inits and self._guard(
+                self.inits[0][1], flags=len(self.inits) == 1)[1]):
             self._plan_several(original_node)
             self._with_absorbed(absorbed)
             return updated_node
@@ -338,7 +361,7 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
                         f"this file, and {found}")
         elif found:
             self.report(self.inits[0][1], NO_PLACE, "`amp.initialize` runs inside a loop or a branch "
-                        f"with an `else`, and {found}")
+                        f"with an `else`, and {found}{self._not_a_flag_branch(self.inits[0][1])}")
 
     # -- deciding ------------------------------------------------------------------------------
     def _optimizer_codes(self) -> set[str]:
@@ -498,6 +521,7 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
             optimizer_losses=dict(per_loss),
             threaded=threaded,
             shared=shared,
+            flag_branches=frozenset(self._flagged) if unit is None else frozenset(),
         )
 
     def _run_time_switch_placement(self, call: cst.Call, statement: cst.CSTNode, module: cst.Module,
@@ -562,7 +586,7 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
         if builder is None and any(isinstance(p, (cst.FunctionDef, cst.ClassDef, cst.Lambda))
                                    for p in self.ancestors(statement)):
             return "`initialize` is not in a module-level function"
-        built_at = self.position(self.parent(self.parent(statement)) if guard is not None else statement)[0]
+        built_at = self.position(self.parent(guard) if guard is not None else statement)[0]
         return find_threading(self, module, builder, built_at, sites)
 
     def _def_at(self, module: cst.Module, line: int) -> cst.CSTNode:
@@ -581,7 +605,7 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
                       nested_ok: bool = False) -> tuple[Optional[cst.BaseExpression], Optional[Switch]]:
         """The `if` test around `initialize`, and its switch (True: no guard; None: a guard no
         scaler built before it can follow)."""
-        guard, nested = self._guard(statement)
+        guard, nested = self._guard(statement, flags=not nested_ok)
         if nested and not nested_ok:
             self.report(statement, NO_PLACE, "`amp.initialize` runs inside a loop or a branch "
                         "with an `else`, so no scaler built there reaches the rest of the code")
@@ -645,19 +669,62 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
         carriers = self.apex.carriers
         return carriers is not None and carriers.refusal is None and bool(carriers.slots)
 
+    def _flag_branches(self, statement: cst.CSTNode) -> list[cst.If]:
+        """The `if FLAG:` statements directly around `statement`, innermost first, whose body
+        always runs natively (switch_flow.flag_branch); each is reported once (AMP158)."""
+        found: list[cst.If] = []
+        if self._stored is None:
+            self._stored = file_stores(self) or ()
+        stored = self._stored or None
+        block = self.parent(statement)
+        branch = self.parent(block) if block is not None else None
+        while stored is not None and isinstance(branch, cst.If) and branch.body is block:
+            line = flag_branch(self, branch, *stored)
+            if line is None:
+                break
+            found.append(branch)
+            if self.position(branch)[0] not in self._flagged:
+                self._flagged.add(self.position(branch)[0])
+                tail = "; its `else` never runs and goes" if branch.orelse is not None else ""
+                self.report(branch, FLAG_BRANCH, f"`{self.code_of(branch.test)}` is True natively (the Apex "
+                            f"import's `try:` at line {line} sets it and nothing else does), so this `if` "
+                            f"always runs `initialize`'s replacement{tail}")
+            block = self.parent(branch)
+            branch = self.parent(block) if block is not None else None
+        return found
+
+    def _not_a_flag_branch(self, statement: cst.CSTNode) -> str:
+        """Why the `if NAME: <initialize> else: ...` around `statement` is not read as its body
+        (AMP158), for AMP101's message; "" where no such `if` is there."""
+        block = self.parent(statement)
+        branch = self.parent(block) if block is not None else None
+        if not isinstance(branch, cst.If) or branch.body is not block or not isinstance(branch.test, cst.Name) \
+                or not isinstance(branch.orelse, cst.Else) or not self._stored:
+            return ""
+        where = f" (`if {branch.test.value}:` at line {self.position(branch)[0]} is not always taken natively: "
+        where_read = function_of(self, branch)
+        if not where_read or import_flag(self, *self._stored, branch.test, where_read) is None:
+            return where + f"no module-level `try:` of only Apex imports, constant flags and log messages " \
+                           f"sets `{branch.test.value}` True before this function, with no other store of it)"
+        return where + "its `else` does more than report that Apex is missing)"
+
     def _none_else(self, branch: cst.If) -> bool:
         """`else: amp = None` beside the import of a module handed on as a value (carriers.py):
         the value becomes the scaler, built before the `if`, and the `else` goes."""
         carriers = self.apex.carriers
         return carriers is not None and carriers.refusal is None and self.position(branch)[0] in carriers.bare_else
 
-    def _guard(self, statement: cst.CSTNode) -> tuple[Optional[cst.BaseExpression], bool]:
+    def _guard(self, statement: cst.CSTNode, flags: bool = False) -> tuple[Optional[cst.BaseExpression], bool]:
         """The `if cond:` (without else) directly around `initialize`, and whether anything
-        else (a loop, another branch) stands between it and its function."""
-        block = self.parent(statement)
+        else (a loop, another branch) stands between it and its function. With `flags`, the
+        `if FLAG:` statements between (FLAG set True by the Apex import's `try:`, an `else` that
+        only reports Apex missing) are their bodies natively, so the guard is the `if` around them."""
+        start: cst.CSTNode = statement
+        for branch in self._flag_branches(statement) if flags else ():
+            start = branch
+        block = self.parent(start)
         owner = self.parent(block) if block is not None else None
         guard = None
-        start: cst.CSTNode = statement
         if isinstance(owner, cst.If) and owner.body is block and (owner.orelse is None or self._none_else(owner)):
             guard, start = owner.test, owner
         for parent in self.ancestors(start):

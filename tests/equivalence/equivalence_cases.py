@@ -319,6 +319,22 @@ CASES = [
                 "objective's step; an overflow in objective 1", min_skipped=1),
     Case("objectives-initialize-loop-fp32", "objectives_initialize_loop.py", ("--corrupt-step", "5"),
          covers="the same training without fp16: the scaler disabled", scales="native_disabled"),
+    Case("apex-flag-branch-initialize-O1", "apex_flag_branch_initialize.py",
+         ("--amp-level", "O1", "--corrupt-step", "6"),
+         covers="`if args.amp_level: if APEX_OK: <initialize> else: logger.warning(...)`, APEX_OK set "
+                "True by the Apex import's `try:` (AMP158): the scaler built under `if args.amp_level:` "
+                "alone, the backward's `if amp_level and APEX_OK:` collapsed; one overflow", min_skipped=1),
+    Case("apex-flag-branch-initialize-off", "apex_flag_branch_initialize.py", ("--corrupt-step", "6"),
+         covers="the same trainer with no opt level: the `if` around the flag branch never runs, "
+                "the scaler disabled", scales="native_disabled"),
+    Case("flag-branch-factory-O1", "flag_branch_factory", ("--amp-level", "O1", "--corrupt-step", "5"),
+         covers="a project: an optimizer factory calls `initialize` under `if amp_level and optimizer: "
+                "if APEX_OK: ... else: logger.warning(...)` (AMP158), a Trainer module scales and clips "
+                "the master gradients through the factory's global GradScaler; one overflow", min_skipped=1),
+    Case("flag-branch-factory-O0", "flag_branch_factory", ("--amp-level", "O0", "--corrupt-step", "5"),
+         covers="the same project at O0 (amp off; with no level at all Apex's unconditional "
+                "`scale_loss` raises): the factory's scaler and `amp_enabled` off, fp32 throughout",
+         scales="native_disabled"),
     Case("factory-options-trainer-O1", "factory_options_trainer", ("--opt-level", "O1", "--corrupt-step", "5"),
          covers="a project: an optimizer factory calls `initialize` with a run-time level and loss "
                 "scale, a Trainer reads the GradScaler and `amp_enabled` from the factory module; "

@@ -46,6 +46,7 @@ class ProvidedPart:
     nones: tuple[tuple[str, str], ...] = ()
     notes: tuple[Diagnostic, ...] = ()  # added where the part went native
     refused: tuple[Diagnostic, ...] = ()  # the group cannot go native: added, nothing else done
+    as_written: bool = False  # a member of a group that cannot go native: migrated as it is
     #: the code and severity of the caller's fallback (its message names the reason)
     fallback: Optional[Diagnostic] = None
 
@@ -171,7 +172,7 @@ def migrate_part(text: str, part: ProvidedPart, run: Run):
     """The file's result with its part applied (`run`: migrate_source on a text, no part)."""
     from .migrate import MigrationResult  # the driver imports this module
 
-    if part.refused:
+    if part.refused or part.as_written:
         result = run(text)
         return replace(result, diagnostics=_sorted(result.diagnostics + part.refused))
     if part.removes:

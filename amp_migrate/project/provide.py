@@ -444,20 +444,20 @@ def _group(index: ProjectIndex, group: Group, texts: Mapping[str, str], names: M
 
 def _refusals(index: ProjectIndex, group: Group, texts: Mapping[str, str], names: Mapping[str, str],
               provider: str, refused: _Refused) -> dict[str, ProvidedPart]:
-    """The reason, where it arises and at each call (a caller's own reason only in its file)."""
+    """The reason, where it arises and at each call (a caller's own reason only in its file);
+    every member is migrated as written (the command line applies parts only where every member
+    of the group has one)."""
     where = refused.where if isinstance(refused.where, tuple) else (refused.where.lineno, 1)
     parts = {}
     for path in group.members:
-        lines = texts[path].split("\n")
+        lines, found = texts[path].split("\n"), ()
         if path == refused.path:
-            found = _diagnostic(refused.code, lines, refused.where, refused.why)
+            found = (_diagnostic(refused.code, lines, refused.where, refused.why),)
         elif refused.code is codes.PROVIDER_NOT_FOLLOWED and index.facts(path).provided:
             site = index.facts(path).provided[0]
-            found = _diagnostic(refused.code, lines, (site.line, site.col), f"the provider cannot be followed "
-                                f"({names.get(refused.path, refused.path)}:{where[0]}): {refused.why}")
-        else:
-            continue
-        parts[path] = ProvidedPart(refused=(found,))
+            found = (_diagnostic(refused.code, lines, (site.line, site.col), f"the provider cannot be followed "
+                                 f"({names.get(refused.path, refused.path)}:{where[0]}): {refused.why}"),)
+        parts[path] = ProvidedPart(refused=found, as_written=True)
     return parts
 
 

@@ -55,6 +55,14 @@ def test_the_command_line_migrates_the_group_natively(tree):
     assert again["exit"] == 0
 
 
+def test_the_command_line_says_why_a_stored_value_keeps_the_group_on_the_shim(tree):
+    files = run_json(tree("amp_provider_stored"))["by_path"]
+    assert files["summarizer/half.py"]["target_used"] == "shim"
+    model = files["summarizer/model.py"]
+    assert not model["changed"]
+    assert [(d["code"], d["line"]) for d in model["diagnostics"]] == [("AMP031", 11), ("AMP163", 11)]
+
+
 PROVIDER = '''import torch
 
 

@@ -6,7 +6,9 @@ without a parameter; the native scaler is a local of `main()`, so it is passed d
 function that holds a scaler site gets a `scaler` parameter, and so does every function that
 calls one of those (transitively), up to the function that builds the scaler. That is sound
 only where every use of such a function is a direct call from a function that has the scaler
-in scope after it was built; `find_threading` refuses, with the reason, otherwise. This module
+in scope after it was built, and where every chain of callers ends in that function (a function
+nothing in the file calls, such as a `fit()` that calls the helper building the scaler, could
+be passed it by nobody); `find_threading` refuses, with the reason, otherwise. This module
 holds no rule; PlanTraining asks it, ThreadScalerThroughCalls carries it out.
 """
 from __future__ import annotations
@@ -91,6 +93,9 @@ def find_threading(rule, module: cst.Module, builder: Optional[cst.FunctionDef],
         callers = _callers(rule, module, name)
         if isinstance(callers, str):
             return callers
+        if builder is not None and entry is None and function is not builder and not callers:
+            return (f"`{name}` is called by no function of this file, so the scaler built in "
+                    f"`{builder.name.value}` cannot reach it")
         for caller, line, call in callers:
             if entry is not None:
                 why = entry(call, caller)

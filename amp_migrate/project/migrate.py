@@ -19,6 +19,7 @@ from ..options import Options
 from ..source_file import SourceError, read_bytes
 from .groups import Group, find_groups
 from .index import ProjectIndex, build_index
+from .loss_helpers import named_elsewhere
 from .settle import Outcome, Verdict, blocker, own_warnings, settle
 from .provide import provider_roles
 from .share import shared_scalers
@@ -60,6 +61,8 @@ def migrate_project(files: Mapping[str, str], *, target: str = "auto", device: s
     roles = shared_scalers(index, groups, python) if target != "shim" else {}
     roles.update(provider_roles(index, groups, python) if target != "shim" else {})
     results = {p: _migrate_one(t, target, device, dtype, roles.get(p)) for p, t in files.items()}
+    for path in python:
+        results[path] = _callers_elsewhere(path, results[path], python, target, device, dtype)
     outcomes = {p: _outcome(r) for p, r in results.items()}
     grouped = {p for g in groups for p in g.members}
     provided = _provided(roles, outcomes)
@@ -82,6 +85,20 @@ def _provided(roles: Mapping[str, SharedScaler], outcomes: Mapping[str, Outcome]
     """The callers whose provider calls went native with their part (project/provide.py)."""
     return frozenset(p for p, r in roles.items() if r.provided is not None and r.provided.edits
                      and p in outcomes and outcomes[p].status == "native")
+
+
+def _callers_elsewhere(path: str, result: MigrationResult, texts: Mapping[str, str], target: str,
+                       device: str, dtype: str) -> MigrationResult:
+    """The shim (or, under `--target native`, the file untouched) where another module names a
+    function whose callers' forwards this file put under autocast (project/loss_helpers.py)."""
+    found = named_elsewhere(path, texts[path], result.diagnostics, texts)
+    if found is None:
+        return result
+    if target == "auto":
+        result = _migrate_one(texts[path], "shim", device, dtype)
+    else:
+        result = MigrationResult(texts[path], result.diagnostics, None)
+    return replace(result, diagnostics=_by_line(result.diagnostics + (found,)))
 
 
 def _file_outcome(result: FileResult) -> Outcome:
@@ -133,6 +150,7 @@ class Tree:
             text = _read_text(path)
             if text is not None:
                 texts[rel] = text
+        self.texts = texts
         self.index: ProjectIndex = build_index(texts)
         # Under --target shim every file already uses the shim: nothing to settle or wait for.
         groups = find_groups(self.index) if options.target != "shim" else []
@@ -155,6 +173,7 @@ class Tree:
         rel = self.rel.get(result.path)
         if rel is None or rel not in self.index.modules:
             return [result]
+        result = self._callers_elsewhere(rel, result)
         pending = self.pending.get(rel)
         if pending is None:
             return [_with(result, own_warnings(self.index, rel, _file_outcome(result), False, self.names))]
@@ -168,6 +187,7 @@ class Tree:
 
         outcomes = {rel: _file_outcome(r) for rel, r in pending.results.items()}
         if self._share(pending, outcomes):
+            pending.results = {rel: self._callers_elsewhere(rel, r) for rel, r in pending.results.items()}
             outcomes = {rel: _file_outcome(r) for rel, r in pending.results.items()}
         provided = _provided(self.roles, outcomes)
         verdicts = settle(self.index, pending.group, outcomes, self.options.target, self.names, provided)
@@ -199,6 +219,19 @@ class Tree:
             old = pending.results[rel]
             pending.results[rel] = process(Job(old.path, old.kind, self.options, self.want_diff, role))
         return True
+
+    def _callers_elsewhere(self, rel: str, result: FileResult) -> FileResult:
+        """As `_callers_elsewhere` above, for the command line's results."""
+        from ..runner import Job, process
+
+        found = named_elsewhere(rel, self.texts.get(rel, ""), [f.diagnostic for f in result.findings], self.texts)
+        if found is None:
+            return result
+        if self.options.target == "auto":
+            result = process(Job(result.path, result.kind, replace(self.options, target="shim"), self.want_diff))
+        else:
+            result = replace(result, changed=False, target_used=None, new_bytes=None, diff="")
+        return _with(result, [found])
 
     def leftover(self) -> list[FileResult]:
         """Members of groups some of whose files never came back (unreadable): each as it is."""

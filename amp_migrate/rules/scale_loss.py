@@ -22,8 +22,12 @@ Soundness
     `step`, where Apex unscaled at the block's exit; the rules for `master_params` and `step`
     place those calls so that every read of gradients sees what Apex's code saw. Autocast
     covers the forward from the first use of an `initialize`d model to the loss, as Apex's O1
-    patches did from `initialize` on, and ends before backward, which Apex never cast. A loss
-    computed elsewhere (no forward to wrap), several context managers in one `with`,
+    patches did from `initialize` on, and ends before backward, which Apex never cast. Where the
+    loss is a parameter of a module-level function whose every use in the file is a direct call
+    passing a loss the caller computed right before it, the region goes around each caller's
+    forward instead (loss_callers.py; AMP205/AMP206 where a call or a use cannot be followed,
+    and a tree moves the file to the shim where another module names the function). A loss
+    computed elsewhere otherwise (no forward to wrap), several context managers in one `with`,
     `delay_overflow_check`, and optimizers given as anything but names or attributes (whose
     steps could not be found to become `scaler.step`, AMP221) fall back. `if cond: <scaled backward> else: loss.backward()`
     becomes one `scaler.scale(loss).backward()` only where `cond` is the switch the scaler was
@@ -38,7 +42,8 @@ Soundness
     would unscale gradients never scaled, and the file falls back (AMP220).
 
 Fix safety
-    Safe when the loss is computed in the function that calls `scale_loss` (the plan falls
+    Safe when the loss is computed in the function that calls `scale_loss`, or in each of its
+    callers as above (the plan falls
     back otherwise). `delay_overflow_check` has no native equivalent and falls back.
 
 Example
@@ -66,6 +71,8 @@ from .plan import (ONE_SCALER, SCALE_LOSS, SCALE_LOSS_ARGS, WRAPPED_SCALE_LOSS, 
                    bind_arguments, expression_codes, literal)
 from .switch_flow import SwitchProof, negation, squeezed
 from .plan_options import USER_AUTOCAST, autocast_aliases, own_autocast
+from .loss_callers import (CALLED_OTHERWISE, CALLER_LOSS_UNPROVEN, CALLERS_CAST, Refused, autocast_reaches,
+                           caller_sites, calls_any, loss_parameter)
 
 
 UNSUPPORTED_BLOCK = define(
@@ -288,7 +295,7 @@ class ScaleLossToGradScaler(TrainingRule):
     HANDLES = SCALE_LOSS
     EMITS = (UNSUPPORTED_BLOCK, LOSS_NOT_HERE, LOSS_ONLY_REGION, UNSCALED_BRANCH, INSTANCE_FLAG, UNFOLLOWED_OPTIMIZER,
              ONE_SCALER,
-             USER_AUTOCAST)
+             USER_AUTOCAST, CALLER_LOSS_UNPROVEN, CALLED_OTHERWISE, CALLERS_CAST)
 
     MARKERS = ()
 
@@ -297,11 +304,80 @@ class ScaleLossToGradScaler(TrainingRule):
         self.withs: set[int] = set()  # original With nodes to rewrite
         self.regions: dict[int, list[tuple[int, int]]] = {}  # original block -> [(first, last)]
         self._autocast_aliases: Optional[frozenset[str]] = None  # `autocast as ac` imports
+        #: Functions whose `scale_loss` scales a loss parameter (loss_callers.py), and for each
+        #: such `with` (by id) its callers' sites with whether a model use starts the region, or
+        #: why they cannot all be followed.
+        self._helpers: frozenset[str] = frozenset()
+        self._delegated: dict[int, object] = {}
 
     APEX_ON_THE_LINE = True
 
     def interest(self):
-        return self.words_for(*SCALE_LOSS)
+        words = self.words_for(*SCALE_LOSS)
+        if self.plan is not None and words is not None:
+            self._plan_callers(self.context.wrapper.module, words)
+        return words if not self._helpers else words | self._helpers
+
+    def also_spells(self):
+        words = super().also_spells()
+        return words if words is None or not self._helpers else frozenset(words) | self._helpers
+
+    # -- a loss given as a parameter: the forwards are in the callers ----------------------------
+    def _plan_callers(self, module: cst.Module, words) -> None:
+        """Before the walk (a caller may come before the function it calls): each `scale_loss`
+        whose loss is a parameter of its function gets the autocast regions of its callers, or
+        the reason one cannot be followed (loss_callers.py)."""
+        pending = []
+        for node in self.findall(module, m.With(), words):
+            call = self._scale_loss_call(node)
+            args = bind_arguments(call, SCALE_LOSS_ARGS) if call is not None else None
+            found = loss_parameter(self, node, args["loss"], _assigned) if args and "loss" in args else None
+            if found is not None:
+                pending.append((node, *found))
+        self._helpers = frozenset(function.name.value for _, function, _, _ in pending)
+        for node, function, parameter, index in pending:
+            sites = caller_sites(self, module, function, parameter, index)
+            self._delegated[id(node)] = sites if isinstance(sites, Refused) else self._caller_regions(sites)
+
+    def _caller_regions(self, sites):
+        """The autocast region of each caller (recorded), or why one has none."""
+        regions = []
+        for site in sites:
+            region = self._region(site.statement, _names(site.loss))
+            if region is None:
+                return Refused(site.loss, CALLER_LOSS_UNPROVEN, "`{}` is not computed before the call in "
+                               "the caller".format(self.code_of(site.loss)))
+            why = autocast_reaches(self, self.plan, site)
+            if why is not None:
+                return Refused(site.call, CALLER_LOSS_UNPROVEN, why)
+            block, first, last, saw_model = region
+            if self._autocast_aliases is None:
+                self._autocast_aliases = autocast_aliases(self.context.wrapper.module)
+            inner = own_autocast(list(block.body)[first:last + 1], self._autocast_aliases)
+            if inner is not None:
+                return Refused(inner, USER_AUTOCAST, None)
+            regions.append((site, block, first, last, saw_model))
+        for _, block, first, last, _ in regions:
+            self.regions.setdefault(id(block), []).append((first, last))
+        return [(site, saw_model) for site, _, _, _, saw_model in regions]
+
+    def _delegate(self, node: cst.With) -> bool:
+        """Report what the callers' regions of this `with` came to; True where they are made."""
+        found = self._delegated.get(id(node))
+        if found is None:
+            self.report(node, LOSS_NOT_HERE)
+            return False
+        if isinstance(found, Refused):
+            self.report(found.node, found.code, found.reason)
+            return False
+        function = next(p for p in self.ancestors(node) if isinstance(p, cst.FunctionDef))
+        lines = ", ".join(str(self.position(site.call)[0]) for site, _ in found)
+        self.report(function, CALLERS_CAST, f"`{function.name.value}` scales its loss parameter; autocast "
+                    f"covers the forward before its call at line{'s' if len(found) > 1 else ''} {lines}")
+        for site, saw_model in found:
+            if not saw_model:
+                self.report(site.call, LOSS_ONLY_REGION)
+        return True
 
     # -- finding ----------------------------------------------------------------------------------
     def _scale_loss_call(self, node: cst.With) -> Optional[cst.Call]:
@@ -335,7 +411,8 @@ class ScaleLossToGradScaler(TrainingRule):
             self.report(args["loss_id"], ONE_SCALER)
         region = self._region(node, _names(args["loss"]))
         if region is None:
-            self.report(node, LOSS_NOT_HERE)
+            if self._delegate(node):
+                self.withs.add(id(node))
             return
         block, first, last, saw_model = region
         if self._autocast_aliases is None:
@@ -363,7 +440,8 @@ class ScaleLossToGradScaler(TrainingRule):
             if last is not None:
                 start = 0
                 for i in range(at - 1, -1, -1):
-                    if any(self._scale_loss_call(w) is not None for w in find_statements(body[i], cst.With)):
+                    if any(self._scale_loss_call(w) is not None for w in find_statements(body[i], cst.With)) \
+                            or calls_any(body[i], self._helpers):
                         start = i + 1
                         break
                 if start > last:  # computed before an earlier scale_loss: inside its region
@@ -485,7 +563,7 @@ class ScaleLossToGradScaler(TrainingRule):
         return any(id(s) in self.withs for s in body.body) and any(m.matches(s, backward) for s in orelse.body)
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
-        if not self.withs:
+        if not self.withs and not self.regions:
             return updated_node
         if len(original_node.body) != len(updated_node.body):
             return updated_node
@@ -493,7 +571,7 @@ class ScaleLossToGradScaler(TrainingRule):
             body=self._rebuild(original_node.body, updated_node.body, id(original_node)))
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        if not self.withs or len(original_node.body) != len(updated_node.body):
+        if (not self.withs and not self.regions) or len(original_node.body) != len(updated_node.body):
             return updated_node
         return updated_node.with_changes(
             body=self._rebuild(original_node.body, updated_node.body, id(original_node)))

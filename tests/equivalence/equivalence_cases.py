@@ -453,6 +453,35 @@ CASES = [
     Case("loss-helper-threaded-two-losses-fp32", "loss_helper_threaded_two_losses.py", ("--corrupt-step", "7"),
          covers="the same script without `--fp16`: the scaler disabled, autocast off",
          scales="native_disabled"),
+    Case("loss-helper-forward-in-caller-fp16", "loss_helper_forward_in_caller.py",
+         ("--fp16", "--corrupt-step", "4"),
+         covers="a module-level `optimizer_step(loss, optimizer, model, schedule, args, is_update)` "
+                "that scales the loss it is given (`if args.fp16:` around `scale_loss` and the "
+                "`amp.master_params` clip, the step under `is_update`), called by the loop right "
+                "after its forward with `loss / accumulate`; `initialize` under `if args.fp16:` in "
+                "the entry block: autocast around the caller's forward, the global scaler in the "
+                "helper; accumulation over 2 micro-batches, an overflow on a micro-batch that does "
+                "not step: losses, steps, skips and parameters equal; the scale read inside that "
+                "window is not (Apex backed off at the micro-batch's exit, the GradScaler at the "
+                "step: AMP215), and equal again from the step on", min_skipped=1, scales="own"),
+    Case("loss-helper-forward-in-caller-fp16-update-overflow", "loss_helper_forward_in_caller.py",
+         ("--fp16", "--accumulate", "3", "--corrupt-step", "8"),
+         covers="the same helper, 3 micro-batches per step, the overflow on a micro-batch that steps",
+         min_skipped=1),
+    Case("loss-helper-forward-in-caller-fp32", "loss_helper_forward_in_caller.py", ("--corrupt-step", "4"),
+         covers="the same script without `--fp16`: the scaler disabled, autocast off",
+         scales="native_disabled"),
+    Case("loss-helper-threaded-two-losses-fp16", "loss_helper_threaded_two_losses.py",
+         ("--fp16", "--corrupt-step", "7"),
+         covers="`initialize` under `if args.fp16:` in `main()`; `apply_loss(loss, optimizer, args, "
+                "do_step)` scales the loss it is given, called from a warm-up loop (a step every "
+                "second call) and twice per iteration of the training loop (a main loss, then an "
+                "auxiliary loss from a second forward after the first step): the scaler threaded "
+                "as a parameter, one autocast region per call's forward; an overflow in one "
+                "auxiliary loss", min_skipped=1),
+    Case("loss-helper-threaded-two-losses-fp32", "loss_helper_threaded_two_losses.py", ("--corrupt-step", "7"),
+         covers="the same script without `--fp16`: the scaler disabled, autocast off",
+         scales="native_disabled"),
 ]
 
 BY_ID = {case.id: case for case in CASES}

@@ -1,0 +1,40 @@
+"""A function that scales the loss it is given, named by another module of the tree.
+
+Per file, `scale_loss` on a loss parameter is native only where every call of the function in
+the file passes a loss the caller computed right before it: autocast then goes around each
+caller's forward (rules/loss_callers.py, AMP207 at the function). A module that imports the
+function and calls it is not seen there; its forward would run in fp32 where Apex's O1 cast it.
+So in a tree, a file whose native result has an AMP207 function that another module spells (a
+word match, as project/carry.py matches receivers: a call, an import or a coincidence alike, one
+native file fewer rather than a forward out of autocast) uses the shim instead (AMP206, at the
+function), or stays untouched under `--target native`.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable, Mapping, Optional
+
+from ..diagnostics import Diagnostic
+from ..rules.loss_callers import CALLED_OTHERWISE, CALLERS_CAST
+
+_DEF = re.compile(r"\s*def\s+(\w+)")
+
+
+def named_elsewhere(path: str, text: str, diagnostics: Iterable[Diagnostic],
+                    texts: Mapping[str, str]) -> Optional[Diagnostic]:
+    """AMP206 for the first function this file's result puts autocast in the callers of
+    (AMP207) whose name another module of the tree spells; None when there is none."""
+    lines = text.splitlines()
+    for found in diagnostics:
+        if found.code != CALLERS_CAST.code or not 0 < found.line <= len(lines):
+            continue
+        match = _DEF.match(lines[found.line - 1])
+        if match is None:
+            continue
+        pattern = re.compile(rf"\b{re.escape(match.group(1))}\b")
+        other = next((p for p, t in sorted(texts.items()) if p != path and pattern.search(t)), None)
+        if other is not None:
+            return Diagnostic(CALLED_OTHERWISE.code, CALLED_OTHERWISE.severity, found.line, found.col,
+                              f"`{match.group(1)}` is also named in {other}, whose calls of it would "
+                              "run their forward outside autocast", False)
+    return None

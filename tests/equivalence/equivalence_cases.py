@@ -442,17 +442,6 @@ CASES = [
     Case("provided-amp-module-fp32", "provided_amp_module", ("--corrupt-step", "4"),
          covers="the same project without `--fp16`: the helper returned None (Apex never imported), "
                 "the scaler is disabled", scales="native_disabled", apex_unused=True),
-    Case("loss-helper-threaded-two-losses-fp16", "loss_helper_threaded_two_losses.py",
-         ("--fp16", "--corrupt-step", "7"),
-         covers="`initialize` under `if args.fp16:` in `main()`; `apply_loss(loss, optimizer, args, "
-                "do_step)` scales the loss it is given, called from a warm-up loop (a step every "
-                "second call) and twice per iteration of the training loop (a main loss, then an "
-                "auxiliary loss from a second forward after the first step): the scaler threaded "
-                "as a parameter, one autocast region per call's forward; an overflow in one "
-                "auxiliary loss", min_skipped=1),
-    Case("loss-helper-threaded-two-losses-fp32", "loss_helper_threaded_two_losses.py", ("--corrupt-step", "7"),
-         covers="the same script without `--fp16`: the scaler disabled, autocast off",
-         scales="native_disabled"),
     Case("loss-helper-forward-in-caller-fp16", "loss_helper_forward_in_caller.py",
          ("--fp16", "--corrupt-step", "4"),
          covers="a module-level `optimizer_step(loss, optimizer, model, schedule, args, is_update)` "

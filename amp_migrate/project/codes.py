@@ -4,6 +4,44 @@ from __future__ import annotations
 
 from ..diagnostics import Severity, define
 
+# Handing the scaler over where the index alone would refuse: AMP153-AMP154.
+INFERENCE_OWNER_APART = define(
+    "AMP153", "inference-initialize-apart", Severity.INFO,
+    "This program's `initialize` only prepares models for inference (no optimizer), in a process "
+    "of its own that runs none of the code that scales: it does not compete for the GradScaler "
+    "another module builds for the module it imports a helper from.",
+    "A trainer module is tied to every module that calls `initialize` and may share a process "
+    "with it, and two such modules give it no single scaler. An evaluation script that imports "
+    "`to_cuda` from the trainer module and calls `amp.initialize(model, opt_level=...)` with no "
+    "optimizer set up nothing the trainer's `scale_loss` could use: Apex scales only for an "
+    "optimizer some `initialize` was given. It steps aside where it runs only as a program "
+    "(`if __name__ == \"__main__\":`, imported by no module of the tree), imports no module that "
+    "trains, and names no function of the trainer module that uses Apex; it keeps its own "
+    "migration (its block under `torch.autocast`, AMP150/AMP151) and the trainer module gets "
+    "the training module's scaler.",
+    before="# score.py (a program)\nfrom engine import move_batch\nmodel = amp.initialize(model, opt_level=\"O1\")",
+    after="# score.py\nwith torch.autocast(\"cuda\", dtype=torch.float16, enabled=True):\n    ...",
+)
+SWITCH_ARGUMENT_DOUBTED = define(
+    "AMP154", "switch-argument-not-followed", Severity.WARNING,
+    "A function of this module is given, by the module that builds the GradScaler, the test "
+    "around that module's `initialize` as an argument (`train(..., fp16=cfg.fp16)`), but the "
+    "argument cannot be relied on to be the scaler's switch here; its `if fp16:` branch keeps "
+    "the shim (AMP220).",
+    "`if fp16: <scaled backward> else: loss.backward()` collapses to one scaled backward only "
+    "where `fp16` false means the scaler is disabled. The owner builds the scaler with "
+    "`enabled=` its guard, so a parameter that every call passes that guard (an and-ed part of "
+    "it, read unchanged) holds the switch. That needs every call to be the owner's, after the "
+    "guard in the function that builds the scaler: another module that may call the function "
+    "(in the full-precision path, `fp16=False`, with no scaler set up), a call before the "
+    "guard, a reference to the function, a store into the guard's path or a rebinding of the "
+    "parameter defeat it. The message names which.",
+    before="# train.py\nif cfg.fp16:\n    model, opt = amp.initialize(model, opt)\n"
+           "train(model, opt, fp16=cfg.fp16)\n# finetune.py\ntrain(model, opt, fp16=False)",
+    after="# both files use the shim",
+    falls_back=True,
+    refusal="the argument carrying the scaler's switch may be given another value",
+)
 GROUP_USES_SHIM = define(
     "AMP030", "group-uses-shim", Severity.WARNING,
     "This file shares Apex state with another file of the tree that uses the shim, so it uses "

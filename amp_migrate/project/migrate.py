@@ -20,6 +20,7 @@ from ..source_file import SourceError, read_bytes
 from .groups import Group, find_groups
 from .index import ProjectIndex, build_index
 from .loss_helpers import named_elsewhere
+from .notes import handover_notes, notes_for
 from .settle import Outcome, Verdict, blocker, own_warnings, settle
 from .provide import provider_roles
 from .share import shared_scalers
@@ -59,6 +60,7 @@ def migrate_project(files: Mapping[str, str], *, target: str = "auto", device: s
     index = build_index(python)
     groups = find_groups(index)
     roles = shared_scalers(index, groups, python) if target != "shim" else {}
+    notes = handover_notes(index, groups, python) if target != "shim" else {}
     roles.update(provider_roles(index, groups, python) if target != "shim" else {})
     results = {p: _migrate_one(t, target, device, dtype, roles.get(p)) for p, t in files.items()}
     for path in python:
@@ -76,6 +78,7 @@ def migrate_project(files: Mapping[str, str], *, target: str = "auto", device: s
             results[path] = replace(result, diagnostics=_by_line(result.diagnostics + verdict.diagnostics))
     for path in index.modules:
         extra = own_warnings(index, path, outcomes[path], path in grouped, provided=path in provided)
+        extra += notes_for(notes, path, results[path].diagnostics)
         if extra:
             results[path] = replace(results[path], diagnostics=_by_line(results[path].diagnostics + extra))
     return results
@@ -155,6 +158,7 @@ class Tree:
         # Under --target shim every file already uses the shim: nothing to settle or wait for.
         groups = find_groups(self.index) if options.target != "shim" else []
         self.roles = shared_scalers(self.index, groups, texts, self.names) if groups else {}
+        self.notes = handover_notes(self.index, groups, texts, self.names) if groups else {}
         self.roles.update(provider_roles(self.index, groups, texts, self.names) if groups else {})
         self.pending = {}
         for group in groups:
@@ -201,6 +205,7 @@ class Tree:
                 result = replace(result, changed=False, target_used=None, new_bytes=None, diff="")
             extra = verdict.diagnostics + own_warnings(self.index, rel, outcomes[rel], True, self.names,
                                                        rel in provided)
+            extra += notes_for(self.notes, rel, [f.diagnostic for f in result.findings] + list(extra))
             final.append(_with(result, extra))
         return final
 

@@ -21,11 +21,13 @@ scaling (or scale without casting), the owner also hands over autocast's own swi
 (`amp_enabled`, beside the scaler), which the user's autocast reads instead of
 `scaler.is_enabled()`. And for a user whose `if cond: <scaled> else: loss.backward()` must be
 proven to follow the scaler's switch, `owner_switch` gives the `if` test around the owner's
-`initialize` as paths from its builder's parameters (rules/switch_flow.py checks the user's side).
+`initialize` as paths from its builder's parameters (rules/switch_flow.py checks the user's side),
+and `entry_switch` the user's parameters the owner passes that test to (entry_switch.py).
 
 A user tied to several owners gets a scaler only when each owner is a separate program
 (a script that imports it, none importing another): each sets the attribute, as each
-program's `initialize` set Apex's state. Anything else, and a tie the index only guessed,
+program's `initialize` set Apex's state. Owners that only prepare models for inference in a
+process of their own do not count (inference_owners.py). Anything else, and a tie the index only guessed,
 keeps the group on the shim, with the reason in the user's AMP102.
 """
 from __future__ import annotations
@@ -36,10 +38,13 @@ from dataclasses import replace
 from typing import Mapping, Optional
 
 from ..rules.plan import SCALER_NAMES, SharedScaler
-from ..rules.switch_flow import _Stores, _ast_path, _conflict
+from .callers import STAR, callee_names
 from .carry import carrier_roles
+from .entry_switch import entry_switch
 from .groups import Group
-from .index import _MAIN_GUARD, Import, ProjectIndex, Spelling
+from .guard import guarded_builder, parameters, stable_paths
+from .inference_owners import competing, why_competing
+from .index import _MAIN_GUARD, ProjectIndex, Spelling
 
 
 def _free(word: str, *texts: str) -> str:
@@ -133,48 +138,10 @@ class _Sharing:
         return True
 
 
-def _conjuncts(test: ast.expr) -> list[ast.expr]:
-    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        return [part for value in test.values for part in _conjuncts(value)]
-    if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "bool" \
-            and len(test.args) == 1 and not test.keywords:
-        return _conjuncts(test.args[0])
-    return [test]
-
-
-def _guarded_builder(tree: ast.Module, line: int) -> Optional[tuple[ast.FunctionDef, ast.If]]:
-    """The module-level function whose body holds `if cond:` (no `else`) around the simple
-    statement on `line` (the `initialize`): the guard the owner's plan hoists into `enabled=`."""
-    for function in tree.body:
-        if not isinstance(function, ast.FunctionDef) or not function.lineno <= line <= function.end_lineno:
-            continue
-        for guard in function.body:
-            if isinstance(guard, ast.If) and not guard.orelse and any(
-                    isinstance(s, (ast.Assign, ast.Expr, ast.AnnAssign)) and s.lineno <= line <= s.end_lineno
-                    for s in guard.body):
-                return function, guard
-    return None
-
-
 def _callee(index: ProjectIndex, user: str, tree: ast.Module, owner: str, name: str) -> Optional[str]:
     """How `user` calls the function `name` of `owner`: `name` (or its alias) imported from
     it, or `module.name` through an import of the module; None unless exactly one way."""
-    resolver, found = index.resolver, set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            imp = Import(node.module or "", tuple(a.name for a in node.names), node.level)
-            module = resolver.relative_module(user, imp) if node.level else None
-            from_owner = resolver.by_name.get(module) == owner if node.level else \
-                owner in resolver.lookup(user, node.module or "")
-            for alias in node.names:
-                if from_owner and alias.name == name:
-                    found.add(alias.asname or name)
-                elif owner in resolver.targets(user, Import(imp.module, (alias.name,), node.level)) \
-                        and not from_owner:
-                    found.add(f"{alias.asname or alias.name}.{name}")
-        elif isinstance(node, ast.Import):
-            found.update(f"{a.asname or a.name}.{name}" for a in node.names
-                         if owner in resolver.lookup(user, a.name))
+    found = callee_names(index, user, tree, owner, name) - {STAR}
     return found.pop() if len(found) == 1 else None
 
 
@@ -198,7 +165,7 @@ def owner_switch(index: ProjectIndex, texts: Mapping[str, str], owner: str,
         tree, user_tree = ast.parse(texts[owner]), ast.parse(texts[user])
     except (SyntaxError, ValueError):
         return "", ()
-    found = _guarded_builder(tree, facts.initialize[0].line)
+    found = guarded_builder(tree, facts.initialize[0].line)
     if found is None:
         return "", ()
     function, guard = found
@@ -207,19 +174,9 @@ def owner_switch(index: ProjectIndex, texts: Mapping[str, str], owner: str,
     if callee is None or len(call.findall(texts[owner])) != 1 or any(
             call.search(t) and not _own_program(index, p, t, user) for p, t in texts.items() if p not in (owner, user)):
         return "", ()
-    stores = _Stores()
-    stores.visit(tree)
-    args = function.args
-    positional = [a.arg for a in [*args.posonlyargs, *args.args]]
-    paths = []
-    for part in _conjuncts(guard.test):
-        path = _ast_path(part)
-        if path is None or path[0] not in positional + [a.arg for a in args.kwonlyargs] \
-                or path[0] in stores.declared or any(
-                    (p == path[:1] and function.lineno <= line <= function.end_lineno)
-                    or (len(p) > 1 and _conflict(p, path)) for p, line, _, _ in stores.found):
-            continue
-        paths.append((positional.index(path[0]) if path[0] in positional else -1, path[0], path[1:]))
+    positional, _ = parameters(function)
+    paths = [(positional.index(path[0]) if path[0] in positional else -1, path[0], path[1:])
+             for path in stable_paths(tree, function, guard)]
     return (callee, tuple(paths)) if paths else ("", ())
 
 
@@ -256,6 +213,19 @@ def _join(listed: str, more: str) -> str:
     return f"{listed} and {more}" if listed else more
 
 
+def owners_of(index: ProjectIndex, texts: Mapping[str, str], tied: list[str],
+              user: str) -> tuple[list[str], list[str]]:
+    """(the owners that hand `user` the scaler, those whose switch its branches may follow).
+    Owners that are each a program of their own all set the user's attribute, as before; else
+    those that only prepare models for inference apart (inference_owners.py) drop out. Either
+    way, where one owner trains and the others prepare models for inference apart, the user's
+    branches follow that one's switch: the others' processes run none of its Apex code."""
+    kept = competing(index, texts, tied, user) if len(tied) > 1 else tied
+    if len(tied) > 1 and _one_at_a_time(index, tied, user):
+        return tied, kept
+    return kept, kept
+
+
 def _one_at_a_time(index: ProjectIndex, owners: list[str], user: str) -> bool:
     """Each owner is a program of its own that imports the user, and none imports another."""
     return all(index.facts(o).script and user in index.edges.get(o, ()) for o in owners) and not any(
@@ -275,7 +245,7 @@ def _group_roles(index: ProjectIndex, group: Group, texts: Mapping[str, str],
     owners = {p for p, f in facts.items() if f.initialize}
     for user in sorted(p for p, f in facts.items() if f.uses and not f.initialize):
         ties = [t for t in group.ties if t.user == user and t.owner in owners]
-        tied = sorted({t.owner for t in ties})
+        tied, kept = owners_of(index, texts, sorted({t.owner for t in ties}), user)
         if not tied:
             continue
         if any(t.how.startswith("no module of the tree") for t in ties):
@@ -286,11 +256,19 @@ def _group_roles(index: ProjectIndex, group: Group, texts: Mapping[str, str],
         elif not _one(sharing, tied[0], user):
             sharing.refuse(user, f"it cannot reach a scaler built in {sharing.call(tied[0])} "
                            "(neither imports the other, and no import of it resolves from here)", tied)
-        else:
-            via, paths = owner_switch(index, texts, tied[0], user)
-            if paths:
-                sharing.roles[user] = replace(sharing.roles[user], switch_via=via, switch_paths=paths)
+        if len(kept) == 1 and sharing.roles[user].user:
+            _switch(sharing, kept[0], user)
     return sharing.roles
+
+
+def _switch(sharing: _Sharing, owner: str, user: str) -> None:
+    """The owner's guard as the user can check it: through the user's call of the owner's
+    builder (`owner_switch`), or the owner's calls into the user (entry_switch.py)."""
+    via, paths = owner_switch(sharing.index, sharing.texts, owner, user)
+    entries = entry_switch(sharing.index, sharing.texts, owner, user)
+    if paths or entries:
+        sharing.roles[user] = replace(sharing.roles[user], switch_via=via, switch_paths=paths,
+                                      switch_entries=entries)
 
 
 def _one(sharing: _Sharing, owner: str, user: str) -> bool:
@@ -304,7 +282,8 @@ def _one(sharing: _Sharing, owner: str, user: str) -> bool:
 def _several(sharing: _Sharing, owners: list[str], user: str) -> None:
     listed = ", ".join(sharing.call(o) for o in owners)
     if not _one_at_a_time(sharing.index, owners, user):
-        sharing.refuse(user, f"{listed} each call `initialize` and may run in one process", owners)
+        why = why_competing(sharing.index, sharing.texts, owners, user, sharing.call)
+        sharing.refuse(user, f"{listed} each call `initialize` and may run in one process{why}", owners)
         return
     name = _scaler_name(sharing.texts[user])
     for owner in owners:

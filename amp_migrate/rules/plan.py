@@ -74,6 +74,10 @@ class SharedScaler:
     #: and that test's access paths from its parameters: (position or -1, parameter, rest)
     switch_via: str = ""
     switch_paths: tuple[tuple[int, str, tuple[str, ...]], ...] = ()
+    #: user: this module's functions the owner calls, after that guard, passing a part of it
+    #: for a parameter: (function, parameter, rest of the part's path past the argument), so
+    #: `if fp16:` in `train(..., fp16)` is the switch (project/entry_switch.py)
+    switch_entries: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
     #: Where Apex may have cast without scaling (or scaled without casting) for some values of
     #: run-time options, autocast cannot follow `scaler.is_enabled()`: the owner sets each of
     #: `amp_publish` (`_amp_fitter.amp_enabled`) to whether amp is on, beside the scaler, and the

@@ -21,7 +21,11 @@ left to fail, so the flag is True. And where the scaler is another module's (pro
 hoists into `enabled=`: a path read here holds it where it reaches, passed down unchanged, this
 module's one call of `builder` with the same path for that parameter, with no store into the
 path in either module and no other call of `builder` in a process that loads this module
-(project/share.py checks the owner's side). This module holds no rule; the scale_loss rule asks it.
+(project/share.py checks the owner's side). Or the owner calls a function of this module after
+that guard, passing a part of it (or a prefix of its path) for a parameter, and nothing else may
+call that function (project/entry_switch.py): the walk up this module's callers stops at that
+parameter, where the function is defined once, never named here, and does not rebind it. This
+module holds no rule; the scale_loss rule asks it.
 """
 from __future__ import annotations
 
@@ -413,7 +417,7 @@ class SwitchProof:
         where each conjunct is one of those paths, passed down unchanged from the one call of
         `builder` in this module, or an availability flag."""
         shared = self.plan.shared
-        if shared is None or not shared.switch_via or not shared.switch_paths:
+        if shared is None or not ((shared.switch_via and shared.switch_paths) or shared.switch_entries):
             return False
         for part in conjuncts(test):
             if self._available(part, where):
@@ -434,7 +438,7 @@ class SwitchProof:
         module = self.rule.context.wrapper.module
         via = shared.switch_via
         calls = [c for c in self.rule.findall(module, m.Call(), {via.rsplit(".", 1)[-1]})
-                 if self.rule.code_of(c.func) == via]
+                 if self.rule.code_of(c.func) == via] if via else []
         if any(self._function_of(c) is function for c in calls):
             if len(calls) != 1:
                 return False
@@ -442,9 +446,27 @@ class SwitchProof:
             return not any(at >= line for at in names) and any(
                 _cst_path(value) is not None and _cst_path(value) + rest == path
                 for value, rest in self._builder_arguments(calls[0]))
+        if self._entered(function, path):
+            return not names
         if names or function is None or not self._is_parameter(function, path[0]):
             return False
         return self._callers_pass(function, path, depth)
+
+    def _entered(self, function: Optional[cst.FunctionDef], path: tuple[str, ...]) -> bool:
+        """`path` read in `function` is what the owner passed it, after its guard, for a part of
+        that guard (SharedScaler.switch_entries): `function` is a module-level def, defined
+        once, whose name this module spells nowhere else (no call, no reference that could run
+        it with another value)."""
+        if function is None or not isinstance(self.rule.parent(function), cst.Module):
+            return False
+        name = function.name.value
+        if not any(entry == (name, path[0], path[1:]) for entry in self.plan.shared.switch_entries):
+            return False
+        tree = self._tree
+        defs = [s for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and s.name == name]
+        return len(defs) == 1 and self._is_parameter(function, path[0]) and not any(
+            isinstance(n, ast.Name) and n.id == name for n in ast.walk(tree))
 
     def _builder_arguments(self, call: cst.Call):
         """(what the call passes for a guard's parameter, the rest of the guard's path)."""

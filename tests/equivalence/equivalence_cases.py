@@ -346,6 +346,16 @@ CASES = [
     Case("factory-options-trainer-O0-scale", "factory_options_trainer",
          ("--opt-level", "O0", "--loss-scale", "128"),
          covers="the same project at O0 with a static scale of 128: scaled, no autocast"),
+    Case("switch-argument-trainer-O1", "switch_argument_trainer",
+         ("--fp16", "--opt-level", "O1", "--corrupt-step", "5"),
+         covers="a project: `train_net(args, config)` calls `initialize` under `if config.fp16:` and "
+                "hands the same test to the loop module's `fit(..., fp16=config.fp16)`, whose "
+                "`if fp16: <scale_loss> else: loss.backward()` and `if fp16:` master-params clip "
+                "follow the entry's GradScaler; an inference-only `initialize` in a program of its "
+                "own beside it does not compete; one overflow", min_skipped=1),
+    Case("switch-argument-trainer-fp32", "switch_argument_trainer", ("--corrupt-step", "5"),
+         covers="the same project without `--fp16`: Apex never initialised, the loop's plain "
+                "backward and model-parameter clip are the disabled scaler's", scales="native_disabled"),
     Case("inverted-backward-branch-fp16", "inverted_backward_branch.py", ("--fp16", "--corrupt-step", "6"),
          covers="`if not args.fp16: loss.backward() else: <scale_loss>` on the scaler's own switch: "
                 "the branches stay apart; one overflow", min_skipped=1),

@@ -438,14 +438,11 @@ class ScaleLossToGradScaler(TrainingRule):
             at = next(i for i, stmt in enumerate(body) if stmt is current)
             last = next((i for i in range(at - 1, -1, -1) if _assigned(body[i]) & loss_names), None)
             if last is not None:
-                start = 0
-                for i in range(at - 1, -1, -1):
-                    if any(self._scale_loss_call(w) is not None for w in find_statements(body[i], cst.With)) \
-                            or calls_any(body[i], self._helpers):
-                        start = i + 1
-                        break
-                if start > last:  # computed before an earlier scale_loss: inside its region
-                    return block, last, last, True
+                # From the last backward before the loss was computed: a loss computed before an
+                # earlier scale_loss shares its forward (both forwards ran under Apex's casts).
+                start = next((i + 1 for i in range(last - 1, -1, -1) if any(
+                    self._scale_loss_call(w) is not None for w in find_statements(body[i], cst.With))
+                    or calls_any(body[i], self._helpers)), 0)
                 if self.plan.global_casts:  # amp.init(): everything since the last backward
                     return block, start, last, True
                 first = next((i for i in range(start, last + 1) if _uses(body[i], self.plan.models)), None)

@@ -370,6 +370,14 @@ CASES = [
     Case("opt-level-o0-plain-backward-O0", "opt_level_o0_plain_backward.py", ("--opt-level", "O0"),
          covers="the same trainer at O0: only the plain branch runs, the scaler disabled",
          scales="native_disabled"),
+    Case("two-forwards-two-scaled-backwards-fp16", "two_forwards_then_two_scaled_backwards.py",
+         ("--fp16", "--corrupt-step", "7"),
+         covers="a main and an auxiliary loss, both forwards before either scaled backward into one "
+                "optimizer: one autocast region over both forwards; an overflow in the auxiliary loss",
+         min_skipped=1),
+    Case("two-forwards-two-scaled-backwards-fp32", "two_forwards_then_two_scaled_backwards.py",
+         covers="the same script without `--fp16`: plain backwards, the scaler disabled",
+         scales="native_disabled"),
     Case("module-handed-as-value-resume", "module_handed_as_value.py",
          covers="`from apex import amp` in `main()` only with an opt level (`amp = None` otherwise), the module "
                 "passed to `train()` (`if amp is not None:` around `scale_loss`, `if amp:` clipping "

@@ -79,8 +79,14 @@ EXACT = {
 }
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
-@pytest.mark.parametrize("case", sorted(EXACT))
+# torch's CPU fused SGD does not update fp16 tensors of 16+ elements; the shim's FusedSGD runs
+# Apex's kernel formula for them instead (tests/shim/test_fused_sgd_reduced_precision_cpu.py).
+EXACT_CASES = [(case, dtype) for case in sorted(EXACT) for dtype in (torch.float32, torch.float16)
+               if not (case.startswith("sgd") and dtype == torch.float16)]
+
+
+@pytest.mark.parametrize("case,dtype", EXACT_CASES,
+                         ids=["{}-{}".format(c, "fp32" if d == torch.float32 else "fp16") for c, d in EXACT_CASES])
 def test_matches_torch_fused_optimizer_bit_for_bit(case, dtype):
     shim, native = EXACT[case]
     a, _ = _train(shim, dtype=dtype)

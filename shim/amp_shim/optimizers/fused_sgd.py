@@ -2,7 +2,8 @@
 
 Apex's default numerics are torch's (weight decay before momentum, `buf = grad` on the first
 step, the same Nesterov rule), so a step is bit for bit `torch.optim.SGD(..., fused=True)`.
-`wd_after_momentum=True`, which torch lacks, runs Apex's kernel formula in tensor ops.
+`wd_after_momentum=True`, which torch lacks, runs Apex's kernel formula in tensor ops
+(`_sgd_apex_kernel`).
 `set_grad_none` defaults to False here, unlike the other Apex optimizers.
 
 Like `torch.optim.SGD(fused=True)` (and unlike Apex's FusedSGD) the step supports amp scaling
@@ -12,8 +13,16 @@ skips on the device. Where it cannot (the first momentum step, which would other
 uninitialised momentum buffer on overflow, as torch's fused SGD does; `wd_after_momentum`;
 devices without the fused kernel) found_inf is read once on the host and a skipped step leaves
 params and state untouched.
+
+fp16/bf16 params on the CPU do not go to torch's fused kernel: on torch's CPU fused SGD a
+reduced-precision tensor of 16 or more elements is left almost unchanged (only the scalar
+tail of its vectorised loop is written back; seen on torch 2.13). They run Apex's kernel
+formula instead (`_sgd_apex_kernel`: fp32 arithmetic, one rounding to the param dtype per step,
+as Apex's `multi_tensor_sgd` does in registers).
 """
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 from torch.optim.optimizer import required
@@ -86,39 +95,68 @@ class FusedSGD(torch.optim.Optimizer):
                 bufs.append(state.get("momentum_buffer") if state else None)
             if not params:
                 continue
-            first_momentum_step = group["momentum"] != 0 and any(b is None for b in bufs)
-            fused = not self.wd_after_momentum and _common.can_fuse(params)
-            if fused and not first_momentum_step:
-                _torch_sgd(
-                    params, grads, bufs, has_sparse_grad=False, foreach=None, fused=True,
-                    grad_scale=grad_scale, found_inf=found_inf,
-                    weight_decay=group["weight_decay"], momentum=group["momentum"], lr=group["lr"],
-                    dampening=group["dampening"], nesterov=group["nesterov"], maximize=False,
-                )
-            elif skip_on_host():
-                continue
-            elif not self.wd_after_momentum:
-                _torch_sgd(
-                    params, _common.unscale_grads(grads, grad_scale), bufs, has_sparse_grad=False,
-                    foreach=None if fused else _common.can_foreach(params), fused=fused or None,
-                    grad_scale=None, found_inf=None,
-                    weight_decay=group["weight_decay"], momentum=group["momentum"], lr=group["lr"],
-                    dampening=group["dampening"], nesterov=group["nesterov"], maximize=False,
-                )
-            else:
-                _sgd_wd_after_momentum(params, _common.unscale_grads(grads, grad_scale), bufs, group)
+            apex_formula = [self.wd_after_momentum or _cpu_reduced_precision(p) for p in params]
+            by_torch = [i for i, use in enumerate(apex_formula) if not use]
+            by_apex_kernel = [i for i, use in enumerate(apex_formula) if use]
+            if by_torch:
+                sub_bufs = [bufs[i] for i in by_torch]
+                self._torch_step([params[i] for i in by_torch], [grads[i] for i in by_torch],
+                                 sub_bufs, group, grad_scale, found_inf, skip_on_host)
+                for i, buf in zip(by_torch, sub_bufs):
+                    bufs[i] = buf
+            if by_apex_kernel and not skip_on_host():
+                sub_bufs = [bufs[i] for i in by_apex_kernel]
+                _sgd_apex_kernel([params[i] for i in by_apex_kernel], [grads[i] for i in by_apex_kernel],
+                                 sub_bufs, group, grad_scale, self.wd_after_momentum)
+                for i, buf in zip(by_apex_kernel, sub_bufs):
+                    bufs[i] = buf
             if group["momentum"] != 0:
                 for p, buf in zip(params, bufs):
-                    self.state[p]["momentum_buffer"] = buf
+                    if buf is not None:
+                        self.state[p]["momentum_buffer"] = buf
         return loss
 
+    @staticmethod
+    def _torch_step(params, grads, bufs, group, grad_scale, found_inf, skip_on_host) -> None:
+        """torch's `sgd` (fused where it can unscale and skip on the device); fills `bufs`."""
+        first_momentum_step = group["momentum"] != 0 and any(b is None for b in bufs)
+        fused = _common.can_fuse(params)
+        if fused and not first_momentum_step:
+            _torch_sgd(
+                params, grads, bufs, has_sparse_grad=False, foreach=None, fused=True,
+                grad_scale=grad_scale, found_inf=found_inf,
+                weight_decay=group["weight_decay"], momentum=group["momentum"], lr=group["lr"],
+                dampening=group["dampening"], nesterov=group["nesterov"], maximize=False,
+            )
+        elif not skip_on_host():
+            _torch_sgd(
+                params, _common.unscale_grads(grads, grad_scale), bufs, has_sparse_grad=False,
+                foreach=None if fused else _common.can_foreach(params), fused=fused or None,
+                grad_scale=None, found_inf=None,
+                weight_decay=group["weight_decay"], momentum=group["momentum"], lr=group["lr"],
+                dampening=group["dampening"], nesterov=group["nesterov"], maximize=False,
+            )
 
-def _sgd_wd_after_momentum(params, grads, bufs, group):
-    """Apex's SGD kernel with the weight decay added after the momentum update."""
+
+def _cpu_reduced_precision(p: torch.Tensor) -> bool:
+    """A param torch's CPU fused SGD kernel does not update correctly (module docstring)."""
+    return p.device.type == "cpu" and p.dtype in (torch.float16, torch.bfloat16)
+
+
+def _sgd_apex_kernel(params: list[torch.Tensor], grads: list[torch.Tensor], bufs: list,
+                     group: dict, grad_scale: Optional[torch.Tensor], wd_after_momentum: bool) -> None:
+    """Apex's `multi_tensor_sgd` per element: fp32 arithmetic on the unscaled grad, weight decay
+    before (default) or after the momentum update, `buf = grad` on the first step, one rounding
+    of the param and the momentum buffer (kept in the param's dtype) per step. Fills `bufs`."""
     lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
     wd, nesterov = group["weight_decay"], group["nesterov"]
     for i, (p, g) in enumerate(zip(params, grads)):
+        weight = p.float()
         incoming = g.float()
+        if grad_scale is not None:
+            incoming = incoming / grad_scale.to(g.device, torch.float32)
+        if wd != 0 and not wd_after_momentum:
+            incoming = incoming.add(weight, alpha=wd)
         if momentum != 0:
             if bufs[i] is None:
                 buf = incoming.clone()
@@ -127,6 +165,6 @@ def _sgd_wd_after_momentum(params, grads, bufs, group):
                 buf = bufs[i].float().mul_(momentum).add_(incoming, alpha=1 - dampening)
                 bufs[i].copy_(buf)
             incoming = incoming.add(buf, alpha=momentum) if nesterov else buf
-        if wd != 0:
-            incoming = incoming.add(p.float(), alpha=wd)
-        p.copy_(p.float().add(incoming, alpha=-lr))
+        if wd != 0 and wd_after_momentum:
+            incoming = incoming.add(weight, alpha=wd)
+        p.copy_(weight.add(incoming, alpha=-lr))

@@ -71,6 +71,7 @@ class FusedAdam(torch.optim.Optimizer):
             prev_step = _common.next_step(group, found_inf if self.capturable else None)
             masters = self.param_groups_master[gi] if self.master_weights else None
             params, grads_, exp_avgs, exp_avg_sqs, copy_back = [], [], [], [], []
+            model_grads = []  # each param's own `.grad` (for a master, not the fp32 copy)
             for pi, p in enumerate(group["params"]):
                 if p.grad is None:
                     continue
@@ -85,11 +86,15 @@ class FusedAdam(torch.optim.Optimizer):
                     state["exp_avg_sq"] = torch.zeros_like(target, memory_format=torch.preserve_format)
                 params.append(target)
                 grads_.append(grad)
+                model_grads.append(p.grad)
                 exp_avgs.append(state["exp_avg"])
                 exp_avg_sqs.append(state["exp_avg_sq"])
             if not params:
                 continue
             beta1, beta2 = group["betas"]
+            l2_term = self.capturable and not self.adam_w_mode and group["weight_decay"] != 0
+            params_before = [t.detach().clone() for t in params] if l2_term else None
+            unscaled = grads_  # torch's fused kernel unscales these in place
             if group["bias_correction"]:
                 fused = _common.can_fuse(params)
                 steps = _common.step_tensors(params, prev_step, on_param_device=fused)
@@ -103,11 +108,36 @@ class FusedAdam(torch.optim.Optimizer):
                     eps=group["eps"], maximize=False,
                 )
             elif not _common.skip_for_inf(found_inf):
-                _adam_no_bias_correction(params, _common.unscale_grads(grads_, grad_scale), exp_avgs,
+                unscaled = _common.unscale_grads(grads_, grad_scale)
+                _adam_no_bias_correction(params, unscaled, exp_avgs,
                                          exp_avg_sqs, group, beta1, beta2, bool(self.adam_w_mode))
+            else:
+                unscaled = None  # skipped on the host: grads stay as they are
+            if self.capturable and unscaled is not None:
+                _write_back_grads(model_grads, unscaled, params_before, group["weight_decay"],
+                                  found_inf)
             for p, master in copy_back:
                 p.copy_(master)
         return loss
+
+
+def _write_back_grads(model_grads, unscaled, params_before, weight_decay, found_inf) -> None:
+    """What Apex's capturable kernels leave in `p.grad` (`multi_tensor_adam_capturable` and its
+    master variant write back the grad they used): the unscaled grad, plus `weight_decay * p`
+    (the pre-step value, the fp32 master where there is one) in L2 mode, in the grad's dtype.
+    After an overflow the kernel returns at once and the scaled grad stays. Needed because
+    torch's kernel unscales the grads it is given in place, and for master weights those are
+    fp32 copies of `p.grad`, not `p.grad`."""
+    keep = None if found_inf is None else found_inf.reshape(()) != 0
+    for i, (grad, new) in enumerate(zip(model_grads, unscaled)):
+        if params_before is not None:
+            new = new.float().add(params_before[i].float(), alpha=weight_decay)
+        elif new is grad:
+            continue  # already unscaled in place
+        new = new.to(grad.dtype)
+        if keep is not None:
+            new = torch.where(keep.to(grad.device), grad, new)
+        grad.copy_(new)
 
 
 def _adam_no_bias_correction(params, grads, exp_avgs, exp_avg_sqs, group, beta1, beta2, adam_w_mode):

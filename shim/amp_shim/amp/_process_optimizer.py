@@ -428,11 +428,19 @@ def _process_optimizer(optimizer, properties) -> Any:
         optimizer._prepare_amp_backward = bind(prepare_backward_with_master_weights)
         optimizer._post_amp_backward = bind(post_backward_with_master_weights)
 
-        def zero_grad(self):
+        def zero_grad(self, set_to_none=None):
+            """Apex's O2 `zero_grad()`: model grads (fp16 params, fp32 params without a master)
+            zeroed in place, master grads set to None. Apex's takes no arguments; the shim also
+            takes torch's `set_to_none` (True: the model grads are set to None as well; False
+            or None: Apex's behaviour), so code written for torch optimizers runs under O2."""
             stash = self._amp_stash
             self._amp_lazy_init()
             for param in stash.all_fp16_params + stash.all_fp32_from_fp32_params:
-                if param.grad is not None:
+                if param.grad is None:
+                    continue
+                if set_to_none:
+                    param.grad = None
+                else:
                     param.grad.detach_()
                     param.grad.zero_()
             for param in stash.all_fp32_from_fp16_params:

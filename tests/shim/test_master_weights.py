@@ -208,14 +208,6 @@ def test_step_with_a_closure_is_refused(how):
 
 # Patched zero_grad -------------------------------------------------------------------------------
 
-def test_patched_zero_grad_takes_no_arguments():
-    model, opt = _o2(Net())
-    with pytest.raises(TypeError):
-        opt.zero_grad(set_to_none=True)
-    with pytest.raises(TypeError):
-        opt.zero_grad(False)
-
-
 def test_patched_zero_grad_zeroes_model_grads_in_place_and_drops_master_grads():
     model, opt = _o2(Net())
     loss = torch.nn.functional.mse_loss(model(X), Y)

@@ -63,13 +63,14 @@ def test_o2_zero_grad_set_to_none_true_clears_model_and_master_grads():
     assert all(m.grad is None for m in amp.master_params(opt))
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"set_to_none": False}], ids=["no_args", "set_to_none_false"])
-def test_o2_zero_grad_without_set_to_none_is_apexs_zero_in_place(kwargs):
+@pytest.mark.parametrize("args,kwargs", [((), {}), ((), {"set_to_none": False}), ((False,), {})],
+                         ids=["no_args", "set_to_none_false", "positional_false"])
+def test_o2_zero_grad_without_set_to_none_is_apexs_zero_in_place(args, kwargs):
     model, opt = _o2()
     opt.zero_grad()
     _backward(model, opt)
     model_grads = {id(p): p.grad for p in model.parameters()}
-    opt.zero_grad(**kwargs)
+    opt.zero_grad(*args, **kwargs)
     for p in model.parameters():  # the same tensors, zeroed in place
         assert p.grad is model_grads[id(p)] and not p.grad.any()
     fp16_masters = opt._amp_stash.all_fp32_from_fp16_params

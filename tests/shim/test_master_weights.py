@@ -90,7 +90,9 @@ def test_param_groups_still_hold_the_fp16_model_params_right_after_initialize():
 
 
 def test_first_zero_grad_swaps_fp32_masters_into_the_same_param_group_lists():
-    model, opt = _o2(Net())
+    net = Net()
+    fp32_before = {n: p.detach().clone() for n, p in net.named_parameters()}
+    model, opt = _o2(net)
     params_list = opt.param_groups[0]["params"]
     fp16 = _fp16_params(model)
     opt.zero_grad()
@@ -104,7 +106,9 @@ def test_first_zero_grad_swaps_fp32_masters_into_the_same_param_group_lists():
             assert swapped is not model_param
             assert swapped.dtype == torch.float32
             assert swapped.is_leaf and swapped.requires_grad
-            assert torch.equal(swapped, model_param.float())
+            # the fp32 value before initialize's cast, not the fp16 copy (differences.md row 6)
+            assert torch.equal(swapped, fp32_before[name])
+            assert torch.equal(swapped.half(), model_param)
         else:  # affine BatchNorm stays fp32 and is stepped directly
             assert swapped is model_param
     assert all(_is_in(p, opt._amp_stash.all_fp16_params) for p in fp16)
@@ -119,7 +123,7 @@ def test_lazy_init_happens_once():
     assert all(a is b for a, b in zip(masters, opt.param_groups[0]["params"]))
 
 
-def test_lazy_init_moves_existing_optimizer_state_to_the_masters_as_fp32():
+def test_lazy_init_moves_existing_optimizer_state_to_the_masters_as_fp32_not_rounded():
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     torch.nn.functional.mse_loss(model(X), Y).backward()
@@ -134,7 +138,8 @@ def test_lazy_init_moves_existing_optimizer_state_to_the_masters_as_fp32():
         assert buf.dtype == torch.float32
         if param.dtype == torch.float16:
             assert not any(k is param for k in opt.state)
-            assert torch.equal(buf, before[name].half().float())
+            # Apex: before[name].half().float(); the shim keeps the fp32 state (row 6)
+            assert torch.equal(buf, before[name])
         else:
             assert torch.equal(buf, before[name])
 

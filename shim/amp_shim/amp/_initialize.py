@@ -14,6 +14,7 @@ import torch
 
 from ..fp16_utils.fp16util import convert_network
 from ._amp_state import _amp_state, warn_or_err
+from ._master_sources import forget_params_not_cast, remember_before_cast
 from ._process_optimizer import _masters, _pending_master_values, _process_optimizer
 from .handle import AmpHandle
 from .scaler import LossScaler
@@ -200,6 +201,8 @@ def _initialize(models, optimizers, properties, num_losses: int = 1, cast_model_
     device = models_device(models)
 
     if properties.cast_model_type:
+        if properties.master_weights:
+            remember_before_cast(models, optimizers)
         for model in models:
             if properties.keep_batchnorm_fp32:
                 convert_network(model, properties.cast_model_type)
@@ -212,6 +215,8 @@ def _initialize(models, optimizers, properties, num_losses: int = 1, cast_model_
             _patch_forward(model, input_caster, output_caster)
         for optimizer in optimizers:
             optimizer.load_state_dict(optimizer.state_dict())
+        if properties.master_weights:
+            forget_params_not_cast(models, optimizers)
         for model in models:
             for module in model.modules():
                 module._register_state_dict_hook(O2StateDictHook(functools.partial(to_type, torch.float32)))

@@ -34,14 +34,15 @@ import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from ..engine import ops
+from . import _master_sources
 from ._amp_state import _amp_state, maybe_print
 
 _CLOSURE_MSG = "Currently, Amp does not support closure use with optimizers."
 SKIP_MSG = "Gradient overflow.  Skipping step, loss scaler {} reducing loss scale to {}"
 
-# model param -> its fp32 master, and fp32 values loaded into a model before its masters exist.
+# model param -> its fp32 master; fp32 values its master starts from (_master_sources.py).
 _masters: WeakIdKeyDictionary = WeakIdKeyDictionary()
-_pending_master_values: WeakIdKeyDictionary = WeakIdKeyDictionary()
+_pending_master_values = _master_sources.pending_master_values
 
 
 class AmpOptimizerState:
@@ -69,7 +70,9 @@ def _kind(param: torch.Tensor) -> str:
 
 
 def _make_master(param: torch.Tensor) -> torch.Tensor:
-    loaded = _pending_master_values.pop(param, None)
+    """The fp32 master of `param`: from the fp32 value remembered before O2's cast or loaded
+    since (`_master_sources`), else (a param cast by the user) from the param itself."""
+    loaded = _master_sources.take_master_value(param)
     source = loaded if loaded is not None else param.detach()
     master = source.clone().float()
     master.requires_grad = True
@@ -109,8 +112,12 @@ def lazy_init_with_master_weights(self) -> None:
         param.grad = None
     for param in stash.all_fp32_from_fp32_params:
         param.grad = None
-    # Recast per-param state (e.g. momentum) to the masters' fp32.
+    # Recast per-param state (e.g. momentum) to the masters' fp32, then put back the fp32
+    # state remembered before the cast where there is one (not rounded through fp16).
     stash.original_load_state_dict(self.state_dict())
+    for param, master in zip(stash.all_fp16_params, stash.all_fp32_from_fp16_params):
+        if master in self.state:
+            _master_sources.restore_master_state(param, self.state[master])
 
 
 def lazy_init_no_master_weights(self) -> None:

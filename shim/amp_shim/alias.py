@@ -12,6 +12,12 @@ forced: a machine that still has Apex keeps using it. Two ways to request it:
 
 `apex.X` is the very module object `amp_shim.X` (not a copy), so state such as
 `apex.amp._amp_state` is shared and `isinstance` checks agree under both names.
+
+Apex's compiled extensions are top-level modules, `amp_C` (multi-tensor kernels) and `apex_C`
+(flatten/unflatten), that code imports directly once `multi_tensor_applier.available` says the
+fused path exists. While the alias is active they resolve to `amp_shim.amp_C` and
+`amp_shim.apex_C`, unless a compiled module of that name is importable: as for `apex` itself,
+a real build is not shadowed, except when the alias is forced.
 """
 from __future__ import annotations
 
@@ -24,6 +30,8 @@ from types import ModuleType
 
 ALIASED = "apex"
 TARGET = "amp_shim"
+#: Apex's compiled top-level extensions -> the shim's modules of the same job.
+EXTENSIONS = {"amp_C": TARGET + ".amp_C", "apex_C": TARGET + ".apex_C"}
 
 #: "1" (or any value but "", "0", "false", "no", "off"): alias unless a real Apex is importable;
 #: "force": alias even then.
@@ -67,7 +75,15 @@ def _mirror_loaded_submodules() -> None:
 
 
 class ApexAliasFinder(importlib.abc.MetaPathFinder):
+    def __init__(self, force: bool = False) -> None:
+        self.force = force
+
     def find_spec(self, fullname, path=None, target=None):
+        if fullname in EXTENSIONS:
+            if not self.force and _find_spec_without_alias(fullname) is not None:
+                return None  # a compiled amp_C / apex_C: let it load
+            module = importlib.import_module(EXTENSIONS[fullname])
+            return importlib.machinery.ModuleSpec(fullname, _AliasLoader(module))
         if fullname != ALIASED and not fullname.startswith(ALIASED + "."):
             return None
         real_name = TARGET + fullname[len(ALIASED):]
@@ -125,7 +141,7 @@ def install(force: bool = False) -> bool:
         return False
     for name in [n for n in sys.modules if n == ALIASED or n.startswith(ALIASED + ".")]:
         del sys.modules[name]
-    sys.meta_path.insert(0, ApexAliasFinder())
+    sys.meta_path.insert(0, ApexAliasFinder(force=force))
     return True
 
 
@@ -133,7 +149,7 @@ def uninstall() -> None:
     """Remove the alias and every `apex.*` module it handed out (tests, embedding)."""
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, ApexAliasFinder)]
     for name, module in list(sys.modules.items()):
-        if (name == ALIASED or name.startswith(ALIASED + ".")) and \
+        if (name == ALIASED or name.startswith(ALIASED + ".") or name in EXTENSIONS) and \
                 getattr(module, "__name__", "").startswith(TARGET):
             del sys.modules[name]
 

@@ -150,16 +150,37 @@ def copy_(dst: Tensors, src: Tensors) -> None:
 # (unscale: read + write; norm: read; clip: read + write). These ops allow four
 # (`unscale_and_norm_` then `clip_scale_`) or three (`unscale_clip_`). On the kernels the norm is
 # summed in a fixed order (kernels/norm.cu), deterministic from run to run but not the order of
-# torch.linalg.vector_norm, so the two paths agree to float32 rounding, not bit for bit; the
+# the torch path (`l2_norms`), so the two paths agree to float32 rounding, not bit for bit; the
 # clipping arithmetic after the norm is clip_grad_norm_'s on both paths.
 
 
-def _total_norm(tensors: Tensors, device: torch.device) -> torch.Tensor:
-    """clip_grad_norm_'s total norm (per-tensor 2-norms, then the 2-norm of those), in float32."""
+def norm_accumulator(device: torch.device) -> torch.dtype:
+    """The dtype the torch path sums squares in on `device`.
+
+    On the CPU, torch's fp32 2-norm (`linalg.vector_norm`, `_foreach_norm`) drifts with the
+    tensor's size: about 2e-6 relative at 3e5 elements, 6e-4 at 1.6e7, where Apex's kernel
+    (per-chunk fp32 partial sums, tree-reduced) stays near fp32 rounding. Summing in float64
+    there gives the float64 norm, rounded once to float32. CUDA reductions are tree-shaped
+    already, so they stay in float32.
+    """
+    return torch.float64 if device.type == "cpu" else torch.float32
+
+
+def l2_norms(tensors: Tensors, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(per-tensor 2-norms as a float32 vector, their total 2-norm as a float32 0-dim tensor),
+    on `device`, accumulated as `norm_accumulator` says; nothing read back to the host."""
     if not tensors:
-        return torch.zeros((), dtype=torch.float32, device=device)
-    norms = [torch.linalg.vector_norm(t, 2.0, dtype=torch.float32) for t in tensors]
-    return torch.linalg.vector_norm(torch.stack(norms), 2.0)
+        return torch.zeros(0, dtype=torch.float32, device=device), torch.zeros((), dtype=torch.float32, device=device)
+    acc = norm_accumulator(tensors[0].device)
+    norms = torch.stack([n.to(device) for n in torch._foreach_norm(list(tensors), 2, dtype=acc)])
+    total = torch.linalg.vector_norm(norms, 2.0)
+    return norms.to(torch.float32), total.to(torch.float32)
+
+
+def _total_norm(tensors: Tensors, device: torch.device) -> torch.Tensor:
+    """clip_grad_norm_'s total norm (per-tensor 2-norms, then the 2-norm of those), in float32
+    (summed in float64 on the CPU, see `norm_accumulator`)."""
+    return l2_norms(tensors, device)[1]
 
 
 def unscale_and_norm_(grads: Tensors, found_inf: torch.Tensor, inv_scale: torch.Tensor) -> torch.Tensor:

@@ -21,17 +21,16 @@ from __future__ import annotations
 import torch
 
 from . import _common
+from ..engine import ops
 from .fused_adam import _fill_group_defaults, _from_torch_format
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def global_grad_norm(grads, device) -> torch.Tensor:
-    """The L2 norm of all grads together, accumulated in fp32 (Apex's `multi_tensor_l2norm`)."""
-    if not grads:
-        return torch.zeros((), dtype=torch.float32, device=device)
-    norms = torch._foreach_norm([g.float() for g in grads], 2)
-    return torch.linalg.vector_norm(torch.stack([n.to(device) for n in norms]), 2)
+    """The L2 norm of all grads together, as a float32 0-dim tensor (Apex's
+    `multi_tensor_l2norm`; summed as `ops.l2_norms` does: float64 on the CPU)."""
+    return ops.l2_norms(grads, device)[1]
 
 
 def lamb_update_(params, grads, exp_avgs, exp_avg_sqs, *, lr, beta1, beta2, eps, step,
@@ -60,8 +59,7 @@ def lamb_update_(params, grads, exp_avgs, exp_avg_sqs, *, lr, beta1, beta2, eps,
         if adam_w_mode and weight_decay != 0:
             update = update + weight_decay * p32
         if adaptive:
-            p_norm = torch.linalg.vector_norm(p32)
-            u_norm = torch.linalg.vector_norm(update)
+            (p_norm, u_norm), _ = ops.l2_norms([p32, update], p32.device)
             ratio = torch.where((p_norm != 0) & (u_norm != 0), p_norm / u_norm, torch.ones_like(p_norm))
             new = p32 - (lr * ratio) * update
         else:

@@ -33,7 +33,7 @@ TensorLists = Sequence[Sequence[torch.Tensor]]
 __all__ = [
     "multi_tensor_scale", "multi_tensor_axpby", "multi_tensor_l2norm", "multi_tensor_l2norm_scale",
     "multi_tensor_unscale_l2norm", "multi_tensor_adam", "multi_tensor_sgd", "multi_tensor_lamb",
-    "multi_tensor_novograd",
+    "multi_tensor_novograd", "update_scale_hysteresis",
 ]
 
 
@@ -268,3 +268,40 @@ def multi_tensor_novograd(chunk_size: int, noop_flag: torch.Tensor, tensor_lists
             new_p = p32 - lr * ((m32 / bc1) / denom + weight_decay * p32)
         p.copy_(new_p)
         m.copy_(m32)
+
+
+# -- loss scale --------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def update_scale_hysteresis(current_scale: torch.Tensor, growth_tracker: torch.Tensor,
+                            hysteresis_tracker: torch.Tensor, found_inf: torch.Tensor,
+                            growth_factor: float, backoff_factor: float, growth_interval: int,
+                            hysteresis: int) -> torch.Tensor:
+    """Apex's dynamic loss-scale update with hysteresis (`csrc/update_scale_hysteresis.cu`), on
+    the device tensors in place (scale float32, trackers int32, all shape [1]); returns
+    `current_scale`. Not a multi-tensor op: no chunk size or flag.
+
+    An overflow (`found_inf > 0`) first spends one unit of hysteresis; while some is left only
+    the growth tracker resets. Otherwise a non-zero `found_inf` backs the scale off (a result
+    below float32's smallest normal becomes 0: Apex builds the kernel with fast math, which
+    flushes subnormals), and a clean step counts towards `growth_interval`, growing the scale
+    unless that would overflow float32. A clean step refills the hysteresis.
+    """
+    found = found_inf.reshape(-1)[0].to(current_scale.device)
+    positive, nonzero = found > 0, found != 0
+    hyst = torch.where(positive, hysteresis_tracker - 1, hysteresis_tracker)
+    held = positive & (hyst > 0)
+    backed = (current_scale.double() * backoff_factor).float()
+    backed = torch.where(backed.abs() < torch.finfo(torch.float32).tiny, torch.zeros_like(backed), backed)
+    successful = growth_tracker + 1
+    grow = successful == growth_interval
+    grown = (current_scale.double() * growth_factor).float()
+    clean_scale = torch.where(grow & torch.isfinite(grown), grown, current_scale)
+    clean_tracker = torch.where(grow, torch.zeros_like(successful), successful)
+    new_scale = torch.where(nonzero, backed, clean_scale)
+    new_tracker = torch.where(nonzero, torch.zeros_like(growth_tracker), clean_tracker)
+    current_scale.copy_(torch.where(held, current_scale, new_scale))
+    growth_tracker.copy_(torch.where(held, torch.zeros_like(growth_tracker), new_tracker))
+    hysteresis_tracker.copy_(torch.where(found <= 0, torch.full_like(hyst, hysteresis), hyst))
+    return current_scale

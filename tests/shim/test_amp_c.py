@@ -342,3 +342,60 @@ def test_apex_c_flatten_concatenates_and_unflatten_returns_views_shaped_like_the
     assert isinstance(back, list)
     assert [b.shape for b in back] == [t.shape for t in ts]
     assert all(torch.equal(b, t * 2) for b, t in zip(back, ts))
+
+
+# -- update_scale_hysteresis -------------------------------------------------------------------
+
+
+def reference_hysteresis(scale, growth, hyst, found, gf, bf, interval, hysteresis):
+    """csrc/update_scale_hysteresis.cu on Python numbers (float32 via torch for the scale)."""
+    if found > 0:
+        hyst -= 1
+        if hyst > 0:
+            return scale, 0, hyst
+    if found:
+        scale = float(torch.tensor(scale * bf, dtype=torch.float32))
+        scale = 0.0 if abs(scale) < torch.finfo(torch.float32).tiny else scale
+        growth = 0
+    else:
+        growth += 1
+        if growth == interval:
+            new = float(torch.tensor(scale * gf, dtype=torch.float32))
+            scale = new if new != float("inf") else scale
+            growth = 0
+    if found <= 0:
+        hyst = hysteresis
+    return scale, growth, hyst
+
+
+def hysteresis_state(scale, growth, hyst):
+    return (torch.tensor([scale], dtype=torch.float32), torch.tensor([growth], dtype=torch.int32),
+            torch.tensor([hyst], dtype=torch.int32))
+
+
+def test_update_scale_hysteresis_follows_the_kernel_over_a_random_overflow_pattern():
+    gen = torch.Generator().manual_seed(5)
+    state, ref = hysteresis_state(2.0 ** 20, 0, 3), (2.0 ** 20, 0, 3)
+    seen = set()
+    for i in range(400):
+        found = float(torch.rand(1, generator=gen) < 0.3)
+        out = amp_C.update_scale_hysteresis(*state, torch.tensor([found]), 2.0, 0.5, 4, 3)
+        new_ref = reference_hysteresis(*ref, found, 2.0, 0.5, 4, 3)
+        seen.add("grew" if new_ref[0] > ref[0] else "backed off" if new_ref[0] < ref[0] else
+                 "held" if found else "counted")
+        ref = new_ref
+        assert out is state[0]
+        assert tuple(t.item() for t in state) == ref, i
+    assert seen == {"grew", "backed off", "held", "counted"}
+
+
+def test_update_scale_hysteresis_flushes_a_subnormal_backoff_to_zero():
+    state = hysteresis_state(2.0 ** -120, 5, 1)
+    amp_C.update_scale_hysteresis(*state, torch.tensor([1.0]), 2.0, 2.0 ** -10, 100, 1)
+    assert tuple(t.item() for t in state) == (0.0, 0, 0)
+
+
+def test_update_scale_hysteresis_does_not_grow_past_float32():
+    state = hysteresis_state(2.0 ** 127, 0, 2)
+    amp_C.update_scale_hysteresis(*state, torch.tensor([0.0]), 2.0, 0.5, 1, 2)
+    assert tuple(t.item() for t in state) == (2.0 ** 127, 0, 2)

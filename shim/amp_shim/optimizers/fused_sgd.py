@@ -14,11 +14,13 @@ uninitialised momentum buffer on overflow, as torch's fused SGD does; `wd_after_
 devices without the fused kernel) found_inf is read once on the host and a skipped step leaves
 params and state untouched.
 
-fp16/bf16 params on the CPU do not go to torch's fused kernel: on torch's CPU fused SGD a
-reduced-precision tensor of 16 or more elements is left almost unchanged (only the scalar
-tail of its vectorised loop is written back; seen on torch 2.13). They run Apex's kernel
-formula instead (`_sgd_apex_kernel`: fp32 arithmetic, one rounding to the param dtype per step,
-as Apex's `multi_tensor_sgd` does in registers).
+fp16/bf16 params on the CPU do not go to torch's fused kernel: torch's CPU fused SGD leaves a
+reduced-precision tensor of 16 or more elements almost unchanged (only the scalar tail of its
+vectorised loop is written back; seen on torch 2.13). They run torch's `sgd` without the fused
+kernel instead: bit for bit `torch.optim.SGD(...)` with its CPU default (the per-tensor loop),
+which is what Apex's own FusedSGD test compares with. Apex's kernel rounds once per step where
+torch rounds per op: a few fp16 ulps apart after several steps. Under a grad scaler they are
+unscaled and skipped on the host.
 """
 from __future__ import annotations
 
@@ -95,21 +97,20 @@ class FusedSGD(torch.optim.Optimizer):
                 bufs.append(state.get("momentum_buffer") if state else None)
             if not params:
                 continue
-            apex_formula = [self.wd_after_momentum or _cpu_reduced_precision(p) for p in params]
-            by_torch = [i for i, use in enumerate(apex_formula) if not use]
-            by_apex_kernel = [i for i, use in enumerate(apex_formula) if use]
-            if by_torch:
-                sub_bufs = [bufs[i] for i in by_torch]
-                self._torch_step([params[i] for i in by_torch], [grads[i] for i in by_torch],
-                                 sub_bufs, group, grad_scale, found_inf, skip_on_host)
-                for i, buf in zip(by_torch, sub_bufs):
-                    bufs[i] = buf
-            if by_apex_kernel and not skip_on_host():
-                sub_bufs = [bufs[i] for i in by_apex_kernel]
-                _sgd_apex_kernel([params[i] for i in by_apex_kernel], [grads[i] for i in by_apex_kernel],
-                                 sub_bufs, group, grad_scale, self.wd_after_momentum)
-                for i, buf in zip(by_apex_kernel, sub_bufs):
-                    bufs[i] = buf
+            if self.wd_after_momentum:
+                if not skip_on_host():
+                    _sgd_apex_kernel(params, grads, bufs, group, grad_scale, wd_after_momentum=True)
+            else:
+                unfusable = [_cpu_reduced_precision(p) for p in params]
+                for fusable in (True, False):
+                    idx = [i for i, u in enumerate(unfusable) if u != fusable]
+                    if not idx:
+                        continue
+                    sub_bufs = [bufs[i] for i in idx]
+                    self._torch_step([params[i] for i in idx], [grads[i] for i in idx], sub_bufs,
+                                     group, grad_scale, found_inf, skip_on_host, fusable)
+                    for i, buf in zip(idx, sub_bufs):
+                        bufs[i] = buf
             if group["momentum"] != 0:
                 for p, buf in zip(params, bufs):
                     if buf is not None:
@@ -117,10 +118,10 @@ class FusedSGD(torch.optim.Optimizer):
         return loss
 
     @staticmethod
-    def _torch_step(params, grads, bufs, group, grad_scale, found_inf, skip_on_host) -> None:
+    def _torch_step(params, grads, bufs, group, grad_scale, found_inf, skip_on_host, fusable) -> None:
         """torch's `sgd` (fused where it can unscale and skip on the device); fills `bufs`."""
         first_momentum_step = group["momentum"] != 0 and any(b is None for b in bufs)
-        fused = _common.can_fuse(params)
+        fused = fusable and _common.can_fuse(params)
         if fused and not first_momentum_step:
             _torch_sgd(
                 params, grads, bufs, has_sparse_grad=False, foreach=None, fused=True,
@@ -139,15 +140,16 @@ class FusedSGD(torch.optim.Optimizer):
 
 
 def _cpu_reduced_precision(p: torch.Tensor) -> bool:
-    """A param torch's CPU fused SGD kernel does not update correctly (module docstring)."""
+    """A param torch's CPU fused SGD kernel does not update (module docstring)."""
     return p.device.type == "cpu" and p.dtype in (torch.float16, torch.bfloat16)
 
 
 def _sgd_apex_kernel(params: list[torch.Tensor], grads: list[torch.Tensor], bufs: list,
                      group: dict, grad_scale: Optional[torch.Tensor], wd_after_momentum: bool) -> None:
-    """Apex's `multi_tensor_sgd` per element: fp32 arithmetic on the unscaled grad, weight decay
-    before (default) or after the momentum update, `buf = grad` on the first step, one rounding
-    of the param and the momentum buffer (kept in the param's dtype) per step. Fills `bufs`."""
+    """Apex's `multi_tensor_sgd` per element (used for `wd_after_momentum`, which torch lacks):
+    fp32 arithmetic on the unscaled grad, weight decay before or after the momentum update,
+    `buf = grad` on the first step, one rounding of the param and the momentum buffer (kept in
+    the param's dtype) per step. Fills `bufs`."""
     lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
     wd, nesterov = group["weight_decay"], group["nesterov"]
     for i, (p, g) in enumerate(zip(params, grads)):

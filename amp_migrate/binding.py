@@ -409,9 +409,13 @@ def _table(seen: _Bindings) -> Optional[dict[str, str]]:
 CARRIED = "apex.amp"  # what a parameter that receives Apex's module holds
 
 
-def _carriers_of(module: cst.Module, seeds: Optional[dict[str, str]]) -> Optional[Carriers]:
+def _carriers_of(module: cst.Module, seeds: Optional[dict[str, str]],
+                 parsed: Optional[tuple[str, ast.Module]] = None) -> Optional[Carriers]:
     """The proven flow of Apex's module as a value (only for files that bind an Apex name
-    otherwise too: a parameter `amp`, `amp = None`)."""
+    otherwise too: a parameter `amp`, `amp = None`). `parsed`: the module's text and Python's
+    parse of it, where the caller has them (rendering and parsing again costs a parse)."""
+    if parsed is not None:
+        return find_carriers(parsed[1], parsed[0], seeds)
     source = module.code
     try:
         tree = ast.parse(source)
@@ -437,14 +441,16 @@ class ApexBinder:
                  skipping: Callable[[Optional[Iterable[str]]], AbstractSet[int]] = lambda words: NOTHING,
                  words: Optional[Iterable[str]] = None,
                  parent: Callable[[cst.CSTNode], Optional[cst.CSTNode]] = lambda node: None,
-                 seeds: Optional[dict[str, str]] = None) -> None:
+                 seeds: Optional[dict[str, str]] = None,
+                 parsed: Optional[tuple[str, ast.Module]] = None) -> None:
         """`known`: the binder of the file as first read. Rules delete the assignments that
         proved a holder or a handle, so later rules keep the original file's facts.
         `skipping(words)`: the statements that spell none of `words`, which the binder's
         passes need not enter; `words`: the file's Apex words (`apex_import_words`; None:
         unknown, every statement is read). `parent`: a node's parent where the caller knows it,
         which tells whether a name is a read without a pass over the file. `seeds`: function ->
-        parameter of this module that other modules of a project pass Apex's module to."""
+        parameter of this module that other modules of a project pass Apex's module to.
+        `parsed`: `module`'s own text and Python's parse of it, where the caller has them."""
         self._get = get_metadata
         self._parent = parent
         self._module = module
@@ -477,7 +483,7 @@ class ApexBinder:
             self.bound_elsewhere: frozenset[str] = frozenset(seen.other)
             #: Apex's module handed around as a value (`train(model, optimizer, amp)`), where
             #: that flow is proven: the parameters that receive it read as the module.
-            self.carriers: Optional[Carriers] = _carriers_of(module, seeds) if seeds or set(seen.apex) & seen.other \
+            self.carriers: Optional[Carriers] = _carriers_of(module, seeds, parsed) if seeds or set(seen.apex) & seen.other \
                 or any(isinstance(a.value, cst.Name) and a.value.value in seen.apex for a in seen.assigns) else None
             if self.carriers is not None and self.carriers.refusal is None and self.carriers.slots:
                 self.table = None

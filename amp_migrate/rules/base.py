@@ -459,9 +459,12 @@ class Rule(VisitorBasedCodemodCommand):
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         known = self.state.scratch.get("binding")
+        index = self.state.index
+        parsed = (self.state.original, index.tree) if (
+            known is None and index is not None and tree is self.state.scratch.get("parsed")) else None
         self.apex = ApexBinder(tree, self.get_metadata, known, self.state.skipping,
                                self.state.apex_words, self._known_parent,
-                               dict(getattr(self.state.scratch.get("project"), "carrier_slots", ())))
+                               dict(getattr(self.state.scratch.get("project"), "carrier_slots", ())), parsed)
         if known is None:
             self.state.scratch["binding"] = self.apex
             if self.state.apex_words is not None:

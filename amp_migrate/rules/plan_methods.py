@@ -19,6 +19,7 @@ from typing import Optional, Union
 import libcst as cst
 import libcst.matchers as m
 
+from .base import find_statements
 from .plan import PlanPart
 
 #: A site reached from a method nothing in the class calls: any `initialize` may have run last.
@@ -167,6 +168,7 @@ class MethodTies:
             for unit in group:
                 holding.setdefault(id(self.scope_of(unit.statement)), []).append(group)
         functions = self._functions_by_name()
+        mentions: dict[int, set[str]] = {}
         for group in groups:
             starts = [self.scope_of(u.statement) for u in group] + [f for u in group for f in u.methods]
             seen: set[int] = set()
@@ -179,17 +181,16 @@ class MethodTies:
                 if any(other is not group for other in holding.get(id(function), ())):
                     return (f"`{starts[0].name.value}` may call `{function.name.value}` (by the name it "
                             "mentions), which calls `initialize` again")
-                pending.extend(f for name in self._mentions(function) for f in functions.get(name, ()))
+                if id(function) not in mentions:
+                    mentions[id(function)] = _NameCollector.of(function.body)
+                pending.extend(f for name in mentions[id(function)] for f in functions.get(name, ()))
         return ""
 
     def _functions_by_name(self) -> dict[str, list[cst.FunctionDef]]:
         found: dict[str, list[cst.FunctionDef]] = {}
-        for function in m.findall(self.context.wrapper.module, m.FunctionDef()):
+        for function in find_statements(self.context.wrapper.module, cst.FunctionDef):
             found.setdefault(function.name.value, []).append(function)
         return found
-
-    def _mentions(self, function: cst.FunctionDef) -> set[str]:
-        return {n.value for n in m.findall(function.body, m.Name())}
 
     def _tied_parts(self, units: list, plans: list) -> Union[list[PlanPart], str]:
         """The plan parts for the code after an `if`/`else` with one `initialize` per arm and
@@ -226,3 +227,19 @@ class MethodTies:
     def _enabled_code(self, call: cst.Call) -> str:
         return next((self.code_of(a.value) for a in call.args if a.keyword is not None
                      and a.keyword.value == "enabled"), "")
+
+
+class _NameCollector(cst.CSTVisitor):
+    """Every name a subtree spells, collected once per function (no matcher machinery)."""
+
+    def __init__(self) -> None:
+        self.found: set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.found.add(node.value)
+
+    @classmethod
+    def of(cls, node: cst.CSTNode) -> set[str]:
+        collector = cls()
+        node.visit(collector)
+        return collector.found

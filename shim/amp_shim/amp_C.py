@@ -15,9 +15,9 @@ Conventions kept from `csrc/multi_tensor_*.cu`:
   infs and NaNs propagate, as in Apex;
 * math is float32 whatever the storage type; results are stored in each output's own dtype;
 * the norms return `(total, per_tensor)`: `total` a float32 tensor of shape [1], `per_tensor` a
-  float32 vector with one norm per tensor when asked for, else an empty one. They are summed in
-  float64 on the CPU (`engine.ops.norm_accumulator`), so they are the exact norm rounded to
-  float32, as close to the kernels' blocked float32 sums as those are to the exact norm.
+  float32 vector with one norm per tensor when asked for, else an empty one. On the CPU they are
+  summed as the kernels do, float32 partial sums per block combined in float64
+  (`engine.ops.l2_norms`), so they stay within float32 rounding of the exact norm at any size.
 """
 from __future__ import annotations
 

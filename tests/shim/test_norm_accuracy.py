@@ -1,4 +1,4 @@
-"""The shim's L2 norms on the CPU are the float64 norm rounded once to float32.
+"""The shim's L2 norms on the CPU stay within float32 rounding of the exact (float64) norm.
 
 torch's float32 CPU norm (`linalg.vector_norm`, `_foreach_norm`) drifts with size (about 1e-4
 relative at 4M elements); Apex's kernels sum per-chunk float32 partials and stay near float32

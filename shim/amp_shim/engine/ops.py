@@ -154,32 +154,50 @@ def copy_(dst: Tensors, src: Tensors) -> None:
 # clipping arithmetic after the norm is clip_grad_norm_'s on both paths.
 
 
-def norm_accumulator(device: torch.device) -> torch.dtype:
-    """The dtype the torch path sums squares in on `device`.
+#: Elements per block of the CPU norm's float32 partial sums (see `l2_norms`).
+NORM_BLOCK = 1024
 
-    On the CPU, torch's fp32 2-norm (`linalg.vector_norm`, `_foreach_norm`) drifts with the
-    tensor's size: about 2e-6 relative at 3e5 elements, 6e-4 at 1.6e7, where Apex's kernel
-    (per-chunk fp32 partial sums, tree-reduced) stays near fp32 rounding. Summing in float64
-    there gives the float64 norm, rounded once to float32. CUDA reductions are tree-shaped
-    already, so they stay in float32.
-    """
-    return torch.float64 if device.type == "cpu" else torch.float32
+
+def _blocked_squared_norm(t: torch.Tensor) -> torch.Tensor:
+    """sum(t**2) as a float64 0-dim tensor: float32 norms of 1024-element blocks (one fast
+    vectorised reduction, no temporary of t's size), combined in float64."""
+    flat = t.reshape(-1)
+    whole = flat.numel() // NORM_BLOCK * NORM_BLOCK
+    total = torch.zeros((), dtype=torch.float64, device=t.device)
+    if whole:
+        blocks = torch.linalg.vector_norm(flat[:whole].view(-1, NORM_BLOCK), 2.0, dim=1, dtype=torch.float32)
+        total = total + blocks.double().square().sum()
+    if whole < flat.numel():
+        total = total + torch.linalg.vector_norm(flat[whole:], 2.0, dtype=torch.float64).square()
+    return total
 
 
 def l2_norms(tensors: Tensors, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """(per-tensor 2-norms as a float32 vector, their total 2-norm as a float32 0-dim tensor),
-    on `device`, accumulated as `norm_accumulator` says; nothing read back to the host."""
+    on `device`; nothing read back to the host.
+
+    On the CPU, torch's float32 2-norm (`linalg.vector_norm`, `_foreach_norm`) accumulates
+    along the whole tensor and drifts with its size: 2e-6 relative at 3e5 elements, 7e-5 at
+    4e6, 6e-4 at 1.6e7, where Apex's kernel (float32 partial sums per chunk, tree-reduced) stays
+    near float32 rounding. So on the CPU the squares are summed like the kernel's: float32 per
+    1024-element block, the blocks combined in float64 (within 1e-9 of the float64 norm at 3e7
+    elements, as fast as torch's float32 norm). CUDA reductions are tree-shaped already: there
+    `_foreach_norm` in float32, one launch for the list.
+    """
     if not tensors:
         return torch.zeros(0, dtype=torch.float32, device=device), torch.zeros((), dtype=torch.float32, device=device)
-    acc = norm_accumulator(tensors[0].device)
-    norms = torch.stack([n.to(device) for n in torch._foreach_norm(list(tensors), 2, dtype=acc)])
-    total = torch.linalg.vector_norm(norms, 2.0)
+    if tensors[0].device.type == "cpu":
+        squares = torch.stack([_blocked_squared_norm(t).to(device) for t in tensors])
+        norms, total = squares.sqrt(), squares.sum().sqrt()
+    else:
+        norms = torch.stack([n.to(device) for n in torch._foreach_norm(list(tensors), 2, dtype=torch.float32)])
+        total = torch.linalg.vector_norm(norms, 2.0)
     return norms.to(torch.float32), total.to(torch.float32)
 
 
 def _total_norm(tensors: Tensors, device: torch.device) -> torch.Tensor:
     """clip_grad_norm_'s total norm (per-tensor 2-norms, then the 2-norm of those), in float32
-    (summed in float64 on the CPU, see `norm_accumulator`)."""
+    (blocked on the CPU, see `l2_norms`)."""
     return l2_norms(tensors, device)[1]
 
 

@@ -29,7 +29,7 @@ _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 def global_grad_norm(grads, device) -> torch.Tensor:
     """The L2 norm of all grads together, as a float32 0-dim tensor (Apex's
-    `multi_tensor_l2norm`; summed as `ops.l2_norms` does: float64 on the CPU)."""
+    `multi_tensor_l2norm`; summed in blocks as `ops.l2_norms` does)."""
     return ops.l2_norms(grads, device)[1]
 
 

@@ -25,8 +25,8 @@ from .fused_adam import _fill_group_defaults, _from_torch_format
 
 
 def _layer_norms(grads, norm_type, device):
-    """Per-layer grad norms (float32): max-abs, or L2 summed as `ops.l2_norms` does (float64 on
-    the CPU, where torch's fp32 norm of a large layer drifts: 6e-4 relative at 16M elements)."""
+    """Per-layer grad norms (float32): max-abs, or L2 summed in blocks as `ops.l2_norms` does
+    (torch's float32 CPU norm of a large layer drifts: 6e-4 relative at 16M elements)."""
     if not grads:
         return torch.zeros(0, dtype=torch.float32, device=device)
     if norm_type == 0:

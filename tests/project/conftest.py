@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from amp_migrate.cli import main
 
 PROJECTS = Path(__file__).resolve().parents[2] / "fixtures" / "projects"
+OUTPUTS = PROJECTS.parent / "project_outputs"
 
 
 @pytest.fixture
@@ -47,3 +48,27 @@ def codes(entry: dict) -> list[str]:
 
 def sources(root: Path) -> dict[str, str]:
     return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*.py"))}
+
+
+def _diagnostics(results) -> str:
+    return "".join(f"{path}: {' '.join(d.code for d in r.diagnostics)}\n"
+                   for path, r in sorted(results.items()) if r.diagnostics)
+
+
+def assert_project_golden(name: str) -> None:
+    """`migrate_project` on fixtures/projects/<name> gives fixtures/project_outputs/<name>: the
+    changed modules and diagnostics.txt (AMP_MIGRATE_UPDATE_GOLDEN=1 rewrites them; read every
+    changed output before committing)."""
+    from amp_migrate.project import migrate_project
+
+    results = migrate_project(sources(PROJECTS / name))
+    expected = OUTPUTS / name
+    changed = {p: r.code for p, r in results.items() if r.changed}
+    if os.environ.get("AMP_MIGRATE_UPDATE_GOLDEN") == "1":
+        for path, code in changed.items():
+            (expected / path).parent.mkdir(parents=True, exist_ok=True)
+            (expected / path).write_text(code)
+        (expected / "diagnostics.txt").write_text(_diagnostics(results))
+    stored = {str(p.relative_to(expected)): p.read_text() for p in expected.rglob("*.py")}
+    assert changed == stored
+    assert _diagnostics(results) == (expected / "diagnostics.txt").read_text()

@@ -5,35 +5,17 @@ Where the Trainer scales unconditionally, the factory's scaler is its module glo
 native; where the Trainer keeps its own switch (`self.amp_level`, from its constructor), nothing
 in the tree ties that switch to the factory's guard, and the group uses the shim with AMP222 at
 the Trainer's branch. Golden outputs as in test_shared_scaler.py (AMP_MIGRATE_UPDATE_GOLDEN=1)."""
-import os
 
 import pytest
 
 from amp_migrate.project import migrate_project
 
-from .conftest import PROJECTS, sources
-
-OUTPUTS = PROJECTS.parent / "project_outputs"
-
-
-def _diagnostics(results) -> str:
-    return "".join(f"{path}: {' '.join(d.code for d in r.diagnostics)}\n"
-                   for path, r in sorted(results.items()) if r.diagnostics)
+from .conftest import PROJECTS, assert_project_golden, sources
 
 
 @pytest.mark.parametrize("name", ("flag_branch_factory", "trainer_flag_beside_factory"))
 def test_each_module_migrates_to_its_golden_output(name):
-    results = migrate_project(sources(PROJECTS / name))
-    expected = OUTPUTS / name
-    changed = {p: r.code for p, r in results.items() if r.changed}
-    if os.environ.get("AMP_MIGRATE_UPDATE_GOLDEN") == "1":
-        for path, code in changed.items():
-            (expected / path).parent.mkdir(parents=True, exist_ok=True)
-            (expected / path).write_text(code)
-        (expected / "diagnostics.txt").write_text(_diagnostics(results))
-    stored = {str(p.relative_to(expected)): p.read_text() for p in expected.rglob("*.py")}
-    assert changed == stored
-    assert _diagnostics(results) == (expected / "diagnostics.txt").read_text()
+    assert_project_golden(name)
 
 
 def test_a_flag_branch_in_the_factory_is_its_body_and_the_group_goes_native():

@@ -5,7 +5,6 @@ unchanged from this module's one call of the owner's builder) and availability f
 True once Apex is gone. And where run-time options may make Apex cast without scaling, the
 module that hands the scaler over sets autocast's switch beside it. Each tree's outputs are checked against fixtures/project_outputs/<tree>/
 (AMP_MIGRATE_UPDATE_GOLDEN=1 regenerates them; read every changed output)."""
-import os
 
 import pytest
 
@@ -13,32 +12,16 @@ from amp_migrate.project import migrate_project
 from amp_migrate.project.index import build_index
 from amp_migrate.project.share import owner_switch
 
-from .conftest import PROJECTS, sources
+from .conftest import PROJECTS, assert_project_golden, sources
 
-OUTPUTS = PROJECTS.parent / "project_outputs"
 TREES = ("flag_guarded_builder", "builder_shared_by_two_scripts", "builder_args_rebound",
          "builder_called_where_the_trainer_runs")
 TRAINER, BUILDER = "train_contrastive.py", "simclr_like/builder.py"
 
 
-def _diagnostics(results) -> str:
-    return "".join(f"{path}: {' '.join(d.code for d in r.diagnostics)}\n"
-                   for path, r in sorted(results.items()) if r.diagnostics)
-
-
 @pytest.mark.parametrize("name", TREES)
 def test_guarded_builder_trees_migrate_to_their_golden_outputs(name):
-    results = migrate_project(sources(PROJECTS / name))
-    expected = OUTPUTS / name
-    changed = {p: r.code for p, r in results.items() if r.changed}
-    if os.environ.get("AMP_MIGRATE_UPDATE_GOLDEN") == "1":
-        for path, code in changed.items():
-            (expected / path).parent.mkdir(parents=True, exist_ok=True)
-            (expected / path).write_text(code)
-        (expected / "diagnostics.txt").write_text(_diagnostics(results))
-    stored = {str(p.relative_to(expected)): p.read_text() for p in expected.rglob("*.py")}
-    assert changed == stored
-    assert _diagnostics(results) == (expected / "diagnostics.txt").read_text()
+    assert_project_golden(name)
 
 
 def test_flag_and_builder_guard_collapse_to_one_scaled_backward():

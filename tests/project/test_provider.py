@@ -4,35 +4,17 @@ native where the provider only imports and returns it and every call is followed
 
 Golden outputs as in test_shared_scaler.py: fixtures/project_outputs/<tree>/ (regenerate with
 AMP_MIGRATE_UPDATE_GOLDEN=1 and read every changed output)."""
-import os
 
 import pytest
 
 from amp_migrate.project import migrate_project
 
-from .conftest import PROJECTS, run_json, sources
-
-OUTPUTS = PROJECTS.parent / "project_outputs"
-
-
-def _diagnostics(results) -> str:
-    return "".join(f"{path}: {' '.join(d.code for d in r.diagnostics)}\n"
-                   for path, r in sorted(results.items()) if r.diagnostics)
+from .conftest import PROJECTS, assert_project_golden, run_json, sources
 
 
 @pytest.mark.parametrize("name", ("amp_provider_native", "amp_provider_stored"))
 def test_a_provider_group_migrates_to_its_golden_output(name):
-    results = migrate_project(sources(PROJECTS / name))
-    expected = OUTPUTS / name
-    changed = {p: r.code for p, r in results.items() if r.changed}
-    if os.environ.get("AMP_MIGRATE_UPDATE_GOLDEN") == "1":
-        for path, code in changed.items():
-            (expected / path).parent.mkdir(parents=True, exist_ok=True)
-            (expected / path).write_text(code)
-        (expected / "diagnostics.txt").write_text(_diagnostics(results))
-    stored = {str(p.relative_to(expected)): p.read_text() for p in expected.rglob("*.py")}
-    assert changed == stored
-    assert _diagnostics(results) == (expected / "diagnostics.txt").read_text()
+    assert_project_golden(name)
 
 
 def test_every_caller_and_the_provider_go_native_together():

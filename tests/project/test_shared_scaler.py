@@ -5,38 +5,21 @@ cannot be handed over keeps the group on the shim with the reason at the use.
 Golden outputs: fixtures/project_outputs/<tree>/ holds each changed file as `migrate_project`
 leaves it (device "cuda") and `diagnostics.txt` (`path: CODE ...` per file). Regenerate with
 AMP_MIGRATE_UPDATE_GOLDEN=1 and read every changed output."""
-import os
 from pathlib import Path
 
 import pytest
 
 from amp_migrate.project import migrate_project
 
-from .conftest import PROJECTS, sources
+from .conftest import PROJECTS, assert_project_golden, sources
 
-OUTPUTS = PROJECTS.parent / "project_outputs"
 GOLDEN_TREES = ("checkpoint_helper", "trainer_package", "optimizer_factory", "scripts_share_helper",
                 "two_setups_one_trainer", "module_value_checkpoint_helper", "module_value_helper_called_elsewhere")
 
 
-def _diagnostics(results) -> str:
-    return "".join(f"{path}: {' '.join(d.code for d in r.diagnostics)}\n"
-                   for path, r in sorted(results.items()) if r.diagnostics)
-
-
 @pytest.mark.parametrize("name", GOLDEN_TREES)
 def test_each_module_of_a_group_migrates_to_its_golden_output(name):
-    results = migrate_project(sources(PROJECTS / name))
-    expected = OUTPUTS / name
-    changed = {p: r.code for p, r in results.items() if r.changed}
-    if os.environ.get("AMP_MIGRATE_UPDATE_GOLDEN") == "1":
-        for path, code in changed.items():
-            (expected / path).parent.mkdir(parents=True, exist_ok=True)
-            (expected / path).write_text(code)
-        (expected / "diagnostics.txt").write_text(_diagnostics(results))
-    stored = {str(p.relative_to(expected)): p.read_text() for p in expected.rglob("*.py")}
-    assert changed == stored
-    assert _diagnostics(results) == (expected / "diagnostics.txt").read_text()
+    assert_project_golden(name)
 
 
 def test_a_trainer_that_imports_the_optimizer_factory_reads_the_factory_global():

@@ -9,7 +9,6 @@
 
 Golden outputs: fixtures/project_outputs/<tree>/ (AMP_MIGRATE_UPDATE_GOLDEN=1 regenerates them;
 read every changed output)."""
-import os
 
 import pytest
 
@@ -18,31 +17,15 @@ from amp_migrate.project.entry_switch import entry_refusals, entry_switch
 from amp_migrate.project.index import build_index
 from amp_migrate.project.inference_owners import competing, inference_only
 
-from .conftest import PROJECTS, codes, run_json, sources
+from .conftest import PROJECTS, assert_project_golden, codes, run_json, sources
 
-OUTPUTS = PROJECTS.parent / "project_outputs"
 TREES = ("switch_argument_trainer", "switch_argument_called_elsewhere", "inference_owner_in_training_process")
 ENGINE, PRETRAIN, SCORE = "caption/engine.py", "caption/pretrain.py", "tools/score.py"
 
 
-def _diagnostics(results) -> str:
-    return "".join(f"{path}: {' '.join(d.code for d in r.diagnostics)}\n"
-                   for path, r in sorted(results.items()) if r.diagnostics)
-
-
 @pytest.mark.parametrize("name", TREES)
 def test_handover_trees_migrate_to_their_golden_outputs(name):
-    results = migrate_project(sources(PROJECTS / name))
-    expected = OUTPUTS / name
-    changed = {p: r.code for p, r in results.items() if r.changed}
-    if os.environ.get("AMP_MIGRATE_UPDATE_GOLDEN") == "1":
-        for path, code in changed.items():
-            (expected / path).parent.mkdir(parents=True, exist_ok=True)
-            (expected / path).write_text(code)
-        (expected / "diagnostics.txt").write_text(_diagnostics(results))
-    stored = {str(p.relative_to(expected)): p.read_text() for p in expected.rglob("*.py")}
-    assert changed == stored
-    assert _diagnostics(results) == (expected / "diagnostics.txt").read_text()
+    assert_project_golden(name)
 
 
 def _index(files):

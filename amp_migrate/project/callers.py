@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from .index import Import, ProjectIndex
+from .index import Import, ProjectIndex, dotted_chain
 
 STAR = "*"  # `from target import *`: every public name, the function's included
 
@@ -41,12 +41,7 @@ def callee_names(index: ProjectIndex, importer: str, tree: ast.Module, target: s
 
 def dotted(node: ast.AST) -> str:
     """`a.b.c` for a chain of attributes on a name, else ""."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        inner = dotted(node.value)
-        return f"{inner}.{node.attr}" if inner else ""
-    return ""
+    return dotted_chain(node) or ""
 
 
 def mentions(tree: ast.Module, names: set[str]) -> list[ast.AST]:

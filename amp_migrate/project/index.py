@@ -113,7 +113,7 @@ def module_name(path: str) -> str:
     return ".".join(parts)
 
 
-def _dotted(node: ast.AST) -> Optional[str]:
+def dotted_chain(node: ast.AST) -> Optional[str]:
     """`a.b.c` for a chain of attributes on a name (`self.amp` included), else None."""
     parts = []
     while isinstance(node, ast.Attribute):
@@ -136,7 +136,7 @@ def _migrated(text: object) -> bool:
 
 def _dynamic_import(call: ast.Call) -> Optional[str]:
     """The Apex module `importlib.import_module("apex.amp")` / `__import__("apex")` names."""
-    func = _dotted(call.func)
+    func = dotted_chain(call.func)
     if func is None or func.rsplit(".", 1)[-1] not in ("import_module", "__import__"):
         return None
     if call.args and isinstance(call.args[0], ast.Constant) and _apex_module(call.args[0].value):
@@ -287,7 +287,7 @@ class _Reader:
         return dotted
 
     def visit_Assign(self, node: ast.Assign) -> None:
-        callee = _dotted(node.value.func) if isinstance(node.value, ast.Call) else None
+        callee = dotted_chain(node.value.func) if isinstance(node.value, ast.Call) else None
         if callee and self._is_initialize(callee):
             targets = " = ".join(ast.unparse(t) for t in node.targets)
             self.facts.initialize.append(self._site(node, f"{targets} = {callee}"))
@@ -307,7 +307,7 @@ class _Reader:
         if dynamic:
             self.facts.dynamic.append(self._site(node, dynamic))
             return
-        callee = _dotted(node.func)
+        callee = dotted_chain(node.func)
         if callee is None or id(node) in self.handled:
             return
         qualified = self.qualify(callee)
@@ -333,7 +333,7 @@ class _Reader:
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if node.attr == "_amp_state":
-            self.facts.uses.append(self._site(node, _dotted(node) or "_amp_state"))
+            self.facts.uses.append(self._site(node, dotted_chain(node) or "_amp_state"))
 
     def visit_Return(self, node: ast.Return) -> None:
         value = node.value
@@ -606,14 +606,14 @@ def _reread(modules: dict[str, ModuleFacts], path: str, text: str, tree: ast.Mod
 def _provided(facts: ModuleFacts, node: ast.Assign, stack: tuple[str, ...],
               providers: dict[str, list[tuple[str, Site]]], imported: set[str], lines: list[str],
               aliases: Mapping[str, str] = {}) -> None:
-    callee = _dotted(node.value.func)
+    callee = dotted_chain(node.value.func)
     function = callee.rsplit(".", 1)[-1] if callee else ""
     function = aliases.get(function, function) if callee == function else function
     for provider_path, site in providers.get(function, ()):
         if provider_path != facts.path and provider_path not in imported:
             continue
         for target in node.targets:
-            key = _dotted(target) or ast.unparse(target)
+            key = dotted_chain(target) or ast.unparse(target)
             facts.provided.append(Site(node.lineno, column(lines, node),
                                        f"{key} = {callee}(...), from {provider_path}:{site.line}",
                                        ".".join(stack) or "<module>"))

@@ -46,9 +46,12 @@ def _raise_flag(noop_flag: torch.Tensor, bad: torch.Tensor) -> None:
 
 
 def _any_non_finite(tensors: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor:
-    if not tensors:
+    """One reduction per tensor: min and max are finite exactly when every element is (NaN
+    propagates through both), with no boolean temporary the size of the tensor."""
+    extremes = [x.to(device) for t in tensors if t.numel() for x in torch.aminmax(t)]
+    if not extremes:
         return torch.zeros((), dtype=torch.bool, device=device)
-    return torch.stack([(~torch.isfinite(t)).any().to(device) for t in tensors]).any()
+    return ~torch.isfinite(torch.stack(extremes)).all()
 
 
 def _norms(noop_flag: torch.Tensor, tensors: Sequence[torch.Tensor],

@@ -49,21 +49,24 @@ def lamb_update_(params, grads, exp_avgs, exp_avg_sqs, *, lr, beta1, beta2, eps,
     beta3 = 1 - beta1 if grad_averaging else 1.0
     adaptive = use_nvlamb or weight_decay != 0
     for i, (p, g, m, v) in enumerate(zip(params, grads, exp_avgs, exp_avg_sqs)):
+        # Fresh temporaries are updated in place (the same operations in the same order, so
+        # the same bits): at tens of millions of elements the allocations are the cost.
         p32 = p.float()
         g32 = g.float() / clip_divisor.to(g.device)
         if not adam_w_mode and weight_decay != 0:
-            g32 = g32 + weight_decay * p32
+            g32.add_(weight_decay * p32)
         m32 = m.float().mul_(beta1).add_(g32, alpha=beta3)
         v32 = v.float().mul_(beta2).addcmul_(g32, g32, value=1 - beta2)
-        update = (m32 / bc1) / ((v32 / bc2).sqrt() + eps)
+        del g32
+        update = (m32 / bc1).div_((v32 / bc2).sqrt_().add_(eps))
         if adam_w_mode and weight_decay != 0:
-            update = update + weight_decay * p32
+            update.add_(weight_decay * p32)
         if adaptive:
             (p_norm, u_norm), _ = ops.l2_norms([p32, update], p32.device)
             ratio = torch.where((p_norm != 0) & (u_norm != 0), p_norm / u_norm, torch.ones_like(p_norm))
-            new = p32 - (lr * ratio) * update
+            new = p32 - update.mul_(lr * ratio)
         else:
-            new = p32 - lr * update
+            new = p32 - update.mul_(lr)
         p.copy_(new)
         if out_params is not None and out_params[i] is not None:
             out_params[i].copy_(new)

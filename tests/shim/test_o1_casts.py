@@ -1,5 +1,5 @@
-"""Apex's O1 cast tests (tests/L0/run_amp: test_basic_casts, test_promotion, test_cache, test_rnn;
-apex_api.md §12), rewritten device-agnostic for the shim's O1, which is `torch.autocast`.
+"""Apex's O1 cast tests (tests/L0/run_amp: test_basic_casts, test_promotion, test_cache, test_rnn),
+rewritten device-agnostic for the shim's O1 `initialize`, which is `torch.autocast`.
 
 Apex compared type strings ('torch.cuda.HalfTensor'); here HALF is the shim's autocast dtype on
 the device (float16 unless AMP_SHIM_DTYPE=bfloat16). Where autocast on a device gives another
@@ -29,7 +29,8 @@ def device(request):
 
 @pytest.fixture
 def o1(device):
-    """The old API's `amp.init()` on `device` (init picks CUDA when there is one)."""
+    """O1 as `amp.initialize` switches it on for `device`: autocast alone. (The old API's
+    `amp.init()` adds Apex's own lists on top: tests/shim/test_legacy_init_casts.py.)"""
     handle = _activate(device)
     yield handle
     handle._deactivate()

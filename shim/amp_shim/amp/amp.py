@@ -32,6 +32,7 @@ from .._deprecation import deprecated_warning
 from ._amp_state import _amp_state
 from .autocast_casts import AutocastCasts, shim_dtype
 from .frontend import _DEPRECATION_MESSAGE
+from . import legacy_init_casts
 from .handle import AmpHandle, NoOpHandle
 from .lists import functional_overrides, tensor_overrides, torch_overrides  # noqa: F401 (Apex's names)
 
@@ -131,8 +132,13 @@ def _activate(
     enable_caching: bool = True,
     verbose: bool = False,
     allow_banned: bool = False,
+    apex_lists: bool = False,
 ) -> AmpHandle:
-    """Switch O1 on for `device_type` and install the cast policy; what `init` and O1 share."""
+    """Switch O1 on for `device_type` and install the cast policy; what `init` and O1 share.
+
+    `apex_lists` (the old API's `init` only): Apex's own rules where autocast's lists differ
+    (`legacy_init_casts`); O1 `initialize` stays autocast alone, its native recipe.
+    """
     global _DECORATOR_HANDLE
     previous = getattr(_amp_state, "handle", None)
     if previous is not None:
@@ -149,6 +155,8 @@ def _activate(
     for module, name in list(_USER_PROMOTE_REGISTRY):
         _install_cast(handle, module, name, PROMOTE)
     _USER_PROMOTE_REGISTRY.clear()
+    if apex_lists:
+        legacy_init_casts.install(handle, _install_cast, FLOAT, HALF)
 
     for name, message in functional_overrides.BANNED_FUNCS:
         if allow_banned:
@@ -174,8 +182,8 @@ def init(enabled: bool = True, loss_scale: Any = "dynamic", enable_caching: bool
         handle = NoOpHandle()
         _DECORATOR_HANDLE = handle
         return handle
-    return _activate(_default_device_type(), loss_scale=loss_scale,
-                     enable_caching=enable_caching, verbose=verbose, allow_banned=allow_banned)
+    return _activate(_default_device_type(), loss_scale=loss_scale, enable_caching=enable_caching,
+                     verbose=verbose, allow_banned=allow_banned, apex_lists=True)
 
 
 def _check_registration(module: Any, name: str) -> None:

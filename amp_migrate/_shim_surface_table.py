@@ -83,6 +83,10 @@ MODULES: dict[str, frozenset[str]] = {
         '_is_single_optimizer', 'all_reduce_found_inf_', 'annotations', 'arm_skip',
         'disable_casts', 'print_landed_skip_messages', 'restore_stashed_grads', 'scale_loss',
     }),
+    'amp_shim.amp.legacy_init_casts': frozenset({
+        'Any', 'Callable', 'FP32_LISTS', 'RNN_FUNCTIONS', 'VariableFunctions', '_in_place',
+        '_install_in_place_check', '_is_half', 'annotations', 'install',
+    }),
     'amp_shim.amp.lists': frozenset({
     }),
     'amp_shim.amp.lists.functional_overrides': frozenset({
@@ -338,6 +342,8 @@ SIGNATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...], bool, bool]] = {
     'amp_shim.amp.handle.scale_loss': (('loss', 'optimizers', 'loss_id', 'model', 'delay_unscale', 'delay_overflow_check'), ('loss', 'optimizers', 'loss_id', 'model', 'delay_unscale', 'delay_overflow_check'), False, False),
     'amp_shim.amp.init': (('enabled', 'loss_scale', 'enable_caching', 'verbose', 'allow_banned'), ('enabled', 'loss_scale', 'enable_caching', 'verbose', 'allow_banned'), False, False),
     'amp_shim.amp.initialize': (('models', 'optimizers', 'enabled', 'opt_level', 'cast_model_type', 'patch_torch_functions', 'keep_batchnorm_fp32', 'master_weights', 'loss_scale', 'cast_model_outputs', 'num_losses', 'verbosity', 'min_loss_scale', 'max_loss_scale'), ('models', 'optimizers', 'enabled', 'opt_level', 'cast_model_type', 'patch_torch_functions', 'keep_batchnorm_fp32', 'master_weights', 'loss_scale', 'cast_model_outputs', 'num_losses', 'verbosity', 'min_loss_scale', 'max_loss_scale'), False, False),
+    'amp_shim.amp.legacy_init_casts.VariableFunctions': ((), (), False, False),
+    'amp_shim.amp.legacy_init_casts.install': (('handle', 'install_cast', 'float_kind', 'half_kind'), ('handle', 'install_cast', 'float_kind', 'half_kind'), False, False),
     'amp_shim.amp.load_state_dict': (('state_dict',), ('state_dict',), False, False),
     'amp_shim.amp.master_params': (('optimizer',), ('optimizer',), False, False),
     'amp_shim.amp.opt.LossScaler': (('loss_scale', 'init_scale', 'scale_factor', 'scale_window', 'min_loss_scale', 'max_loss_scale', 'device'), ('loss_scale', 'init_scale', 'scale_factor', 'scale_window', 'min_loss_scale', 'max_loss_scale', 'device'), False, False),

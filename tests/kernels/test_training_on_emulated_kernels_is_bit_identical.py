@@ -15,18 +15,7 @@ from amp_shim.amp._amp_state import _amp_state
 from amp_shim.engine.host_syncs import CountHostSyncs
 from helpers import kernels_env
 from reference import assert_same_bits
-
-def _reset_amp():
-    handle = getattr(_amp_state, "handle", None)
-    if handle is not None:
-        handle._deactivate()
-    for name in ("handle", "loss_scalers", "opt_properties", "min_loss_scale", "max_loss_scale"):
-        if hasattr(_amp_state, name):
-            delattr(_amp_state, name)
-    for device_type in ("cpu", "cuda"):
-        torch.set_autocast_enabled(device_type, False)
-    torch.clear_autocast_cache()
-
+from shim_state import reset_amp_state
 
 class Net(nn.Module):
     def __init__(self):
@@ -68,7 +57,7 @@ def _train(level, steps=6, accumulate=2, **kwargs):
         record.append((float(loss.detach().float()), _amp_state.loss_scalers[0].loss_scale()))
     params = [p.detach().clone() for p in model.parameters()]
     masters = [p.detach().clone() for p in amp.master_params(opt)]
-    _reset_amp()
+    reset_amp_state()
     return record, params, masters, syncs
 
 

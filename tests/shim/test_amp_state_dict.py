@@ -13,28 +13,6 @@ from amp_shim.amp.scaler import LossScaler
 
 pytestmark = pytest.mark.filterwarnings("ignore::amp_shim._deprecation.DeprecatedFeatureWarning")
 
-_TOUCHED = ("loss_scalers", "opt_properties", "min_loss_scale", "max_loss_scale")
-
-
-def _reset_amp_state() -> None:
-    handle = getattr(_amp_state, "handle", None)
-    if handle is not None:
-        handle._deactivate()
-        del _amp_state.handle
-    for name in _TOUCHED:
-        if hasattr(_amp_state, name):
-            delattr(_amp_state, name)
-    _amp_state.hard_override = False
-    _amp_state.verbosity = 1
-
-
-@pytest.fixture(autouse=True)
-def fresh_amp_state():
-    _reset_amp_state()
-    yield
-    _reset_amp_state()
-
-
 def _scalers(*specs):
     _amp_state.loss_scalers = [LossScaler(spec) for spec in specs]
     return _amp_state.loss_scalers

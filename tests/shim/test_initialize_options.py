@@ -15,28 +15,6 @@ from amp_shim.amp.frontend import O0, O1, O2, O3, Properties, opt_levels
 
 pytestmark = pytest.mark.filterwarnings("ignore::amp_shim._deprecation.DeprecatedFeatureWarning")
 
-_TOUCHED = ("loss_scalers", "opt_properties", "min_loss_scale", "max_loss_scale")
-
-
-def _reset_amp_state() -> None:
-    handle = getattr(_amp_state, "handle", None)
-    if handle is not None:
-        handle._deactivate()
-        del _amp_state.handle
-    for name in _TOUCHED:
-        if hasattr(_amp_state, name):
-            delattr(_amp_state, name)
-    _amp_state.hard_override = False
-    _amp_state.verbosity = 1
-
-
-@pytest.fixture(autouse=True)
-def fresh_amp_state():
-    _reset_amp_state()
-    yield
-    _reset_amp_state()
-
-
 def _model_and_optimizer():
     model = torch.nn.Linear(4, 3)
     return model, torch.optim.SGD(model.parameters(), lr=0.1)

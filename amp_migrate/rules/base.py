@@ -18,7 +18,6 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import Codemod, CodemodContext, ContextAwareTransformer, VisitorBasedCodemodCommand
 from libcst.codemod.visitors import AddImportsVisitor
-from libcst._metadata_dependent import LazyValue
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import (MetadataWrapper, ParentNodeProvider, PositionProvider,
                              QualifiedNameProvider, ScopeProvider)
@@ -497,7 +496,9 @@ class Rule(VisitorBasedCodemodCommand):
                 raise KeyError(f"{key.__name__} is not available to {type(self).__name__}")
             self.metadata = {**self.metadata, key: self.context.wrapper.resolve(key)}
         value = self.metadata[key][node] if default is _UNDEFINED else self.metadata[key].get(node, default)
-        return value() if isinstance(value, LazyValue) else value
+        # QualifiedNameProvider, alone among libcst's providers, stores a callable that computes
+        # the set on first use; libcst's own get_metadata calls it the same way.
+        return value() if key is QualifiedNameProvider and callable(value) else value
 
     # -- helpers for rules -----------------------------------------------------------------
     def apex_name(self, node: cst.CSTNode) -> Optional[str]:

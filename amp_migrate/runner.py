@@ -116,6 +116,9 @@ class Workers:
         # and forked workers do not copy it page by page. Syntax trees hold no reference
         # cycles, so the collector runs a hundred times less often than by default (as mypy
         # does); reference counting frees each file's trees as before.
+        # Both are process-wide: put back at exit, so a long-running caller of the API keeps
+        # its own collector settings (and what it froze itself stays frozen).
+        self._thresholds, self._froze = gc.get_threshold(), gc.get_freeze_count() == 0
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
         if self.size > 1:
@@ -131,13 +134,17 @@ class Workers:
         return self
 
     def __exit__(self, kind, value, traceback) -> None:
-        if self.pool is None:
-            return
-        if kind is None:
-            self.pool.close()
-        else:
-            self.pool.terminate()
-        self.pool.join()
+        try:
+            if self.pool is not None:
+                if kind is None:
+                    self.pool.close()
+                else:
+                    self.pool.terminate()
+                self.pool.join()
+        finally:
+            gc.set_threshold(*self._thresholds)
+            if self._froze:
+                gc.unfreeze()
 
     def results(self, jobs: Iterable[Job]) -> Iterator[FileResult]:
         """Results in completion order; callers sort. The workers start at once, so the caller

@@ -6,6 +6,7 @@ legacy script runs on CPU (autocast "cpu") and on GPUs (autocast "cuda").
 from __future__ import annotations
 
 import functools
+import types
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable
@@ -156,15 +157,36 @@ def check_optimizers(optimizers: list) -> None:
             )
 
 
+class CastingForward:
+    """The forward `initialize` installs: cast the inputs, run the model's forward, cast the outputs.
+
+    A class rather than Apex's closure so that the model can be pickled, saved whole with
+    `torch.save(model)` and deep-copied. A bound method is kept as its function and module, so
+    a copy's forward runs the copied module, and unpickling never looks `forward` up on a
+    module whose own `forward` is this object.
+    """
+
+    def __init__(self, forward: Callable[..., Any], input_caster: Callable[[Any], Any] | None,
+                 output_caster: Callable[[Any], Any]) -> None:
+        if isinstance(forward, types.MethodType):
+            self.function, self.bound_to = forward.__func__, forward.__self__
+        else:
+            self.function, self.bound_to = forward, None
+        self.input_caster = input_caster
+        self.output_caster = output_caster
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.input_caster is not None:
+            args, kwargs = applier(args, self.input_caster), applier(kwargs, self.input_caster)
+        if self.bound_to is not None:
+            output = self.function(self.bound_to, *args, **kwargs)
+        else:
+            output = self.function(*args, **kwargs)
+        return applier(output, self.output_caster)
+
+
 def _patch_forward(model: torch.nn.Module, input_caster, output_caster) -> None:
-    old_fwd = model.forward
-
-    def new_fwd(*args, **kwargs):
-        if input_caster is not None:
-            args, kwargs = applier(args, input_caster), applier(kwargs, input_caster)
-        return applier(old_fwd(*args, **kwargs), output_caster)
-
-    model.forward = new_fwd
+    model.forward = CastingForward(model.forward, input_caster, output_caster)
 
 
 def _activate_o1(models: list, device: torch.device, verbose: bool, loss_scale="dynamic") -> AmpHandle:

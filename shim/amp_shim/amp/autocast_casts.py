@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 
@@ -88,22 +88,53 @@ class AutocastCasts:
 
     def cover_forward(self, model: torch.nn.Module) -> None:
         """Make `model`'s forward autocast in threads where O1 is not already on."""
-        def pre_hook(module, args):
-            stack = getattr(_tls, "entered", None)
-            if stack is None:
-                stack = _tls.entered = []
-            ctx = None
-            if (self.active and _disabled_depth() == 0
-                    and not torch.is_autocast_enabled(self.device_type)):
-                ctx = torch.autocast(self.device_type, dtype=self.dtype)
-                ctx.__enter__()
-            stack.append(ctx)
+        self._hooks.append(model.register_forward_pre_hook(
+            EnterForwardAutocast(self, self.device_type)))
+        self._hooks.append(model.register_forward_hook(exit_forward_autocast, always_call=True))
 
-        def post_hook(module, args, output):
-            stack = getattr(_tls, "entered", None)
-            ctx = stack.pop() if stack else None
-            if ctx is not None:
-                ctx.__exit__(None, None, None)
 
-        self._hooks.append(model.register_forward_pre_hook(pre_hook))
-        self._hooks.append(model.register_forward_hook(post_hook, always_call=True))
+def _live_casts(device_type: str) -> AutocastCasts | None:
+    """The casts of the process's current O1 activation for `device_type`, if any."""
+    from ._amp_state import _amp_state
+
+    casts = getattr(getattr(_amp_state, "handle", None), "_casts", None)
+    if isinstance(casts, AutocastCasts) and casts.device_type == device_type:
+        return casts
+    return None
+
+
+class EnterForwardAutocast:
+    """Forward pre-hook: enter autocast for this forward if O1 is on but not in this thread.
+
+    A class rather than a closure so that a covered model can be pickled, saved whole and
+    deep-copied. A copy does not carry the activation it was made under (that is per process
+    and per thread); it follows the process's current O1 activation for the device, as Apex's
+    process-wide patches did for any model, and is inert when O1 is off.
+    """
+
+    def __init__(self, casts: AutocastCasts | None, device_type: str) -> None:
+        self.casts = casts
+        self.device_type = device_type
+
+    def __reduce__(self) -> tuple[type, tuple[None, str]]:
+        return (type(self), (None, self.device_type))
+
+    def __call__(self, module: torch.nn.Module, args: Any) -> None:
+        stack = getattr(_tls, "entered", None)
+        if stack is None:
+            stack = _tls.entered = []
+        casts = self.casts if self.casts is not None else _live_casts(self.device_type)
+        ctx = None
+        if (casts is not None and casts.active and _disabled_depth() == 0
+                and not torch.is_autocast_enabled(casts.device_type)):
+            ctx = torch.autocast(casts.device_type, dtype=casts.dtype)
+            ctx.__enter__()
+        stack.append(ctx)
+
+
+def exit_forward_autocast(module: torch.nn.Module, args: Any, output: Any) -> None:
+    """Forward hook: leave what `EnterForwardAutocast` entered for this forward, if anything."""
+    stack = getattr(_tls, "entered", None)
+    ctx = stack.pop() if stack else None
+    if ctx is not None:
+        ctx.__exit__(None, None, None)

@@ -115,6 +115,9 @@ def _review(results: list, console: Console) -> list:
 @click.option("--force-exclude", is_flag=True,
               help="Apply excludes to files named on the command line too (for pre-commit).")
 @click.option("--no-gitignore", is_flag=True, help="Do not skip files that git ignores.")
+@click.option("--follow-symlinks", is_flag=True,
+              help="Follow symlinks to files and folders found in folders (otherwise they are "
+                   "reported and skipped).")
 @click.option("-j", "--jobs", type=click.IntRange(min=1),
               help="Worker processes.  [default: CPU count]")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary.")
@@ -122,7 +125,8 @@ def _review(results: list, console: Console) -> list:
 def migrate(paths: tuple[str, ...], target: Optional[str], device: Optional[str],
             dtype: Optional[str], diff: bool, interactive: bool, check: bool, fmt: str,
             exclude: tuple[str, ...], include: tuple[str, ...], force_exclude: bool,
-            no_gitignore: bool, jobs: Optional[int], quiet: bool, no_color: bool) -> None:
+            no_gitignore: bool, follow_symlinks: bool, jobs: Optional[int], quiet: bool,
+            no_color: bool) -> None:
     """Rewrite Apex-using Python files and notebooks under PATHS in place."""
     from . import report
 
@@ -131,7 +135,7 @@ def migrate(paths: tuple[str, ...], target: Optional[str], device: Optional[str]
     if interactive and not _stdin_is_terminal():
         raise click.UsageError("--interactive asks questions, but stdin is not a terminal")
     options, files = _options_and_files(paths, target, device, dtype, exclude, include,
-                                        force_exclude, no_gitignore)
+                                        force_exclude, no_gitignore, follow_symlinks)
     mode = "interactive" if interactive else "check" if check else "diff" if diff else "fix"
     console = Console(file=sys.stdout, no_color=True if no_color else None, highlight=False,
                       soft_wrap=True, emoji=False)
@@ -155,7 +159,7 @@ def migrate(paths: tuple[str, ...], target: Optional[str], device: Optional[str]
 
 def _options_and_files(paths: tuple[str, ...], target: Optional[str], device: Optional[str],
                        dtype: Optional[str], exclude: tuple[str, ...], include: tuple[str, ...],
-                       force_exclude: bool, no_gitignore: bool) -> tuple:
+                       force_exclude: bool, no_gitignore: bool, follow_symlinks: bool = False) -> tuple:
     """The run's Options (flags over the config file's settings) and the files it covers."""
     from . import config, discover
     from .options import Options
@@ -174,7 +178,7 @@ def _options_and_files(paths: tuple[str, ...], target: Optional[str], device: Op
         + tuple(discover.Glob(g) for g in exclude),
         include=tuple(discover.Glob(g) for g in include)
         or tuple(discover.Glob(g, settings.folder) for g in settings.include),
-        gitignore=not no_gitignore, force_exclude=force_exclude)
+        gitignore=not no_gitignore, force_exclude=force_exclude, follow_symlinks=follow_symlinks)
     return options, discover.discover(paths, filters)
 
 
@@ -184,11 +188,15 @@ def _migrate_files(files: list, options, mode: str, want_diff: bool, jobs: Optio
     the project pass, written in fix mode, reviewed in interactive mode. An interrupt leaves
     every file written in full or not at all."""
     from . import runner
+    from .file_result import FileResult
     from .project import Tree
 
+    # What discovery could not take is reported as it is; nothing reads it.
+    results: list = [FileResult(f.path, f.kind, error=f.error, notes=(f.note,) if f.note else ())
+                     for f in files if not f.taken]
+    files = [f for f in files if f.taken]
     show_progress = not quiet and sys.stderr.isatty() and len(files) >= _PROGRESS_FROM
     jobs_ = [runner.Job(f.path, f.kind, options, want_diff=want_diff) for f in files]
-    results: list = []
     try:
         with runner.Workers(jobs or runner.default_jobs(), len(jobs_)) as workers, \
                 _progress(len(jobs_), show_progress) as advance:

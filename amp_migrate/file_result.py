@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from .diagnostics import Diagnostic, Severity
+from .source_file import Stamp
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class FileResult:
     diff: str = ""
     new_bytes: Optional[bytes] = None
     written: bool = False
+    stamp: Optional[Stamp] = None  # what was read: the write checks the file is still that
 
     @property
     def failed(self) -> bool:

@@ -175,7 +175,7 @@ def json_document(results: Sequence[FileResult], summary: Summary, *, mode: str,
     """The `--format json` document; its schema is documented in docs/cli.md."""
     files = []
     for r in results:
-        if not (r.scanned or r.error is not None):
+        if not (r.scanned or r.error is not None or r.notes):
             continue
         entry: dict[str, Any] = {
             "path": r.path,

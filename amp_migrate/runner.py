@@ -21,7 +21,7 @@ from .migrate import MigrationError, might_use_apex, migrate_source
 from .options import Options
 from .rules.plan import SharedScaler
 from .report import unified_diff
-from .source_file import SourceError, decode, read_bytes, write_atomic
+from .source_file import SourceError, decode, read_stamped, write_atomic
 
 
 @dataclass(frozen=True)
@@ -50,11 +50,17 @@ def _migrate_python(job: Job, data: bytes) -> FileResult:
 
 
 def process(job: Job) -> FileResult:
-    """Read and migrate one file; never raises."""
+    """Read and migrate one file; never raises. The result carries the read's Stamp, so that
+    `write` leaves a file alone that someone edited meanwhile."""
     try:
-        data = read_bytes(job.path)
+        data, stamp = read_stamped(job.path)
     except SourceError as exc:
         return FileResult(job.path, job.kind, error=str(exc))
+    result = _process(job, data)
+    return replace(result, stamp=stamp) if result.new_bytes is not None else result
+
+
+def _process(job: Job, data: bytes) -> FileResult:
     # Source encodings are ASCII-compatible, so the markers read the same in latin-1.
     # A file with a part in a project's group is migrated whatever it spells (a caller of a
     # provider of Apex's module spells no `apex`).
@@ -78,7 +84,7 @@ def write(result: FileResult) -> FileResult:
     if not result.changed or result.new_bytes is None or result.error is not None:
         return result
     try:
-        write_atomic(result.path, result.new_bytes)
+        write_atomic(result.path, result.new_bytes, expect=result.stamp)
     except SourceError as exc:
         return result.with_error(str(exc))
     return replace(result, written=True)

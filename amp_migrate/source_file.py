@@ -8,17 +8,19 @@ an interruption never leaves half a file.
 """
 from __future__ import annotations
 
+import errno
+import hashlib
 import io
 import os
+import secrets
 import signal
 import stat
-import tempfile
 import threading
 import tokenize
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Union
+from typing import Iterator, Optional, Union
 
 
 class SourceError(Exception):
@@ -73,12 +75,85 @@ def decode(data: bytes) -> SourceText:
     return source
 
 
-def read_bytes(path: Union[str, Path]) -> bytes:
+@dataclass(frozen=True)
+class Stamp:
+    """What a read saw, so that the write can tell the file is still the one that was migrated:
+    its folder (device, inode) and a digest of its bytes."""
+
+    folder: tuple[int, int]
+    digest: str
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_AT = os.open in os.supports_dir_fd and os.replace in os.supports_dir_fd and _NOFOLLOW != 0
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+
+
+def file_type(mode: int) -> str:
+    """What a file that is not a regular one is, for messages: "a FIFO", "a socket", ..."""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def _open_folder(path: Union[str, Path]) -> tuple[Optional[int], str]:
+    """The file's folder open as a descriptor (None where the platform cannot open files
+    relative to one) and its name in it: later steps then cannot be sent elsewhere by a folder
+    swapped for a symlink."""
+    folder, name = os.path.split(os.path.abspath(path))
+    if not _AT:
+        return None, os.path.join(folder, name)
+    return os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)), name
+
+
+def _read_regular(name: str, dir_fd: Optional[int]) -> bytes:
+    """The bytes of a regular file, never through a symlink and never blocking on a FIFO or a
+    device (opened non-blocking, then refused by its type before any read)."""
+    flags = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
+        fd = os.open(name, flags, dir_fd=dir_fd) if dir_fd is not None else os.open(name, flags)
     except OSError as exc:
+        if exc.errno == errno.ELOOP and _is_link(name, dir_fd):
+            raise SourceError("a symbolic link, not followed") from None
         raise SourceError(_os_reason(exc, "cannot read")) from None
+    with os.fdopen(fd, "rb") as handle:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise SourceError(f"not a regular file ({file_type(mode)}), not read")
+        try:
+            return handle.read()
+        except OSError as exc:
+            raise SourceError(_os_reason(exc, "cannot read")) from None
+
+
+def _is_link(name: str, dir_fd: Optional[int]) -> bool:
+    try:
+        info = os.stat(name, follow_symlinks=False, **({"dir_fd": dir_fd} if dir_fd is not None else {}))
+    except OSError:
+        return False
+    return stat.S_ISLNK(info.st_mode)
+
+
+def read_stamped(path: Union[str, Path]) -> tuple[bytes, Stamp]:
+    """The file's bytes and the Stamp that `write_atomic` checks before replacing it."""
+    try:
+        dir_fd, name = _open_folder(path)
+    except OSError as exc:
+        raise SourceError(_os_reason(exc, "cannot open its folder")) from None
+    try:
+        data = _read_regular(name, dir_fd)
+        folder = os.fstat(dir_fd) if dir_fd is not None else os.stat(os.path.dirname(name))
+    finally:
+        if dir_fd is not None:
+            os.close(dir_fd)
+    return data, Stamp((folder.st_dev, folder.st_ino), _digest(data))
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_bytes(path: Union[str, Path]) -> bytes:
+    return read_stamped(path)[0]
 
 
 def _os_reason(exc: OSError, what: str) -> str:
@@ -104,41 +179,109 @@ def _interrupts_deferred() -> Iterator[None]:
 def check_writable(path: Union[str, Path]) -> None:
     """Refuse files the user marked read-only, even where the folder (or root) would allow
     replacing them."""
-    target = os.path.realpath(path)
     try:
-        mode = os.stat(target).st_mode
+        dir_fd, name = _open_folder(path)
+    except OSError as exc:
+        raise SourceError(_os_reason(exc, "cannot open its folder")) from None
+    try:
+        _check_writable(name, dir_fd)
+    finally:
+        if dir_fd is not None:
+            os.close(dir_fd)
+
+
+def _check_writable(name: str, dir_fd: Optional[int]) -> os.stat_result:
+    """The file's own entry (never a symlink's target), refused unless a writable regular file."""
+    at = {"dir_fd": dir_fd} if dir_fd is not None else {}
+    try:
+        info = os.stat(name, follow_symlinks=False, **at)
     except OSError as exc:
         raise SourceError(_os_reason(exc, "cannot stat")) from None
-    if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(target, os.W_OK):
+    if stat.S_ISLNK(info.st_mode):
+        raise SourceError("now a symbolic link (replaced during migration), not written")
+    if not stat.S_ISREG(info.st_mode):
+        raise SourceError(f"not a regular file ({file_type(info.st_mode)}), not written")
+    if not info.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(name, os.W_OK, **at):
         raise SourceError("not writable: the file is read-only")
+    return info
 
 
-def write_atomic(path: Union[str, Path], data: bytes) -> None:
-    """Replace the file (a symlink's target) with `data` by rename, keeping its mode and,
-    where allowed, its owner. On any failure the old file is left as it was."""
-    target = os.path.realpath(path)
-    check_writable(target)
-    info = os.stat(target)
-    folder, name = os.path.split(target)
-    with _interrupts_deferred():
+def _create_temp(name: str, dir_fd: Optional[int]) -> tuple[int, str]:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    folder, base = os.path.split(name)
+    for _ in range(100):
+        temp = os.path.join(folder, f".{base}.{secrets.token_hex(4)}.amp-migrate")
         try:
-            fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".amp-migrate")
-        except OSError as exc:
-            raise SourceError(_os_reason(exc, "cannot write to its folder")) from None
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.chmod(temp, stat.S_IMODE(info.st_mode))
+            fd = os.open(temp, flags, 0o600, **({"dir_fd": dir_fd} if dir_fd is not None else {}))
+        except FileExistsError:
+            continue
+        return fd, temp
+    raise FileExistsError(errno.EEXIST, "no free temporary name")
+
+
+def write_atomic(path: Union[str, Path], data: bytes, expect: Optional[Stamp] = None) -> None:
+    """Replace the file's own directory entry with `data` by rename, keeping its mode and, where
+    allowed, its owner. On any failure the old file is left as it was.
+
+    A symlink is never followed: a file that is one now was swapped during the run, and its
+    target may lie outside the tree. With `expect` (what the migration read), the file is
+    re-read just before the rename and left alone unless it is still those bytes in that
+    folder, so that an edit made while the run computed is never lost.
+    """
+    try:
+        dir_fd, name = _open_folder(path)
+    except OSError as exc:
+        raise SourceError(_os_reason(exc, "cannot open its folder")) from None
+    at = {"dir_fd": dir_fd} if dir_fd is not None else {}
+    try:
+        with _interrupts_deferred():
+            _write_in(name, dir_fd, at, data, expect)
+    finally:
+        if dir_fd is not None:
+            os.close(dir_fd)
+
+
+def _write_in(name: str, dir_fd: Optional[int], at: dict, data: bytes, expect: Optional[Stamp]) -> None:
+    if expect is not None:
+        folder = os.fstat(dir_fd) if dir_fd is not None else os.stat(os.path.dirname(name))
+        if (folder.st_dev, folder.st_ino) != expect.folder:
+            raise SourceError("its folder was moved or replaced during migration, not written")
+    info = _check_writable(name, dir_fd)
+    try:
+        fd, temp = _create_temp(name, dir_fd)
+    except OSError as exc:
+        raise SourceError(_os_reason(exc, "cannot write to its folder")) from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fchmod(fd, stat.S_IMODE(info.st_mode))
             try:
-                os.chown(temp, info.st_uid, info.st_gid)
+                os.fchown(fd, info.st_uid, info.st_gid)
             except OSError:
                 pass
-            os.replace(temp, target)
-        except BaseException as exc:
-            try:
-                os.unlink(temp)
-            except OSError:
-                pass
-            if isinstance(exc, OSError):
-                raise SourceError(_os_reason(exc, "cannot write")) from None
-            raise
+        if expect is not None:
+            _check_unchanged(name, dir_fd, expect)
+        if dir_fd is not None:
+            os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        else:
+            os.replace(temp, name)
+    except BaseException as exc:
+        try:
+            os.unlink(temp, **at)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise SourceError(_os_reason(exc, "cannot write")) from None
+        raise
+
+
+def _check_unchanged(name: str, dir_fd: Optional[int], expect: Stamp) -> None:
+    """The last look before the rename: the same bytes as were migrated, still a regular file."""
+    _check_writable(name, dir_fd)
+    try:
+        current = _read_regular(name, dir_fd)
+    except SourceError as exc:
+        raise SourceError(f"changed during migration ({exc}), not written") from None
+    if _digest(current) != expect.digest:
+        raise SourceError("changed during migration, not written")

@@ -26,6 +26,7 @@ from .options import Options, Target
 from .provided import migrate_part
 from .rules import NATIVE_RULES, SHIM_RULES
 from .binding import apex_import_words, imports_apex
+from .dynamic_apex import CALL_TEXT, dynamic_apex_use, importer_aliases
 from .rules.base import FileState
 from .rules.imports import SHIM_ARGUMENT_REJECTED, SHIM_NAME_MISSING
 from .rules.plan import SharedScaler
@@ -83,9 +84,10 @@ _BEFORE_DOT = re.compile(r"(?:\s|\\)*(\w*)(?:\s|\\)*$")
 
 def may_touch_apex(text: str) -> bool:
     """A cheap superset of `touches_apex`, read from the text (comments and strings
-    included): an import line naming `apex` or torch's deprecated amp modules, or an `.amp`
-    attribute of anything but the plain name `torch`."""
-    if _APEX_IMPORT_TEXT.search(text):
+    included): an import line naming `apex` or torch's deprecated amp modules, a call that may
+    run or import Apex by name (`exec`, `import_module`, ... in a text that spells `apex`), or
+    an `.amp` attribute of anything but the plain name `torch`."""
+    if _APEX_IMPORT_TEXT.search(text) or ("apex" in text and CALL_TEXT.search(text)):
         return True
     for match in _AMP_ATTRIBUTE_TEXT.finditer(text):
         before = _BEFORE_DOT.search(text, max(0, match.start() - 200), match.start())
@@ -97,15 +99,21 @@ def may_touch_apex(text: str) -> bool:
 
 
 def touches_apex(tree: ast.Module) -> bool:
-    """Whether the code (not its comments or strings) could give a rule anything to do: an
-    import of Apex or of torch's deprecated amp, or an `amp` attribute other than `torch.amp`.
-    Every rule acts on names those bind, so a file without them is left as it is."""
-    if any(imports_apex(node) for node in SourceIndex.imports_of(tree)):
+    """Whether the code (not its comments) could give a rule anything to do: an import of
+    Apex or of torch's deprecated amp, an `amp` attribute other than `torch.amp`, or a call
+    that reaches Apex by a name in a string (`importlib.import_module("apex.amp")`,
+    `exec("from apex import amp")`), which a file whose only Apex it is must still report.
+    Every other rule acts on names those bind, so a file without them is left as it is."""
+    imports = list(SourceIndex.imports_of(tree))
+    if any(imports_apex(node) for node in imports):
         return True
+    importers = importer_aliases(imports)
     for node in walk_ast(tree):
         if isinstance(node, ast.Attribute):
             if node.attr == "amp" and not (isinstance(node.value, ast.Name) and node.value.id == "torch"):
                 return True
+        elif isinstance(node, ast.Call) and dynamic_apex_use(node, importers=importers) is not None:
+            return True
     return False
 
 
@@ -158,7 +166,8 @@ def _transform(module: cst.Module, original: str, tree: Optional[ast.Module], op
             NATIVE_IMPOSSIBLE.code, NATIVE_IMPOSSIBLE.severity, 1, 1,
             NATIVE_IMPOSSIBLE.summary, False)]), None
     shimmed, shim_state = _run(SHIM_RULES, module, original, index, options)
-    return _code(shimmed, module, original), _sorted(reasons + shim_state.diagnostics), "shim"
+    again = [d for d in shim_state.diagnostics if d not in reasons]  # rules of both targets report once
+    return _code(shimmed, module, original), _sorted(reasons + again), "shim"
 
 
 def _code(result: cst.Module, parsed: cst.Module, original: str) -> str:

@@ -24,11 +24,20 @@ from .notes import handover_notes, notes_for
 from .settle import Outcome, Verdict, blocker, own_warnings, settle
 from .provide import provider_roles
 from .share import shared_scalers
+from ..rules.dynamic_apex import DYNAMIC_USE
 from ..rules.plan import SharedScaler
+from . import codes
 
 
 def _by_line(diagnostics: Iterable[Diagnostic]) -> tuple[Diagnostic, ...]:
     return tuple(sorted(diagnostics, key=lambda d: (d.line, d.col, d.code)))
+
+
+def _restated(kept: Iterable[Diagnostic], added: Iterable[Diagnostic]) -> set[Diagnostic]:
+    """The per-file reports of a run-time import (AMP035) that the project pass's own
+    report of the same call (AMP032, which says what the group does about it) restates."""
+    imports = {(d.line, d.col) for d in added if d.code == codes.IMPORTED_DYNAMICALLY.code}
+    return {d for d in kept if d.code == DYNAMIC_USE.code and (d.line, d.col) in imports}
 
 
 def _outcome(result: MigrationResult) -> Outcome:
@@ -80,7 +89,9 @@ def migrate_project(files: Mapping[str, str], *, target: str = "auto", device: s
         extra = own_warnings(index, path, outcomes[path], path in grouped, provided=path in provided)
         extra += notes_for(notes, path, results[path].diagnostics)
         if extra:
-            results[path] = replace(results[path], diagnostics=_by_line(results[path].diagnostics + extra))
+            restated = _restated(results[path].diagnostics, extra)
+            kept = tuple(d for d in results[path].diagnostics if d not in restated)
+            results[path] = replace(results[path], diagnostics=_by_line(kept + extra))
     return results
 
 
@@ -113,7 +124,9 @@ def _file_outcome(result: FileResult) -> Outcome:
 def _with(result: FileResult, diagnostics: Sequence[Diagnostic]) -> FileResult:
     if not diagnostics:
         return result
-    findings = sorted([*result.findings, *(Finding(d) for d in diagnostics)],
+    restated = _restated([f.diagnostic for f in result.findings], diagnostics)
+    kept = [f for f in result.findings if f.diagnostic not in restated]
+    findings = sorted([*kept, *(Finding(d) for d in diagnostics)],
                       key=lambda f: (f.diagnostic.line, f.diagnostic.col, f.diagnostic.code))
     return replace(result, findings=tuple(findings), scanned=True)
 

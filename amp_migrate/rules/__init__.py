@@ -12,6 +12,7 @@ from .availability import ApexAvailabilityChecks
 from .casts import CastRegistrationToAutocast
 from .checkpoint import CheckpointToScaler
 from .deprecated_amp import DeprecatedTorchAmp
+from .dynamic_apex import DynamicApexUses
 from .fp16_optimizer import Fp16OptimizerToGradScaler
 from .fp16_utils import Fp16UtilsToTorch
 from .handle_api import WrapOptimizerToOptimizer
@@ -52,11 +53,13 @@ NATIVE_RULES = [
     ApexParallelToTorch,
     FusedNormsToTorch,
     ApexAvailabilityChecks,
+    DynamicApexUses,
     SettleImports,
     RemainingApexUses,
 ]
 
-SHIM_RULES = [DeprecatedTorchAmp, ShimImports]
+# DynamicApexUses runs under every target: what it reports stays Apex whichever target is used.
+SHIM_RULES = [DeprecatedTorchAmp, DynamicApexUses, ShimImports]
 
 #: Every rule once, native ones first, in running order.
 ALL_RULES: list[type[Rule]] = list(dict.fromkeys(NATIVE_RULES + SHIM_RULES))

@@ -11,20 +11,16 @@ entries, leaving model weights and everything else as they are:
 * `FP16_Optimizer.state_dict()` becomes the wrapped optimizer's plain state, with its loss
   scaler as GradScaler state beside it.
 
-Files are read with `torch.load(weights_only=True)`: a checkpoint that needs more (pickled
-Python objects, such as FP16_Optimizer's `LossScaler`) is refused unless the caller allows an
-unsafe load, since unpickling runs code from the file.
+Files are read and written by `checkpoint_io`: with `torch.load(weights_only=True)`, so a
+checkpoint that needs more (pickled Python objects, such as FP16_Optimizer's `LossScaler`) is
+refused unless the caller allows an unsafe load, since unpickling runs code from the file.
+A malformed entry raises CheckpointError naming it, never anything else.
 """
 from __future__ import annotations
 
 import copy
-import io
-import os
-import pickle
-import tempfile
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional
 
 import torch
@@ -33,86 +29,21 @@ from amp_shim.engine.state import (
     ScalerStateError,
     apex_to_grad_scaler,
     grad_scaler_to_apex,
-    is_apex_scaler_state,
     is_grad_scaler_state,
 )
 
+from .checkpoint_io import CheckpointError, check_target, load, save_atomically
+
+__all__ = ["Change", "CheckpointError", "check_target", "convert", "fused_step_to_torch", "load",
+           "save_atomically"]
+
 _FP16_OPTIMIZER_KEYS = {"loss_scaler", "dynamic_loss_scale", "optimizer_state_dict", "fp32_from_fp16"}
-
-
-class CheckpointError(Exception):
-    """The checkpoint cannot be converted as asked; the message says why and what to do."""
 
 
 @dataclass(frozen=True)
 class Change:
     where: str  # e.g. "['amp']"
     what: str
-
-
-# -- loading ----------------------------------------------------------------------------------
-
-class _ApexObject:
-    """Stands in for a pickled Apex class (FP16_Optimizer's LossScaler): keeps its attributes."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def __setstate__(self, state: Any) -> None:
-        self.__dict__.update(state if isinstance(state, dict) else {"state": state})
-
-
-class _Unpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):
-        if module == "apex" or module.startswith("apex."):
-            return type(name, (_ApexObject,), {"__module__": module})
-        return super().find_class(module, name)
-
-
-class _PickleModule:
-    """`pickle` with Apex classes readable without Apex installed (for `torch.load`)."""
-
-    Unpickler = _Unpickler
-    load = pickle.load
-    __name__ = "amp_migrate.checkpoints._PickleModule"
-
-
-def load(path: Path, *, unsafe: bool = False) -> Any:
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        if not unsafe:
-            raise CheckpointError(
-                f"{path} holds pickled Python objects besides tensors and containers "
-                f"({_first_line(exc)}). Loading them runs code from the file; if you trust "
-                "it, pass --unsafe-load.") from None
-    except (OSError, RuntimeError, EOFError) as exc:
-        raise CheckpointError(f"{path}: cannot read a torch checkpoint ({_first_line(exc)})") from None
-    try:
-        return torch.load(path, map_location="cpu", weights_only=False, pickle_module=_PickleModule)
-    except Exception as exc:  # a broken pickle can raise anything
-        raise CheckpointError(f"{path}: cannot unpickle ({type(exc).__name__}: {_first_line(exc)})") from None
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
-def save_atomically(obj: Any, path: Path) -> None:
-    """Write next to the target and rename, so OUT is either absent/old or complete."""
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(buffer.getvalue())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 # -- converting -------------------------------------------------------------------------------
@@ -124,54 +55,106 @@ def _is_optimizer_state(obj: Any) -> bool:
 
 def fused_step_to_torch(state: MutableMapping) -> int:
     """Move `step` from each param group into each param's state, as torch's optimizers keep it;
-    returns the number of params updated (0 when the state already has torch's layout)."""
-    moved = 0
-    for group in state["param_groups"]:
+    returns the number of params updated (0 when the state already has torch's layout).
+
+    Raises CheckpointError, before changing anything, on a state that is not shaped like an
+    optimizer's (a step that is no count, params that are no list)."""
+    entries = state["state"]
+    if not isinstance(entries, Mapping):
+        raise CheckpointError(f"its 'state' is of type {type(entries).__name__}, not a dict of parameter states")
+    moves = []
+    for position, group in enumerate(state["param_groups"]):
+        if not isinstance(group, MutableMapping):
+            raise CheckpointError(f"param group {position} is of type {type(group).__name__}, not a dict")
         if "step" not in group:
             continue
+        params = group.get("params", [])
+        if not isinstance(params, (list, tuple)):
+            raise CheckpointError(f"param group {position}: 'params' is of type {type(params).__name__}, "
+                                  "not a list of parameter indices")
+        value = _step_count(group["step"], position)
+        for index in params:
+            entry = entries.get(index) if isinstance(index, int) else None
+            if entry is not None and not isinstance(entry, Mapping):
+                raise CheckpointError(f"the state of parameter {index} is of type {type(entry).__name__}, not a dict")
+        moves.append((group, params, value))
+    moved = 0
+    for group, params, value in moves:
         # torch takes group options from the checkpoint: without this the fused optimizer the
         # migrated code builds would fall back to the loop implementation after a resume.
         group.setdefault("fused", True)
-        step = group.pop("step")
-        value = float(step.item() if isinstance(step, torch.Tensor) else step)
-        for index in group.get("params", []):
-            entry = state["state"].get(index)
+        del group["step"]
+        for index in params:
+            entry = entries.get(index) if isinstance(index, int) else None
             if entry is not None and "step" not in entry:
                 entry["step"] = torch.tensor(value)
                 moved += 1
     return moved
 
 
+def _step_count(step: Any, position: int) -> float:
+    """A group's step as torch keeps it per parameter (a float); a count, whatever its type."""
+    if isinstance(step, torch.Tensor) and step.numel() == 1 and not step.is_complex():
+        step = step.item()
+    if isinstance(step, (int, float)) and not isinstance(step, bool) and 0 <= step < float("inf"):
+        return float(step)
+    shown = f"a tensor of shape {tuple(step.shape)}" if isinstance(step, torch.Tensor) else repr(step)
+    raise CheckpointError(f"param group {position}: step {shown} is not a step count")
+
+
 def _scaler_from_apex_object(scaler: Any) -> dict[str, Any]:
     attrs = getattr(scaler, "__dict__", {})
     if "_loss_scale" not in attrs:
         raise CheckpointError("FP16_Optimizer's loss_scaler has no _loss_scale to convert")
-    return apex_to_grad_scaler({"loss_scaler0": {"loss_scale": attrs["_loss_scale"],
-                                                 "unskipped": attrs.get("_unskipped", 0)}})
+    try:
+        return apex_to_grad_scaler({"loss_scaler0": {"loss_scale": attrs["_loss_scale"],
+                                                     "unskipped": attrs.get("_unskipped", 0)}})
+    except ScalerStateError as exc:
+        raise CheckpointError(f"FP16_Optimizer's loss_scaler: {exc}") from None
+
+
+def _claims_apex_scaler_state(obj: Any) -> bool:
+    """Keyed like `amp.state_dict()` (every key names a loss scaler, as Apex's loader requires),
+    whatever the values: such an entry converts or is reported, never passed over as unknown."""
+    return isinstance(obj, Mapping) and len(obj) > 0 \
+        and all(isinstance(k, str) and "loss_scaler" in k for k in obj)
+
+
+def _apex_scaler_entry(where: str, value: Mapping, index: Optional[int], changes: list[Change]) -> dict:
+    try:
+        converted = apex_to_grad_scaler(value, index=index)
+    except ScalerStateError as exc:
+        reason = str(exc).rstrip(".")
+        if index is None and len(value) > 1:
+            raise CheckpointError(
+                f"{where}: {reason}. Pick one with --index N, or keep resuming this checkpoint with "
+                "the Apex code on the shim (`amp-migrate run`), which keeps one scaler per loss.") from None
+        raise CheckpointError(f"{where}: malformed Apex amp state: {reason}") from None
+    changes.append(Change(where, f"Apex amp scaler state → GradScaler state (scale {converted['scale']}, "
+                                 f"growth tracker {converted['_growth_tracker']})"))
+    return converted
 
 
 def _to_torch_entry(name: str, value: Any, index: Optional[int], out: dict, changes: list[Change]) -> Any:
     where = f"[{name!r}]"
-    if is_apex_scaler_state(value):
-        try:
-            converted = apex_to_grad_scaler(value, index=index)
-        except ScalerStateError as exc:
-            raise CheckpointError(
-                f"{where}: {exc}. Pick one with --index N, or keep resuming this checkpoint with "
-                "the Apex code on the shim (`amp-migrate run`), which keeps one scaler per loss.") from None
-        changes.append(Change(where, f"Apex amp scaler state → GradScaler state (scale {converted['scale']}, "
-                                     f"growth tracker {converted['_growth_tracker']})"))
-        return converted
+    if _claims_apex_scaler_state(value):
+        return _apex_scaler_entry(where, value, index, changes)
     if _is_optimizer_state(value):
-        moved = fused_step_to_torch(value)
+        try:
+            moved = fused_step_to_torch(value)
+        except CheckpointError as exc:
+            raise CheckpointError(f"{where}: malformed optimizer state: {exc}") from None
         if moved:
             changes.append(Change(where, f"fused optimizer state: `step` moved from the param groups "
                                          f"into {moved} parameter states (torch's layout), `fused` kept"))
         return value
     if isinstance(value, Mapping) and _FP16_OPTIMIZER_KEYS <= set(value):
         optimizer_state = value["optimizer_state_dict"]
-        scaler = _scaler_from_apex_object(value["loss_scaler"]) if value.get("dynamic_loss_scale") \
-            else None
+        try:
+            scaler = _scaler_from_apex_object(value["loss_scaler"]) if value.get("dynamic_loss_scale") \
+                else None
+        except CheckpointError as exc:
+            raise CheckpointError(f"{where}: malformed FP16_Optimizer state: {exc}") from None
         changes.append(Change(where, "FP16_Optimizer state → the wrapped optimizer's plain state"))
         if scaler is not None:
             key = f"{name}_scaler" if isinstance(name, str) else "scaler"
@@ -189,18 +172,37 @@ def _to_torch_entry(name: str, value: Any, index: Optional[int], out: dict, chan
     return value
 
 
+# What a malformed entry (a tensor where a list belongs, a missing key) raises from the
+# conversion code: reported as that entry's fault rather than as a crash.
+_MALFORMED = (TypeError, ValueError, KeyError, AttributeError, IndexError, RuntimeError)
+
+
+def _malformed(where: str, exc: BaseException) -> CheckpointError:
+    detail = " ".join(str(exc).split())
+    return CheckpointError(f"{where}: malformed entry, not converted ({type(exc).__name__}"
+                           f"{': ' + detail if detail else ''})")
+
+
 def convert(obj: Any, *, key: str = "amp", to: str = "torch",
             index: Optional[int] = None) -> tuple[Any, list[Change]]:
-    """The converted checkpoint (a new object) and what changed; `obj` is not modified."""
+    """The converted checkpoint (a new object) and what changed; `obj` is not modified.
+
+    Raises CheckpointError for anything it cannot convert, malformed entries included."""
     if to not in ("torch", "apex"):
         raise ValueError("to must be 'torch' or 'apex'")
-    obj = copy.deepcopy(obj)
-    changes: list[Change] = []
     if not isinstance(obj, Mapping):
-        raise CheckpointError(f"the checkpoint is a {type(obj).__name__}, not a dict of entries")
+        raise CheckpointError(f"[]: the checkpoint is of type {type(obj).__name__}, not a dict of entries")
+    try:
+        obj = copy.deepcopy(obj)
+    except Exception as exc:  # objects loaded with --unsafe-load can fail to copy in any way
+        raise _malformed("[]", exc) from None
+    changes: list[Change] = []
     if to == "apex":
         if is_grad_scaler_state(obj):
-            return grad_scaler_to_apex(obj), [Change("[]", "GradScaler state → Apex amp scaler state")]
+            try:
+                return grad_scaler_to_apex(obj), [Change("[]", "GradScaler state → Apex amp scaler state")]
+            except ScalerStateError as exc:
+                raise CheckpointError(f"[]: {exc}") from None
         for name, value in list(obj.items()):
             if is_grad_scaler_state(value) and (name == key or key not in obj or not is_grad_scaler_state(obj[key])):
                 try:
@@ -209,14 +211,19 @@ def convert(obj: Any, *, key: str = "amp", to: str = "torch",
                     raise CheckpointError(f"[{name!r}]: {exc}") from None
                 changes.append(Change(f"[{name!r}]", "GradScaler state → Apex amp scaler state"))
         return obj, changes
-    if is_apex_scaler_state(obj):
-        converted = _to_torch_entry("", obj, index, {}, changes)
-        return converted, [Change("[]", c.what) for c in changes]
+    if _claims_apex_scaler_state(obj):
+        converted = _apex_scaler_entry("[]", obj, index, changes)
+        return converted, changes
     out: dict = {}
-    names = [key] if key in obj and is_apex_scaler_state(obj[key]) else []
+    names = [key] if key in obj and _claims_apex_scaler_state(obj[key]) else []
     names += [n for n in obj if n not in names]
     for name in names:
-        out[name] = _to_torch_entry(name, obj[name], index, out, changes)
+        try:
+            out[name] = _to_torch_entry(name, obj[name], index, out, changes)
+        except CheckpointError:
+            raise
+        except _MALFORMED as exc:
+            raise _malformed(f"[{name!r}]", exc) from None
     result = type(obj)() if isinstance(obj, dict) else {}
     for name in list(obj) + [n for n in out if n not in obj]:
         result[name] = out[name]

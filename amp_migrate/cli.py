@@ -12,11 +12,10 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, NoReturn, Optional
 
 import click
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
@@ -236,8 +235,8 @@ def explain(code: Optional[str]) -> None:
 
 
 @main.command("convert-checkpoint")
-@click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.argument("target", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("source", type=click.Path(path_type=Path))  # checked by checkpoints, in one line
+@click.argument("target", type=click.Path(path_type=Path))
 @click.option("--key", default="amp", show_default=True,
               help="Entry that holds amp.state_dict(); other entries are searched too.")
 @click.option("--to", "to", type=click.Choice(["torch", "apex"]), default="torch", show_default=True,
@@ -257,22 +256,31 @@ def convert_checkpoint(source: Path, target: Path, key: str, to: str, index: Opt
     """
     from . import checkpoints  # torch is imported only by this command
 
-    console = Console(stderr=True)
     if source.resolve() == target.resolve() and not in_place:
-        raise click.UsageError("TARGET is SOURCE; pass --in-place to overwrite it")
+        _fail(f"{target}: TARGET is SOURCE; pass --in-place to overwrite it")
     try:
+        checkpoints.check_target(target)
         loaded = checkpoints.load(source, unsafe=unsafe_load)
-        converted, changes = checkpoints.convert(loaded, key=key, to=to, index=index)
+        try:
+            converted, changes = checkpoints.convert(loaded, key=key, to=to, index=index)
+        except checkpoints.CheckpointError as exc:  # its message starts with the entry: [name]
+            raise checkpoints.CheckpointError(f"{source}{exc}") from None
+        if changes:
+            checkpoints.save_atomically(converted, target)
     except checkpoints.CheckpointError as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}")
-        sys.exit(2)
+        _fail(str(exc))
     if not changes:
         click.echo(f"{source}: nothing to convert (no Apex state found); {target} not written", err=True)
         sys.exit(1)
-    checkpoints.save_atomically(converted, target)
     for change in changes:
         click.echo(f"{source}{change.where}: {change.what}", err=True)
     click.echo(f"wrote {target}", err=True)
+
+
+def _fail(message: str) -> NoReturn:
+    """One line on stderr and exit 2: scripts read the line, and no traceback hides it."""
+    click.echo("error: " + " ".join(message.split()), err=True)
+    sys.exit(EXIT_ERRORS)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -85,6 +85,21 @@ VERIFY_FAILED = define(
     "a second time (which must change nothing). An output that fails is a bug in amp-migrate: "
     "the file is kept as it was and the failure is reported; please report it with the file.",
 )
+INDENTATION_UNREADABLE = define(
+    "AMP004", "indentation-unreadable", Severity.ERROR,
+    "The file's indentation mixes tabs and spaces in a way Python accepts and the codemod's "
+    "parser cannot read, and it could not be rewritten with provably the same blocks; the "
+    "file was left untouched.",
+    "Python measures indentation in columns (a tab reaches the next multiple of 8), so a "
+    "block indented `\\t    ` inside one indented four spaces is valid. libcst, which the "
+    "codemod rewrites with, needs a deeper block's indentation to start with its enclosing "
+    "block's. The codemod then migrates the file with that indentation written as spaces and "
+    "puts the file's own indentation back on every line, checking with Python's parser that "
+    "both steps keep the program; where a check fails, this error names the first line libcst "
+    "cannot read. Reindent the file with spaces (`expand -i -t 8 FILE` expands leading tabs "
+    "only, leaving tabs inside strings alone) and run again.",
+    refusal="the indentation could not be kept with provably the same blocks",
+)
 NATIVE_IMPOSSIBLE = define(
     "AMP003", "native-impossible", Severity.ERROR,
     "`--target native` was asked for, but the file has Apex uses with no provably right "

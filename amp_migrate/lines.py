@@ -14,6 +14,7 @@ import difflib
 import io
 import re
 import tokenize
+from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
 
@@ -35,6 +36,45 @@ def split_lines(text: str, keepends: bool = False) -> list[str]:
     if not lines[-1]:
         lines.pop()  # a final break ends the last line; it does not start another
     return lines
+
+
+@dataclass(frozen=True)
+class LineBreaks:
+    """The line breaks a text had before `normalise_line_breaks` made them all `\\n`.
+
+    The rules build code with `\\n`, and libcst drops a final bare `\\r` when it renders a
+    module, so the codemod reads every file with `\\n` breaks. Python reads `\\r\\n`, `\\r`
+    and `\\n` alike, inside strings too, so the program is the same; `restore` gives each
+    line the codemod kept its own break back, and new lines the file's."""
+
+    style: str  # the file's break, or its most common one; the break of new lines
+    each: tuple[str, ...] = ()  # every line's break in order, only where the file mixes them
+
+    def restore(self, before: str, code: str) -> str:
+        """`code` (a migration of `before`, both with `\\n` breaks) with the file's breaks."""
+        if not self.each:
+            return code if self.style == "\n" else code.replace("\n", self.style)
+        old, new = split_lines(before, keepends=True), split_lines(code, keepends=True)
+        ends = [self.style] * len(new)
+        if code == before:
+            ends[:len(self.each)] = self.each
+        else:
+            matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+            for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+                if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):  # line for line
+                    for k in range(min(j2 - j1, len(self.each) - i1)):
+                        ends[j1 + k] = self.each[i1 + k]
+        return "".join(line[:-1] + end if line.endswith("\n") else line for line, end in zip(new, ends))
+
+
+def normalise_line_breaks(text: str) -> tuple[str, LineBreaks]:
+    """`text` with every line break as `\\n`, and what it had instead."""
+    if "\r" not in text:
+        return text, LineBreaks("\n")
+    breaks = LINE_BREAK.findall(text)
+    kinds = Counter(breaks)
+    style = kinds.most_common(1)[0][0]
+    return LINE_BREAK.sub("\n", text), LineBreaks(style, tuple(breaks) if len(kinds) > 1 else ())
 
 
 def count_line_breaks(text: str) -> int:

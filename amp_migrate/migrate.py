@@ -20,7 +20,9 @@ from typing import Optional, Sequence
 import libcst as cst
 from libcst.codemod import CodemodContext
 
-from .diagnostics import NATIVE_IMPOSSIBLE, PARSE_ERROR, VERIFY_FAILED, Diagnostic
+from .diagnostics import (INDENTATION_UNREADABLE, NATIVE_IMPOSSIBLE, PARSE_ERROR, VERIFY_FAILED, Code,
+                          Diagnostic)
+from .indentation import TabIndents, message as indentation_message, tab_indents
 from .lines import form_feed_indents
 from .options import Options, Target
 from .provided import migrate_part
@@ -42,14 +44,15 @@ _MARKERS = ("apex", "cuda.amp", "cpu.amp", "torch.cuda import", "torch.cpu impor
 class MigrationError(Exception):
     """The source could not be migrated at all (it does not parse)."""
 
-    def __init__(self, message: str, line: int = 0, col: int = 0) -> None:
+    def __init__(self, message: str, line: int = 0, col: int = 0, code: Code = PARSE_ERROR) -> None:
         super().__init__(f"{line}:{col}: {message}" if line else message)
         self.message = message
         self.line = line
         self.col = col
+        self.code = code
 
     def as_diagnostic(self) -> Diagnostic:
-        return Diagnostic(PARSE_ERROR.code, PARSE_ERROR.severity, self.line, self.col,
+        return Diagnostic(self.code.code, self.code.severity, self.line, self.col,
                           self.message, False)
 
 
@@ -190,6 +193,24 @@ def _with_part(text: str, target: Target, device: str, dtype: str, project: Shar
         code, target=target, device=device, dtype=dtype, project=rest))
 
 
+def _with_spaced_indents(tabs: TabIndents, target: Target, device: str, dtype: str,
+                         project: Optional[SharedScaler]) -> MigrationResult:
+    """The migration of the spaced text, indented back as the file was; AMP004 at the first
+    line libcst cannot read where either step would not provably keep the program."""
+    unreadable = MigrationError(indentation_message(tabs.line), tabs.line, 1, INDENTATION_UNREADABLE)
+    if tabs.text == tabs.original:
+        raise unreadable
+    try:
+        result = migrate_source(tabs.text, target=target, device=device, dtype=dtype, project=project)
+    except MigrationError as exc:
+        raise MigrationError(exc.message, exc.line, tabs.column(exc.line, exc.col), exc.code) from None
+    code = tabs.restore(result.code)
+    if code is None:
+        raise unreadable
+    return replace(result, code=code, diagnostics=tuple(
+        replace(d, col=tabs.column(d.line, d.col)) for d in result.diagnostics))
+
+
 def migrate_source(text: str, *, target: Target = "auto", device: str = "cuda",
                    dtype: str = "float16", project: Optional[SharedScaler] = None) -> MigrationResult:
     """Migrate one Python source text off Apex.
@@ -212,12 +233,16 @@ def migrate_source(text: str, *, target: Target = "auto", device: str = "cuda",
         try:
             result = migrate_source(indents.text, target=target, device=device, dtype=dtype, project=project)
         except MigrationError as exc:
-            raise MigrationError(exc.message, exc.line, indents.column(exc.line, exc.col)) from None
+            column = indents.column(exc.line, exc.col)
+            raise MigrationError(exc.message, exc.line, column, exc.code) from None
         return replace(result, code=indents.restore(result.code), diagnostics=tuple(
             replace(d, col=indents.column(d.line, d.col)) for d in result.diagnostics))
     tree = python_ast(text)
     if tree is not None and not touches_apex(tree) and not handed:
         return MigrationResult(text, (), None)
+    tabs = tab_indents(text) if tree is not None else None
+    if tabs is not None:  # libcst cannot read how the indentation mixes tabs and spaces
+        return _with_spaced_indents(tabs, target, device, dtype, project)
     module = parse(text)
     code, diagnostics, used = _transform(module, text, tree, options, project)
     if code == text:

@@ -1,10 +1,10 @@
 """Python files as bytes on disk and as text for the codemod, and writing them back safely.
 
 The codemod works on `str` with `\\n` newlines (its rules build code with `\\n`), while users'
-files carry a PEP 263 cookie or a BOM, CRLF newlines, no trailing newline, a mode. Everything
-the codemod did not touch must come back byte for byte, so decoding refuses any file whose
-bytes would not survive the round trip, and a write replaces the file in one rename so that
-an interruption never leaves half a file.
+files carry a PEP 263 cookie or a BOM, CRLF, CR or mixed newlines, no trailing newline, a
+mode. Everything the codemod did not touch must come back byte for byte, so decoding refuses
+any file whose bytes would not survive the round trip, and a write replaces the file in one
+rename so that an interruption never leaves half a file.
 """
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Union
 
+from .lines import LineBreaks, normalise_line_breaks
+
 
 class SourceError(Exception):
     """The file cannot be read, decoded or written; the message is the reason, for the user."""
@@ -29,24 +31,23 @@ class SourceError(Exception):
 
 @dataclass(frozen=True)
 class SourceText:
-    text: str  # newlines as "\n" when the file used one style throughout
+    text: str  # every line break as "\n"
     encoding: str  # a codec name; "utf-8-sig" when the file starts with a BOM
-    newline: str  # the style `text` is turned back into: "\n" or "\r\n"
+    breaks: LineBreaks = LineBreaks("\n")  # the file's own line breaks
+
+    @property
+    def newline(self) -> str:
+        """The break new lines get: the file's, or its most common one."""
+        return self.breaks.style
 
     def to_bytes(self, text: str) -> bytes:
-        if self.newline != "\n":
-            text = text.replace("\n", self.newline)
+        """`text` (a migration of `self.text`) as the file's bytes: its encoding, and its line
+        breaks on every line the migration kept."""
+        text = self.breaks.restore(self.text, text)
         try:
             return text.encode(self.encoding)
         except UnicodeEncodeError as exc:
             raise SourceError(f"the migrated text cannot be encoded as {self.encoding}: {exc.reason}") from None
-
-
-def _newline_of(text: str) -> str:
-    """CRLF when every line break is CRLF; otherwise the text is kept as it is (libcst keeps
-    mixed line breaks, and new lines get "\\n")."""
-    crlf = text.count("\r\n")
-    return "\r\n" if crlf and crlf == text.count("\n") else "\n"
 
 
 def decode(data: bytes) -> SourceText:
@@ -64,8 +65,8 @@ def decode(data: bytes) -> SourceText:
     except (UnicodeDecodeError, LookupError) as exc:
         reason = exc.reason if isinstance(exc, UnicodeDecodeError) else str(exc)
         raise SourceError(f"not decodable as {encoding} ({reason})") from None
-    newline = _newline_of(text)
-    source = SourceText(text.replace("\r\n", "\n") if newline == "\r\n" else text, encoding, newline)
+    text, breaks = normalise_line_breaks(text)
+    source = SourceText(text, encoding, breaks)
     try:
         same = source.to_bytes(source.text) == data
     except SourceError:

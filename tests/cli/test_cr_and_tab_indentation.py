@@ -220,3 +220,13 @@ def test_tab_mixed_programs_python_accepts_migrate_keeping_their_indentation():
         auto, expected = migrate_source(text), migrate_source(twin)
         assert auto.changed and auto.target_used == expected.target_used, text
         assert ast.dump(ast.parse(auto.code)) == ast.dump(ast.parse(expected.code)), text
+
+
+def test_diagnostics_on_tab_indented_lines_point_at_the_files_columns(project):
+    source = TAB_MIXED.replace("\t    optimizer.step()\n",
+                               "\t    print(amp._amp_state.loss_scalers[0])\n\t    optimizer.step()\n")
+    compile(source, "train.py", "exec")
+    write(project / "train.py", source)
+    result = run_cli(["--check", "--target", "auto", "train.py"], project)
+    # `\t    print(` is 11 characters: `amp` starts at column 12 of line 10 (the spaced twin's 19).
+    assert "train.py:10:12: AMP311" in result.output, result.output

@@ -6,10 +6,10 @@ examined without running any of it (`pickletools` only parses opcodes) to tell a
 foreign file from a complete pickle that the safe loader refused: only the latter is worth
 `--unsafe-load`, and only such a file is ever unpickled unsafely.
 
-Writing: the converted checkpoint is serialized in memory, written to a new file beside the
-target and renamed over it, so TARGET is either as it was or complete. The new file is created
-with mode 0o666 filtered by the umask, as `open()` and `torch.save` create files; an existing
-TARGET keeps its mode, as it would under `torch.save`.
+Writing: the converted checkpoint is serialized in memory and handed to `atomic_write`, the
+writer the CLI's in-place rewrites use too: a new file beside the target renamed over it, so
+TARGET is either as it was or complete. A new TARGET gets mode 0o666 filtered by the umask, as
+`open()` and `torch.save` create files; an existing one keeps its mode, as under `torch.save`.
 """
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ import io
 import os
 import pickle
 import pickletools
-import secrets
 import stat
 import warnings
 import zipfile
@@ -27,12 +26,13 @@ from typing import IO, Any, Optional
 
 import torch
 
+from .atomic_write import WriteFailed, replace_atomically
+
 # A torch file in the legacy (pre-1.6) format is five pickles in a row: magic number,
 # protocol version, system info, the object, its storage keys; then the raw storage bytes.
 _LEGACY_PICKLES = 5
 _PICKLE_PROTO = 0x80  # the first opcode of every pickle of protocol 2 and later
 _ZIP_MAGIC = b"PK\x03\x04"
-_WRITE_CHUNK = 1 << 20
 
 
 class CheckpointError(Exception):
@@ -186,78 +186,18 @@ def check_target(path: Path) -> None:
 
 
 def save_atomically(obj: Any, path: Path) -> None:
-    """Write next to the target and rename, so OUT is either absent/old or complete."""
+    """Serialize in memory, then write through the one atomic writer, so OUT is either
+    absent/old or complete."""
     buffer = io.BytesIO()
     try:
         torch.save(obj, buffer)
     except Exception as exc:  # an object loaded with --unsafe-load may not pickle again
         raise CheckpointError(f"cannot serialize the converted checkpoint "
                               f"({type(exc).__name__}: {_brief(exc)}); {path} not written") from None
-    mode = _existing_mode(path)
     try:
-        fd, temp = _create_beside(path)
-    except OSError as exc:
-        raise CheckpointError(f"{path}: cannot write ({_reason(exc)}); nothing written") from None
-    try:
-        try:
-            if mode is not None:
-                os.fchmod(fd, mode)
-            _write_all(fd, buffer.getbuffer())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temp, path)
-    except BaseException as exc:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
-        if isinstance(exc, OSError):
-            raise CheckpointError(f"{path}: cannot write ({_reason(exc)}); nothing written") from None
-        raise
-    _sync_folder(path.parent)
-
-
-def _sync_folder(folder: Path) -> None:
-    """Make the rename survive a power cut; TARGET is complete either way, so failures pass."""
-    try:
-        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _existing_mode(path: Path) -> Optional[int]:
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else None
-
-
-def _create_beside(path: Path) -> tuple[int, str]:
-    """A new file in TARGET's folder, created as `open(..., "xb")` would create it: mode
-    0o666 less the umask (tempfile.mkstemp would make it 0o600)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
-    for _ in range(100):
-        temp = os.path.join(path.parent, f".{path.name}.{secrets.token_hex(4)}.tmp")
-        try:
-            return os.open(temp, flags, 0o666), temp
-        except FileExistsError:
-            continue
-    raise FileExistsError(errno.EEXIST, "no free temporary name", str(path.parent))
-
-
-def _write_all(fd: int, data: memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view[:_WRITE_CHUNK])
-        view = view[written:]
+        replace_atomically(path, buffer.getbuffer(), may_create=True)
+    except WriteFailed as exc:
+        raise CheckpointError(f"{path}: cannot write ({_reason(exc.error)}); nothing written") from None
 
 
 def _reason(exc: OSError) -> str:

@@ -4,7 +4,8 @@ The codemod works on `str` with `\\n` newlines (its rules build code with `\\n`)
 files carry a PEP 263 cookie or a BOM, CRLF, CR or mixed newlines, no trailing newline, a
 mode. Everything the codemod did not touch must come back byte for byte, so decoding refuses
 any file whose bytes would not survive the round trip, and a write replaces the file in one
-rename so that an interruption never leaves half a file.
+rename (by `atomic_write`, which convert-checkpoint uses too) so that an interruption never
+leaves half a file.
 """
 from __future__ import annotations
 
@@ -12,16 +13,22 @@ import errno
 import hashlib
 import io
 import os
-import secrets
-import signal
 import stat
-import threading
 import tokenize
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional, Union
+from typing import Optional, Union
 
+from .atomic_write import (
+    CREATE_TEMP,
+    NOFOLLOW,
+    OPEN_FOLDER,
+    WRITE,
+    Entry,
+    WriteFailed,
+    open_entry,
+    replace_atomically,
+)
 from .lines import LineBreaks, normalise_line_breaks
 
 
@@ -85,8 +92,6 @@ class Stamp:
     digest: str
 
 
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_AT = os.open in os.supports_dir_fd and os.replace in os.supports_dir_fd and _NOFOLLOW != 0
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
 
@@ -96,24 +101,23 @@ def file_type(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
-def _open_folder(path: Union[str, Path]) -> tuple[Optional[int], str]:
-    """The file's folder open as a descriptor (None where the platform cannot open files
-    relative to one) and its name in it: later steps then cannot be sent elsewhere by a folder
-    swapped for a symlink."""
-    folder, name = os.path.split(os.path.abspath(path))
-    if not _AT:
-        return None, os.path.join(folder, name)
-    return os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)), name
+def _open_entry(path: Union[str, Path]) -> Entry:
+    """The file's name in its folder, opened once: later steps then cannot be sent elsewhere by
+    a folder swapped for a symlink."""
+    try:
+        return open_entry(path)
+    except OSError as exc:
+        raise SourceError(_os_reason(exc, "cannot open its folder")) from None
 
 
-def _read_regular(name: str, dir_fd: Optional[int]) -> bytes:
+def _read_regular(entry: Entry) -> bytes:
     """The bytes of a regular file, never through a symlink and never blocking on a FIFO or a
     device (opened non-blocking, then refused by its type before any read)."""
-    flags = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags = os.O_RDONLY | NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(name, flags, dir_fd=dir_fd) if dir_fd is not None else os.open(name, flags)
+        fd = entry.open(flags)
     except OSError as exc:
-        if exc.errno == errno.ELOOP and _is_link(name, dir_fd):
+        if exc.errno == errno.ELOOP and _is_link(entry):
             raise SourceError("a symbolic link, not followed") from None
         raise SourceError(_os_reason(exc, "cannot read")) from None
     with os.fdopen(fd, "rb") as handle:
@@ -126,26 +130,21 @@ def _read_regular(name: str, dir_fd: Optional[int]) -> bytes:
             raise SourceError(_os_reason(exc, "cannot read")) from None
 
 
-def _is_link(name: str, dir_fd: Optional[int]) -> bool:
+def _is_link(entry: Entry) -> bool:
     try:
-        info = os.stat(name, follow_symlinks=False, **({"dir_fd": dir_fd} if dir_fd is not None else {}))
+        return stat.S_ISLNK(entry.lstat().st_mode)
     except OSError:
         return False
-    return stat.S_ISLNK(info.st_mode)
 
 
 def read_stamped(path: Union[str, Path]) -> tuple[bytes, Stamp]:
     """The file's bytes and the Stamp that `write_atomic` checks before replacing it."""
+    entry = _open_entry(path)
     try:
-        dir_fd, name = _open_folder(path)
-    except OSError as exc:
-        raise SourceError(_os_reason(exc, "cannot open its folder")) from None
-    try:
-        data = _read_regular(name, dir_fd)
-        folder = os.fstat(dir_fd) if dir_fd is not None else os.stat(os.path.dirname(name))
+        data = _read_regular(entry)
+        folder = entry.folder_stat()
     finally:
-        if dir_fd is not None:
-            os.close(dir_fd)
+        entry.close()
     return data, Stamp((folder.st_dev, folder.st_ino), _digest(data))
 
 
@@ -161,127 +160,68 @@ def _os_reason(exc: OSError, what: str) -> str:
     return f"{what}: {exc.strerror or exc}"
 
 
-@contextmanager
-def _interrupts_deferred() -> Iterator[None]:
-    """Ctrl-C during a write takes effect once the write has finished (or was undone)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if received and callable(previous):
-            previous(signal.SIGINT, None)
-
-
 def check_writable(path: Union[str, Path]) -> None:
     """Refuse files the user marked read-only, even where the folder (or root) would allow
     replacing them."""
+    entry = _open_entry(path)
     try:
-        dir_fd, name = _open_folder(path)
-    except OSError as exc:
-        raise SourceError(_os_reason(exc, "cannot open its folder")) from None
-    try:
-        _check_writable(name, dir_fd)
+        _check_writable(entry)
     finally:
-        if dir_fd is not None:
-            os.close(dir_fd)
+        entry.close()
 
 
-def _check_writable(name: str, dir_fd: Optional[int]) -> os.stat_result:
+def _check_writable(entry: Entry) -> None:
     """The file's own entry (never a symlink's target), refused unless a writable regular file."""
-    at = {"dir_fd": dir_fd} if dir_fd is not None else {}
     try:
-        info = os.stat(name, follow_symlinks=False, **at)
+        info = entry.lstat()
     except OSError as exc:
         raise SourceError(_os_reason(exc, "cannot stat")) from None
     if stat.S_ISLNK(info.st_mode):
         raise SourceError("now a symbolic link (replaced during migration), not written")
     if not stat.S_ISREG(info.st_mode):
         raise SourceError(f"not a regular file ({file_type(info.st_mode)}), not written")
-    if not info.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(name, os.W_OK, **at):
+    if not info.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) \
+            or not os.access(entry.name, os.W_OK, **entry.at):
         raise SourceError("not writable: the file is read-only")
-    return info
 
 
-def _create_temp(name: str, dir_fd: Optional[int]) -> tuple[int, str]:
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-    folder, base = os.path.split(name)
-    for _ in range(100):
-        temp = os.path.join(folder, f".{base}.{secrets.token_hex(4)}.amp-migrate")
-        try:
-            fd = os.open(temp, flags, 0o600, **({"dir_fd": dir_fd} if dir_fd is not None else {}))
-        except FileExistsError:
-            continue
-        return fd, temp
-    raise FileExistsError(errno.EEXIST, "no free temporary name")
+#: How a failed step of the write reads in a SourceError.
+_STEP_REASONS = {OPEN_FOLDER: "cannot open its folder", CREATE_TEMP: "cannot write to its folder",
+                 WRITE: "cannot write"}
 
 
 def write_atomic(path: Union[str, Path], data: bytes, expect: Optional[Stamp] = None) -> None:
-    """Replace the file's own directory entry with `data` by rename, keeping its mode and, where
-    allowed, its owner. On any failure the old file is left as it was.
+    """Replace the existing file's own directory entry with `data` (through the one atomic
+    writer, `atomic_write.replace_atomically`), refusing anything but a writable regular file.
+    On any failure the old file is left as it was.
 
     A symlink is never followed: a file that is one now was swapped during the run, and its
     target may lie outside the tree. With `expect` (what the migration read), the file is
     re-read just before the rename and left alone unless it is still those bytes in that
     folder, so that an edit made while the run computed is never lost.
     """
-    try:
-        dir_fd, name = _open_folder(path)
-    except OSError as exc:
-        raise SourceError(_os_reason(exc, "cannot open its folder")) from None
-    at = {"dir_fd": dir_fd} if dir_fd is not None else {}
-    try:
-        with _interrupts_deferred():
-            _write_in(name, dir_fd, at, data, expect)
-    finally:
-        if dir_fd is not None:
-            os.close(dir_fd)
-
-
-def _write_in(name: str, dir_fd: Optional[int], at: dict, data: bytes, expect: Optional[Stamp]) -> None:
-    if expect is not None:
-        folder = os.fstat(dir_fd) if dir_fd is not None else os.stat(os.path.dirname(name))
-        if (folder.st_dev, folder.st_ino) != expect.folder:
-            raise SourceError("its folder was moved or replaced during migration, not written")
-    info = _check_writable(name, dir_fd)
-    try:
-        fd, temp = _create_temp(name, dir_fd)
-    except OSError as exc:
-        raise SourceError(_os_reason(exc, "cannot write to its folder")) from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fchmod(fd, stat.S_IMODE(info.st_mode))
-            try:
-                os.fchown(fd, info.st_uid, info.st_gid)
-            except OSError:
-                pass
+    def check(entry: Entry) -> None:
         if expect is not None:
-            _check_unchanged(name, dir_fd, expect)
-        if dir_fd is not None:
-            os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        else:
-            os.replace(temp, name)
-    except BaseException as exc:
-        try:
-            os.unlink(temp, **at)
-        except OSError:
-            pass
-        if isinstance(exc, OSError):
-            raise SourceError(_os_reason(exc, "cannot write")) from None
-        raise
+            folder = entry.folder_stat()
+            if (folder.st_dev, folder.st_ino) != expect.folder:
+                raise SourceError("its folder was moved or replaced during migration, not written")
+        _check_writable(entry)
 
+    def before_rename(entry: Entry) -> None:
+        if expect is not None:
+            _check_unchanged(entry, expect)
 
-def _check_unchanged(name: str, dir_fd: Optional[int], expect: Stamp) -> None:
-    """The last look before the rename: the same bytes as were migrated, still a regular file."""
-    _check_writable(name, dir_fd)
     try:
-        current = _read_regular(name, dir_fd)
+        replace_atomically(path, data, may_create=False, check=check, before_rename=before_rename)
+    except WriteFailed as exc:
+        raise SourceError(_os_reason(exc.error, _STEP_REASONS[exc.step])) from None
+
+
+def _check_unchanged(entry: Entry, expect: Stamp) -> None:
+    """The last look before the rename: the same bytes as were migrated, still a regular file."""
+    _check_writable(entry)
+    try:
+        current = _read_regular(entry)
     except SourceError as exc:
         raise SourceError(f"changed during migration ({exc}), not written") from None
     if _digest(current) != expect.digest:

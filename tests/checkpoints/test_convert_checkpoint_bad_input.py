@@ -197,11 +197,13 @@ def test_a_missing_target_folder_is_refused(tmp_path, source):
 
 def _denied_under(folder: Path, real):
     """`real` (an os function taking a path first), failing as a read-only folder makes it fail
-    for paths inside `folder` (root writes anywhere, so the denial is simulated)."""
-    def denied(path, *args, **kwargs):
-        if os.path.dirname(os.fspath(path)) == os.fspath(folder):
+    for paths inside `folder` (root writes anywhere, so the denial is simulated). A path relative
+    to a folder descriptor (`dir_fd=`) is judged by the folder that descriptor holds open."""
+    def denied(path, *args, dir_fd=None, **kwargs):
+        full = os.fspath(path) if dir_fd is None else os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+        if os.path.realpath(os.path.dirname(full)) == os.path.realpath(folder):
             raise PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
-        return real(path, *args, **kwargs)
+        return real(path, *args, **({} if dir_fd is None else {"dir_fd": dir_fd}), **kwargs)
     return denied
 
 

@@ -18,6 +18,7 @@ import ast
 import re
 from typing import AbstractSet, Iterable, Optional
 
+from .ast_names import dotted_chain
 from .binding import APEX
 
 #: Builtins that run source text: `exec(text)`, `eval(text)`, `compile(text, ...)`.
@@ -29,17 +30,6 @@ CALL_WORDS = CODE_RUNNERS | IMPORTERS
 
 #: A cheap text test: the file spells a call that may run or import Apex by name.
 CALL_TEXT = re.compile(r"\b(?:exec|eval|compile|import_module|__import__)\b")
-
-
-def _dotted(node: ast.AST) -> Optional[str]:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return ".".join(reversed(parts))
 
 
 def importer_aliases(imports: Iterable[ast.Import | ast.ImportFrom]) -> frozenset[str]:
@@ -109,7 +99,7 @@ def dynamic_apex_use(call: ast.Call, names: AbstractSet[str] = frozenset({APEX})
     does nothing of the kind). `names`: the words that name Apex in source text run by
     `exec`/`eval`/`compile` (`apex`, and the local names the file's Apex imports bind);
     `importers`: local aliases of `importlib.import_module`."""
-    callee = _dotted(call.func)
+    callee = dotted_chain(call.func)
     if callee is None:
         return None
     last = callee.rsplit(".", 1)[-1]

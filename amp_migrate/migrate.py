@@ -211,6 +211,18 @@ def _with_spaced_indents(tabs: TabIndents, target: Target, device: str, dtype: s
         replace(d, col=tabs.column(d.line, d.col)) for d in result.diagnostics))
 
 
+def _with_form_feed_indents(indents, target: Target, device: str, dtype: str,
+                            project: Optional[SharedScaler]) -> MigrationResult:
+    """Migrate the text without the form feeds, then put them back, columns included."""
+    try:
+        result = migrate_source(indents.text, target=target, device=device, dtype=dtype, project=project)
+    except MigrationError as exc:
+        column = indents.column(exc.line, exc.col)
+        raise MigrationError(exc.message, exc.line, column, exc.code) from None
+    return replace(result, code=indents.restore(result.code), diagnostics=tuple(
+        replace(d, col=indents.column(d.line, d.col)) for d in result.diagnostics))
+
+
 def migrate_source(text: str, *, target: Target = "auto", device: str = "cuda",
                    dtype: str = "float16", project: Optional[SharedScaler] = None) -> MigrationResult:
     """Migrate one Python source text off Apex.
@@ -230,13 +242,7 @@ def migrate_source(text: str, *, target: Target = "auto", device: str = "cuda",
         return MigrationResult(text, (), None)
     indents = form_feed_indents(text)
     if indents is not None:  # libcst cannot parse statements indented past a form feed
-        try:
-            result = migrate_source(indents.text, target=target, device=device, dtype=dtype, project=project)
-        except MigrationError as exc:
-            column = indents.column(exc.line, exc.col)
-            raise MigrationError(exc.message, exc.line, column, exc.code) from None
-        return replace(result, code=indents.restore(result.code), diagnostics=tuple(
-            replace(d, col=indents.column(d.line, d.col)) for d in result.diagnostics))
+        return _with_form_feed_indents(indents, target, device, dtype, project)
     tree = python_ast(text)
     if tree is not None and not touches_apex(tree) and not handed:
         return MigrationResult(text, (), None)

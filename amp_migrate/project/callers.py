@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import ast
 
-from .index import Import, ProjectIndex, dotted_chain
+from ..ast_names import dotted_chain
+from .index import Import, ProjectIndex
 
 STAR = "*"  # `from target import *`: every public name, the function's included
 

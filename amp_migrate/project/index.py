@@ -22,6 +22,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping, Optional
 
+from ..ast_names import dotted_chain
+
 # A file that does not spell `apex` can still receive Apex's objects: it is worth parsing only
 # if it spells an amp-state call on a handed-in `amp` or an FP16_Optimizer method (`in` tests
 # run at C speed; a regular expression with these alternatives costs more than the parse).
@@ -111,18 +113,6 @@ def module_name(path: str) -> str:
     if parts and parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
-
-
-def dotted_chain(node: ast.AST) -> Optional[str]:
-    """`a.b.c` for a chain of attributes on a name (`self.amp` included), else None."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return ".".join(reversed(parts))
 
 
 def _apex_module(text: object) -> bool:

@@ -9,7 +9,14 @@ constructor arguments:
   * `gradient_average`, `gradient_predivide_factor`, `allreduce_always_fp32` -> a comm hook with
     Apex's arithmetic (cast, multiply by 1/predivide, all-reduce, multiply by
     predivide/world_size unless not averaging), installed only when one differs from the
-    default;
+    default. The hook finishes each bucket in the thread that calls it and returns a completed
+    future: a Python continuation (`future.then`) would run, and be released, on gloo's worker
+    thread, which then needs the GIL; when that happens after the main thread has begun
+    interpreter shutdown (a script that ends without `destroy_process_group`, on a loaded
+    machine) the worker is torn down mid-C++ and the process aborts with `terminate called
+    without an active exception`. For the same reason the hook keeps a reference to the last
+    tensor it handed to the process group per bucket, so a gloo worker never drops the last
+    reference of a tensor whose Python object needs the GIL to be freed;
   * `disable_allreduce()` / `enable_allreduce()` -> torch's `require_backward_grad_sync` (what
     `no_sync()` toggles); read by torch at forward time, so call them before the forward;
   * `retain_allreduce_buffers`, `num_allreduce_streams`, `allreduce_communicators`,
@@ -81,24 +88,47 @@ def flat_dist_call(tensors, call, extra_args=None):
             buf.copy_(synced)
 
 
-def _apex_allreduce_hook(state, bucket):
-    """One bucket, Apex's way: optional fp32, pre-divide, all-reduce, post-multiply."""
-    group, world_size, always_fp32, predivide, average = state
+class _ApexHookState:
+    """What the Apex-arithmetic hook needs, plus the tensors it last all-reduced (one per bucket).
+
+    Holding the last tensor of each bucket keeps its Python object alive while a gloo worker
+    may still hold the tensor; the next iteration's bucket replaces it.
+    """
+
+    __slots__ = ("group", "world_size", "always_fp32", "predivide", "average", "sent")
+
+    def __init__(self, group, world_size: float, always_fp32: bool, predivide: float,
+                 average: bool) -> None:
+        self.group = group
+        self.world_size = world_size
+        self.always_fp32 = always_fp32
+        self.predivide = predivide
+        self.average = average
+        self.sent: dict[int, torch.Tensor] = {}
+
+
+def _apex_allreduce_hook(state: _ApexHookState, bucket):
+    """One bucket, Apex's way: optional fp32, pre-divide, all-reduce, post-multiply.
+
+    Everything runs here, in the backward's thread, and the returned future is already
+    complete, so nothing is left for gloo's worker thread to run in Python (module docstring).
+    The price: on gloo a bucket's all-reduce no longer overlaps the rest of the backward (on
+    NCCL the wait only orders the streams). No return annotation: DDP accepts only the object
+    `Future[Tensor]`, and this module's annotations are strings.
+    """
     buffer = bucket.buffer()
-    tensor = buffer.float() if always_fp32 and buffer.dtype != torch.float32 else buffer
-    if predivide != 1.0:
-        tensor.mul_(1.0 / predivide)
-    future = dist.all_reduce(tensor, group=group, async_op=True).get_future()
-
-    def finish(fut):
-        reduced = fut.value()[0]
-        if average:
-            reduced.mul_(predivide / world_size)
-        if reduced is not buffer:
-            buffer.copy_(reduced)
-        return buffer
-
-    return future.then(finish)
+    tensor = buffer.float() if state.always_fp32 and buffer.dtype != torch.float32 else buffer
+    if state.predivide != 1.0:
+        tensor.mul_(1.0 / state.predivide)
+    state.sent[bucket.index()] = tensor
+    dist.all_reduce(tensor, group=state.group)
+    if state.average:
+        tensor.mul_(state.predivide / state.world_size)
+    if tensor is not buffer:
+        buffer.copy_(tensor)
+    future: torch.futures.Future = torch.futures.Future()
+    future.set_result(buffer)
+    return future
 
 
 class DistributedDataParallel(torch.nn.parallel.DistributedDataParallel):
@@ -149,8 +179,8 @@ class DistributedDataParallel(torch.nn.parallel.DistributedDataParallel):
         self.prof = prof
         self.world_size = float(dist.get_world_size())
         if allreduce_always_fp32 or gradient_predivide_factor != 1.0 or not gradient_average:
-            state = (None, self.world_size, allreduce_always_fp32,
-                     float(gradient_predivide_factor), bool(gradient_average))
+            state = _ApexHookState(None, self.world_size, allreduce_always_fp32,
+                                   float(gradient_predivide_factor), bool(gradient_average))
             self.register_comm_hook(state, _apex_allreduce_hook)
 
     def enable_allreduce(self) -> None:

@@ -13,6 +13,8 @@ per iteration stays the skip decision itself.
 """
 from __future__ import annotations
 
+import collections
+
 import torch
 
 
@@ -31,3 +33,26 @@ def all_reduce_found_inf_(found_inf: torch.Tensor) -> torch.Tensor:
     if is_distributed():
         torch.distributed.all_reduce(found_inf, op=torch.distributed.ReduceOp.MAX)
     return found_inf
+
+
+# The tensors last handed to a synchronous collective from each call site (all_reduce_kept).
+_handed: dict[str, collections.deque] = {}
+
+
+def all_reduce_kept(tensor: torch.Tensor, site: str, keep: int = 1, **kwargs) -> None:
+    """`torch.distributed.all_reduce(tensor, **kwargs)`, keeping the last `keep` tensors of
+    `site` referenced (the shim's call sites that reduce a temporary on gloo).
+
+    The collective's wait returns once the result is in, but gloo's worker thread may let go of
+    the tensor a little later. If the tensor's Python object is gone by then, that release
+    frees it and needs the GIL; on a loaded machine it can come after the main thread has begun
+    interpreter shutdown, and the worker then dies mid-C++ (`terminate called without an active
+    exception`). Keeping the site's last tensors means the worker does not hold the last
+    reference to a recent one; the ones still kept at exit are freed by the interpreter's own
+    teardown, past the point where torch frees a tensor's Python object from another thread.
+    """
+    kept = _handed.get(site)
+    if kept is None or kept.maxlen != keep:
+        kept = _handed[site] = collections.deque(kept or (), maxlen=keep)
+    kept.append(tensor)
+    torch.distributed.all_reduce(tensor, **kwargs)

@@ -41,6 +41,7 @@ import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from .._deprecation import deprecated_warning
+from ..engine.distributed import all_reduce_kept
 
 _SHARED_PARAM_MSG = (
     "shared_param is no longer supported as an option.  It was misleadingly named from the "
@@ -76,10 +77,13 @@ def flat_dist_call(tensors, call, extra_args=None):
     buckets: dict = {}
     for tensor in tensors:
         buckets.setdefault((tensor.dtype, tensor.device), []).append(tensor)
-    for bucket in buckets.values():
+    for (dtype, device), bucket in buckets.items():
         coalesced = _flatten_dense_tensors(bucket)
         if extra_args is not None:
             call(coalesced, *extra_args)
+        elif call is dist.all_reduce and device.type == "cpu":
+            # a temporary gloo may release late: keep it (engine.distributed.all_reduce_kept)
+            all_reduce_kept(coalesced, "Reducer {} {}".format(dtype, device))
         else:
             call(coalesced)
         if call is dist.all_reduce:

@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from ..engine.distributed import all_reduce_kept
+
 _REDUCED = (torch.float16, torch.bfloat16)
 
 
@@ -46,7 +48,8 @@ class _AllReduceSum(torch.autograd.Function):
     def forward(ctx, tensor, group):
         ctx.group = group
         out = tensor.clone(memory_format=torch.contiguous_format)
-        torch.distributed.all_reduce(out, group=group)
+        # the last few stay referenced: gloo's thread must not free them (all_reduce_kept)
+        all_reduce_kept(out, "SyncBatchNorm", keep=4, group=group)
         return out
 
     @staticmethod

@@ -134,7 +134,8 @@ MODULES: dict[str, frozenset[str]] = {
         'why_ineligible',
     }),
     'amp_shim.engine.distributed': frozenset({
-        'all_reduce_found_inf_', 'annotations', 'is_distributed',
+        '__annotations__', '_handed', 'all_reduce_found_inf_', 'all_reduce_kept',
+        'annotations', 'is_distributed',
     }),
     'amp_shim.engine.host_syncs': frozenset({
         'CountHostSyncs', 'SYNC_METHODS', 'TorchFunctionMode', 'annotations',
@@ -242,17 +243,17 @@ MODULES: dict[str, frozenset[str]] = {
         'LARC', 'annotations',
     }),
     'amp_shim.parallel.distributed': frozenset({
-        'DistributedDataParallel', 'Reducer', '_NO_FORWARD_BUFFER_SYNC', '_SHARED_PARAM_MSG',
-        '__annotations__', '_apex_allreduce_hook', '_extract_tensors',
+        'DistributedDataParallel', 'Reducer', '_ApexHookState', '_NO_FORWARD_BUFFER_SYNC',
+        '_SHARED_PARAM_MSG', '__annotations__', '_apex_allreduce_hook', '_extract_tensors',
         '_flatten_dense_tensors', '_unflatten_dense_tensors', '_warn_once', '_warned',
-        'annotations', 'deprecated_warning', 'flat_dist_call',
+        'all_reduce_kept', 'annotations', 'deprecated_warning', 'flat_dist_call',
     }),
     'amp_shim.parallel.optimized_sync_batchnorm': frozenset({
         'SyncBatchNorm', '__all__',
     }),
     'amp_shim.parallel.sync_batchnorm': frozenset({
         'SyncBatchNorm', '_AllReduceSum', '_BatchNorm', '_REDUCED', '_sync_batch_norm',
-        '_world', 'all_reduce', 'annotations',
+        '_world', 'all_reduce', 'all_reduce_kept', 'annotations',
     }),
 }
 
@@ -394,6 +395,7 @@ SIGNATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...], bool, bool]] = {
     'amp_shim.engine.cuda.use_backend': (('new',), ('new',), False, False),
     'amp_shim.engine.cuda.why_ineligible': (('device', 'lists', 'scalars'), ('device', 'lists', 'scalars'), False, False),
     'amp_shim.engine.distributed.all_reduce_found_inf_': (('found_inf',), ('found_inf',), False, False),
+    'amp_shim.engine.distributed.all_reduce_kept': (('tensor', 'site', 'keep'), ('tensor', 'site', 'keep'), False, True),
     'amp_shim.engine.distributed.is_distributed': ((), (), False, False),
     'amp_shim.engine.host_syncs.CountHostSyncs': ((), (), False, False),
     'amp_shim.engine.loss_scaler.DeviceLossScaler': (('loss_scale',), ('loss_scale', 'init_scale', 'scale_window', 'min_loss_scale', 'max_loss_scale', 'device'), False, False),
@@ -505,9 +507,11 @@ SIGNATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...], bool, bool]] = {
     'amp_shim.parallel.deprecated_warning': (('msg',), ('msg',), False, False),
     'amp_shim.parallel.distributed.DistributedDataParallel': (('module', 'message_size', 'delay_allreduce', 'shared_param', 'allreduce_trigger_params', 'retain_allreduce_buffers', 'allreduce_always_fp32', 'num_allreduce_streams', 'allreduce_communicators', 'gradient_average', 'gradient_predivide_factor', 'gradient_average_split_factor', 'prof'), ('module', 'message_size', 'delay_allreduce', 'shared_param', 'allreduce_trigger_params', 'retain_allreduce_buffers', 'allreduce_always_fp32', 'num_allreduce_streams', 'allreduce_communicators', 'gradient_average', 'gradient_predivide_factor', 'gradient_average_split_factor', 'prof'), False, False),
     'amp_shim.parallel.distributed.Reducer': (('module_or_grads_list',), ('module_or_grads_list',), False, False),
+    'amp_shim.parallel.distributed.all_reduce_kept': (('tensor', 'site', 'keep'), ('tensor', 'site', 'keep'), False, True),
     'amp_shim.parallel.distributed.deprecated_warning': (('msg',), ('msg',), False, False),
     'amp_shim.parallel.distributed.flat_dist_call': (('tensors', 'call', 'extra_args'), ('tensors', 'call', 'extra_args'), False, False),
     'amp_shim.parallel.optimized_sync_batchnorm.SyncBatchNorm': (('num_features', 'eps', 'momentum', 'affine', 'track_running_stats', 'process_group', 'channel_last', 'fuse_relu'), ('num_features', 'eps', 'momentum', 'affine', 'track_running_stats', 'process_group', 'channel_last', 'fuse_relu'), False, False),
     'amp_shim.parallel.sync_batchnorm.SyncBatchNorm': (('num_features', 'eps', 'momentum', 'affine', 'track_running_stats', 'process_group', 'channel_last', 'fuse_relu'), ('num_features', 'eps', 'momentum', 'affine', 'track_running_stats', 'process_group', 'channel_last', 'fuse_relu'), False, False),
     'amp_shim.parallel.sync_batchnorm.all_reduce': (('tensor', 'group'), ('tensor', 'group'), False, False),
+    'amp_shim.parallel.sync_batchnorm.all_reduce_kept': (('tensor', 'site', 'keep'), ('tensor', 'site', 'keep'), False, True),
 }

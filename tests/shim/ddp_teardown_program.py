@@ -10,8 +10,9 @@ that on a busy machine they run late, as the report's loaded machine made them; 
 bench/ddp_teardown_stress.py widens the window. `--hook-exit` is the mechanism alone, in
 one process: the comm hook that Apex's DDP arguments install is called as DDP calls it, on a
 large bucket of a 1-rank group, and the interpreter exits at once; a hook that left its
-post-processing to gloo's worker thread aborts the process there. `--apex-hook` passes the DDP arguments that install the shim's comm hook
-(Apex's fp32 all-reduce with a pre-divide factor). Used by tests/shim/test_ddp_teardown.py and
+post-processing to gloo's worker thread aborts the process there. `--apex-hook` passes the DDP
+arguments that install the shim's comm hook (Apex's fp32 all-reduce with a pre-divide factor).
+Used by tests/shim/test_ddp_teardown.py and
 bench/ddp_teardown_stress.py, which count the runs that do not exit cleanly.
 """
 import os

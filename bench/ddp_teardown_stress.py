@@ -6,9 +6,9 @@ runs that do not exit cleanly (issue 18, item 11).
 Each run is a whole training script: two gloo ranks on 127.0.0.1, amp O1, a few steps and no
 `destroy_process_group`. `--parallel` copies run at once, which loads the machine the way the
 original report did (an abort at interpreter exit needs a gloo thread that is late, so it shows
-only under load). A run counts as aborted when it exits non-zero or prints `terminate called`. Mode `hook-exit`
-(not in the default list) runs the mechanism alone, where the window is wide: the shim's comm
-hook on a 1-rank group, then an immediate exit (see the program's docstring).
+only under load). A run counts as aborted when it exits non-zero or prints `terminate called`.
+Mode `hook-exit` (not in the default list) runs the mechanism alone, where the window is wide:
+the shim's comm hook on a 1-rank group, then an immediate exit (see the program's docstring).
 Not a timing benchmark: nothing is written under bench/results/; the counts are printed.
 """
 from __future__ import annotations

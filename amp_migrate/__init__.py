@@ -1,4 +1,5 @@
 """amp-migrate: move PyTorch code off NVIDIA Apex's mixed-precision API."""
+
 from .diagnostics import Diagnostic, Severity
 from .migrate import MigrationError, MigrationResult, migrate_source
 

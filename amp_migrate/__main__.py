@@ -1,4 +1,5 @@
 """`python -m amp_migrate`: the `amp-migrate` command, where no console script is installed."""
+
 from .cli import main
 
 main(prog_name="amp-migrate")

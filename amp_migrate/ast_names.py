@@ -1,4 +1,5 @@
 """Names as Python's `ast` spells them, for the passes that read `ast` rather than libcst."""
+
 from __future__ import annotations
 
 import ast

@@ -16,6 +16,7 @@ says at which step an `OSError` came). The guarantees:
   the mode `open()` gives (0o666 less the umask), as `torch.save` would;
 * Ctrl-C during the write takes effect once it has finished or been undone.
 """
+
 from __future__ import annotations
 
 import errno
@@ -107,8 +108,14 @@ def interrupts_deferred() -> Iterator[None]:
 Hook = Callable[[Entry], None]
 
 
-def replace_atomically(path: Union[str, Path], data: Union[bytes, memoryview], *, may_create: bool,
-                       check: Optional[Hook] = None, before_rename: Optional[Hook] = None) -> None:
+def replace_atomically(
+    path: Union[str, Path],
+    data: Union[bytes, memoryview],
+    *,
+    may_create: bool,
+    check: Optional[Hook] = None,
+    before_rename: Optional[Hook] = None,
+) -> None:
     """Make `path` hold `data`, all at once: see the module's docstring for the guarantees.
 
     `check` runs before anything is written and `before_rename` after the data is on disk, just
@@ -126,8 +133,13 @@ def replace_atomically(path: Union[str, Path], data: Union[bytes, memoryview], *
         entry.close()
 
 
-def _replace(entry: Entry, data: Union[bytes, memoryview], may_create: bool,
-             check: Optional[Hook], before_rename: Optional[Hook]) -> None:
+def _replace(
+    entry: Entry,
+    data: Union[bytes, memoryview],
+    may_create: bool,
+    check: Optional[Hook],
+    before_rename: Optional[Hook],
+) -> None:
     if check is not None:
         check(entry)
     existing = _existing_file(entry, may_create)
@@ -147,8 +159,11 @@ def _replace(entry: Entry, data: Union[bytes, memoryview], may_create: bool,
             os.close(fd)
         if before_rename is not None:
             before_rename(entry)
-        os.replace(temp, entry.name, **({"src_dir_fd": entry.dir_fd, "dst_dir_fd": entry.dir_fd}
-                                        if entry.dir_fd is not None else {}))
+        os.replace(
+            temp,
+            entry.name,
+            **({"src_dir_fd": entry.dir_fd, "dst_dir_fd": entry.dir_fd} if entry.dir_fd is not None else {}),
+        )
     except BaseException as exc:
         try:
             os.unlink(temp, **entry.at)

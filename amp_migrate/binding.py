@@ -16,6 +16,7 @@ names (`reaching.py`): a read is the Apex object only where every binding that c
 the Apex import (or the `amp = None` guard); reads that other bindings reach too are reported
 by the rule that checks them (`rules/rebinding.py`) and send the file to the shim.
 """
+
 from __future__ import annotations
 
 import ast
@@ -51,9 +52,11 @@ NOTHING: frozenset[int] = frozenset()
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
 # Fields that hold only whitespace, comments and punctuation: nothing a read-only pass asks about.
-_LAYOUT_FIELD = re.compile(r"^(whitespace|lpar|rpar|comma|semicolon|leading_lines|trailing_whitespace"
-                           r"|lines_after_decorators|header|footer|equal|colon|dot|operator|asynchronous"
-                           r"|first_line|empty_lines|last_line|newline|lbracket|rbracket|lbrace|rbrace)")
+_LAYOUT_FIELD = re.compile(
+    r"^(whitespace|lpar|rpar|comma|semicolon|leading_lines|trailing_whitespace"
+    r"|lines_after_decorators|header|footer|equal|colon|dot|operator|asynchronous"
+    r"|first_line|empty_lines|last_line|newline|lbracket|rbracket|lbrace|rbrace)"
+)
 
 
 def children(node: cst.CSTNode) -> list[cst.CSTNode]:
@@ -63,8 +66,9 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     body)."""
     names = _FIELDS.get(type(node))
     if names is None:
-        names = _FIELDS[type(node)] = tuple(f.name for f in dataclasses.fields(node)
-                                            if not _LAYOUT_FIELD.match(f.name))
+        names = _FIELDS[type(node)] = tuple(
+            f.name for f in dataclasses.fields(node) if not _LAYOUT_FIELD.match(f.name)
+        )
     out: list[cst.CSTNode] = []
     for name in names:
         value = getattr(node, name)
@@ -92,8 +96,7 @@ class Pruned:
     """A read-only visitor (`visit_<Type>` handlers; returning False skips the children) that
     does not enter the statements whose ids it is given (see SourceIndex)."""
 
-    def __init__(self, skip: AbstractSet[int] = NOTHING,
-                 parents: Optional[dict] = None) -> None:
+    def __init__(self, skip: AbstractSet[int] = NOTHING, parents: Optional[dict] = None) -> None:
         self.skip = skip
         self.parents = parents  # filled with the parent of every node entered, if given
 
@@ -128,8 +131,9 @@ def _visit_handler(cls: type, node_type: type):
     return _VISITS[key]
 
 
-def find(tree: cst.CSTNode, matcher, skip: AbstractSet[int] = NOTHING,
-         parents: Optional[dict] = None) -> list[cst.CSTNode]:
+def find(
+    tree: cst.CSTNode, matcher, skip: AbstractSet[int] = NOTHING, parents: Optional[dict] = None
+) -> list[cst.CSTNode]:
     """`m.findall` that does not enter the skipped statements; `parents`, if given, gets
     the parent of every node the search entered."""
     found: list[cst.CSTNode] = []
@@ -158,8 +162,11 @@ def imports_apex(node: ast.Import | ast.ImportFrom) -> bool:
     if isinstance(node, ast.Import):
         return any(_apex_or_deprecated(a.name) for a in node.names)
     module = node.module or ""
-    return not node.level and (_apex_or_deprecated(module) or (
-        module in ("torch.cuda", "torch.cpu") and any(a.name in ("amp", "*") for a in node.names)))
+    return not node.level and (
+        _apex_or_deprecated(module)
+        or (module in ("torch.cuda", "torch.cpu") and any(a.name in ("amp", "*") for a in node.names))
+    )
+
 
 #: Apex modules whose `import *` binds a known set of names (the rules that handle those
 #: names register them). A star import of any other Apex module binds unknown names.
@@ -208,8 +215,11 @@ class _Bindings(Pruned):
     def visit_Import(self, node: cst.Import) -> bool:
         for alias in node.names:
             full = _dotted(alias.name)
-            bound = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) \
+            bound = (
+                alias.asname.name.value
+                if alias.asname and isinstance(alias.asname.name, cst.Name)
                 else full.split(".")[0]
+            )
             if is_apex_name(full):
                 self.apex.setdefault(bound, set()).add(full if alias.asname else APEX)
             else:
@@ -226,7 +236,9 @@ class _Bindings(Pruned):
             return False
         for alias in node.names:
             name = _dotted(alias.name)
-            bound = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else name
+            bound = (
+                alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else name
+            )
             if is_apex_name(module):
                 self.apex.setdefault(bound, set()).add(f"{module}.{name}")
             else:
@@ -265,10 +277,15 @@ class _Bindings(Pruned):
         # `except ImportError: amp = None`: the import guard binds no other object (reads
         # elsewhere that only `amp = None` reaches are told apart by the flow analysis).
         for statement in node.body.body:
-            for small in getattr(statement, "body", ()) if isinstance(statement, cst.SimpleStatementLine) else ():
-                if isinstance(small, cst.Assign) and isinstance(small.value, cst.Name) \
-                        and small.value.value in _GUARD_VALUES \
-                        and all(isinstance(t.target, cst.Name) for t in small.targets):
+            for small in (
+                getattr(statement, "body", ()) if isinstance(statement, cst.SimpleStatementLine) else ()
+            ):
+                if (
+                    isinstance(small, cst.Assign)
+                    and isinstance(small.value, cst.Name)
+                    and small.value.value in _GUARD_VALUES
+                    and all(isinstance(t.target, cst.Name) for t in small.targets)
+                ):
                     self._guards.add(id(small))
 
     def visit_Del(self, node: cst.Del) -> None:
@@ -350,9 +367,14 @@ def is_read(name: cst.Name, parent: Callable[[cst.CSTNode], Optional[cst.CSTNode
     owner = parent(name)
     if owner is None:
         return None
-    if isinstance(owner, cst.Attribute) and owner.attr is name \
-            or isinstance(owner, cst.Arg) and owner.keyword is name \
-            or isinstance(owner, cst.AssignTarget) and owner.target is name:
+    if (
+        isinstance(owner, cst.Attribute)
+        and owner.attr is name
+        or isinstance(owner, cst.Arg)
+        and owner.keyword is name
+        or isinstance(owner, cst.AssignTarget)
+        and owner.target is name
+    ):
         return False
     if isinstance(owner, cst.AsName):  # `import apex as A`, `with f() as A`: binds
         return False
@@ -400,8 +422,11 @@ def plain_apex_bindings(module: cst.Module, skip: AbstractSet[int] = NOTHING) ->
 
 
 def _table(seen: _Bindings) -> Optional[dict[str, str]]:
-    if seen.star or any(len(v) > 1 for v in seen.apex.values()) \
-            or set(seen.apex) & (seen.other | seen.star_names):
+    if (
+        seen.star
+        or any(len(v) > 1 for v in seen.apex.values())
+        or set(seen.apex) & (seen.other | seen.star_names)
+    ):
         return None
     return {name: next(iter(values)) for name, values in seen.apex.items()}
 
@@ -409,8 +434,9 @@ def _table(seen: _Bindings) -> Optional[dict[str, str]]:
 CARRIED = "apex.amp"  # what a parameter that receives Apex's module holds
 
 
-def _carriers_of(module: cst.Module, seeds: Optional[dict[str, str]],
-                 parsed: Optional[tuple[str, ast.Module]] = None) -> Optional[Carriers]:
+def _carriers_of(
+    module: cst.Module, seeds: Optional[dict[str, str]], parsed: Optional[tuple[str, ast.Module]] = None
+) -> Optional[Carriers]:
     """The proven flow of Apex's module as a value (only for files that bind an Apex name
     otherwise too: a parameter `amp`, `amp = None`). `parsed`: the module's text and Python's
     parse of it, where the caller has them (rendering and parsing again costs a parse)."""
@@ -436,13 +462,17 @@ def _unsubscripted(node: cst.CSTNode) -> cst.CSTNode:
 class ApexBinder:
     """Answers "which Apex name is this expression?" for one module."""
 
-    def __init__(self, module: cst.Module, get_metadata: GetMetadata,
-                 known: Optional["ApexBinder"] = None,
-                 skipping: Callable[[Optional[Iterable[str]]], AbstractSet[int]] = lambda words: NOTHING,
-                 words: Optional[Iterable[str]] = None,
-                 parent: Callable[[cst.CSTNode], Optional[cst.CSTNode]] = lambda node: None,
-                 seeds: Optional[dict[str, str]] = None,
-                 parsed: Optional[tuple[str, ast.Module]] = None) -> None:
+    def __init__(
+        self,
+        module: cst.Module,
+        get_metadata: GetMetadata,
+        known: Optional["ApexBinder"] = None,
+        skipping: Callable[[Optional[Iterable[str]]], AbstractSet[int]] = lambda words: NOTHING,
+        words: Optional[Iterable[str]] = None,
+        parent: Callable[[cst.CSTNode], Optional[cst.CSTNode]] = lambda node: None,
+        seeds: Optional[dict[str, str]] = None,
+        parsed: Optional[tuple[str, ast.Module]] = None,
+    ) -> None:
         """`known`: the binder of the file as first read. Rules delete the assignments that
         proved a holder or a handle, so later rules keep the original file's facts.
         `skipping(words)`: the statements that spell none of `words`, which the binder's
@@ -483,8 +513,13 @@ class ApexBinder:
             self.bound_elsewhere: frozenset[str] = frozenset(seen.other)
             #: Apex's module handed around as a value (`train(model, optimizer, amp)`), where
             #: that flow is proven: the parameters that receive it read as the module.
-            self.carriers: Optional[Carriers] = _carriers_of(module, seeds, parsed) if seeds or set(seen.apex) & seen.other \
-                or any(isinstance(a.value, cst.Name) and a.value.value in seen.apex for a in seen.assigns) else None
+            self.carriers: Optional[Carriers] = (
+                _carriers_of(module, seeds, parsed)
+                if seeds
+                or set(seen.apex) & seen.other
+                or any(isinstance(a.value, cst.Name) and a.value.value in seen.apex for a in seen.assigns)
+                else None
+            )
             if self.carriers is not None and self.carriers.refusal is None and self.carriers.slots:
                 self.table = None
                 self.imported = self.imported | {s.param for s in self.carriers.slots.values()}
@@ -516,8 +551,11 @@ class ApexBinder:
         tree, only for files that rebind one of them)."""
         if self._reaching is None:
             from .reaching import Reaching  # it reads trees with this module's helpers
+
             skip = self._skipping(self.imported)
-            self._reaching = self._of_tree(("reaching", skip), lambda: Reaching(self._module, self.imported, skip))
+            self._reaching = self._of_tree(
+                ("reaching", skip), lambda: Reaching(self._module, self.imported, skip)
+            )
         return self._reaching
 
     def _of_tree(self, kind: tuple, compute: Callable[[], object]):
@@ -575,10 +613,13 @@ class ApexBinder:
             for statement in self._module.body:
                 slot = slots.get(statement.name.value) if isinstance(statement, cst.FunctionDef) else None
                 params = statement.params if slot is not None else None
-                for param in (*params.posonly_params, *params.params, *params.kwonly_params) if params else ():
+                for param in (
+                    (*params.posonly_params, *params.params, *params.kwonly_params) if params else ()
+                ):
                     if param.name.value == slot.param:
                         found.add(id(param))
             return frozenset(found)
+
         return self._of_tree(("carrier_params",), compute)
 
     def import_is_read(self, alias: cst.ImportAlias) -> Optional[bool]:
@@ -600,7 +641,9 @@ class ApexBinder:
                 read = is_read(node, self._parent)
             if read is None:
                 if self._not_reads is None:
-                    self._not_reads = self._of_tree(("not_reads", self._skip), lambda: not_reads(self._module, self._skip))
+                    self._not_reads = self._of_tree(
+                        ("not_reads", self._skip), lambda: not_reads(self._module, self._skip)
+                    )
                 read = id(node) not in self._not_reads
             return self.table[node.value] if read else None
         if isinstance(node, cst.Attribute):
@@ -625,8 +668,11 @@ class ApexBinder:
                     more.add(t.target.attr.value)
                 elif isinstance(t.target, cst.Name):
                     more.add(t.target.value)
-        assigns = find(module, m.Assign(), self._skipping(set(words) | more)) \
-            if more and words is not None else first
+        assigns = (
+            find(module, m.Assign(), self._skipping(set(words) | more))
+            if more and words is not None
+            else first
+        )
         candidates: dict[str, set] = {}
         wraps = []  # `x = h.wrap_optimizer(opt)`: judged once every handle is known
         wrap_call = m.Call(func=m.Attribute(attr=m.Name("wrap_optimizer")))

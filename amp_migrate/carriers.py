@@ -17,6 +17,7 @@ whose every call passes the value in that same slot. Anything else (stored on an
 returned, passed to code the file cannot see, read by a nested function) is a refusal with its
 line and column, and the value is left to the shim.
 """
+
 from __future__ import annotations
 
 import ast
@@ -103,12 +104,25 @@ def _own_nodes(function: ast.AST) -> Iterator[tuple[ast.AST, ast.AST, bool]]:
     while stack:
         node, parent, nested = stack.pop()
         yield node, parent, nested
-        inner = nested or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
-                                             ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp))
+        inner = nested or isinstance(
+            node,
+            (
+                ast.FunctionDef,
+                ast.AsyncFunctionDef,
+                ast.Lambda,
+                ast.ClassDef,
+                ast.ListComp,
+                ast.SetComp,
+                ast.DictComp,
+                ast.GeneratorExp,
+            ),
+        )
         stack.extend((child, node, inner) for child in ast.iter_child_nodes(node))
 
 
-def find_carriers(tree: ast.Module, source: str, seeds: Optional[dict[str, str]] = None) -> Optional[Carriers]:
+def find_carriers(
+    tree: ast.Module, source: str, seeds: Optional[dict[str, str]] = None
+) -> Optional[Carriers]:
     """The value flow of Apex's module in this file (None: no function hands it on). `seeds`:
     function -> parameter of this module that other modules of the project pass it to."""
     lines = split_lines(source)
@@ -123,7 +137,10 @@ def find_carriers(tree: ast.Module, source: str, seeds: Optional[dict[str, str]]
             if origin is None:
                 continue
             if found is not None:
-                found.refusal = (place_of(lines, origin[1]), "Apex's module is handed on from more than one function")
+                found.refusal = (
+                    place_of(lines, origin[1]),
+                    "Apex's module is handed on from more than one function",
+                )
                 return found
             found = Carriers(name, origin[0], place_of(lines, origin[1]))
     if found is None and seeds:
@@ -151,20 +168,28 @@ def _origin(function: ast.AST) -> Optional[tuple[str, ast.AST]]:
     imports = [(n, name) for n, name in imports if name is not None]
     for node, name in imports:
         for read, parent, _ in _own_nodes(function):
-            if isinstance(read, ast.Name) and read.id == name and isinstance(read.ctx, ast.Load) \
-                    and not (isinstance(parent, ast.Attribute) and parent.value is read):
+            if (
+                isinstance(read, ast.Name)
+                and read.id == name
+                and isinstance(read.ctx, ast.Load)
+                and not (isinstance(parent, ast.Attribute) and parent.value is read)
+            ):
                 return name, node
     return None
 
 
 class _Flow:
-    def __init__(self, tree: ast.Module, functions: dict[str, list[ast.AST]], found: Carriers,
-                 lines: list[str]) -> None:
+    def __init__(
+        self, tree: ast.Module, functions: dict[str, list[ast.AST]], found: Carriers, lines: list[str]
+    ) -> None:
         self.tree, self.functions, self.found, self.lines = tree, functions, found, lines
         #: local name -> (module, level, name) of the module's `from M import f` statements
         self.imported: dict[str, tuple[str, int, str]] = {
             (a.asname or a.name): (node.module or "", node.level, a.name)
-            for node in tree.body if isinstance(node, ast.ImportFrom) for a in node.names}
+            for node in tree.body
+            if isinstance(node, ast.ImportFrom)
+            for a in node.names
+        }
         self.parents: dict[int, ast.AST] = {}
         for node in ast.walk(tree):
             for child in ast.iter_child_nodes(node):
@@ -185,15 +210,22 @@ class _Flow:
             if function != self.found.origin:
                 self._parameter_bindings(node, name)
             for read in self._reads(node, name):
-                if function == self.found.origin and read.lineno <= after and not self._in_setup(read, origin):
+                if (
+                    function == self.found.origin
+                    and read.lineno <= after
+                    and not self._in_setup(read, origin)
+                ):
                     raise _Refused(read, f"`{name}` is read before Apex is set up")
                 slot = self._classify(read, name, function == self.found.origin)
                 if slot is not None:
                     pending.append((slot.function, slot.param))
         initialized, imported = getattr(self, "_initialized", (True, None))
         if not initialized:
-            raise _Refused(imported, f"`{self.found.name}.initialize` does not run in the block that imports "
-                           "Apex, so whether the value is set and whether the scaler is enabled may differ")
+            raise _Refused(
+                imported,
+                f"`{self.found.name}.initialize` does not run in the block that imports "
+                "Apex, so whether the value is set and whether the scaler is enabled may differ",
+            )
         for slot in self.found.slots.values():
             self._calls_pass_it(slot.function, slot.param, slot.index)
         for external in self.found.external.values():
@@ -214,9 +246,11 @@ class _Flow:
         block = self._setup_block
         # By position, not line: a project's provider call becomes the import on the line of
         # the `initialize` it guards (project/provide.py), `from apex import amp; m, o = ...`.
-        return block is not None and any(read.lineno >= s.lineno and read.lineno <= s.end_lineno
-                                          for s in block[1:]) \
+        return (
+            block is not None
+            and any(read.lineno >= s.lineno and read.lineno <= s.end_lineno for s in block[1:])
             and (read.lineno, read.col_offset) > (block[0].end_lineno, block[0].end_col_offset)
+        )
 
     _setup_block: Optional[list] = None
 
@@ -227,81 +261,124 @@ class _Flow:
         """Checks that the origin binds the name only to the import and to None (before the
         `if` that imports, or in its `else`); the last line of that setup."""
         name = self.found.name
-        imported = next(n for n, _, nested in _own_nodes(origin) if not nested and _imported_module(n) == name
-                        and self.place(n) == self.found.at)
+        imported = next(
+            n
+            for n, _, nested in _own_nodes(origin)
+            if not nested and _imported_module(n) == name and self.place(n) == self.found.at
+        )
         holder = self.parents[id(imported)]
         if isinstance(holder, ast.If) and imported in holder.body and self.parents[id(holder)] is origin:
-            self._setup_block = holder.body[holder.body.index(imported):]
+            self._setup_block = holder.body[holder.body.index(imported) :]
             setup, after = holder, holder.end_lineno
         elif holder is origin:
             setup, after = imported, imported.lineno
         else:
-            raise _Refused(imported, "Apex's module is imported inside a loop, `try`, `with` or a nested "
-                           "block and handed on")
+            raise _Refused(
+                imported,
+                "Apex's module is imported inside a loop, `try`, `with` or a nested block and handed on",
+            )
         block = holder.body if isinstance(holder, ast.If) else origin.body
-        self._initialized = any(_initializes(s, name) for s in block[block.index(imported) + 1:]), imported
+        self._initialized = any(_initializes(s, name) for s in block[block.index(imported) + 1 :]), imported
         for node, parent, nested in _own_nodes(origin):
             if nested or node is imported:
                 continue
-            if _imported_module(node) == name or isinstance(node, (ast.Import, ast.ImportFrom)) and any(
-                    (a.asname or a.name.split(".")[0]) == name for a in node.names):
+            if (
+                _imported_module(node) == name
+                or isinstance(node, (ast.Import, ast.ImportFrom))
+                and any((a.asname or a.name.split(".")[0]) == name for a in node.names)
+            ):
                 raise _Refused(node, f"`{name}` is imported more than once")
-            if isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load) \
-                    or isinstance(node, ast.ExceptHandler) and node.name == name:
+            if (
+                isinstance(node, ast.Name)
+                and node.id == name
+                and not isinstance(node.ctx, ast.Load)
+                or isinstance(node, ast.ExceptHandler)
+                and node.name == name
+            ):
                 self._none_binding(node, parent, origin, setup)
         return after
 
     def _none_binding(self, node: ast.AST, statement: ast.AST, origin: ast.AST, setup: ast.AST) -> None:
         name = self.found.name
-        if not (isinstance(statement, ast.Assign) and statement.targets == [node]
-                and isinstance(statement.value, ast.Constant) and statement.value.value is None):
+        if not (
+            isinstance(statement, ast.Assign)
+            and statement.targets == [node]
+            and isinstance(statement.value, ast.Constant)
+            and statement.value.value is None
+        ):
             raise _Refused(node, f"`{name}` is bound to something other than Apex's module or None")
         holder = self.parents[id(statement)]
         if holder is origin and origin.body.index(statement) < origin.body.index(setup):
             self.found.nones.add(self.place(statement))
             return
-        if isinstance(setup, ast.If) and holder is setup and statement in setup.orelse and all(
-                isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
-                and s.targets[0].id == name and isinstance(s.value, ast.Constant) and s.value.value is None
-                for s in setup.orelse):
+        if (
+            isinstance(setup, ast.If)
+            and holder is setup
+            and statement in setup.orelse
+            and all(
+                isinstance(s, ast.Assign)
+                and len(s.targets) == 1
+                and isinstance(s.targets[0], ast.Name)
+                and s.targets[0].id == name
+                and isinstance(s.value, ast.Constant)
+                and s.value.value is None
+                for s in setup.orelse
+            )
+        ):
             self.found.nones.add(self.place(statement))
             self.found.bare_else.add(setup.lineno)
             return
-        raise _Refused(statement, f"`{name} = None` is not in the `else` of the `if` that imports Apex, "
-                       "nor before it")
+        raise _Refused(
+            statement, f"`{name} = None` is not in the `else` of the `if` that imports Apex, nor before it"
+        )
 
     def _parameter_bindings(self, function: ast.AST, name: str) -> None:
         for node, _, nested in _own_nodes(function):
             if nested:
                 continue
-            if isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load) \
-                    or isinstance(node, (ast.Import, ast.ImportFrom)) and any(
-                        (a.asname or a.name.split(".")[0]) == name for a in node.names) \
-                    or isinstance(node, ast.ExceptHandler) and node.name == name:
+            if (
+                isinstance(node, ast.Name)
+                and node.id == name
+                and not isinstance(node.ctx, ast.Load)
+                or isinstance(node, (ast.Import, ast.ImportFrom))
+                and any((a.asname or a.name.split(".")[0]) == name for a in node.names)
+                or isinstance(node, ast.ExceptHandler)
+                and node.name == name
+            ):
                 raise _Refused(node, f"the parameter `{name}` of `{function.name}` is bound again")
 
     def _classify(self, read: ast.Name, name: str, in_origin: bool) -> Optional[Slot]:
         parent = self.parents[id(read)]
         if isinstance(parent, ast.Attribute) and parent.value is read:
             call = self.parents.get(id(parent))
-            if isinstance(call, ast.Call) and call.func is parent and (
-                    parent.attr in HANDLED or in_origin and parent.attr == "initialize"):
+            if (
+                isinstance(call, ast.Call)
+                and call.func is parent
+                and (parent.attr in HANDLED or in_origin and parent.attr == "initialize")
+            ):
                 return None
             raise _Refused(read, f"`{name}.{parent.attr}` is used, which no GradScaler stands for")
         if self._truth_context(read):
             self.found.tests.add(self.place(read))
             return None
-        if isinstance(parent, ast.Compare) and parent.left is read and len(parent.ops) == 1 \
-                and isinstance(parent.ops[0], (ast.Is, ast.IsNot)) and isinstance(parent.comparators[0], ast.Constant) \
-                and parent.comparators[0].value is None and self._truth_context(parent):
+        if (
+            isinstance(parent, ast.Compare)
+            and parent.left is read
+            and len(parent.ops) == 1
+            and isinstance(parent.ops[0], (ast.Is, ast.IsNot))
+            and isinstance(parent.comparators[0], ast.Constant)
+            and parent.comparators[0].value is None
+            and self._truth_context(parent)
+        ):
             self.found.compares[self.place(read)] = isinstance(parent.ops[0], ast.IsNot)
             return None
         if isinstance(parent, ast.keyword) and parent.arg is not None:
             return self._slot(self.parents[id(parent)], read, name, parent.arg)
         if isinstance(parent, ast.Call) and read in parent.args:
             return self._slot(parent, read, name, parent.args.index(read))
-        raise _Refused(read, f"`{name}` is used in `{_short(parent)}`, where a GradScaler cannot stand "
-                       "for Apex's module")
+        raise _Refused(
+            read, f"`{name}` is used in `{_short(parent)}`, where a GradScaler cannot stand for Apex's module"
+        )
 
     def _truth_context(self, node: ast.AST) -> bool:
         parent = self.parents.get(id(node))
@@ -316,17 +393,24 @@ class _Flow:
         if callee in self.imported and callee not in self.functions:
             return self._external(call, read, name, callee, at)
         defs = self.functions.get(callee or "", [])
-        if len(defs) != 1 or not isinstance(defs[0], ast.FunctionDef) or defs[0].decorator_list \
-                or callee == self.found.origin:
-            raise _Refused(read, f"`{name}` is passed to `{_short(call.func)}`, which is not a function "
-                           "defined once, undecorated, in this file")
+        if (
+            len(defs) != 1
+            or not isinstance(defs[0], ast.FunctionDef)
+            or defs[0].decorator_list
+            or callee == self.found.origin
+        ):
+            raise _Refused(
+                read,
+                f"`{name}` is passed to `{_short(call.func)}`, which is not a function "
+                "defined once, undecorated, in this file",
+            )
         params = [*defs[0].args.posonlyargs, *defs[0].args.args]
         if isinstance(at, int):
-            if any(isinstance(a, ast.Starred) for a in call.args[:at + 1]) or at >= len(params):
+            if any(isinstance(a, ast.Starred) for a in call.args[: at + 1]) or at >= len(params):
                 raise _Refused(read, f"`{name}` is passed to `{callee}` where no named parameter takes it")
             param, index = params[at].arg, at
         else:
-            names = [p.arg for p in params[len(defs[0].args.posonlyargs):]]
+            names = [p.arg for p in params[len(defs[0].args.posonlyargs) :]]
             if at not in names and at not in [p.arg for p in defs[0].args.kwonlyargs]:
                 raise _Refused(read, f"`{name}` is passed to `{callee}` as `{at}=`, which no parameter takes")
             param, index = at, (params.index(next(p for p in params if p.arg == at)) if at in names else None)
@@ -338,15 +422,16 @@ class _Flow:
 
     def _external(self, call: ast.Call, read: ast.Name, name: str, callee: str, at: Union[int, str]) -> None:
         module, level, function = self.imported[callee]
-        if isinstance(at, int) and any(isinstance(a, ast.Starred) for a in call.args[:at + 1]):
+        if isinstance(at, int) and any(isinstance(a, ast.Starred) for a in call.args[: at + 1]):
             raise _Refused(read, f"`{name}` is passed to `{callee}` after `*args`")
         index, keyword = (at, None) if isinstance(at, int) else (None, at)
         known = self.found.external.get(callee)
         if known is not None and (known.index, known.keyword) != (index, keyword):
             raise _Refused(read, f"`{name}` is passed to `{callee}` in two ways")
         if known is None:
-            self.found.external[callee] = External(callee, module, level, function, index, keyword,
-                                                   self.place(call))
+            self.found.external[callee] = External(
+                callee, module, level, function, index, keyword, self.place(call)
+            )
         return None
 
     def _calls_pass_it(self, function: str, param: Optional[str], index: Optional[int]) -> None:
@@ -358,9 +443,12 @@ class _Flow:
             if isinstance(call, (ast.alias, ast.ImportFrom)):
                 continue
             if not (isinstance(call, ast.Call) and call.func is node):
-                raise _Refused(node, f"`{function}` receives Apex's module and is used other than "
-                               "by a direct call")
-            if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+                raise _Refused(
+                    node, f"`{function}` receives Apex's module and is used other than by a direct call"
+                )
+            if any(isinstance(a, ast.Starred) for a in call.args) or any(
+                k.arg is None for k in call.keywords
+            ):
                 raise _Refused(call, f"`{function}` is called with `*args`/`**kwargs`")
             value = next((k.value for k in call.keywords if k.arg == param), None) if param else None
             if value is None and index is not None and index < len(call.args):
@@ -383,8 +471,13 @@ class _Flow:
 def _initializes(statement: ast.AST, name: str) -> bool:
     """`model, optimizer = amp.initialize(...)` (or the bare call) as a statement of its own."""
     value = statement.value if isinstance(statement, (ast.Assign, ast.Expr)) else None
-    return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
-        and value.func.attr == "initialize" and isinstance(value.func.value, ast.Name) and value.func.value.id == name
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr == "initialize"
+        and isinstance(value.func.value, ast.Name)
+        and value.func.value.id == name
+    )
 
 
 def _short(node: ast.AST) -> str:

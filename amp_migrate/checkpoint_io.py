@@ -11,6 +11,7 @@ writer the CLI's in-place rewrites use too: a new file beside the target renamed
 TARGET is either as it was or complete. A new TARGET gets mode 0o666 filtered by the umask, as
 `open()` and `torch.save` create files; an existing one keeps its mode, as under `torch.save`.
 """
+
 from __future__ import annotations
 
 import errno
@@ -40,6 +41,7 @@ class CheckpointError(Exception):
 
 
 # -- reading ----------------------------------------------------------------------------------
+
 
 class _ApexObject:
     """Stands in for a pickled Apex class (FP16_Optimizer's LossScaler): keeps its attributes."""
@@ -93,7 +95,8 @@ def load(path: Path, *, unsafe: bool = False) -> Any:
         objects = f" ({', '.join(found)})" if found else ""
         raise CheckpointError(
             f"{path} holds pickled Python objects besides tensors and containers{objects}; "
-            "loading them runs code from the file. If you trust it, pass --unsafe-load.")
+            "loading them runs code from the file. If you trust it, pass --unsafe-load."
+        )
     try:
         return torch.load(path, map_location="cpu", weights_only=False, pickle_module=_PickleModule)
     except Exception as exc:  # a pickle can raise anything while it runs
@@ -172,6 +175,7 @@ def _brief(exc: BaseException) -> str:
 
 # -- writing ----------------------------------------------------------------------------------
 
+
 def check_target(path: Path) -> None:
     """Refuse a TARGET that cannot be written, before the (possibly long) load."""
     folder = path.parent
@@ -192,8 +196,10 @@ def save_atomically(obj: Any, path: Path) -> None:
     try:
         torch.save(obj, buffer)
     except Exception as exc:  # an object loaded with --unsafe-load may not pickle again
-        raise CheckpointError(f"cannot serialize the converted checkpoint "
-                              f"({type(exc).__name__}: {_brief(exc)}); {path} not written") from None
+        raise CheckpointError(
+            f"cannot serialize the converted checkpoint "
+            f"({type(exc).__name__}: {_brief(exc)}); {path} not written"
+        ) from None
     try:
         replace_atomically(path, buffer.getbuffer(), may_create=True)
     except WriteFailed as exc:

@@ -16,6 +16,7 @@ checkpoint that needs more (pickled Python objects, such as FP16_Optimizer's `Lo
 refused unless the caller allows an unsafe load, since unpickling runs code from the file.
 A malformed entry raises CheckpointError naming it, never anything else.
 """
+
 from __future__ import annotations
 
 import copy
@@ -34,8 +35,15 @@ from amp_shim.engine.state import (
 
 from .checkpoint_io import CheckpointError, check_target, load, save_atomically
 
-__all__ = ["Change", "CheckpointError", "check_target", "convert", "fused_step_to_torch", "load",
-           "save_atomically"]
+__all__ = [
+    "Change",
+    "CheckpointError",
+    "check_target",
+    "convert",
+    "fused_step_to_torch",
+    "load",
+    "save_atomically",
+]
 
 _FP16_OPTIMIZER_KEYS = {"loss_scaler", "dynamic_loss_scale", "optimizer_state_dict", "fp32_from_fp16"}
 
@@ -48,9 +56,13 @@ class Change:
 
 # -- converting -------------------------------------------------------------------------------
 
+
 def _is_optimizer_state(obj: Any) -> bool:
-    return isinstance(obj, Mapping) and set(obj) == {"state", "param_groups"} \
+    return (
+        isinstance(obj, Mapping)
+        and set(obj) == {"state", "param_groups"}
         and isinstance(obj["param_groups"], list)
+    )
 
 
 def fused_step_to_torch(state: MutableMapping) -> int:
@@ -61,7 +73,9 @@ def fused_step_to_torch(state: MutableMapping) -> int:
     optimizer's (a step that is no count, params that are no list)."""
     entries = state["state"]
     if not isinstance(entries, Mapping):
-        raise CheckpointError(f"its 'state' is of type {type(entries).__name__}, not a dict of parameter states")
+        raise CheckpointError(
+            f"its 'state' is of type {type(entries).__name__}, not a dict of parameter states"
+        )
     moves = []
     for position, group in enumerate(state["param_groups"]):
         if not isinstance(group, MutableMapping):
@@ -70,13 +84,17 @@ def fused_step_to_torch(state: MutableMapping) -> int:
             continue
         params = group.get("params", [])
         if not isinstance(params, (list, tuple)):
-            raise CheckpointError(f"param group {position}: 'params' is of type {type(params).__name__}, "
-                                  "not a list of parameter indices")
+            raise CheckpointError(
+                f"param group {position}: 'params' is of type {type(params).__name__}, "
+                "not a list of parameter indices"
+            )
         value = _step_count(group["step"], position)
         for index in params:
             entry = entries.get(index) if isinstance(index, int) else None
             if entry is not None and not isinstance(entry, Mapping):
-                raise CheckpointError(f"the state of parameter {index} is of type {type(entry).__name__}, not a dict")
+                raise CheckpointError(
+                    f"the state of parameter {index} is of type {type(entry).__name__}, not a dict"
+                )
         moves.append((group, params, value))
     moved = 0
     for group, params, value in moves:
@@ -107,8 +125,9 @@ def _scaler_from_apex_object(scaler: Any) -> dict[str, Any]:
     if "_loss_scale" not in attrs:
         raise CheckpointError("FP16_Optimizer's loss_scaler has no _loss_scale to convert")
     try:
-        return apex_to_grad_scaler({"loss_scaler0": {"loss_scale": attrs["_loss_scale"],
-                                                     "unskipped": attrs.get("_unskipped", 0)}})
+        return apex_to_grad_scaler(
+            {"loss_scaler0": {"loss_scale": attrs["_loss_scale"], "unskipped": attrs.get("_unskipped", 0)}}
+        )
     except ScalerStateError as exc:
         raise CheckpointError(f"FP16_Optimizer's loss_scaler: {exc}") from None
 
@@ -116,8 +135,11 @@ def _scaler_from_apex_object(scaler: Any) -> dict[str, Any]:
 def _claims_apex_scaler_state(obj: Any) -> bool:
     """Keyed like `amp.state_dict()` (every key names a loss scaler, as Apex's loader requires),
     whatever the values: such an entry converts or is reported, never passed over as unknown."""
-    return isinstance(obj, Mapping) and len(obj) > 0 \
+    return (
+        isinstance(obj, Mapping)
+        and len(obj) > 0
         and all(isinstance(k, str) and "loss_scaler" in k for k in obj)
+    )
 
 
 def _apex_scaler_entry(where: str, value: Mapping, index: Optional[int], changes: list[Change]) -> dict:
@@ -128,10 +150,16 @@ def _apex_scaler_entry(where: str, value: Mapping, index: Optional[int], changes
         if index is None and len(value) > 1:
             raise CheckpointError(
                 f"{where}: {reason}. Pick one with --index N, or keep resuming this checkpoint with "
-                "the Apex code on the shim (`amp-migrate run`), which keeps one scaler per loss.") from None
+                "the Apex code on the shim (`amp-migrate run`), which keeps one scaler per loss."
+            ) from None
         raise CheckpointError(f"{where}: malformed Apex amp state: {reason}") from None
-    changes.append(Change(where, f"Apex amp scaler state → GradScaler state (scale {converted['scale']}, "
-                                 f"growth tracker {converted['_growth_tracker']})"))
+    changes.append(
+        Change(
+            where,
+            f"Apex amp scaler state → GradScaler state (scale {converted['scale']}, "
+            f"growth tracker {converted['_growth_tracker']})",
+        )
+    )
     return converted
 
 
@@ -145,29 +173,44 @@ def _to_torch_entry(name: str, value: Any, index: Optional[int], out: dict, chan
         except CheckpointError as exc:
             raise CheckpointError(f"{where}: malformed optimizer state: {exc}") from None
         if moved:
-            changes.append(Change(where, f"fused optimizer state: `step` moved from the param groups "
-                                         f"into {moved} parameter states (torch's layout), `fused` kept"))
+            changes.append(
+                Change(
+                    where,
+                    f"fused optimizer state: `step` moved from the param groups "
+                    f"into {moved} parameter states (torch's layout), `fused` kept",
+                )
+            )
         return value
     if isinstance(value, Mapping) and _FP16_OPTIMIZER_KEYS <= set(value):
         optimizer_state = value["optimizer_state_dict"]
         try:
-            scaler = _scaler_from_apex_object(value["loss_scaler"]) if value.get("dynamic_loss_scale") \
-                else None
+            scaler = (
+                _scaler_from_apex_object(value["loss_scaler"]) if value.get("dynamic_loss_scale") else None
+            )
         except CheckpointError as exc:
             raise CheckpointError(f"{where}: malformed FP16_Optimizer state: {exc}") from None
         changes.append(Change(where, "FP16_Optimizer state → the wrapped optimizer's plain state"))
         if scaler is not None:
             key = f"{name}_scaler" if isinstance(name, str) else "scaler"
             out[key] = scaler
-            changes.append(Change(f"[{key!r}]", f"FP16_Optimizer's dynamic loss scaler → GradScaler "
-                                                f"state (scale {scaler['scale']})"))
+            changes.append(
+                Change(
+                    f"[{key!r}]",
+                    f"FP16_Optimizer's dynamic loss scaler → GradScaler state (scale {scaler['scale']})",
+                )
+            )
         masters = value["fp32_from_fp16"]
         if masters and any(masters):
             key = f"{name}_fp32_from_fp16"
             out[key] = masters
-            changes.append(Change(f"[{key!r}]", "FP16_Optimizer's fp32 master weights kept here: the "
-                                                "fp16 model weights are their rounded copies; load these "
-                                                "into the fp32 model for an exact resume"))
+            changes.append(
+                Change(
+                    f"[{key!r}]",
+                    "FP16_Optimizer's fp32 master weights kept here: the "
+                    "fp16 model weights are their rounded copies; load these "
+                    "into the fp32 model for an exact resume",
+                )
+            )
         return optimizer_state
     return value
 
@@ -179,12 +222,14 @@ _MALFORMED = (TypeError, ValueError, KeyError, AttributeError, IndexError, Runti
 
 def _malformed(where: str, exc: BaseException) -> CheckpointError:
     detail = " ".join(str(exc).split())
-    return CheckpointError(f"{where}: malformed entry, not converted ({type(exc).__name__}"
-                           f"{': ' + detail if detail else ''})")
+    return CheckpointError(
+        f"{where}: malformed entry, not converted ({type(exc).__name__}{': ' + detail if detail else ''})"
+    )
 
 
-def convert(obj: Any, *, key: str = "amp", to: str = "torch",
-            index: Optional[int] = None) -> tuple[Any, list[Change]]:
+def convert(
+    obj: Any, *, key: str = "amp", to: str = "torch", index: Optional[int] = None
+) -> tuple[Any, list[Change]]:
     """The converted checkpoint (a new object) and what changed; `obj` is not modified.
 
     Raises CheckpointError for anything it cannot convert, malformed entries included."""
@@ -204,7 +249,9 @@ def convert(obj: Any, *, key: str = "amp", to: str = "torch",
             except ScalerStateError as exc:
                 raise CheckpointError(f"[]: {exc}") from None
         for name, value in list(obj.items()):
-            if is_grad_scaler_state(value) and (name == key or key not in obj or not is_grad_scaler_state(obj[key])):
+            if is_grad_scaler_state(value) and (
+                name == key or key not in obj or not is_grad_scaler_state(obj[key])
+            ):
                 try:
                     obj[name] = grad_scaler_to_apex(value)
                 except ScalerStateError as exc:

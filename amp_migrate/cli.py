@@ -4,6 +4,7 @@ report.
 `amp-migrate PATH...` is short for `amp-migrate migrate PATH...`, as `ruff check`/`black`
 users expect a path to be enough.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,12 @@ class _PathsOrCommand(click.Group):
     """Sends `amp-migrate PATH...` (a first argument that names no subcommand) to `migrate`."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names \
-                and args[0] != "--version":
+        if (
+            args
+            and args[0] not in self.commands
+            and args[0] not in ctx.help_option_names
+            and args[0] != "--version"
+        ):
             args = ["migrate", *args]
         return super().parse_args(ctx, args)
 
@@ -39,8 +44,9 @@ class _PathsOrCommand(click.Group):
         formatter.write_usage(ctx.command_path, "COMMAND [ARGS]...", prefix="   or: ")
 
 
-@click.group(cls=_PathsOrCommand, no_args_is_help=True,
-             context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=_PathsOrCommand, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.version_option(__version__, prog_name="amp-migrate")
 def main() -> None:
     """Move PyTorch code off NVIDIA Apex mixed precision (apex.amp, fp16_utils, parallel).
@@ -82,8 +88,11 @@ def _review(results: list, console: Console) -> list:
         if result.changed and result.error is None and answer not in ("a", "q"):
             console.print(Text(result.path, style="bold"))
             report.print_diff(console, result.diff)
-            answer = click.prompt("Apply this change? [y]es, [n]o, [a]ll, [q]uit",
-                                  type=click.Choice(["y", "n", "a", "q"]), show_choices=False)
+            answer = click.prompt(
+                "Apply this change? [y]es, [n]o, [a]ll, [q]uit",
+                type=click.Choice(["y", "n", "a", "q"]),
+                show_choices=False,
+            )
         if result.changed and result.error is None and answer in ("y", "a"):
             result = runner.write(result)
         reviewed.append(result)
@@ -91,41 +100,76 @@ def _review(results: list, console: Console) -> list:
 
 
 @main.command()
-@click.argument("paths", nargs=-1, required=True, callback=_existing,
-                type=click.Path(path_type=str))
-@click.option("--target", type=click.Choice(["auto", "native", "shim"]),
-              help="native torch.amp, the amp_shim runtime, or native where provably right "
-                   "and the shim otherwise.  [default: auto]")
+@click.argument("paths", nargs=-1, required=True, callback=_existing, type=click.Path(path_type=str))
+@click.option(
+    "--target",
+    type=click.Choice(["auto", "native", "shim"]),
+    help="native torch.amp, the amp_shim runtime, or native where provably right "
+    "and the shim otherwise.  [default: auto]",
+)
 @click.option("--device", help="Device type the native code autocasts on.  [default: cuda]")
-@click.option("--dtype", type=click.Choice(["float16", "bfloat16"]),
-              help="Autocast dtype of the native code.  [default: float16]")
-@click.option("--diff", "--dry-run", "diff", is_flag=True,
-              help="Write nothing; print a unified diff per file and a summary.")
-@click.option("-i", "--interactive", is_flag=True,
-              help="Show each file's diff and ask: apply, skip, apply all, quit.")
-@click.option("--check", is_flag=True,
-              help="Write nothing; exit 1 if any file would change (for CI and pre-commit).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True, help="json: one document on stdout for tools (docs/cli.md).")
-@click.option("--exclude", multiple=True, metavar="GLOB",
-              help="Skip files and folders matching GLOB (repeatable).")
-@click.option("--include", multiple=True, metavar="GLOB",
-              help="Only take files matching GLOB (repeatable).")
-@click.option("--force-exclude", is_flag=True,
-              help="Apply excludes to files named on the command line too (for pre-commit).")
+@click.option(
+    "--dtype",
+    type=click.Choice(["float16", "bfloat16"]),
+    help="Autocast dtype of the native code.  [default: float16]",
+)
+@click.option(
+    "--diff",
+    "--dry-run",
+    "diff",
+    is_flag=True,
+    help="Write nothing; print a unified diff per file and a summary.",
+)
+@click.option(
+    "-i", "--interactive", is_flag=True, help="Show each file's diff and ask: apply, skip, apply all, quit."
+)
+@click.option(
+    "--check", is_flag=True, help="Write nothing; exit 1 if any file would change (for CI and pre-commit)."
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one document on stdout for tools (docs/cli.md).",
+)
+@click.option(
+    "--exclude", multiple=True, metavar="GLOB", help="Skip files and folders matching GLOB (repeatable)."
+)
+@click.option("--include", multiple=True, metavar="GLOB", help="Only take files matching GLOB (repeatable).")
+@click.option(
+    "--force-exclude",
+    is_flag=True,
+    help="Apply excludes to files named on the command line too (for pre-commit).",
+)
 @click.option("--no-gitignore", is_flag=True, help="Do not skip files that git ignores.")
-@click.option("--follow-symlinks", is_flag=True,
-              help="Follow symlinks to files and folders found in folders (otherwise they are "
-                   "reported and skipped).")
-@click.option("-j", "--jobs", type=click.IntRange(min=1),
-              help="Worker processes.  [default: CPU count]")
+@click.option(
+    "--follow-symlinks",
+    is_flag=True,
+    help="Follow symlinks to files and folders found in folders (otherwise they are reported and skipped).",
+)
+@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Worker processes.  [default: CPU count]")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary.")
 @click.option("--no-color", is_flag=True, help="Plain text even on a terminal.")
-def migrate(paths: tuple[str, ...], target: Optional[str], device: Optional[str],
-            dtype: Optional[str], diff: bool, interactive: bool, check: bool, fmt: str,
-            exclude: tuple[str, ...], include: tuple[str, ...], force_exclude: bool,
-            no_gitignore: bool, follow_symlinks: bool, jobs: Optional[int], quiet: bool,
-            no_color: bool) -> None:
+def migrate(
+    paths: tuple[str, ...],
+    target: Optional[str],
+    device: Optional[str],
+    dtype: Optional[str],
+    diff: bool,
+    interactive: bool,
+    check: bool,
+    fmt: str,
+    exclude: tuple[str, ...],
+    include: tuple[str, ...],
+    force_exclude: bool,
+    no_gitignore: bool,
+    follow_symlinks: bool,
+    jobs: Optional[int],
+    quiet: bool,
+    no_color: bool,
+) -> None:
     """Rewrite Apex-using Python files and notebooks under PATHS in place."""
     from . import report
 
@@ -133,11 +177,13 @@ def migrate(paths: tuple[str, ...], target: Optional[str], device: Optional[str]
         raise click.UsageError("--interactive cannot be combined with --diff, --check or --format json")
     if interactive and not _stdin_is_terminal():
         raise click.UsageError("--interactive asks questions, but stdin is not a terminal")
-    options, files = _options_and_files(paths, target, device, dtype, exclude, include,
-                                        force_exclude, no_gitignore, follow_symlinks)
+    options, files = _options_and_files(
+        paths, target, device, dtype, exclude, include, force_exclude, no_gitignore, follow_symlinks
+    )
     mode = "interactive" if interactive else "check" if check else "diff" if diff else "fix"
-    console = Console(file=sys.stdout, no_color=True if no_color else None, highlight=False,
-                      soft_wrap=True, emoji=False)
+    console = Console(
+        file=sys.stdout, no_color=True if no_color else None, highlight=False, soft_wrap=True, emoji=False
+    )
     start = time.perf_counter()
     results = _migrate_files(files, options, mode, diff or interactive, jobs, quiet, console)
     summary = report.Summary.of(results, time.perf_counter() - start)
@@ -148,17 +194,26 @@ def migrate(paths: tuple[str, ...], target: Optional[str], device: Optional[str]
     else:
         code = EXIT_OK
     if fmt == "json":
-        document = report.json_document(results, summary, mode=mode, options=options,
-                                        include_diff=diff, exit_code=code)
+        document = report.json_document(
+            results, summary, mode=mode, options=options, include_diff=diff, exit_code=code
+        )
         click.echo(json.dumps(document, indent=2))
     else:
         report.print_report(console, results, summary, mode=mode, show_diff=diff, quiet=quiet)
     sys.exit(code)
 
 
-def _options_and_files(paths: tuple[str, ...], target: Optional[str], device: Optional[str],
-                       dtype: Optional[str], exclude: tuple[str, ...], include: tuple[str, ...],
-                       force_exclude: bool, no_gitignore: bool, follow_symlinks: bool = False) -> tuple:
+def _options_and_files(
+    paths: tuple[str, ...],
+    target: Optional[str],
+    device: Optional[str],
+    dtype: Optional[str],
+    exclude: tuple[str, ...],
+    include: tuple[str, ...],
+    force_exclude: bool,
+    no_gitignore: bool,
+    follow_symlinks: bool = False,
+) -> tuple:
     """The run's Options (flags over the config file's settings) and the files it covers."""
     from . import config, discover
     from .options import Options
@@ -168,8 +223,11 @@ def _options_and_files(paths: tuple[str, ...], target: Optional[str], device: Op
     except config.ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     try:
-        options = Options(target or settings.target or "auto", device or settings.device or "cuda",
-                          dtype or settings.dtype or "float16")
+        options = Options(
+            target or settings.target or "auto",
+            device or settings.device or "cuda",
+            dtype or settings.dtype or "float16",
+        )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     filters = discover.Filters(
@@ -177,12 +235,16 @@ def _options_and_files(paths: tuple[str, ...], target: Optional[str], device: Op
         + tuple(discover.Glob(g) for g in exclude),
         include=tuple(discover.Glob(g) for g in include)
         or tuple(discover.Glob(g, settings.folder) for g in settings.include),
-        gitignore=not no_gitignore, force_exclude=force_exclude, follow_symlinks=follow_symlinks)
+        gitignore=not no_gitignore,
+        force_exclude=force_exclude,
+        follow_symlinks=follow_symlinks,
+    )
     return options, discover.discover(paths, filters)
 
 
-def _migrate_files(files: list, options, mode: str, want_diff: bool, jobs: Optional[int],
-                   quiet: bool, console: Console) -> list:
+def _migrate_files(
+    files: list, options, mode: str, want_diff: bool, jobs: Optional[int], quiet: bool, console: Console
+) -> list:
     """Every file's result, sorted by path: migrated by the workers, settled across modules by
     the project pass, written in fix mode, reviewed in interactive mode. An interrupt leaves
     every file written in full or not at all."""
@@ -191,14 +253,19 @@ def _migrate_files(files: list, options, mode: str, want_diff: bool, jobs: Optio
     from .project import Tree
 
     # What discovery could not take is reported as it is; nothing reads it.
-    results: list = [FileResult(f.path, f.kind, error=f.error, notes=(f.note,) if f.note else ())
-                     for f in files if not f.taken]
+    results: list = [
+        FileResult(f.path, f.kind, error=f.error, notes=(f.note,) if f.note else ())
+        for f in files
+        if not f.taken
+    ]
     files = [f for f in files if f.taken]
     show_progress = not quiet and sys.stderr.isatty() and len(files) >= _PROGRESS_FROM
     jobs_ = [runner.Job(f.path, f.kind, options, want_diff=want_diff) for f in files]
     try:
-        with runner.Workers(jobs or runner.default_jobs(), len(jobs_)) as workers, \
-                _progress(len(jobs_), show_progress) as advance:
+        with (
+            runner.Workers(jobs or runner.default_jobs(), len(jobs_)) as workers,
+            _progress(len(jobs_), show_progress) as advance,
+        ):
             stream = workers.results(jobs_)
             tree = Tree([f.path for f in files if f.kind == "python"], options, want_diff)
             for result in stream:
@@ -210,8 +277,9 @@ def _migrate_files(files: list, options, mode: str, want_diff: bool, jobs: Optio
             results = _review(results, console)
     except (KeyboardInterrupt, click.Abort):
         written = sum(r.written for r in results)
-        click.echo(f"\nInterrupted: {written} file(s) written in full; every other file is as "
-                   "it was.", err=True)
+        click.echo(
+            f"\nInterrupted: {written} file(s) written in full; every other file is as it was.", err=True
+        )
         sys.exit(EXIT_INTERRUPTED)
     return results
 
@@ -229,25 +297,44 @@ def explain(code: Optional[str]) -> None:
         console.print(report.code_table())
         return
     if code.upper() not in CODES:
-        raise click.BadParameter(f"no diagnostic {code!r}; `amp-migrate explain` lists them",
-                                 param_hint="CODE")
+        raise click.BadParameter(
+            f"no diagnostic {code!r}; `amp-migrate explain` lists them", param_hint="CODE"
+        )
     report.explain(console, code.upper())
 
 
 @main.command("convert-checkpoint")
 @click.argument("source", type=click.Path(path_type=Path))  # checked by checkpoints, in one line
 @click.argument("target", type=click.Path(path_type=Path))
-@click.option("--key", default="amp", show_default=True,
-              help="Entry that holds amp.state_dict(); other entries are searched too.")
-@click.option("--to", "to", type=click.Choice(["torch", "apex"]), default="torch", show_default=True,
-              help="torch: Apex formats → what migrated code loads; apex: GradScaler state → Apex's.")
-@click.option("--index", type=click.IntRange(min=0), default=None,
-              help="With num_losses > 1: which loss scaler becomes the GradScaler.")
+@click.option(
+    "--key",
+    default="amp",
+    show_default=True,
+    help="Entry that holds amp.state_dict(); other entries are searched too.",
+)
+@click.option(
+    "--to",
+    "to",
+    type=click.Choice(["torch", "apex"]),
+    default="torch",
+    show_default=True,
+    help="torch: Apex formats → what migrated code loads; apex: GradScaler state → Apex's.",
+)
+@click.option(
+    "--index",
+    type=click.IntRange(min=0),
+    default=None,
+    help="With num_losses > 1: which loss scaler becomes the GradScaler.",
+)
 @click.option("--in-place", is_flag=True, help="Allow TARGET to be SOURCE.")
-@click.option("--unsafe-load", is_flag=True,
-              help="Unpickle Python objects beyond tensors (FP16_Optimizer's state): runs code from the file.")
-def convert_checkpoint(source: Path, target: Path, key: str, to: str, index: Optional[int],
-                       in_place: bool, unsafe_load: bool) -> None:
+@click.option(
+    "--unsafe-load",
+    is_flag=True,
+    help="Unpickle Python objects beyond tensors (FP16_Optimizer's state): runs code from the file.",
+)
+def convert_checkpoint(
+    source: Path, target: Path, key: str, to: str, index: Optional[int], in_place: bool, unsafe_load: bool
+) -> None:
     """Convert a checkpoint saved by Apex code so the migrated code can resume from it.
 
     Rewrites Apex amp scaler state to torch.amp.GradScaler state (or back with --to apex),

@@ -4,6 +4,7 @@ As with ruff, the nearest pyproject.toml that has the table wins, searched upwar
 folder that holds every path given; a pyproject.toml without the table is passed over, so
 that a monorepo's packages may share the root's settings.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,8 +47,9 @@ def _strings(path: str, key: str, value: Any) -> tuple[str, ...]:
 
 def _choice(path: str, key: str, value: Any, choices: Sequence[str]) -> str:
     if value not in choices:
-        raise ConfigError(f"{path}: [tool.amp-migrate] {key} must be one of "
-                          f"{', '.join(choices)}, not {value!r}")
+        raise ConfigError(
+            f"{path}: [tool.amp-migrate] {key} must be one of {', '.join(choices)}, not {value!r}"
+        )
     return value
 
 
@@ -65,8 +67,9 @@ def load(path: str) -> Optional[Config]:
         raise ConfigError(f"{path}: [tool.amp-migrate] must be a table")
     unknown = sorted(set(table) - set(KEYS))
     if unknown:
-        raise ConfigError(f"{path}: [tool.amp-migrate] has unknown key(s) {', '.join(unknown)}; "
-                          f"known: {', '.join(KEYS)}")
+        raise ConfigError(
+            f"{path}: [tool.amp-migrate] has unknown key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}"
+        )
     device = table.get("device")
     if device is not None and not isinstance(device, str):
         raise ConfigError(f"{path}: [tool.amp-migrate] device must be a string")

@@ -4,6 +4,7 @@ Every code is registered once, next to the rule that emits it, with the document
 `docs/diagnostics.md` and `amp-migrate explain CODE` show (what it means, why, an example),
 in the manner of ruff's rule pages. Codes never change meaning once released.
 """
+
 from __future__ import annotations
 
 import enum
@@ -38,13 +39,24 @@ class Code:
 CODES: dict[str, Code] = {}
 
 
-def define(code: str, name: str, severity: Severity, summary: str, why: str, *,
-           before: str = "", after: str = "", falls_back: bool = False, refusal: str = "") -> Code:
+def define(
+    code: str,
+    name: str,
+    severity: Severity,
+    summary: str,
+    why: str,
+    *,
+    before: str = "",
+    after: str = "",
+    falls_back: bool = False,
+    refusal: str = "",
+) -> Code:
     """Register a diagnostic code; rule modules call this at import time."""
     if code in CODES and CODES[code].name != name:
         raise ValueError(f"diagnostic code {code} registered twice ({CODES[code].name}, {name})")
-    entry = Code(code, name, severity, summary, why, before.strip("\n"), after.strip("\n"),
-                 falls_back, refusal)
+    entry = Code(
+        code, name, severity, summary, why, before.strip("\n"), after.strip("\n"), falls_back, refusal
+    )
     CODES[code] = entry
     return entry
 
@@ -72,21 +84,27 @@ class Diagnostic:
 
 
 PARSE_ERROR = define(
-    "AMP001", "parse-error", Severity.ERROR,
+    "AMP001",
+    "parse-error",
+    Severity.ERROR,
     "The file is not valid Python, so it was left untouched.",
     "The codemod rewrites syntax trees; a file that does not parse has none. Fix the syntax "
     "error (or run the file's own Python version's parser on it) and run again.",
     refusal="the input is not valid Python 3",
 )
 VERIFY_FAILED = define(
-    "AMP002", "verification-failed", Severity.ERROR,
+    "AMP002",
+    "verification-failed",
+    Severity.ERROR,
     "The rewrite failed the codemod's own checks, so the file was left untouched.",
     "Every output is re-parsed, compiled, checked for names that do not resolve and migrated "
     "a second time (which must change nothing). An output that fails is a bug in amp-migrate: "
     "the file is kept as it was and the failure is reported; please report it with the file.",
 )
 INDENTATION_UNREADABLE = define(
-    "AMP004", "indentation-unreadable", Severity.ERROR,
+    "AMP004",
+    "indentation-unreadable",
+    Severity.ERROR,
     "The file's indentation mixes tabs and spaces in a way Python accepts and the codemod's "
     "parser cannot read, and it could not be rewritten with provably the same blocks; the "
     "file was left untouched.",
@@ -101,7 +119,9 @@ INDENTATION_UNREADABLE = define(
     refusal="the indentation could not be kept with provably the same blocks",
 )
 NATIVE_IMPOSSIBLE = define(
-    "AMP003", "native-impossible", Severity.ERROR,
+    "AMP003",
+    "native-impossible",
+    Severity.ERROR,
     "`--target native` was asked for, but the file has Apex uses with no provably right "
     "native form; it was left untouched.",
     "Native output must train the way the Apex code did. The diagnostics before this one name "
@@ -109,7 +129,9 @@ NATIVE_IMPOSSIBLE = define(
 )
 # Notebooks (amp_migrate/notebook.py): cells are migrated as one module, IPython lines set aside.
 MAGIC_USES_MIGRATED_NAME = define(
-    "AMP021", "ipython-line-uses-migrated-name", Severity.WARNING,
+    "AMP021",
+    "ipython-line-uses-migrated-name",
+    Severity.WARNING,
     "An IPython line (a magic, a shell command, `obj?`) names something the native rewrite "
     "removes; the notebook uses the shim.",
     "Notebook cells are migrated as one Python module with their IPython lines set aside, so "

@@ -13,6 +13,7 @@ reads and writes the real file and the write never has to follow a link. Anythin
 not a regular file (a FIFO, a device, a socket) and every folder that cannot be read is
 reported as an error: the run cannot vouch for input it could not read.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -27,11 +28,32 @@ from typing import Iterable, Iterator, Optional, Sequence
 from .source_file import file_type
 
 SUFFIXES = {".py": "python", ".ipynb": "notebook"}
-SKIPPED_FOLDERS = frozenset({
-    ".git", ".hg", ".svn", ".bzr", "__pycache__", "site-packages", "dist-packages", "build",
-    "dist", "_build", "buck-out", ".eggs", ".tox", ".nox", ".venv", "venv", ".direnv",
-    "node_modules", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints",
-})
+SKIPPED_FOLDERS = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        ".bzr",
+        "__pycache__",
+        "site-packages",
+        "dist-packages",
+        "build",
+        "dist",
+        "_build",
+        "buck-out",
+        ".eggs",
+        ".tox",
+        ".nox",
+        ".venv",
+        "venv",
+        ".direnv",
+        "node_modules",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".ipynb_checkpoints",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -48,8 +70,7 @@ class Glob:
         parts = [p for p in PurePosixPath(rel.replace(os.sep, "/")).parts if p not in (".", "..")]
         if any(fnmatch.fnmatchcase(part, self.pattern) for part in parts):
             return True
-        return any(fnmatch.fnmatchcase("/".join(parts[: i + 1]), self.pattern)
-                   for i in range(len(parts)))
+        return any(fnmatch.fnmatchcase("/".join(parts[: i + 1]), self.pattern) for i in range(len(parts)))
 
 
 @dataclass(frozen=True)
@@ -89,13 +110,18 @@ def _git_listing(folder: str) -> Optional[tuple[list[str], list[tuple[str, str]]
     try:
         proc = subprocess.run(
             ["git", "-C", folder, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            capture_output=True, timeout=120)
+            capture_output=True,
+            timeout=120,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if proc.returncode != 0:
         return None
-    unreadable = [(m.group(1), m.group(2)) for line in os.fsdecode(proc.stderr).splitlines()
-                  if (m := _GIT_UNREADABLE.search(line))]
+    unreadable = [
+        (m.group(1), m.group(2))
+        for line in os.fsdecode(proc.stderr).splitlines()
+        if (m := _GIT_UNREADABLE.search(line))
+    ]
     return [name for name in os.fsdecode(proc.stdout).split("\0") if name], unreadable
 
 
@@ -119,8 +145,9 @@ class _Walker:
     _visited: set[str] = field(default_factory=set)  # real folders walked: no loop twice
 
     def unreadable(self, path: str, reason: str) -> None:
-        self.problems.append(Candidate(os.path.normpath(path), "folder",
-                                       error=f"cannot read folder: {reason}"))
+        self.problems.append(
+            Candidate(os.path.normpath(path), "folder", error=f"cannot read folder: {reason}")
+        )
 
     def _on_walk_error(self, exc: OSError) -> None:
         self.unreadable(exc.filename or "?", exc.strerror or str(exc))
@@ -144,8 +171,11 @@ class _Walker:
             try:
                 info = os.stat(real)
             except OSError as exc:
-                self.problems.append(Candidate(path, kind, error=f"a symbolic link that cannot be "
-                                                                 f"followed: {exc.strerror or exc}"))
+                self.problems.append(
+                    Candidate(
+                        path, kind, error=f"a symbolic link that cannot be followed: {exc.strerror or exc}"
+                    )
+                )
                 return
             if stat.S_ISDIR(info.st_mode):  # became a folder link since it was listed
                 if self.linked_folder(path):
@@ -172,8 +202,12 @@ class _Walker:
 
     def skipped_folder(self, folder: str) -> bool:
         name = os.path.basename(folder)
-        return (name in SKIPPED_FOLDERS or name.endswith(".egg-info") or self._is_venv(folder)
-                or any(glob.matches(folder) for glob in self.filters.exclude))
+        return (
+            name in SKIPPED_FOLDERS
+            or name.endswith(".egg-info")
+            or self._is_venv(folder)
+            or any(glob.matches(folder) for glob in self.filters.exclude)
+        )
 
     def wanted(self, path: str) -> bool:
         if os.path.splitext(path)[1].lower() not in SUFFIXES:
@@ -192,8 +226,9 @@ class _Walker:
 
     def excluded_file(self, path: str) -> bool:
         folders = os.path.dirname(os.path.relpath(path)).split(os.sep)
-        return (any(name in SKIPPED_FOLDERS or name.endswith(".egg-info") for name in folders)
-                or any(glob.matches(path) for glob in self.filters.exclude))
+        return any(name in SKIPPED_FOLDERS or name.endswith(".egg-info") for name in folders) or any(
+            glob.matches(path) for glob in self.filters.exclude
+        )
 
     def walk(self, root: str) -> Iterator[str]:
         self._visited.add(os.path.realpath(root))
@@ -213,8 +248,9 @@ class _Walker:
                 elif not os.path.isdir(path) and self.wanted(path):
                     yield from self.take(path, self.filters.follow_symlinks)
             return
-        for folder, subfolders, names in os.walk(root, onerror=self._on_walk_error,
-                                                 followlinks=self.filters.follow_symlinks):
+        for folder, subfolders, names in os.walk(
+            root, onerror=self._on_walk_error, followlinks=self.filters.follow_symlinks
+        ):
             self._visited.add(os.path.realpath(folder))
             kept = []
             for name in subfolders:
@@ -251,5 +287,6 @@ def discover(paths: Sequence[str], filters: Filters = Filters()) -> list[Candida
         elif not (filters.force_exclude and walker.excluded_file(path)):
             add(walker.take(path, follow=True))
     problems = {(p.path, p.kind): p for p in walker.problems}
-    return [Candidate(path, kind_of(path)) for path in sorted(found.values())] \
-        + sorted(problems.values(), key=lambda p: p.path)
+    return [Candidate(path, kind_of(path)) for path in sorted(found.values())] + sorted(
+        problems.values(), key=lambda p: p.path
+    )

@@ -3,6 +3,7 @@
 The page is generated, never edited by hand, so that it cannot drift from what the codemod
 emits; a test fails when the checked-in page differs from `render()`.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -125,13 +126,22 @@ def render_rule(rule) -> str:
         kind = "native and shim"
     codes = sorted(rule.EMITS, key=lambda c: c.code)
     elsewhere = [c.code for c in codes if rules.owner(c.code) is not rule]
-    lines = [f"## {rule.__name__} (rules/{module}.py; {kind} target)", "",
-             _summary(rule), "",
-             f"Handles: {_names(rule.HANDLES)}.", "",
-             f"Emits: {_names([c.code for c in codes])}."]
+    lines = [
+        f"## {rule.__name__} (rules/{module}.py; {kind} target)",
+        "",
+        _summary(rule),
+        "",
+        f"Handles: {_names(rule.HANDLES)}.",
+        "",
+        f"Emits: {_names([c.code for c in codes])}.",
+    ]
     if elsewhere:
-        lines += ["", "Documented under the first rule that emits it: "
-                  + ", ".join(f"{code} ({rules.owner(code).__name__})" for code in elsewhere) + "."]
+        lines += [
+            "",
+            "Documented under the first rule that emits it: "
+            + ", ".join(f"{code} ({rules.owner(code).__name__})" for code in elsewhere)
+            + ".",
+        ]
     parts = ["\n".join(lines).replace("\n\n\n", "\n\n") + "\n"]
     parts += [render_code(c, level=3) for c in codes if rules.owner(c.code) is rule]
     return "\n".join(parts)
@@ -154,8 +164,9 @@ def render() -> str:
     """The whole of docs/diagnostics.md: the codes grouped by the rule that emits them, in the
     order the rules run, then the codes no rule emits, then each native rule's argument."""
     register_all_codes()
-    return "\n".join([_INTRO] + [render_rule(rule) for rule in rules.ALL_RULES]
-                     + [render_others(), render_soundness()])
+    return "\n".join(
+        [_INTRO] + [render_rule(rule) for rule in rules.ALL_RULES] + [render_others(), render_soundness()]
+    )
 
 
 def main(argv: list[str]) -> int:

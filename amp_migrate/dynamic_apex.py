@@ -12,6 +12,7 @@ installed without running any of it (the availability rule answers those nativel
 calls whose string is computed entirely at run time (`import_module(name)`): nothing in the
 file says it is Apex.
 """
+
 from __future__ import annotations
 
 import ast
@@ -50,8 +51,9 @@ def _literal_parts(node: Optional[ast.AST]) -> tuple[str, bool]:
         value = node.value
         return (value.decode("latin-1") if isinstance(value, bytes) else value), True
     if isinstance(node, ast.JoinedStr):
-        texts = [v.value if isinstance(v, ast.Constant) and isinstance(v.value, str) else " "
-                 for v in node.values]
+        texts = [
+            v.value if isinstance(v, ast.Constant) and isinstance(v.value, str) else " " for v in node.values
+        ]
         return "".join(texts), all(isinstance(v, ast.Constant) for v in node.values)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         left, left_whole = _literal_parts(node.left)
@@ -61,7 +63,7 @@ def _literal_parts(node: Optional[ast.AST]) -> tuple[str, bool]:
 
 
 def _argument(call: ast.Call, position: int, keyword: str) -> Optional[ast.AST]:
-    if len(call.args) > position and not any(isinstance(a, ast.Starred) for a in call.args[:position + 1]):
+    if len(call.args) > position and not any(isinstance(a, ast.Starred) for a in call.args[: position + 1]):
         return call.args[position]
     return next((k.value for k in call.keywords if k.arg == keyword), None)
 
@@ -93,8 +95,9 @@ def _words(names: AbstractSet[str]) -> re.Pattern:
     return re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, names))) + r")\b")
 
 
-def dynamic_apex_use(call: ast.Call, names: AbstractSet[str] = frozenset({APEX}),
-                     importers: AbstractSet[str] = frozenset()) -> Optional[str]:
+def dynamic_apex_use(
+    call: ast.Call, names: AbstractSet[str] = frozenset({APEX}), importers: AbstractSet[str] = frozenset()
+) -> Optional[str]:
     """What `call` does with Apex by a name in a string, in words for a diagnostic (None: it
     does nothing of the kind). `names`: the words that name Apex in source text run by
     `exec`/`eval`/`compile` (`apex`, and the local names the file's Apex imports bind);

@@ -1,5 +1,6 @@
 """What one file's job hands back to the command line: plain data, so that it crosses process
 boundaries and so that reporting and writing never need to look at the file again."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace

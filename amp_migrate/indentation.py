@@ -15,6 +15,7 @@ step is checked with Python's parser: the spaced text must have the file's synta
 the restored code the migrated code's; where either check fails the file is not migrated and
 the message names the line.
 """
+
 from __future__ import annotations
 
 import ast
@@ -60,7 +61,7 @@ def _statement_indents(text: str) -> Iterator[tuple[int, str, Optional[str]]]:
             change = "dedent"
         elif starts and token.type not in _SKIPPED:
             starts = False
-            yield token.start[0], token.line[:token.start[1]], change
+            yield token.start[0], token.line[: token.start[1]], change
             change = None
 
 
@@ -88,9 +89,11 @@ def unreadable_line(text: str) -> Optional[int]:
 
 
 def message(line: int) -> str:
-    return (f"the parser cannot read the tab-mixed indentation at line {line}; Python accepts "
-            "it. Reindent the file with spaces (e.g. `expand -i -t 8 FILE`, which expands "
-            "leading tabs only) and run again")
+    return (
+        f"the parser cannot read the tab-mixed indentation at line {line}; Python accepts "
+        "it. Reindent the file with spaces (e.g. `expand -i -t 8 FILE`, which expands "
+        "leading tabs only) and run again"
+    )
 
 
 def _same_program(a: str, b: str) -> bool:
@@ -134,7 +137,7 @@ class TabIndents:
                     kept[j1 + k] = True
                     own = self.indents.get(i1 + k + 1)
                     if own is not None:
-                        out[j1 + k] = own + after[j1 + k][self.spaced[i1 + k + 1]:]
+                        out[j1 + k] = own + after[j1 + k][self.spaced[i1 + k + 1] :]
             elif tag == "replace":
                 spellings: dict[int, str] = {}
                 for i in range(i1 + 1, i2 + 1):
@@ -148,20 +151,26 @@ class TabIndents:
                 if not kept[j] and starts[j]:
                     spelling = replaced.get(j, {}).get(starts[j]) if like_replaced else None
                     indent = self._indent_like(at, rows, starts, new, kept, spelling)
-                    new[j] = indent + after[j][starts[j]:]
+                    new[j] = indent + after[j][starts[j] :]
             restored = "".join(new)
             if _same_program(restored, code):
                 return restored
         return None
 
     @staticmethod
-    def _indent_like(at: int, rows: list[int], starts: dict[int, int], out: list[str],
-                     kept: list[bool], spelling: Optional[str]) -> str:
+    def _indent_like(
+        at: int,
+        rows: list[int],
+        starts: dict[int, int],
+        out: list[str],
+        kept: list[bool],
+        spelling: Optional[str],
+    ) -> str:
         """The indentation for new statement line rows[at] at its column: that of a kept line
         of its block (no shallower line between them; above first), else `spelling`, else
         that of the nearest shallower line above plus spaces."""
         col = starts[rows[at]]
-        for side in (reversed(rows[:at]), rows[at + 1:]):
+        for side in (reversed(rows[:at]), rows[at + 1 :]):
             for other in side:
                 if starts[other] < col:
                     break
@@ -184,7 +193,7 @@ class TabIndents:
 
 
 def _leading(line: str) -> str:
-    return line[:len(line) - len(line.lstrip(" \t\f"))]
+    return line[: len(line) - len(line.lstrip(" \t\f"))]
 
 
 def tab_indents(text: str) -> Optional[TabIndents]:
@@ -200,8 +209,10 @@ def tab_indents(text: str) -> Optional[TabIndents]:
     for row, indent, _ in _statement_indents(text):
         if indent.strip(" "):  # a tab or a form feed
             indents[row], spaced[row] = indent, indent_column(indent)
-    new = [" " * spaced[n] + line_[len(indents[n]):] if n in indents else line_
-           for n, line_ in enumerate(lines, 1)]
+    new = [
+        " " * spaced[n] + line_[len(indents[n]) :] if n in indents else line_
+        for n, line_ in enumerate(lines, 1)
+    ]
     spaced_text = "".join(new)
     if not _same_program(spaced_text, text):
         return TabIndents(text, text, {}, line)

@@ -7,6 +7,7 @@ first one, and whatever is keyed to line numbers (pruning, step lines, diagnosti
 spans) lands on the wrong statement. Every line number the codemod derives from text comes
 from here. The splits run at C speed (`str.split`, `re.findall`), as `splitlines()` did.
 """
+
 from __future__ import annotations
 
 import ast
@@ -57,7 +58,7 @@ class LineBreaks:
         old, new = split_lines(before, keepends=True), split_lines(code, keepends=True)
         ends = [self.style] * len(new)
         if code == before:
-            ends[:len(self.each)] = self.each
+            ends[: len(self.each)] = self.each
         else:
             matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
             for tag, i1, i2, j1, j2 in matcher.get_opcodes():
@@ -136,8 +137,12 @@ def form_feed_indents(text: str) -> Optional[FormFeedIndents]:
         for token in tokenize.generate_tokens(io.StringIO(text, newline=None).readline):
             if token.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
                 starts = True
-            elif starts and token.type not in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT,
-                                                tokenize.DEDENT):
+            elif starts and token.type not in (
+                tokenize.NL,
+                tokenize.COMMENT,
+                tokenize.INDENT,
+                tokenize.DEDENT,
+            ):
                 starts = False
                 row = token.start[0]
                 if row in candidates:
@@ -146,5 +151,5 @@ def form_feed_indents(text: str) -> Optional[FormFeedIndents]:
         return None
     if not removed:
         return None
-    new = [line[len(removed[n]):] if n in removed else line for n, line in enumerate(lines, 1)]
+    new = [line[len(removed[n]) :] if n in removed else line for n, line in enumerate(lines, 1)]
     return FormFeedIndents(text, "".join(new), removed)

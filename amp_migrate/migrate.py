@@ -9,6 +9,7 @@ neither imports Apex nor touches an `amp` attribute is returned without a libcst
 statement spans let each rule visit only the statements that spell what it acts on
 (`SourceIndex`).
 """
+
 from __future__ import annotations
 
 import ast
@@ -20,20 +21,28 @@ from typing import Optional, Sequence
 import libcst as cst
 from libcst.codemod import CodemodContext
 
-from .diagnostics import (INDENTATION_UNREADABLE, NATIVE_IMPOSSIBLE, PARSE_ERROR, VERIFY_FAILED, Code,
-                          Diagnostic)
-from .indentation import TabIndents, message as indentation_message, tab_indents
+from .binding import apex_import_words, imports_apex
+from .diagnostics import (
+    INDENTATION_UNREADABLE,
+    NATIVE_IMPOSSIBLE,
+    PARSE_ERROR,
+    VERIFY_FAILED,
+    Code,
+    Diagnostic,
+)
+from .dynamic_apex import CALL_TEXT, dynamic_apex_use, importer_aliases
+from .indentation import TabIndents, tab_indents
+from .indentation import message as indentation_message
 from .lines import form_feed_indents
 from .options import Options, Target
 from .provided import migrate_part
 from .rules import NATIVE_RULES, SHIM_RULES
-from .binding import apex_import_words, imports_apex
-from .dynamic_apex import CALL_TEXT, dynamic_apex_use, importer_aliases
 from .rules.base import FileState
 from .rules.imports import SHIM_ARGUMENT_REJECTED, SHIM_NAME_MISSING
 from .rules.plan import SharedScaler
 from .source_index import SourceIndex, walk_ast
-from .verify import VerificationError, imports_apex as output_imports_apex, shim_names_missing, verify_output
+from .verify import VerificationError, shim_names_missing, verify_output
+from .verify import imports_apex as output_imports_apex
 
 # Cheap text test: a file that never spells these cannot use Apex or torch's deprecated
 # `torch.cuda.amp` / `torch.cpu.amp` (`from torch.cuda import amp` included), and is
@@ -52,8 +61,7 @@ class MigrationError(Exception):
         self.code = code
 
     def as_diagnostic(self) -> Diagnostic:
-        return Diagnostic(self.code.code, self.code.severity, self.line, self.col,
-                          self.message, False)
+        return Diagnostic(self.code.code, self.code.severity, self.line, self.col, self.message, False)
 
 
 @dataclass(frozen=True)
@@ -79,8 +87,10 @@ def python_ast(text: str) -> Optional[ast.Module]:
 
 
 _GAP = r"(?:\s|\\\n)"  # whitespace, or a backslash continuation
-_APEX_IMPORT_TEXT = re.compile(rf"\bimport\b(?:[^\n]|\\\n)*\bapex\b|\bfrom{_GAP}+apex\b"
-                               rf"|\bfrom{_GAP}+torch{_GAP}*\.{_GAP}*(?:cuda|cpu)\b")
+_APEX_IMPORT_TEXT = re.compile(
+    rf"\bimport\b(?:[^\n]|\\\n)*\bapex\b|\bfrom{_GAP}+apex\b"
+    rf"|\bfrom{_GAP}+torch{_GAP}*\.{_GAP}*(?:cuda|cpu)\b"
+)
 _AMP_ATTRIBUTE_TEXT = re.compile(rf"\.{_GAP}*amp\b")
 _BEFORE_DOT = re.compile(r"(?:\s|\\)*(\w*)(?:\s|\\)*$")
 
@@ -95,7 +105,7 @@ def may_touch_apex(text: str) -> bool:
     for match in _AMP_ATTRIBUTE_TEXT.finditer(text):
         before = _BEFORE_DOT.search(text, max(0, match.start() - 200), match.start())
         name = before.group(1) if before else ""
-        ahead = text[:before.start(1)].rstrip(" \t\n\\") if before else ""
+        ahead = text[: before.start(1)].rstrip(" \t\n\\") if before else ""
         if name != "torch" or ahead.endswith("."):
             return True
     return False
@@ -120,7 +130,6 @@ def touches_apex(tree: ast.Module) -> bool:
     return False
 
 
-
 def parse(text: str) -> cst.Module:
     try:
         return cst.parse_module(text)
@@ -135,8 +144,14 @@ def parse(text: str) -> cst.Module:
         raise MigrationError(f"syntax error: {exc.message}", exc.raw_line, exc.raw_column + 1) from None
 
 
-def _run(rules: Sequence[type], module: cst.Module, text: str, index: Optional[SourceIndex],
-         options: Options, project: Optional[SharedScaler] = None) -> tuple[cst.Module, FileState]:
+def _run(
+    rules: Sequence[type],
+    module: cst.Module,
+    text: str,
+    index: Optional[SourceIndex],
+    options: Options,
+    project: Optional[SharedScaler] = None,
+) -> tuple[cst.Module, FileState]:
     words = apex_import_words(index.imports()) if index is not None else None
     state = FileState(options, original=text, index=index, apex_words=words)
     state.scratch["parsed"] = module  # the parse of `text`, which the first binder may read as text
@@ -153,8 +168,13 @@ def _sorted(diagnostics) -> tuple[Diagnostic, ...]:
     return tuple(sorted(diagnostics, key=lambda d: (d.line, d.col, d.code)))
 
 
-def _transform(module: cst.Module, original: str, tree: Optional[ast.Module], options: Options,
-               project: Optional[SharedScaler] = None) -> tuple[str, tuple[Diagnostic, ...], Optional[str]]:
+def _transform(
+    module: cst.Module,
+    original: str,
+    tree: Optional[ast.Module],
+    options: Options,
+    project: Optional[SharedScaler] = None,
+) -> tuple[str, tuple[Diagnostic, ...], Optional[str]]:
     """The rewritten code, its diagnostics, and the target that produced it."""
     index = SourceIndex(original, module, tree) if tree is not None else None
     if options.target == "shim":
@@ -165,9 +185,23 @@ def _transform(module: cst.Module, original: str, tree: Optional[ast.Module], op
         return _code(native, module, original), _sorted(state.diagnostics), "native"
     reasons = [d for d in state.diagnostics if d.falls_back]
     if options.target == "native":
-        return original, _sorted(reasons + [Diagnostic(
-            NATIVE_IMPOSSIBLE.code, NATIVE_IMPOSSIBLE.severity, 1, 1,
-            NATIVE_IMPOSSIBLE.summary, False)]), None
+        return (
+            original,
+            _sorted(
+                reasons
+                + [
+                    Diagnostic(
+                        NATIVE_IMPOSSIBLE.code,
+                        NATIVE_IMPOSSIBLE.severity,
+                        1,
+                        1,
+                        NATIVE_IMPOSSIBLE.summary,
+                        False,
+                    )
+                ]
+            ),
+            None,
+        )
     shimmed, shim_state = _run(SHIM_RULES, module, original, index, options)
     again = [d for d in shim_state.diagnostics if d not in reasons]  # rules of both targets report once
     return _code(shimmed, module, original), _sorted(reasons + again), "shim"
@@ -189,12 +223,16 @@ def _with_part(text: str, target: Target, device: str, dtype: str, project: Shar
     the ordinary migration, with the rest of its project role."""
     rest = replace(project, provided=None)
     rest = None if rest == SharedScaler() else rest
-    return migrate_part(text, project.provided, lambda code: migrate_source(
-        code, target=target, device=device, dtype=dtype, project=rest))
+    return migrate_part(
+        text,
+        project.provided,
+        lambda code: migrate_source(code, target=target, device=device, dtype=dtype, project=rest),
+    )
 
 
-def _with_spaced_indents(tabs: TabIndents, target: Target, device: str, dtype: str,
-                         project: Optional[SharedScaler]) -> MigrationResult:
+def _with_spaced_indents(
+    tabs: TabIndents, target: Target, device: str, dtype: str, project: Optional[SharedScaler]
+) -> MigrationResult:
     """The migration of the spaced text, indented back as the file was; AMP004 at the first
     line libcst cannot read where either step would not provably keep the program."""
     unreadable = MigrationError(indentation_message(tabs.line), tabs.line, 1, INDENTATION_UNREADABLE)
@@ -207,24 +245,37 @@ def _with_spaced_indents(tabs: TabIndents, target: Target, device: str, dtype: s
     code = tabs.restore(result.code)
     if code is None:
         raise unreadable
-    return replace(result, code=code, diagnostics=tuple(
-        replace(d, col=tabs.column(d.line, d.col)) for d in result.diagnostics))
+    return replace(
+        result,
+        code=code,
+        diagnostics=tuple(replace(d, col=tabs.column(d.line, d.col)) for d in result.diagnostics),
+    )
 
 
-def _with_form_feed_indents(indents, target: Target, device: str, dtype: str,
-                            project: Optional[SharedScaler]) -> MigrationResult:
+def _with_form_feed_indents(
+    indents, target: Target, device: str, dtype: str, project: Optional[SharedScaler]
+) -> MigrationResult:
     """Migrate the text without the form feeds, then put them back, columns included."""
     try:
         result = migrate_source(indents.text, target=target, device=device, dtype=dtype, project=project)
     except MigrationError as exc:
         column = indents.column(exc.line, exc.col)
         raise MigrationError(exc.message, exc.line, column, exc.code) from None
-    return replace(result, code=indents.restore(result.code), diagnostics=tuple(
-        replace(d, col=indents.column(d.line, d.col)) for d in result.diagnostics))
+    return replace(
+        result,
+        code=indents.restore(result.code),
+        diagnostics=tuple(replace(d, col=indents.column(d.line, d.col)) for d in result.diagnostics),
+    )
 
 
-def migrate_source(text: str, *, target: Target = "auto", device: str = "cuda",
-                   dtype: str = "float16", project: Optional[SharedScaler] = None) -> MigrationResult:
+def migrate_source(
+    text: str,
+    *,
+    target: Target = "auto",
+    device: str = "cuda",
+    dtype: str = "float16",
+    project: Optional[SharedScaler] = None,
+) -> MigrationResult:
     """Migrate one Python source text off Apex.
 
     Raises `MigrationError` when the text does not parse. Never returns code that does not
@@ -270,12 +321,15 @@ def migrate_source(text: str, *, target: Target = "auto", device: str = "cuda",
             try:
                 after = cst.parse_module(code)
             except cst.ParserSyntaxError as exc:
-                raise VerificationError(f"the output does not parse: {exc.message} at line {exc.raw_line}") from exc
+                raise VerificationError(
+                    f"the output does not parse: {exc.message} at line {exc.raw_line}"
+                ) from exc
             again, _, _ = _transform(after, code, after_tree, options, project)
             if again != code:
                 raise VerificationError("a second run would change the output again")
     except VerificationError as exc:
-        failed = Diagnostic(VERIFY_FAILED.code, VERIFY_FAILED.severity, 1, 1,
-                            f"{VERIFY_FAILED.summary} ({exc})", False)
+        failed = Diagnostic(
+            VERIFY_FAILED.code, VERIFY_FAILED.severity, 1, 1, f"{VERIFY_FAILED.summary} ({exc})", False
+        )
         return MigrationResult(text, _sorted(list(diagnostics) + [failed]), None)
     return MigrationResult(code, diagnostics, used, True)

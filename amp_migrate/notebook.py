@@ -20,6 +20,7 @@ takes the shim for the notebook.
 The JSON is written back the way it was read (indentation, key order, escaping, trailing
 newline), so that only the changed cells' `source` differs from the original bytes.
 """
+
 from __future__ import annotations
 
 import ast
@@ -46,11 +47,12 @@ _MAGIC_LINE = re.compile(r"^([ \t]*)import __amp_migrate_magic_(\d+)__[ \t]*$")
 _TIME_PLACEHOLDER = "{1}  # __amp_migrate_time_{0}__"
 _TIME_LINE = re.compile(r"^([ \t]*)(?P<code>.*?)[ \t]*# __amp_migrate_time_(\d+)__[ \t]*$")
 _TIMEIT_PLACEHOLDER = "for __amp_migrate_timeit_{0}__ in __amp_migrate_repeat__: {1}"
-_TIMEIT_LINE = re.compile(r"^([ \t]*)for __amp_migrate_timeit_(\d+)__ in __amp_migrate_repeat__:"
-                          r"[ \t]*(?P<code>.*?)[ \t]*$")
+_TIMEIT_LINE = re.compile(
+    r"^([ \t]*)for __amp_migrate_timeit_(\d+)__ in __amp_migrate_repeat__:"
+    r"[ \t]*(?P<code>.*?)[ \t]*$"
+)
 _CODE_MAGIC = re.compile(r"^[ \t]*(%time[ \t]+|%timeit((?:[ \t]+-(?:[nrp][ \t]*\d+|[tcqo]))*)[ \t]+)(\S.*)$")
-_IPYTHON_LINE = re.compile(
-    r"^[ \t]*(?:[%!]|\?{1,2}[\w.]|[\w.]+[ \t]*\?{1,2}[ \t]*$|[\w.]+[ \t]*=[ \t]*[%!])")
+_IPYTHON_LINE = re.compile(r"^[ \t]*(?:[%!]|\?{1,2}[\w.]|[\w.]+[ \t]*\?{1,2}[ \t]*$|[\w.]+[ \t]*=[ \t]*[%!])")
 # Cell magics whose body is Python run once in the user namespace; any other `%%magic` cell
 # (bash, html, ...) is left alone. A `%%timeit` body runs many times in a namespace of its own
 # (its assignments do not persist), so it is not part of the module: it is checked like an
@@ -92,9 +94,22 @@ def _one_simple_statement(code: str, expression: bool = False) -> bool:
         return False
     if expression:
         return len(body) == 1 and isinstance(body[0], ast.Expr)
-    return len(body) == 1 and not isinstance(body[0], (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With,
-                                                       ast.AsyncWith, ast.Try, ast.FunctionDef, ast.ClassDef,
-                                                       ast.AsyncFunctionDef, getattr(ast, "Match", ast.If)))
+    return len(body) == 1 and not isinstance(
+        body[0],
+        (
+            ast.If,
+            ast.For,
+            ast.AsyncFor,
+            ast.While,
+            ast.With,
+            ast.AsyncWith,
+            ast.Try,
+            ast.FunctionDef,
+            ast.ClassDef,
+            ast.AsyncFunctionDef,
+            getattr(ast, "Match", ast.If),
+        ),
+    )
 
 
 def _identifiers(text: str) -> set[str]:
@@ -117,8 +132,11 @@ def _protect(source: str, magics: list[_Masked], words: Optional[frozenset[str]]
                 block.append(lines[i])
             indent = line[: len(line) - len(line.lstrip())]
             code = _CODE_MAGIC.match(line) if len(block) == 1 else None
-            if code is not None and _one_simple_statement(code.group(3), code.group(2) is not None) \
-                    and (words is None or _identifiers(code.group(3)) & words):
+            if (
+                code is not None
+                and _one_simple_statement(code.group(3), code.group(2) is not None)
+                and (words is None or _identifiers(code.group(3)) & words)
+            ):
                 masked = _Masked(block, start + 1, code.group(1).rstrip() + " ", code.group(3))
                 template = _TIMEIT_PLACEHOLDER if masked.timeit else _TIME_PLACEHOLDER
                 out.append(indent + template.format(len(magics), masked.code))
@@ -167,9 +185,14 @@ def _restore(code: str, magics: list[_Masked], seen: set[int]) -> Optional[str]:
         elif timed:
             loop = timed.re is _TIMEIT_LINE
             which = int(timed.group(2 if loop else 3))
-            if which >= len(magics) or not magics[which].prefix or magics[which].timeit != loop \
-                    or not _one_simple_statement(timed.group("code"), loop) \
-                    or not loop and (whole is None or number not in whole):
+            if (
+                which >= len(magics)
+                or not magics[which].prefix
+                or magics[which].timeit != loop
+                or not _one_simple_statement(timed.group("code"), loop)
+                or not loop
+                and (whole is None or number not in whole)
+            ):
                 return None
             seen.add(which)
             out.append(timed.group(1) + magics[which].prefix + timed.group("code"))
@@ -188,26 +211,33 @@ def _source_text(value: Any) -> str:
 
 def _is_python(nb: dict) -> bool:
     metadata = nb.get("metadata") or {}
-    language = (metadata.get("kernelspec") or {}).get("language") or (
-        metadata.get("language_info") or {}).get("name") or "python"
+    language = (
+        (metadata.get("kernelspec") or {}).get("language")
+        or (metadata.get("language_info") or {}).get("name")
+        or "python"
+    )
     return str(language).lower() == "python"
 
 
 def _load(data: bytes) -> tuple[dict, str, bool]:
     bom = data.startswith(b"\xef\xbb\xbf")
     try:
-        text = data[3 if bom else 0:].decode("utf-8")
+        text = data[3 if bom else 0 :].decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SourceError(f"not a notebook: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
         nb = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SourceError(f"not a notebook: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        raise SourceError(
+            f"not a notebook: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         major = nb.get("nbformat") if isinstance(nb, dict) else None
         if isinstance(major, int) and major < 4:
-            raise SourceError(f"nbformat {major} notebooks are not supported; "
-                              "upgrade with `jupyter nbconvert --to notebook`")
+            raise SourceError(
+                f"nbformat {major} notebooks are not supported; "
+                "upgrade with `jupyter nbconvert --to notebook`"
+            )
         raise SourceError("not a notebook: no list of cells")
     for cell in nb["cells"]:
         if not isinstance(cell, dict) or "cell_type" not in cell:
@@ -225,8 +255,10 @@ class _Style:
     exact: bool  # dumping the unchanged notebook gives back the original text
 
     def dumps(self, nb: dict) -> str:
-        text = json.dumps(nb, indent=self.indent, separators=self.separators,
-                          ensure_ascii=self.ensure_ascii) + self.trailing
+        text = (
+            json.dumps(nb, indent=self.indent, separators=self.separators, ensure_ascii=self.ensure_ascii)
+            + self.trailing
+        )
         return text.replace("\n", self.newline) if self.newline != "\n" else text
 
 
@@ -234,7 +266,7 @@ def _style_of(text: str, nb: dict) -> _Style:
     newline = "\r\n" if "\r\n" in text else "\n"
     plain = text.replace("\r\n", "\n")
     body = plain.rstrip()
-    trailing = plain[len(body):]
+    trailing = plain[len(body) :]
     match = re.match(r"\{\n( +)\"", body)
     indents: list[Optional[int]] = [len(match.group(1))] if match else [None]
     separators = [(",", ": ")] if indents[0] is not None else [(", ", ": "), (",", ":")]
@@ -243,8 +275,9 @@ def _style_of(text: str, nb: dict) -> _Style:
             for ensure_ascii in (False, True):
                 if json.dumps(nb, indent=indent, separators=sep, ensure_ascii=ensure_ascii) == body:
                     return _Style(indent, sep, ensure_ascii, newline, trailing, True)
-    return _Style(indents[0] if indents[0] is not None else 1, (",", ": "), False, newline,
-                  trailing or "\n", False)
+    return _Style(
+        indents[0] if indents[0] is not None else 1, (",", ": "), False, newline, trailing or "\n", False
+    )
 
 
 def _timeit_cells(nb: dict) -> list[_Cell]:
@@ -341,8 +374,11 @@ def _apex_bound(tree: ast.Module) -> set[str]:
     names: set[str] = set()
     for node in SourceIndex.imports_of(tree):
         for alias in node.names:
-            one = ast.Import([alias]) if isinstance(node, ast.Import) else \
-                ast.ImportFrom(node.module, [alias], node.level)
+            one = (
+                ast.Import([alias])
+                if isinstance(node, ast.Import)
+                else ast.ImportFrom(node.module, [alias], node.level)
+            )
             if alias.name != "*" and imports_apex(one):
                 names.add(alias.asname or alias.name.split(".")[0])
     return names
@@ -352,11 +388,52 @@ _INTERPOLATED = re.compile(r"\{([^{}]*)\}|(?<!\$)\$(\w+)")
 # Magics whose arguments are text (paths, packages, options), not Python names; IPython still
 # expands `{expr}` and `$name` in them.
 _TEXT_MAGICS = {
-    "pip", "conda", "mamba", "matplotlib", "load_ext", "reload_ext", "unload_ext", "cd", "env",
-    "config", "run", "autoreload", "aimport", "pylab", "gui", "xmode", "precision", "sx", "system",
-    "sh", "bash", "writefile", "load", "save", "pycat", "mkdir", "ls", "pwd", "rm", "cp", "mv",
-    "cat", "history", "alias", "lsmagic", "magic", "pushd", "popd", "bookmark", "dhist",
-    "autosave", "time", "timeit", "capture", "prun", "debug",
+    "pip",
+    "conda",
+    "mamba",
+    "matplotlib",
+    "load_ext",
+    "reload_ext",
+    "unload_ext",
+    "cd",
+    "env",
+    "config",
+    "run",
+    "autoreload",
+    "aimport",
+    "pylab",
+    "gui",
+    "xmode",
+    "precision",
+    "sx",
+    "system",
+    "sh",
+    "bash",
+    "writefile",
+    "load",
+    "save",
+    "pycat",
+    "mkdir",
+    "ls",
+    "pwd",
+    "rm",
+    "cp",
+    "mv",
+    "cat",
+    "history",
+    "alias",
+    "lsmagic",
+    "magic",
+    "pushd",
+    "popd",
+    "bookmark",
+    "dhist",
+    "autosave",
+    "time",
+    "timeit",
+    "capture",
+    "prun",
+    "debug",
 }
 _CODE_MAGICS = {"time", "timeit", "prun", "debug"}  # the arguments (after options) are code
 
@@ -378,7 +455,7 @@ def _referenced(masked: _Masked) -> set[str]:
     assigned = re.match(r"([\w.]+)[ \t]*=[ \t]*(?=[%!])", text)
     if assigned:
         names.add(assigned.group(1).split(".")[0])
-        text = text[assigned.end():]
+        text = text[assigned.end() :]
     for expr, plain in _INTERPOLATED.findall(text):
         names |= _python_names(expr) if expr else {plain}
     if text.startswith("!"):
@@ -395,8 +472,9 @@ def _referenced(masked: _Masked) -> set[str]:
     return names | _identifiers(args)  # `%store amp`, `%pinfo amp`, `%xdel amp`, ...
 
 
-def _broken_magics(module: str, code: str, cells: list[_Cell], native: bool,
-                   timeit_cells: list[_Cell] = ()) -> list[Finding]:
+def _broken_magics(
+    module: str, code: str, cells: list[_Cell], native: bool, timeit_cells: list[_Cell] = ()
+) -> list[Finding]:
     """IPython lines that name something the migrated code no longer binds (under the native
     target, the names Apex imports bind too: those objects are gone even where a name stays)."""
     before = python_ast(module)
@@ -411,18 +489,28 @@ def _broken_magics(module: str, code: str, cells: list[_Cell], native: bool,
             if masked.prefix:
                 continue  # migrated as code
             for name in sorted(_referenced(masked) & gone):
-                at, col = 0, None
-                for at, line in enumerate(masked.lines):
-                    col = re.search(rf"\b{re.escape(name)}\b", line)
-                    if col:
-                        break
-                what = masked.lines[0].strip() + (" cell" if masked.body else
-                                                  " \\ ..." if len(masked.lines) > 1 else "")
-                findings.append(Finding(Diagnostic(
-                    MAGIC_USES_MIGRATED_NAME.code, MAGIC_USES_MIGRATED_NAME.severity,
-                    masked.line + (at if col else 0), col.start() + 1 if col else 1,
-                    f"`{what}` names `{name}`, which the {'native ' if native else ''}migration "
-                    "no longer binds; IPython lines are not rewritten", False), cell.index + 1))
+                word = re.compile(rf"\b{re.escape(name)}\b")
+                at, col = next(
+                    ((i, found) for i, line in enumerate(masked.lines) if (found := word.search(line))),
+                    (max(len(masked.lines) - 1, 0), None),
+                )
+                what = masked.lines[0].strip() + (
+                    " cell" if masked.body else " \\ ..." if len(masked.lines) > 1 else ""
+                )
+                findings.append(
+                    Finding(
+                        Diagnostic(
+                            MAGIC_USES_MIGRATED_NAME.code,
+                            MAGIC_USES_MIGRATED_NAME.severity,
+                            masked.line + (at if col else 0),
+                            col.start() + 1 if col else 1,
+                            f"`{what}` names `{name}`, which the {'native ' if native else ''}migration "
+                            "no longer binds; IPython lines are not rewritten",
+                            False,
+                        ),
+                        cell.index + 1,
+                    )
+                )
     return findings
 
 
@@ -452,19 +540,34 @@ def migrate(path: str, data: bytes, options: Options, want_diff: bool) -> FileRe
         if not migrated.changed:
             return migrated, None, []
         sources = _split(migrated.code, cells)
-        lost = _broken_magics(module, migrated.code, cells, migrated.target_used == "native",
-                              _timeit_cells(nb)) if sources is not None else []
+        lost = (
+            _broken_magics(module, migrated.code, cells, migrated.target_used == "native", _timeit_cells(nb))
+            if sources is not None
+            else []
+        )
         return migrated, sources, lost
 
     try:
         migrated, sources, broken = run(options.target)
         if migrated.changed and (sources is None or broken):
-            why = ("the native rewrite moves code across cells or IPython lines" if sources is None
-                   else "IPython lines name what the native rewrite removes")
+            why = (
+                "the native rewrite moves code across cells or IPython lines"
+                if sources is None
+                else "IPython lines name what the native rewrite removes"
+            )
             if options.target == "native":
                 if broken:
-                    refused = Finding(Diagnostic(NATIVE_IMPOSSIBLE.code, NATIVE_IMPOSSIBLE.severity, 1, 1,
-                                                 NATIVE_IMPOSSIBLE.summary, False), cells[0].index + 1)
+                    refused = Finding(
+                        Diagnostic(
+                            NATIVE_IMPOSSIBLE.code,
+                            NATIVE_IMPOSSIBLE.severity,
+                            1,
+                            1,
+                            NATIVE_IMPOSSIBLE.summary,
+                            False,
+                        ),
+                        cells[0].index + 1,
+                    )
                     return replace(result, findings=(*broken, refused))
                 return replace(result, error=f"{why}; left untouched (`--target auto` would use the shim)")
             lost = broken
@@ -473,8 +576,11 @@ def migrate(path: str, data: bytes, options: Options, want_diff: bool) -> FileRe
                 migrated, sources, lost = run("shim")
                 broken = broken + lost
             if migrated.changed and (sources is None or lost):
-                return replace(result, findings=tuple(broken),
-                               error="the migrated code cannot be cut back into cells; left untouched")
+                return replace(
+                    result,
+                    findings=tuple(broken),
+                    error="the migrated code cannot be cut back into cells; left untouched",
+                )
     except MigrationError as exc:
         return replace(result, findings=(_locate(exc.as_diagnostic(), spans),))
     findings = tuple(broken) + tuple(_locate(d, spans) for d in migrated.diagnostics)
@@ -484,8 +590,16 @@ def migrate(path: str, data: bytes, options: Options, want_diff: bool) -> FileRe
     return _with_cells(result, nb, text, bom, zip(cells, sources), migrated.target_used, want_diff, notes)
 
 
-def _with_cells(result: FileResult, nb: dict, text: str, bom: bool, rewritten, target_used: str,
-                want_diff: bool, notes: list[str]) -> FileResult:
+def _with_cells(
+    result: FileResult,
+    nb: dict,
+    text: str,
+    bom: bool,
+    rewritten,
+    target_used: str,
+    want_diff: bool,
+    notes: list[str],
+) -> FileResult:
     """`result` carrying the notebook with each (cell, new source) put back, in the JSON
     layout the file had, and the per-cell diffs when asked for."""
     style = _style_of(text, nb)
@@ -499,12 +613,20 @@ def _with_cells(result: FileResult, nb: dict, text: str, bom: bool, rewritten, t
             # A cell's last line has no newline by convention; saying so in every hunk is noise.
             name = f"{result.path}:cell {cell.index + 1}"
             diffs.append(unified_diff(_ended(old_source), _ended(new_source), name))
-        entry["source"] = (new_source.splitlines(keepends=True)
-                           if isinstance(entry.get("source"), list) else new_source)
+        entry["source"] = (
+            new_source.splitlines(keepends=True) if isinstance(entry.get("source"), list) else new_source
+        )
     new_text = style.dumps(nb)
     if not style.exact:
-        notes.append("the notebook's JSON layout is not one json.dumps writes; "
-                     "unchanged cells may be re-indented")
+        notes.append(
+            "the notebook's JSON layout is not one json.dumps writes; unchanged cells may be re-indented"
+        )
     new_bytes = (b"\xef\xbb\xbf" if bom else b"") + new_text.encode("utf-8")
-    return replace(result, changed=True, target_used=target_used, new_bytes=new_bytes,
-                   diff="".join(diffs), notes=tuple(notes))
+    return replace(
+        result,
+        changed=True,
+        target_used=target_used,
+        new_bytes=new_bytes,
+        diff="".join(diffs),
+        notes=tuple(notes),
+    )

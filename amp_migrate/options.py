@@ -1,4 +1,5 @@
 """What the user asked for: the target, and the device and dtype native code runs with."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -16,6 +16,7 @@ provider and each call, and hands each file a `ProvidedPart`:
 
 Nothing here decides anything; `migrate_source` applies the part (no index is needed).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -105,7 +106,9 @@ class _DropImported(cst.CSTTransformer):
     def leave_ImportFrom(self, original_node, updated_node):
         if isinstance(updated_node.names, cst.ImportStar):
             return updated_node
-        kept = [a for a in updated_node.names if not (isinstance(a.name, cst.Name) and a.name.value in self.names)]
+        kept = [
+            a for a in updated_node.names if not (isinstance(a.name, cst.Name) and a.name.value in self.names)
+        ]
         if len(kept) == len(updated_node.names):
             return updated_node
         if not kept:
@@ -132,9 +135,14 @@ class _DropUnreadNones(cst.CSTTransformer):
         return updated_node
 
     def leave_SimpleStatementLine(self, original_node, updated_node):
-        if len(updated_node.body) == 1 and m.matches(updated_node.body[0], m.Assign(
-                targets=[m.AssignTarget(target=m.Name())], value=m.Name("None"))) \
-                and updated_node.body[0].targets[0].target.value in self.names:
+        if (
+            len(updated_node.body) == 1
+            and m.matches(
+                updated_node.body[0],
+                m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Name("None")),
+            )
+            and updated_node.body[0].targets[0].target.value in self.names
+        ):
             return cst.RemoveFromParent()
         return updated_node
 
@@ -151,6 +159,7 @@ def _spelled(node: cst.CSTNode) -> dict[str, int]:
         def visit_Attribute(self, attribute: cst.Attribute) -> bool:
             attribute.value.visit(self)
             return False
+
     node.visit(Count())
     return counts
 
@@ -178,26 +187,49 @@ def migrate_part(text: str, part: ProvidedPart, run: Run):
     if part.removes:
         code = cst.parse_module(text).visit(_DropFunctions(part.drop)).code
         result = run(code)
-        if result.target_used == "shim" or any(d.falls_back or d.severity == Severity.ERROR for d in result.diagnostics):
+        if result.target_used == "shim" or any(
+            d.falls_back or d.severity == Severity.ERROR for d in result.diagnostics
+        ):
             return run(text)
         return MigrationResult(result.code, _sorted(result.diagnostics + part.notes), "native", True)
     edited = apply_edits(text, part.edits)
     result = run(edited)
     reasons = [d for d in _remap(part, result.diagnostics) if d.falls_back or d.severity == Severity.ERROR]
     if result.target_used == "native":
-        code = cst.parse_module(result.code).visit(_DropImported(part.drop)).visit(_DropUnreadNones(part.nones)).code
+        code = (
+            cst.parse_module(result.code)
+            .visit(_DropImported(part.drop))
+            .visit(_DropUnreadNones(part.nones))
+            .code
+        )
         try:
             compile(code, "<provided>", "exec")
-            return MigrationResult(code, _sorted(_remap(part, result.diagnostics) + part.notes), "native", True)
+            return MigrationResult(
+                code, _sorted(_remap(part, result.diagnostics) + part.notes), "native", True
+            )
         except SyntaxError as exc:  # an import of the provider alone in a block
-            reasons = [replace(part.fallback, line=exc.lineno or 1, col=1, message="dropping the provider's "
-                               "import leaves a block empty")] if part.fallback is not None else []
+            reasons = (
+                [
+                    replace(
+                        part.fallback,
+                        line=exc.lineno or 1,
+                        col=1,
+                        message="dropping the provider's import leaves a block empty",
+                    )
+                ]
+                if part.fallback is not None
+                else []
+            )
     plain = run(text)
     if not reasons or part.fallback is None:
         return plain
     first = next((d for d in reasons if d.code == "AMP155"), reasons[0])  # the value's own flow first
-    why = replace(part.fallback, line=first.line, col=first.col,
-                  message=f"{part.fallback.message}: {first.code} {first.message}")
+    why = replace(
+        part.fallback,
+        line=first.line,
+        col=first.col,
+        message=f"{part.fallback.message}: {first.code} {first.message}",
+    )
     return replace(plain, diagnostics=_sorted(plain.diagnostics + (why,)))
 
 

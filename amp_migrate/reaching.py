@@ -18,6 +18,7 @@ functions make through `global`. Where the analysis cannot follow control (an ex
 `return` or `break`), it keeps more bindings, never fewer: a set can only be too large, which
 costs a fallback and never a wrong rewrite.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -122,8 +123,16 @@ def _pattern_names(pattern: cst.CSTNode) -> Iterable[cst.Name]:
     if isinstance(pattern, cst.MatchMapping) and pattern.rest is not None:
         yield pattern.rest
     for child in children(pattern):
-        if isinstance(child, (cst.MatchPattern, cst.MatchSequenceElement, cst.MatchMappingElement,
-                              cst.MatchKeywordElement, cst.MatchOrElement)):
+        if isinstance(
+            child,
+            (
+                cst.MatchPattern,
+                cst.MatchSequenceElement,
+                cst.MatchMappingElement,
+                cst.MatchKeywordElement,
+                cst.MatchOrElement,
+            ),
+        ):
             yield from _pattern_names(child)
 
 
@@ -136,8 +145,11 @@ def _imports_apex_only(statement: cst.CSTNode) -> bool:
             if not all(is_apex_name(alias.evaluated_name) for alias in small.names):
                 return False
         elif isinstance(small, cst.ImportFrom):
-            if small.relative or small.module is None \
-                    or not is_apex_name(cst.Module([]).code_for_node(small.module)):
+            if (
+                small.relative
+                or small.module is None
+                or not is_apex_name(cst.Module([]).code_for_node(small.module))
+            ):
                 return False
         else:
             return False
@@ -148,7 +160,9 @@ class _Scopes:
     """First pass: the scopes, and which tracked names each one binds (Python decides a
     name's scope from every binding in the block, wherever it is)."""
 
-    def __init__(self, module: cst.Module, names: frozenset[str], skip: AbstractSet[int] = frozenset()) -> None:
+    def __init__(
+        self, module: cst.Module, names: frozenset[str], skip: AbstractSet[int] = frozenset()
+    ) -> None:
         self.names = names
         self.skip = skip  # statements that spell none of `names`: the scopes in them bind none
         self.of: dict[cst.CSTNode, _Scope] = {}
@@ -211,8 +225,13 @@ class _Scopes:
             if node.returns is not None:
                 stack.append((node.returns, scope))
         params = node.params
-        for param in (*params.posonly_params, *params.params, *params.kwonly_params,
-                      params.star_arg, params.star_kwarg):
+        for param in (
+            *params.posonly_params,
+            *params.params,
+            *params.kwonly_params,
+            params.star_arg,
+            params.star_kwarg,
+        ):
             if isinstance(param, cst.Param):
                 self._add(inner, param.name)
                 if param.default is not None:
@@ -280,7 +299,9 @@ def _join(states: Iterable[State]) -> State:
 class Reaching:
     """The bindings that can reach each read of the tracked names in `module`."""
 
-    def __init__(self, module: cst.Module, names: Iterable[str], skip: AbstractSet[int] = frozenset()) -> None:
+    def __init__(
+        self, module: cst.Module, names: Iterable[str], skip: AbstractSet[int] = frozenset()
+    ) -> None:
         """`skip`: statements that spell none of `names` (their scopes are made as they are
         met: nothing in them binds a tracked name)."""
         self.names = frozenset(names)
@@ -352,8 +373,17 @@ class Reaching:
             values = values | old[0]
         self._raw[name] = (values, scope, own)
 
-    def _bind(self, name: str, what, at: cst.CSTNode, *, apex: Optional[str] = None,
-              harmless: bool = False, weak: bool = False, walrus: bool = False) -> None:
+    def _bind(
+        self,
+        name: str,
+        what,
+        at: cst.CSTNode,
+        *,
+        apex: Optional[str] = None,
+        harmless: bool = False,
+        weak: bool = False,
+        walrus: bool = False,
+    ) -> None:
         """`what`: the binding as written (a node, or text); `at`: where it is reported."""
         if name not in self.names:
             return
@@ -596,20 +626,34 @@ class Reaching:
         if isinstance(pattern, cst.MatchClass):
             self._expr(pattern.cls)
         for child in children(pattern):
-            if isinstance(child, (cst.MatchPattern, cst.MatchSequenceElement, cst.MatchMappingElement,
-                                  cst.MatchKeywordElement, cst.MatchOrElement)):
+            if isinstance(
+                child,
+                (
+                    cst.MatchPattern,
+                    cst.MatchSequenceElement,
+                    cst.MatchMappingElement,
+                    cst.MatchKeywordElement,
+                    cst.MatchOrElement,
+                ),
+            ):
                 self._pattern(child, case)
             elif isinstance(pattern, cst.MatchMappingElement) and child is pattern.key:
                 self._expr(child)
-        for name in ([pattern.name] if isinstance(pattern, (cst.MatchAs, cst.MatchStar)) else []) + \
-                ([pattern.rest] if isinstance(pattern, cst.MatchMapping) else []):
+        for name in ([pattern.name] if isinstance(pattern, (cst.MatchAs, cst.MatchStar)) else []) + (
+            [pattern.rest] if isinstance(pattern, cst.MatchMapping) else []
+        ):
             if name is not None:
                 self._bind(name.value, f"case ... {name.value}", name, weak=True)
 
     # -- scopes -----------------------------------------------------------------------------
     def _parameters(self, params: cst.Parameters) -> None:
-        for param in (*params.posonly_params, *params.params, *params.kwonly_params,
-                      params.star_arg, params.star_kwarg):
+        for param in (
+            *params.posonly_params,
+            *params.params,
+            *params.kwonly_params,
+            params.star_arg,
+            params.star_kwarg,
+        ):
             if isinstance(param, cst.Param):
                 if param.default is not None:
                     self._expr(param.default)
@@ -626,11 +670,17 @@ class Reaching:
         scope = self._scope(node, "function")
         entry = {name: frozenset() for name in scope.local}
         params = node.params
-        for param in (*params.posonly_params, *params.params, *params.kwonly_params,
-                      params.star_arg, params.star_kwarg):
+        for param in (
+            *params.posonly_params,
+            *params.params,
+            *params.kwonly_params,
+            params.star_arg,
+            params.star_kwarg,
+        ):
             if isinstance(param, cst.Param) and param.name.value in scope.local:
-                binding = self.bindings.setdefault(param, Binding(
-                    param, param.name.value, f"parameter {param.name.value}"))
+                binding = self.bindings.setdefault(
+                    param, Binding(param, param.name.value, f"parameter {param.name.value}")
+                )
                 scope.bindings.setdefault(param.name.value, set()).add(binding)
                 entry[param.name.value] = frozenset({binding})
         self._pending.append((node, scope, entry))

@@ -4,6 +4,7 @@ document for tools.
 Diagnostics are printed as `path:line:col: CODE message` so that editors and terminals make
 them clickable; colour only where a terminal will show it.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -33,8 +34,9 @@ _SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Sever
 
 def unified_diff(old: str, new: str, name: str) -> str:
     lines = []
-    for line in difflib.unified_diff(split_lines(old, keepends=True), split_lines(new, keepends=True),
-                                     fromfile=name, tofile=name):
+    for line in difflib.unified_diff(
+        split_lines(old, keepends=True), split_lines(new, keepends=True), fromfile=name, tofile=name
+    ):
         lines.append(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n")
     return "".join(lines)
 
@@ -70,17 +72,25 @@ class Summary:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"files": self.files, "mention_apex": self.mention_apex, "changed": self.changed,
-                "written": self.written, "native": self.native, "shim": self.shim,
-                "errors": self.failed, "kept_apex": self.kept_apex,
-                "diagnostics": dict(self.severities),
-                "elapsed_s": round(self.elapsed, 3)}
+        return {
+            "files": self.files,
+            "mention_apex": self.mention_apex,
+            "changed": self.changed,
+            "written": self.written,
+            "native": self.native,
+            "shim": self.shim,
+            "errors": self.failed,
+            "kept_apex": self.kept_apex,
+            "diagnostics": dict(self.severities),
+            "elapsed_s": round(self.elapsed, 3),
+        }
 
 
 def _status(result: FileResult, mode: str) -> Optional[Text]:
     if result.error is not None:
-        return Text.assemble((result.path, "bold"), ": ", ("error", "bold red"),
-                             f": {result.error} (left untouched)")
+        return Text.assemble(
+            (result.path, "bold"), ": ", ("error", "bold red"), f": {result.error} (left untouched)"
+        )
     if not result.changed:
         return None
     target = result.target_used or "?"
@@ -92,8 +102,9 @@ def _status(result: FileResult, mode: str) -> Optional[Text]:
         verb = "Skipped"
     else:
         verb = "Would migrate"
-    return Text.assemble((verb, "bold green" if result.written else "bold"), " ",
-                         (result.path, "bold"), f" ({target})")
+    return Text.assemble(
+        (verb, "bold green" if result.written else "bold"), " ", (result.path, "bold"), f" ({target})"
+    )
 
 
 def _hint(result: FileResult) -> Optional[str]:
@@ -114,8 +125,7 @@ def print_diff(console: Console, diff: str) -> None:
     if not diff:
         return
     if console.is_terminal and not console.no_color:
-        console.print(Syntax(diff, "diff", theme="ansi_dark", background_color="default",
-                             word_wrap=False))
+        console.print(Syntax(diff, "diff", theme="ansi_dark", background_color="default", word_wrap=False))
     else:
         console.file.write(diff)
         console.file.flush()
@@ -145,8 +155,9 @@ def print_file(console: Console, result: FileResult, mode: str, show_diff: bool)
 
 
 def summary_table(summary: Summary, mode: str) -> Table:
-    table = Table(title="Summary", title_justify="left", title_style="bold", box=None,
-                  show_header=False, pad_edge=False)
+    table = Table(
+        title="Summary", title_justify="left", title_style="bold", box=None, show_header=False, pad_edge=False
+    )
     table.add_column("what")
     table.add_column("count", justify="right")
     changed = "Changed" if mode in ("fix", "interactive") else "Would change"
@@ -163,16 +174,30 @@ def summary_table(summary: Summary, mode: str) -> Table:
     return table
 
 
-def print_report(console: Console, results: Sequence[FileResult], summary: Summary, *,
-                 mode: str, show_diff: bool, quiet: bool) -> None:
+def print_report(
+    console: Console,
+    results: Sequence[FileResult],
+    summary: Summary,
+    *,
+    mode: str,
+    show_diff: bool,
+    quiet: bool,
+) -> None:
     for result in results:
         print_file(console, result, mode, show_diff)
     if not quiet:
         console.print(summary_table(summary, mode))
 
 
-def json_document(results: Sequence[FileResult], summary: Summary, *, mode: str,
-                  options: Options, include_diff: bool, exit_code: int) -> dict[str, Any]:
+def json_document(
+    results: Sequence[FileResult],
+    summary: Summary,
+    *,
+    mode: str,
+    options: Options,
+    include_diff: bool,
+    exit_code: int,
+) -> dict[str, Any]:
     """The `--format json` document; its schema is documented in docs/cli.md."""
     files = []
     for r in results:
@@ -219,6 +244,5 @@ def code_table() -> Table:
         table.add_column(column)
     for code in sorted(CODES):
         entry = CODES[code]
-        table.add_row(code, entry.name, str(entry.severity), "yes" if entry.falls_back else "",
-                      entry.summary)
+        table.add_row(code, entry.name, str(entry.severity), "yes" if entry.falls_back else "", entry.summary)
     return table

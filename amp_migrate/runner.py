@@ -5,6 +5,7 @@ bug in a rule) becomes that file's result, so the run goes on and the file stays
 Workers only compute; the parent alone writes, one atomic rename per file, so that Ctrl-C
 (which the workers ignore) stops the run between two files and never inside one.
 """
+
 from __future__ import annotations
 
 import gc
@@ -19,8 +20,8 @@ from . import notebook
 from .file_result import FileResult, Finding
 from .migrate import MigrationError, might_use_apex, migrate_source
 from .options import Options
-from .rules.plan import SharedScaler
 from .report import unified_diff
+from .rules.plan import SharedScaler
 from .source_file import SourceError, decode, read_stamped, write_atomic
 
 
@@ -37,16 +38,26 @@ def _migrate_python(job: Job, data: bytes) -> FileResult:
     source = decode(data)
     result = FileResult(job.path, "python", scanned=True)
     try:
-        migrated = migrate_source(source.text, target=job.options.target,
-                                  device=job.options.device, dtype=job.options.dtype, project=job.project)
+        migrated = migrate_source(
+            source.text,
+            target=job.options.target,
+            device=job.options.device,
+            dtype=job.options.dtype,
+            project=job.project,
+        )
     except MigrationError as exc:
         return replace(result, findings=(Finding(exc.as_diagnostic()),))
     result = replace(result, findings=tuple(Finding(d) for d in migrated.diagnostics))
     if not migrated.changed:
         return result
     diff = unified_diff(source.text, migrated.code, job.path) if job.want_diff else ""
-    return replace(result, changed=True, target_used=migrated.target_used,
-                   new_bytes=source.to_bytes(migrated.code), diff=diff)
+    return replace(
+        result,
+        changed=True,
+        target_used=migrated.target_used,
+        new_bytes=source.to_bytes(migrated.code),
+        diff=diff,
+    )
 
 
 def process(job: Job) -> FileResult:
@@ -75,8 +86,12 @@ def _process(job: Job, data: bytes) -> FileResult:
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:  # a bug in the codemod: report it, keep the file, go on
-        return FileResult(job.path, job.kind, scanned=True,
-                          error=f"internal error, please report it: {type(exc).__name__}: {exc}")
+        return FileResult(
+            job.path,
+            job.kind,
+            scanned=True,
+            error=f"internal error, please report it: {type(exc).__name__}: {exc}",
+        )
 
 
 def write(result: FileResult) -> FileResult:

@@ -13,6 +13,7 @@ The exports come from `_shim_surface_table.py`, generated from the real package 
 imports torch, which costs more than a whole run of the codemod on a small project
 (bench/shim_surface_cost.py; docs/decisions.md).
 """
+
 from __future__ import annotations
 
 import ast
@@ -28,8 +29,20 @@ SHIM = "amp_shim"
 TABLE_PATH = Path(__file__).with_name("_shim_surface_table.py")
 
 #: Attributes every module has; the table leaves them out.
-MODULE_ATTRIBUTES = frozenset({"__name__", "__doc__", "__file__", "__loader__", "__package__",
-                               "__spec__", "__builtins__", "__cached__", "__path__", "__dict__"})
+MODULE_ATTRIBUTES = frozenset(
+    {
+        "__name__",
+        "__doc__",
+        "__file__",
+        "__loader__",
+        "__package__",
+        "__spec__",
+        "__builtins__",
+        "__cached__",
+        "__path__",
+        "__dict__",
+    }
+)
 
 #: What every module object answers to (`amp.__class__`, `amp.__dict__`, ...).
 _ON_EVERY_MODULE = MODULE_ATTRIBUTES | frozenset(dir(types.ModuleType))
@@ -131,10 +144,10 @@ class _Checker:
     def shim(self, dotted: str) -> str:
         root = self.root_of(dotted)
         assert root is not None
-        return SHIM + dotted[len(root):]
+        return SHIM + dotted[len(root) :]
 
     def spelled(self, shim_path: str, root: str) -> str:
-        return root + shim_path[len(SHIM):]
+        return root + shim_path[len(SHIM) :]
 
     def col(self, line: int, byte_offset: int) -> int:
         """1-based character column of a UTF-8 byte offset on a line (ast counts bytes)."""
@@ -189,6 +202,7 @@ class _Checker:
 
     def _collect(self, node: ast.AST, scope: _Scope) -> tuple[list[ast.AST], list[ast.AST]]:
         """Fill `scope`'s bindings; return the nodes to check and the scopes nested in it."""
+
         def bind(name: str, kind) -> None:
             scope.bindings.setdefault(name, set()).add(kind)
             if kind is not _OTHER:
@@ -289,8 +303,13 @@ class _Checker:
                 continue
             missing = self.first_missing_module(self.shim(alias.name))
             if missing is not None:
-                self.report(alias.lineno, alias.col_offset, "module", missing,
-                            f"`import {alias.name}`: {self.no_module(missing, root)}")
+                self.report(
+                    alias.lineno,
+                    alias.col_offset,
+                    "module",
+                    missing,
+                    f"`import {alias.name}`: {self.no_module(missing, root)}",
+                )
 
     def check_import_from(self, node: ast.ImportFrom) -> None:
         module = node.module or ""
@@ -303,15 +322,25 @@ class _Checker:
             line = node.lineno  # where the module's name starts, when it is on that line
             raw = self.lines[line - 1].encode("utf-8", "surrogatepass") if line <= len(self.lines) else b""
             at = raw.find(root.encode("utf-8"), node.col_offset)
-            self.report(line, at if at >= 0 else node.col_offset, "module", missing,
-                        f"`from {module} import ...`: {self.no_module(missing, root)}")
+            self.report(
+                line,
+                at if at >= 0 else node.col_offset,
+                "module",
+                missing,
+                f"`from {module} import ...`: {self.no_module(missing, root)}",
+            )
             return
         for alias in node.names:
             if alias.name != "*" and not resolves(shim_module, alias.name):
                 full = f"{shim_module}.{alias.name}"
-                self.report(alias.lineno, alias.col_offset, "name", full,
-                            f"`{module}.{alias.name}` has no counterpart in the shim: "
-                            f"`{shim_module}` has no `{alias.name}`{self.consequence()}")
+                self.report(
+                    alias.lineno,
+                    alias.col_offset,
+                    "name",
+                    full,
+                    f"`{module}.{alias.name}` has no counterpart in the shim: "
+                    f"`{shim_module}` has no `{alias.name}`{self.consequence()}",
+                )
 
     def check_attribute(self, node: ast.Attribute, chain: list[_Scope]) -> None:
         if not isinstance(node.ctx, ast.Load):
@@ -323,9 +352,14 @@ class _Checker:
         line = node.end_lineno or node.lineno
         col = (node.end_col_offset or 0) - len(node.attr.encode("utf-8"))
         spelled = ast.unparse(node)
-        self.report(line, max(col, 0), "name", f"{base}.{node.attr}",
-                    f"`{spelled}` has no counterpart in the shim: `{base}` has no "
-                    f"`{node.attr}`{self.consequence(read=True)}")
+        self.report(
+            line,
+            max(col, 0),
+            "name",
+            f"{base}.{node.attr}",
+            f"`{spelled}` has no counterpart in the shim: `{base}` has no "
+            f"`{node.attr}`{self.consequence(read=True)}",
+        )
 
     def check_call(self, node: ast.Call, chain: list[_Scope]) -> None:
         ref = self.resolve(node.func, chain)
@@ -340,18 +374,31 @@ class _Checker:
                 return  # `**kwargs`: which keywords it holds is not known here
         for kw in node.keywords:
             if not var_keyword and kw.arg not in keywords:
-                self.report(kw.lineno, kw.col_offset, "argument", f"{callee}({kw.arg}=)",
-                            f"`{short}(..., {kw.arg}=...)`: the shim's `{callee}` takes no "
-                            f"`{kw.arg}` argument (it follows Apex's last release; an older "
-                            "one may have taken it), so the call would raise TypeError under "
-                            "the shim. Migrate this call by hand.")
-        if not var_positional and not any(isinstance(a, ast.Starred) for a in node.args) \
-                and len(node.args) > len(positional):
+                self.report(
+                    kw.lineno,
+                    kw.col_offset,
+                    "argument",
+                    f"{callee}({kw.arg}=)",
+                    f"`{short}(..., {kw.arg}=...)`: the shim's `{callee}` takes no "
+                    f"`{kw.arg}` argument (it follows Apex's last release; an older "
+                    "one may have taken it), so the call would raise TypeError under "
+                    "the shim. Migrate this call by hand.",
+                )
+        if (
+            not var_positional
+            and not any(isinstance(a, ast.Starred) for a in node.args)
+            and len(node.args) > len(positional)
+        ):
             extra = node.args[len(positional)]
-            self.report(extra.lineno, extra.col_offset, "argument", f"{callee}(#{len(node.args)})",
-                        f"`{short}(...)` is given {len(node.args)} positional arguments; the "
-                        f"shim's `{callee}` takes at most {len(positional)}, so the call would "
-                        "raise TypeError under the shim. Migrate this call by hand.")
+            self.report(
+                extra.lineno,
+                extra.col_offset,
+                "argument",
+                f"{callee}(#{len(node.args)})",
+                f"`{short}(...)` is given {len(node.args)} positional arguments; the "
+                f"shim's `{callee}` takes at most {len(positional)}, so the call would "
+                "raise TypeError under the shim. Migrate this call by hand.",
+            )
 
     def first_missing_module(self, shim_module: str) -> Optional[str]:
         parts = shim_module.split(".")
@@ -361,24 +408,35 @@ class _Checker:
         return None
 
     def no_module(self, missing: str, root: str) -> str:
-        return (f"`{self.spelled(missing, root)}` has no counterpart in the shim: there is no "
-                f"module `{missing}`{self.consequence()}")
+        return (
+            f"`{self.spelled(missing, root)}` has no counterpart in the shim: there is no "
+            f"module `{missing}`{self.consequence()}"
+        )
 
     def consequence(self, read: bool = False) -> str:
         when = "this read would raise AttributeError" if read else "the import would fail"
-        return (f", so {when} under the shim. Migrate this use by hand: the shim provides "
-                "`apex.amp`, `fp16_utils`, `optimizers`, `parallel` and `normalization` as of "
-                "Apex's last release, and nothing else.")
+        return (
+            f", so {when} under the shim. Migrate this use by hand: the shim provides "
+            "`apex.amp`, `fp16_utils`, `optimizers`, `parallel` and `normalization` as of "
+            "Apex's last release, and nothing else."
+        )
 
 
 def _outer_parts(node: ast.AST) -> list[ast.AST]:
     """The parts of a nested scope that run in the enclosing one."""
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         args = node.args
-        return [*node.decorator_list, *args.defaults, *(d for d in args.kw_defaults if d),
-                *(a.annotation for a in (*args.posonlyargs, *args.args, *args.kwonlyargs,
-                                          args.vararg, args.kwarg) if a is not None and a.annotation),
-                *([node.returns] if node.returns else [])]
+        return [
+            *node.decorator_list,
+            *args.defaults,
+            *(d for d in args.kw_defaults if d),
+            *(
+                a.annotation
+                for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg)
+                if a is not None and a.annotation
+            ),
+            *([node.returns] if node.returns else []),
+        ]
     if isinstance(node, ast.Lambda):
         return [*node.args.defaults, *(d for d in node.args.kw_defaults if d)]
     if isinstance(node, ast.ClassDef):
@@ -407,12 +465,18 @@ def real_table() -> tuple[dict[str, frozenset[str]], dict[str, Signature]]:
 
     modules: dict[str, frozenset[str]] = {}
     signatures: dict[str, Signature] = {}
-    names = [SHIM] + [info.name for info in pkgutil.walk_packages(amp_shim.__path__, SHIM + ".")
-                      if not info.name.endswith(".__main__")]
+    names = [SHIM] + [
+        info.name
+        for info in pkgutil.walk_packages(amp_shim.__path__, SHIM + ".")
+        if not info.name.endswith(".__main__")
+    ]
     for name in sorted(names):
         module = importlib.import_module(name)
-        attributes = {key: value for key, value in vars(module).items()
-                      if key not in MODULE_ATTRIBUTES and not isinstance(value, types.ModuleType)}
+        attributes = {
+            key: value
+            for key, value in vars(module).items()
+            if key not in MODULE_ATTRIBUTES and not isinstance(value, types.ModuleType)
+        }
         modules[name] = frozenset(attributes)
         for key, value in attributes.items():
             if key.startswith("_") or not (inspect.isclass(value) or inspect.isfunction(value)):
@@ -425,8 +489,14 @@ def real_table() -> tuple[dict[str, frozenset[str]], dict[str, Signature]]:
                 continue
             kinds = inspect.Parameter
             signatures[f"{name}.{key}"] = (
-                tuple(p.name for p in parameters if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)),
-                tuple(p.name for p in parameters if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)),
+                tuple(
+                    p.name
+                    for p in parameters
+                    if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
+                ),
+                tuple(
+                    p.name for p in parameters if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)
+                ),
                 any(p.kind == kinds.VAR_POSITIONAL for p in parameters),
                 any(p.kind == kinds.VAR_KEYWORD for p in parameters),
             )
@@ -434,18 +504,24 @@ def real_table() -> tuple[dict[str, frozenset[str]], dict[str, Signature]]:
 
 
 def render_table(modules: dict[str, Iterable[str]], signatures: dict[str, Signature]) -> str:
-    out = ['"""What `amp_shim` exports: generated by `python -m amp_migrate.shim_surface` from the',
-           'installed package; do not edit (a test compares it with the package)."""',
-           "# fmt: off", "",
-           "#: module → the names it binds (its submodules are modules of this table)",
-           "MODULES: dict[str, frozenset[str]] = {"]
+    out = [
+        '"""What `amp_shim` exports: generated by `python -m amp_migrate.shim_surface` from the',
+        'installed package; do not edit (a test compares it with the package)."""',
+        "# fmt: off",
+        "",
+        "#: module → the names it binds (its submodules are modules of this table)",
+        "MODULES: dict[str, frozenset[str]] = {",
+    ]
     for name in sorted(modules):
         out.append(f"    {name!r}: frozenset({{")
         out.extend(_wrapped(sorted(modules[name]), "        "))
         out.append("    }),")
-    out += ["}", "",
-            "#: class or function → (positional parameters, keyword parameters, *args, **kwargs)",
-            "SIGNATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...], bool, bool]] = {"]
+    out += [
+        "}",
+        "",
+        "#: class or function → (positional parameters, keyword parameters, *args, **kwargs)",
+        "SIGNATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...], bool, bool]] = {",
+    ]
     for name in sorted(signatures):
         out.append(f"    {name!r}: {signatures[name]!r},")
     out += ["}", ""]

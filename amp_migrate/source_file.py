@@ -7,6 +7,7 @@ any file whose bytes would not survive the round trip, and a write replaces the 
 rename (by `atomic_write`, which convert-checkpoint uses too) so that an interruption never
 leaves half a file.
 """
+
 from __future__ import annotations
 
 import errno
@@ -54,7 +55,9 @@ class SourceText:
         try:
             return text.encode(self.encoding)
         except UnicodeEncodeError as exc:
-            raise SourceError(f"the migrated text cannot be encoded as {self.encoding}: {exc.reason}") from None
+            raise SourceError(
+                f"the migrated text cannot be encoded as {self.encoding}: {exc.reason}"
+            ) from None
 
 
 def decode(data: bytes) -> SourceText:
@@ -64,8 +67,9 @@ def decode(data: bytes) -> SourceText:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as exc:
         if "invalid or missing encoding declaration" in exc.msg:
-            raise SourceError("not valid UTF-8, and no PEP 263 coding cookie names another "
-                              "encoding") from None
+            raise SourceError(
+                "not valid UTF-8, and no PEP 263 coding cookie names another encoding"
+            ) from None
         raise SourceError(f"bad encoding declaration: {exc.msg}") from None
     try:
         text = data.decode(encoding)
@@ -92,8 +96,13 @@ class Stamp:
     digest: str
 
 
-_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"),
+)
 
 
 def file_type(mode: int) -> str:
@@ -180,14 +189,18 @@ def _check_writable(entry: Entry) -> None:
         raise SourceError("now a symbolic link (replaced during migration), not written")
     if not stat.S_ISREG(info.st_mode):
         raise SourceError(f"not a regular file ({file_type(info.st_mode)}), not written")
-    if not info.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) \
-            or not os.access(entry.name, os.W_OK, **entry.at):
+    if not info.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(
+        entry.name, os.W_OK, **entry.at
+    ):
         raise SourceError("not writable: the file is read-only")
 
 
 #: How a failed step of the write reads in a SourceError.
-_STEP_REASONS = {OPEN_FOLDER: "cannot open its folder", CREATE_TEMP: "cannot write to its folder",
-                 WRITE: "cannot write"}
+_STEP_REASONS = {
+    OPEN_FOLDER: "cannot open its folder",
+    CREATE_TEMP: "cannot write to its folder",
+    WRITE: "cannot write",
+}
 
 
 def write_atomic(path: Union[str, Path], data: bytes, expect: Optional[Stamp] = None) -> None:
@@ -200,6 +213,7 @@ def write_atomic(path: Union[str, Path], data: bytes, expect: Optional[Stamp] = 
     re-read just before the rename and left alone unless it is still those bytes in that
     folder, so that an edit made while the run computed is never lost.
     """
+
     def check(entry: Entry) -> None:
         if expect is not None:
             folder = entry.folder_stat()

@@ -12,6 +12,7 @@ included), line by line as the parser numbers lines (`lines.split_lines`: a form
 in a comment starts no line), so it can only visit too much, never too little, for a rule
 whose work is keyed to the words it declares. `AMP_MIGRATE_NO_PRUNE=1` turns it off (the tests compare both ways).
 """
+
 from __future__ import annotations
 
 import ast
@@ -28,9 +29,14 @@ from .lines import split_lines
 _WORD = re.compile(r"\w+")
 
 _COMPOUND = {
-    cst.If: ast.If, cst.For: (ast.For, ast.AsyncFor), cst.While: ast.While,
-    cst.With: (ast.With, ast.AsyncWith), cst.FunctionDef: (ast.FunctionDef, ast.AsyncFunctionDef),
-    cst.ClassDef: ast.ClassDef, cst.Try: ast.Try, cst.Match: ast.Match,
+    cst.If: ast.If,
+    cst.For: (ast.For, ast.AsyncFor),
+    cst.While: ast.While,
+    cst.With: (ast.With, ast.AsyncWith),
+    cst.FunctionDef: (ast.FunctionDef, ast.AsyncFunctionDef),
+    cst.ClassDef: ast.ClassDef,
+    cst.Try: ast.Try,
+    cst.Match: ast.Match,
 }
 if hasattr(cst, "TryStar") and hasattr(ast, "TryStar"):
     _COMPOUND[cst.TryStar] = ast.TryStar
@@ -103,7 +109,7 @@ class SourceIndex:
         for node in nodes:
             if isinstance(node, cst.SimpleStatementLine):
                 count = len(node.body)
-                group = stmts[i:i + count]
+                group = stmts[i : i + count]
                 if len(group) != count:
                     raise _Unpaired
                 i += count
@@ -118,8 +124,13 @@ class SourceIndex:
                 if expected is None or not isinstance(stmt, expected):
                     raise _Unpaired
                 start = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", ())])
-                entry = Statement(node, start, stmt.end_lineno or stmt.lineno,
-                                  self._pair_children(node, stmt), _header_nodes(node))
+                entry = Statement(
+                    node,
+                    start,
+                    stmt.end_lineno or stmt.lineno,
+                    self._pair_children(node, stmt),
+                    _header_nodes(node),
+                )
                 self._places[id(node)] = (stmt.lineno, stmt.col_offset)
                 self._spans[id(node)] = (entry.start, entry.end)
                 self._ast[id(node)] = stmt
@@ -171,8 +182,10 @@ class SourceIndex:
             return
         nodes = list(new.nodes) if isinstance(new, cst.FlattenSentinel) else [new]
         for node in nodes:
-            if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)) \
-                    and id(node) not in self._places:
+            if (
+                isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
+                and id(node) not in self._places
+            ):
                 self._places[id(node)] = place
                 self._kept.append(node)
 
@@ -216,7 +229,7 @@ class SourceIndex:
     def _binding_lines(self, names: frozenset[str]) -> set[int]:
         facts = self._facts()
         lines: set[int] = set()
-        for module, level, aliases, first, last in facts.imports:
+        for _module, _level, aliases, first, last in facts.imports:
             if any((asname or name.split(".")[0]) in names for name, asname in aliases):
                 lines.update(range(first, last + 1))
         for name in names & facts.bound.keys():
@@ -261,18 +274,20 @@ class SourceIndex:
                 header_end = entry.children[0].start - 1 if entry.children and entry.header else None
                 if header_end is not None and header_end < entry.start:
                     header_end = None
-                self._flat_cache.append((entry.start, entry.end, id(entry.node), header_end,
-                                         [id(part) for part in entry.header]))
+                self._flat_cache.append(
+                    (entry.start, entry.end, id(entry.node), header_end, [id(part) for part in entry.header])
+                )
                 stack.extend(entry.children)
         return self._flat_cache
 
-    def spells_in(self, node: cst.SimpleStatementLine, words: frozenset[str],
-                  also: Optional[frozenset[str]]) -> bool:
+    def spells_in(
+        self, node: cst.SimpleStatementLine, words: frozenset[str], also: Optional[frozenset[str]]
+    ) -> bool:
         """Whether a line of a statement a rule wrote spells one of `words` (and of `also`)."""
         lines = self._new_lines.get(id(node))
         if lines is None:
             code = cst.Module([]).code_for_node(node)
-            lines = self._new_lines[id(node)] = [frozenset(_WORD.findall(l)) for l in split_lines(code)]
+            lines = self._new_lines[id(node)] = [frozenset(_WORD.findall(text)) for text in split_lines(code)]
             self._kept.append(node)
         return any(line & words and (also is None or line & also) for line in lines)
 
@@ -282,7 +297,7 @@ class SourceIndex:
         span = self._spans.get(id(node))
         if span is None:
             return True
-        return any(word in line for line in self._line_words[span[0] - 1:span[1]])
+        return any(word in line for line in self._line_words[span[0] - 1 : span[1]])
 
     def ast_of(self, node: cst.CSTNode) -> Optional[ast.stmt]:
         """Python's parse of a compound statement of the file as given."""
@@ -321,7 +336,7 @@ class SourceIndex:
         if part in facts.defined and not anchored:
             return None
         words = {part}
-        for module, level, aliases, first, last in facts.imports:
+        for module, _level, aliases, _first, _last in facts.imports:
             for name, asname in aliases:
                 if part in (module or "").split(".") or part in name.split("."):
                     words.add(asname or name.split(".")[0])
@@ -367,8 +382,14 @@ class SourceIndex:
                 stack.extend(getattr(node, name, ()) or ())
 
 
-_BINDS_ITS_NAME = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler, ast.MatchAs,
-                   ast.MatchStar)
+_BINDS_ITS_NAME = (
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.ExceptHandler,
+    ast.MatchAs,
+    ast.MatchStar,
+)
 
 
 _AST_FIELDS: dict[type, object] = {}
@@ -385,8 +406,9 @@ def walk_ast(tree: ast.AST) -> Iterator[ast.AST]:
         names = fields.get(type(node))
         if names is None:
             kind = type(node)
-            names = fields[kind] = tuple(f for f in kind._fields if f != "ctx") \
-                if issubclass(kind, ast.AST) else False
+            names = fields[kind] = (
+                tuple(f for f in kind._fields if f != "ctx") if issubclass(kind, ast.AST) else False
+            )
         if names is False:
             continue  # a str in `global a, b`, a None key of a `{**d}` dict
         yield node
@@ -428,7 +450,9 @@ class _Facts:
                 names = [node.arg]
                 self.assigned.add(node.arg)
             elif kind in _NAMED:  # functions, classes, `except ... as`, match captures, type parameters
-                names = [getattr(node, f) for f in ("name", "rest") if isinstance(getattr(node, f, None), str)]
+                names = [
+                    getattr(node, f) for f in ("name", "rest") if isinstance(getattr(node, f, None), str)
+                ]
                 if kind in _DEFINES:
                     self.defined.add(node.name)
                 if kind in _BINDS_ITS_NAME and node.name:
@@ -436,19 +460,34 @@ class _Facts:
             else:
                 continue
             for name in names:
-                self.bound.setdefault(name, set()).update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+                self.bound.setdefault(name, set()).update(
+                    range(node.lineno, (node.end_lineno or node.lineno) + 1)
+                )
 
     def _import(self, node: ast.Import | ast.ImportFrom) -> None:
         module = (node.module or "") if isinstance(node, ast.ImportFrom) else None
-        self.imports.append((module, getattr(node, "level", 0) or 0, [(a.name, a.asname) for a in node.names],
-                             node.lineno, node.end_lineno or node.lineno))
+        self.imports.append(
+            (
+                module,
+                getattr(node, "level", 0) or 0,
+                [(a.name, a.asname) for a in node.names],
+                node.lineno,
+                node.end_lineno or node.lineno,
+            )
+        )
 
 
 _IMPORTS = (ast.Import, ast.ImportFrom)
 _DEFINES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 #: Node types with a `name` or `rest` field (a string where the node binds it), but `alias`.
-_NAMED = tuple(kind for kind in vars(ast).values() if isinstance(kind, type) and issubclass(kind, ast.AST)
-               and kind is not ast.alias and {"name", "rest"} & set(getattr(kind, "_fields", ())))
+_NAMED = tuple(
+    kind
+    for kind in vars(ast).values()
+    if isinstance(kind, type)
+    and issubclass(kind, ast.AST)
+    and kind is not ast.alias
+    and {"name", "rest"} & set(getattr(kind, "_fields", ()))
+)
 
 
 def _identifiers(tree: ast.AST) -> Iterator[str]:

@@ -5,6 +5,7 @@ input could resolve (or never used) must not become unresolvable in the output. 
 reads Python's own symbol tables (`symtable`, the compiler's scope analysis), which cost a
 fraction of a libcst scope pass and agree with the interpreter by construction.
 """
+
 from __future__ import annotations
 
 import ast
@@ -18,9 +19,21 @@ import libcst as cst
 from .shim_surface import Missing, missing_names
 from .source_index import walk_ast
 
-_BUILTINS = set(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__loader__",
-                                  "__package__", "__builtins__", "__path__", "__annotations__",
-                                  "__class__", "__qualname__", "__module__", "__dict__"}
+_BUILTINS = set(dir(builtins)) | {
+    "__file__",
+    "__name__",
+    "__doc__",
+    "__spec__",
+    "__loader__",
+    "__package__",
+    "__builtins__",
+    "__path__",
+    "__annotations__",
+    "__class__",
+    "__qualname__",
+    "__module__",
+    "__dict__",
+}
 
 
 def undefined_names(code: str) -> set[str]:
@@ -28,15 +41,22 @@ def undefined_names(code: str) -> set[str]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the user's code's warnings are not ours to print
         top = symtable.symtable(code, "<amp-migrate>", "exec")
-    bound = {s.get_name() for s in top.get_symbols()
-             if s.is_assigned() or s.is_imported() or s.is_namespace() or s.is_parameter()}
+    bound = {
+        s.get_name()
+        for s in top.get_symbols()
+        if s.is_assigned() or s.is_imported() or s.is_namespace() or s.is_parameter()
+    }
     tables, stack = [], [top]
     while stack:
         table = stack.pop()
         tables.append(table)
         stack.extend(table.get_children())
-    bound.update(s.get_name() for table in tables for s in table.get_symbols()
-                 if s.is_declared_global() and s.is_assigned())
+    bound.update(
+        s.get_name()
+        for table in tables
+        for s in table.get_symbols()
+        if s.is_declared_global() and s.is_assigned()
+    )
     missing: set[str] = set()
     for table in tables:
         for symbol in table.get_symbols():
@@ -117,7 +137,9 @@ def verify_output(before: str, before_tree: Optional[ast.Module], after: str) ->
         try:
             cst.parse_module(after)
         except cst.ParserSyntaxError as exc:
-            raise VerificationError(f"the output does not parse: {exc.message} at line {exc.raw_line}") from exc
+            raise VerificationError(
+                f"the output does not parse: {exc.message} at line {exc.raw_line}"
+            ) from exc
         return
     new = undefined_names(after)
     if new and before_tree is not None:  # only then is the input's own set worth computing
@@ -128,8 +150,9 @@ def verify_output(before: str, before_tree: Optional[ast.Module], after: str) ->
         raise VerificationError("the output reads names that nothing defines: " + ", ".join(sorted(new)))
 
 
-def shim_names_missing(before: str, before_tree: Optional[ast.Module], after: str,
-                       after_tree: Optional[ast.Module]) -> list[Missing]:
+def shim_names_missing(
+    before: str, before_tree: Optional[ast.Module], after: str, after_tree: Optional[ast.Module]
+) -> list[Missing]:
     """The modules, names and keyword arguments the shim output takes from `amp_shim` that it
     does not have, placed where the input spells them (the shim target only renames `apex`
     to `amp_shim`, so the input's Apex uses are the output's shim uses). An output whose uses
@@ -141,17 +164,22 @@ def shim_names_missing(before: str, before_tree: Optional[ast.Module], after: st
         return []
     located = missing_names(before_tree, before, ("apex", "amp_shim")) if before_tree else []
     if sorted(m.key for m in located) != sorted(m.key for m in found):
-        raise VerificationError("the output uses what amp_shim does not have: "
-                                + ", ".join(sorted({m.shim_name for m in found})))
+        raise VerificationError(
+            "the output uses what amp_shim does not have: " + ", ".join(sorted({m.shim_name for m in found}))
+        )
     return located
 
 
 def imports_apex(tree: ast.Module) -> Optional[str]:
     """The first Apex module a native output still imports (a rule bug), or None."""
     for node in ast.walk(tree):
-        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
-                 else [])
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom) and not node.level
+            else []
+        )
         for name in names:
             if name == "apex" or name.startswith("apex."):
                 return name

@@ -1,5 +1,6 @@
 """What the benchmarks share: the machine's description, load, peak RSS of a process tree,
 results files and plain-text tables."""
+
 from __future__ import annotations
 
 import datetime
@@ -44,13 +45,19 @@ def machine() -> dict:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
         cores = os.cpu_count()
-    info = {"cpu": cpu, "cores": cores, "memory_gib": mem_gib,
-            "os": f"{platform.system()} {platform.release()}",
-            "python": platform.python_version(),
-            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), **source_state()}
+    info = {
+        "cpu": cpu,
+        "cores": cores,
+        "memory_gib": mem_gib,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        **source_state(),
+    }
     for mod in ("torch", "libcst"):
         try:
             from importlib.metadata import version
+
             info[mod] = version(mod)
         except Exception:  # noqa: BLE001 - a missing package is just not described
             pass
@@ -59,21 +66,28 @@ def machine() -> dict:
 
 def source_state() -> dict:
     """The commit measured, and whether the code under test had uncommitted changes."""
+
     def git(*args: str) -> str:
         try:
-            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
-                                  timeout=30).stdout.strip()
+            return subprocess.run(
+                ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return ""
-    return {"commit": git("rev-parse", "--short", "HEAD") or None,
-            "uncommitted_changes": bool(git("status", "--porcelain", "--", "amp_migrate", "shim"))}
+
+    return {
+        "commit": git("rev-parse", "--short", "HEAD") or None,
+        "uncommitted_changes": bool(git("status", "--porcelain", "--", "amp_migrate", "shim")),
+    }
 
 
 def describe(info: dict) -> str:
-    return (f"{info['cpu']}, {info['cores']} cores, {info['memory_gib']} GiB RAM, {info['os']}, "
-            f"Python {info['python']}, torch {info.get('torch', '-')}, libcst {info.get('libcst', '-')}, "
-            f"OMP_NUM_THREADS={info['omp_num_threads']}; code at {info.get('commit')}"
-            + (" with uncommitted changes" if info.get("uncommitted_changes") else ""))
+    return (
+        f"{info['cpu']}, {info['cores']} cores, {info['memory_gib']} GiB RAM, {info['os']}, "
+        f"Python {info['python']}, torch {info.get('torch', '-')}, libcst {info.get('libcst', '-')}, "
+        f"OMP_NUM_THREADS={info['omp_num_threads']}; code at {info.get('commit')}"
+        + (" with uncommitted changes" if info.get("uncommitted_changes") else "")
+    )
 
 
 def require_single_thread() -> None:
@@ -145,15 +159,20 @@ class TreeRss:
 def run_timed(cmd: Sequence[str], *, env: Optional[dict] = None, stdout=None, cwd=None) -> dict:
     """Run a command; wall time, exit code, and peak RSS of its process tree."""
     start = time.perf_counter()
-    proc = subprocess.Popen(list(cmd), env=env, stdout=stdout or subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, cwd=cwd)
+    proc = subprocess.Popen(
+        list(cmd), env=env, stdout=stdout or subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd
+    )
     with TreeRss(proc.pid) as rss:
         _, err = proc.communicate()
     wall = time.perf_counter() - start
-    return {"cmd": " ".join(str(c) for c in cmd), "wall_s": round(wall, 3), "rc": proc.returncode,
-            "peak_rss_tree_mb": round(rss.peak_kib / 1024, 1),
-            "peak_rss_single_mb": round(rss.peak_single_kib / 1024, 1),
-            "stderr_tail": err.decode(errors="replace")[-2000:]}
+    return {
+        "cmd": " ".join(str(c) for c in cmd),
+        "wall_s": round(wall, 3),
+        "rc": proc.returncode,
+        "peak_rss_tree_mb": round(rss.peak_kib / 1024, 1),
+        "peak_rss_single_mb": round(rss.peak_single_kib / 1024, 1),
+        "stderr_tail": err.decode(errors="replace")[-2000:],
+    }
 
 
 def save(name: str, data: dict) -> Path:
@@ -168,15 +187,16 @@ def save(name: str, data: dict) -> Path:
 def table(headers: Sequence[str], rows: Sequence[Sequence], markdown: bool = False) -> str:
     cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
     if markdown:
-        out = ["| " + " | ".join(cells[0]) + " |",
-               "|" + "|".join("---" if i == 0 else "---:" for i in range(len(headers))) + "|"]
+        out = [
+            "| " + " | ".join(cells[0]) + " |",
+            "|" + "|".join("---" if i == 0 else "---:" for i in range(len(headers))) + "|",
+        ]
         out += ["| " + " | ".join(r) + " |" for r in cells[1:]]
         return "\n".join(out)
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = []
     for n, r in enumerate(cells):
-        lines.append("  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i])
-                               for i, c in enumerate(r)))
+        lines.append("  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)))
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)

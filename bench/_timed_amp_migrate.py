@@ -3,6 +3,7 @@ job (read, pre-filter, migrate) recorded into the JSON file named by $AMP_BENCH_
 
 Only for `--jobs 1`: with a pool the jobs run in workers and their times stay there.
 """
+
 import atexit
 import json
 import os

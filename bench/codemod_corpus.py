@@ -16,6 +16,7 @@ mostly does not.
 Writes `manifest.json` beside the tree: every file with its line count and whether it uses
 Apex. Takes a few seconds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,17 +31,49 @@ DEFAULT_OUT = ROOT / "bench" / ".corpus"
 MIN_LINES, MAX_LINES = 50, 2000
 FORBIDDEN = ("apex", "cuda.amp", "cpu.amp", "torch.cuda import", "torch.cpu import")
 
-WORDS = ["encoder", "decoder", "block", "head", "stem", "proj", "fusion", "backbone", "neck",
-         "classifier", "embed", "mixer", "adapter", "router", "pool", "stage", "tower", "bridge",
-         "gate", "residual", "context", "query", "memory", "patch", "token", "spatial", "temporal"]
+WORDS = [
+    "encoder",
+    "decoder",
+    "block",
+    "head",
+    "stem",
+    "proj",
+    "fusion",
+    "backbone",
+    "neck",
+    "classifier",
+    "embed",
+    "mixer",
+    "adapter",
+    "router",
+    "pool",
+    "stage",
+    "tower",
+    "bridge",
+    "gate",
+    "residual",
+    "context",
+    "query",
+    "memory",
+    "patch",
+    "token",
+    "spatial",
+    "temporal",
+]
 ACTS = ["nn.ReLU()", "nn.GELU()", "nn.SiLU()", "nn.Tanh()", "nn.LeakyReLU(0.1)"]
 FUNCS = ["F.relu", "F.gelu", "F.silu", "torch.tanh"]
-LOSSES = ["F.cross_entropy(logits, target)", "F.mse_loss(logits, target)",
-          "F.smooth_l1_loss(logits, target)", "F.nll_loss(F.log_softmax(logits, dim=-1), target)"]
-OPTIMS = ["torch.optim.SGD(model.parameters(), lr={lr}, momentum=0.9, weight_decay={wd})",
-          "torch.optim.AdamW(model.parameters(), lr={lr}, weight_decay={wd})",
-          "torch.optim.Adam(model.parameters(), lr={lr})",
-          "torch.optim.RMSprop(model.parameters(), lr={lr}, alpha=0.99)"]
+LOSSES = [
+    "F.cross_entropy(logits, target)",
+    "F.mse_loss(logits, target)",
+    "F.smooth_l1_loss(logits, target)",
+    "F.nll_loss(F.log_softmax(logits, dim=-1), target)",
+]
+OPTIMS = [
+    "torch.optim.SGD(model.parameters(), lr={lr}, momentum=0.9, weight_decay={wd})",
+    "torch.optim.AdamW(model.parameters(), lr={lr}, weight_decay={wd})",
+    "torch.optim.Adam(model.parameters(), lr={lr})",
+    "torch.optim.RMSprop(model.parameters(), lr={lr}, alpha=0.99)",
+]
 
 
 class Gen:
@@ -68,8 +101,9 @@ class Gen:
         name, depth = self.cls(), self.rng.randint(2, 6)
         dims = [self.dim() for _ in range(depth + 1)]
         act = self.rng.choice(ACTS)
-        layers = "\n".join(f"            nn.Linear({dims[i]}, {dims[i + 1]}),\n            {act},"
-                           for i in range(depth))
+        layers = "\n".join(
+            f"            nn.Linear({dims[i]}, {dims[i + 1]}),\n            {act}," for i in range(depth)
+        )
         drop = self.rng.choice([0.0, 0.1, 0.2])
         return f'''
 class {name}(nn.Module):
@@ -93,10 +127,16 @@ class {name}(nn.Module):
         chans = [3] + [self.rng.choice([16, 32, 64, 128, 256]) for _ in range(stages)]
         body = []
         for i in range(stages):
-            body.append(f"        self.conv{i} = nn.Conv2d({chans[i]}, {chans[i + 1]}, kernel_size=3, padding=1, bias=False)")
+            body.append(
+                f"        self.conv{i} = nn.Conv2d({chans[i]}, {chans[i + 1]}, kernel_size=3, padding=1, bias=False)"
+            )
             body.append(f"        self.bn{i} = nn.BatchNorm2d({chans[i + 1]})")
-        fwd = "\n".join(f"        x = F.max_pool2d(F.relu(self.bn{i}(self.conv{i}(x))), 2)" if i % 2 else
-                        f"        x = F.relu(self.bn{i}(self.conv{i}(x)))" for i in range(stages))
+        fwd = "\n".join(
+            f"        x = F.max_pool2d(F.relu(self.bn{i}(self.conv{i}(x))), 2)"
+            if i % 2
+            else f"        x = F.relu(self.bn{i}(self.conv{i}(x)))"
+            for i in range(stages)
+        )
         classes = self.rng.choice([10, 100, 1000])
         return f'''
 class {name}(nn.Module):
@@ -183,11 +223,21 @@ def {self.name("loader")}(batch_size: int = {self.rng.choice([16, 32, 64, 128])}
 
     def config(self) -> str:
         name = self.cls()
-        fields = "\n".join(f"    {self.name()}: {t} = {v}" for t, v in self.rng.sample(
-            [("int", self.rng.randint(1, 512)), ("float", round(self.rng.random(), 4)),
-             ("str", repr(self.rng.choice(WORDS))), ("bool", self.rng.choice(["True", "False"])),
-             ("int", self.rng.choice([1, 2, 4, 8])), ("float", self.rng.choice([1e-3, 3e-4, 1e-4])),
-             ("Optional[str]", "None")], self.rng.randint(3, 7)))
+        fields = "\n".join(
+            f"    {self.name()}: {t} = {v}"
+            for t, v in self.rng.sample(
+                [
+                    ("int", self.rng.randint(1, 512)),
+                    ("float", round(self.rng.random(), 4)),
+                    ("str", repr(self.rng.choice(WORDS))),
+                    ("bool", self.rng.choice(["True", "False"])),
+                    ("int", self.rng.choice([1, 2, 4, 8])),
+                    ("float", self.rng.choice([1e-3, 3e-4, 1e-4])),
+                    ("Optional[str]", "None"),
+                ],
+                self.rng.randint(3, 7),
+            )
+        )
         return f'''
 @dataclass
 class {name}:
@@ -249,19 +299,19 @@ def {self.name("accuracy")}(output, target, topk=(1,)):
         clip = self.rng.random() < 0.5
         log_every = self.rng.choice([10, 20, 50, 100])
         if native_amp:
-            body = f'''        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_amp):
+            body = f"""        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_amp):
             logits = model(inputs)
             loss = {loss}
         scaler.scale(loss).backward()
 {"        scaler.unscale_(optimizer)" + chr(10) + "        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)" + chr(10) if clip else ""}        scaler.step(optimizer)
-        scaler.update()'''
+        scaler.update()"""
             extra = ", scaler=None, use_amp=False"
-            pre = '    scaler = scaler or torch.amp.GradScaler(device.type, enabled=use_amp)\n'
+            pre = "    scaler = scaler or torch.amp.GradScaler(device.type, enabled=use_amp)\n"
         else:
-            body = f'''        logits = model(inputs)
+            body = f"""        logits = model(inputs)
         loss = {loss}
         loss.backward()
-{"        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)" + chr(10) if clip else ""}        optimizer.step()'''
+{"        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)" + chr(10) if clip else ""}        optimizer.step()"""
             extra, pre = "", ""
         return f'''
 def {fn}(model, loader, optimizer, epoch, device, scheduler=None, max_norm=1.0{extra}):
@@ -339,13 +389,13 @@ def {self.name("schedule")}(optimizer, warmup_steps: int = {self.rng.choice([100
         kind = self.rng.randint(0, 3)
         fn = self.name("util")
         if kind == 0:
-            return f'''
+            return f"""
 def {fn}(seed: int = {self.rng.randint(0, 9999)}) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
     if torch.cuda.is_available():
         torch.cuda.manual_seed_all(seed)
-'''
+"""
         if kind == 1:
             return f'''
 def {fn}(model: nn.Module) -> int:
@@ -353,12 +403,12 @@ def {fn}(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 '''
         if kind == 2:
-            return f'''
+            return f"""
 def {fn}(x: torch.Tensor, eps: float = {self.rng.choice(["1e-5", "1e-6", "1e-8"])}) -> torch.Tensor:
     mean = x.mean(dim=-1, keepdim=True)
     var = x.var(dim=-1, keepdim=True, unbiased=False)
     return (x - mean) / torch.sqrt(var + eps)
-'''
+"""
         return f'''
 def {fn}(named_parameters, weight_decay: float = {self.rng.choice([0.01, 0.05, 0.1])}):
     """Parameter groups without weight decay on biases and norms."""
@@ -374,8 +424,10 @@ def {fn}(named_parameters, weight_decay: float = {self.rng.choice([0.01, 0.05, 0
 '''
 
     def main(self, model_cls: str) -> str:
-        optim = self.rng.choice(OPTIMS).format(lr=self.rng.choice([0.1, 0.01, 1e-3]), wd=self.rng.choice([0, 1e-4, 5e-4]))
-        return f'''
+        optim = self.rng.choice(OPTIMS).format(
+            lr=self.rng.choice([0.1, 0.01, 1e-3]), wd=self.rng.choice([0, 1e-4, 5e-4])
+        )
+        return f"""
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--epochs", type=int, default={self.rng.randint(1, 100)})
@@ -395,7 +447,7 @@ def main(argv=None):
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO)
     main()
-'''
+"""
 
 
 HEADER = '''"""{doc}"""
@@ -415,9 +467,15 @@ import torch.nn.functional as F
 logger = logging.getLogger(__name__)
 '''
 
-DOCS = ["Models and training utilities.", "Training entry point.", "Model zoo: building blocks.",
-        "Experiment code for the ablations.", "Data pipeline and training loop.",
-        "Layers shared by the encoder and the decoder.", "Fine-tuning script."]
+DOCS = [
+    "Models and training utilities.",
+    "Training entry point.",
+    "Model zoo: building blocks.",
+    "Experiment code for the ablations.",
+    "Data pipeline and training loop.",
+    "Layers shared by the encoder and the decoder.",
+    "Fine-tuning script.",
+]
 
 
 # -- Apex patterns (each one a form the rules support) -------------------------------------
@@ -439,14 +497,23 @@ def apex_block(g: Gen, model_cls: str, uses: set) -> str:
     level = rng.choice(["O1", "O1", "O2"])
     loss = rng.choice(LOSSES)
     fn = g.name("train_amp")
-    opt = ("FusedAdam(model.parameters(), lr={}, weight_decay=0.01)".format(rng.choice([1e-3, 3e-4]))
-           if "fused_adam" in uses else
-           rng.choice(OPTIMS).format(lr=rng.choice([0.1, 0.01]), wd=rng.choice([0, 1e-4])))
-    clip = ("        torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), max_norm)\n"
-            if "clip" in uses else "")
+    opt = (
+        "FusedAdam(model.parameters(), lr={}, weight_decay=0.01)".format(rng.choice([1e-3, 3e-4]))
+        if "fused_adam" in uses
+        else rng.choice(OPTIMS).format(lr=rng.choice([0.1, 0.01]), wd=rng.choice([0, 1e-4]))
+    )
+    clip = (
+        "        torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), max_norm)\n"
+        if "clip" in uses
+        else ""
+    )
     ddp = "    model = DDP(model, delay_allreduce=True)\n" if "ddp" in uses else ""
-    ckpt = ('    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), '
-            '"amp": amp.state_dict()}, path)\n' if "ckpt" in uses else "")
+    ckpt = (
+        '    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), '
+        '"amp": amp.state_dict()}, path)\n'
+        if "ckpt" in uses
+        else ""
+    )
     out = f'''
 def {fn}(steps: int = {rng.randint(10, 1000)}, max_norm: float = 1.0, path: str = "checkpoint.pt"):
     """Mixed-precision training with Apex AMP at {level}."""
@@ -468,7 +535,7 @@ def {fn}(steps: int = {rng.randint(10, 1000)}, max_norm: float = 1.0, path: str 
 {ckpt}    return model
 '''
     if "fused_ln" in uses:
-        out += f'''
+        out += f"""
 
 class {g.cls()}(nn.Module):
     def __init__(self, width: int = {g.dim()}):
@@ -478,9 +545,9 @@ class {g.cls()}(nn.Module):
 
     def forward(self, x):
         return self.proj(self.norm(x))
-'''
+"""
     if "fp16_utils" in uses:
-        out += f'''
+        out += f"""
 
 def {g.name("finetune_fp16")}(model, steps: int = 10):
     model = model.half()
@@ -491,7 +558,7 @@ def {g.name("finetune_fp16")}(model, steps: int = 10):
         optimizer.backward(loss)
         optimizer.step()
     return model
-'''
+"""
     return out
 
 
@@ -499,14 +566,29 @@ def generate_file(rng: random.Random, target_lines: int, apex: bool) -> str:
     g = Gen(rng)
     uses: set = set()
     if apex:
-        uses = {u for u in ("clip", "ckpt", "fused_adam", "fused_ln", "ddp", "fp16_utils")
-                if rng.random() < {"clip": 0.5, "ckpt": 0.5, "fused_adam": 0.3, "fused_ln": 0.25,
-                                   "ddp": 0.2, "fp16_utils": 0.1}[u]}
+        uses = {
+            u
+            for u in ("clip", "ckpt", "fused_adam", "fused_ln", "ddp", "fp16_utils")
+            if rng.random()
+            < {"clip": 0.5, "ckpt": 0.5, "fused_adam": 0.3, "fused_ln": 0.25, "ddp": 0.2, "fp16_utils": 0.1}[
+                u
+            ]
+        }
     header = HEADER.format(doc=rng.choice(DOCS), extra_imports=apex_imports(rng, uses) if apex else "")
     parts = [header, g.config()]
     model_cls = None
-    makers = [g.mlp, g.cnn, g.transformer, g.dataset, g.meter, g.evaluate, g.checkpoint,
-              g.schedule, g.helper, g.helper]
+    makers = [
+        g.mlp,
+        g.cnn,
+        g.transformer,
+        g.dataset,
+        g.meter,
+        g.evaluate,
+        g.checkpoint,
+        g.schedule,
+        g.helper,
+        g.helper,
+    ]
     native_amp = rng.random() < 0.3
     lines = header.count("\n") + 20
     while lines < target_lines - 20:
@@ -562,12 +644,19 @@ def build(out: Path, files: int, apex_share: float, seed: int) -> dict:
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, out / rel)
         text = src.read_text()
-        entries.append({"path": str(rel), "lines": text.count("\n"), "apex": "apex" in text,
-                        "source": "fixtures"})
-    manifest = {"seed": seed, "files": files, "apex_share": apex_share, "entries": entries,
-                "total_files": len(entries), "total_lines": sum(e["lines"] for e in entries),
-                "apex_files": sum(e["apex"] for e in entries),
-                "apex_lines": sum(e["lines"] for e in entries if e["apex"])}
+        entries.append(
+            {"path": str(rel), "lines": text.count("\n"), "apex": "apex" in text, "source": "fixtures"}
+        )
+    manifest = {
+        "seed": seed,
+        "files": files,
+        "apex_share": apex_share,
+        "entries": entries,
+        "total_files": len(entries),
+        "total_lines": sum(e["lines"] for e in entries),
+        "apex_files": sum(e["apex"] for e in entries),
+        "apex_lines": sum(e["lines"] for e in entries if e["apex"]),
+    }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     return manifest
 
@@ -580,8 +669,10 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     m = build(args.out, args.files, args.apex_share, args.seed)
-    print(f"{args.out}: {m['total_files']} files, {m['total_lines']} lines; "
-          f"{m['apex_files']} use Apex ({m['apex_lines']} lines)")
+    print(
+        f"{args.out}: {m['total_files']} files, {m['total_lines']} lines; "
+        f"{m['apex_files']} use Apex ({m['apex_lines']} lines)"
+    )
     return 0
 
 

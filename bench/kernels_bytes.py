@@ -11,6 +11,7 @@ Usage:
     python bench/kernels_bytes.py                 # print the table (markdown)
     python bench/kernels_bytes.py --write-readme  # also replace README.md's generated block
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,15 +29,24 @@ END = "<!-- kernels-bytes:end -->"
 
 # -- parameter sets ------------------------------------------------------------------------------
 
+
 def resnet50_shapes() -> list[tuple[int, ...]]:
     """The parameter tensors of torchvision.models.resnet50() (25,557,032 elements)."""
     shapes: list[tuple[int, ...]] = [(64, 3, 7, 7), (64,), (64,)]
     inplanes = 64
     for planes, blocks in ((64, 3), (128, 4), (256, 6), (512, 3)):
         for block in range(blocks):
-            shapes += [(planes, inplanes, 1, 1), (planes,), (planes,),
-                       (planes, planes, 3, 3), (planes,), (planes,),
-                       (planes * 4, planes, 1, 1), (planes * 4,), (planes * 4,)]
+            shapes += [
+                (planes, inplanes, 1, 1),
+                (planes,),
+                (planes,),
+                (planes, planes, 3, 3),
+                (planes,),
+                (planes,),
+                (planes * 4, planes, 1, 1),
+                (planes * 4,),
+                (planes * 4,),
+            ]
             if block == 0:
                 shapes += [(planes * 4, inplanes, 1, 1), (planes * 4,), (planes * 4,)]
             inplanes = planes * 4
@@ -71,6 +81,7 @@ PARAMETER_SETS: dict[str, Callable[[], list[tuple[int, ...]]]] = {
 #
 # Each entry is a list of (pass, bytes read per element, bytes written per element); a pass is
 # one sweep over the gradients (or params) by one kernel. fp32 = 4 bytes, fp16/bf16 = 2.
+
 
 @dataclass(frozen=True)
 class Scenario:
@@ -119,17 +130,26 @@ def rows() -> list[dict]:
         numel = sum(_numel(s) for s in shapes)
         for sc in SCENARIOS:
             t, k = bytes_for(sc.torch_path, numel), bytes_for(sc.kernels, numel)
-            out.append(dict(model=model, params=numel, tensors=len(shapes), scenario=sc.name,
-                            torch_passes=len(sc.torch_path), kernel_passes=len(sc.kernels),
-                            torch_bytes=t, kernel_bytes=k,
-                            torch_us=t / H100_BANDWIDTH * 1e6, kernel_us=k / H100_BANDWIDTH * 1e6,
-                            note=sc.note))
+            out.append(
+                dict(
+                    model=model,
+                    params=numel,
+                    tensors=len(shapes),
+                    scenario=sc.name,
+                    torch_passes=len(sc.torch_path),
+                    kernel_passes=len(sc.kernels),
+                    torch_bytes=t,
+                    kernel_bytes=k,
+                    torch_us=t / H100_BANDWIDTH * 1e6,
+                    kernel_us=k / H100_BANDWIDTH * 1e6,
+                    note=sc.note,
+                )
+            )
     return out
 
 
 def _gb(n: int) -> str:
     return "%.2f GB" % (n / 1e9) if n >= 1e9 else "%.0f MB" % (n / 1e6)
-
 
 
 def _count(n: int, word: str) -> str:
@@ -142,21 +162,39 @@ def markdown() -> str:
         "|---|---|---|---|---|",
     ]
     for r in rows():
-        lines.append("| %s (%.1fM, %d) | %s | %s in %s | %s in %s | %.0f us -> %.0f us (%.0f%% less) |" % (
-            r["model"], r["params"] / 1e6, r["tensors"], r["scenario"],
-            _gb(r["torch_bytes"]), _count(r["torch_passes"], "op"),
-            _gb(r["kernel_bytes"]), _count(r["kernel_passes"], "kernel"),
-            r["torch_us"], r["kernel_us"], 100.0 * (1 - r["kernel_bytes"] / r["torch_bytes"]),
-        ))
+        lines.append(
+            "| %s (%.1fM, %d) | %s | %s in %s | %s in %s | %.0f us -> %.0f us (%.0f%% less) |"
+            % (
+                r["model"],
+                r["params"] / 1e6,
+                r["tensors"],
+                r["scenario"],
+                _gb(r["torch_bytes"]),
+                _count(r["torch_passes"], "op"),
+                _gb(r["kernel_bytes"]),
+                _count(r["kernel_passes"], "kernel"),
+                r["torch_us"],
+                r["kernel_us"],
+                100.0 * (1 - r["kernel_bytes"] / r["torch_bytes"]),
+            )
+        )
     lines.append("")
     for sc in SCENARIOS:
-        lines.append("- *%s*: torch %s; kernels %s. %s." % (
-            sc.name, " + ".join("`%s`" % p for p, _, _ in sc.torch_path),
-            " + ".join("`%s`" % p for p, _, _ in sc.kernels), sc.note))
+        lines.append(
+            "- *%s*: torch %s; kernels %s. %s."
+            % (
+                sc.name,
+                " + ".join("`%s`" % p for p, _, _ in sc.torch_path),
+                " + ".join("`%s`" % p for p, _, _ in sc.kernels),
+                sc.note,
+            )
+        )
     lines.append("")
-    lines.append("Bytes read + written in device memory per step, counted from the ops each path runs "
-                 "(an op is one torch call over the tensor list, a kernel one launch over the whole list); the times are that "
-                 "traffic at H100 SXM HBM3 bandwidth, a lower bound computed on paper, not measured.")
+    lines.append(
+        "Bytes read + written in device memory per step, counted from the ops each path runs "
+        "(an op is one torch call over the tensor list, a kernel one launch over the whole list); the times are that "
+        "traffic at H100 SXM HBM3 bandwidth, a lower bound computed on paper, not measured."
+    )
     return "\n".join(lines)
 
 

@@ -13,6 +13,7 @@ Usage:
     python bench/kernels_gpu.py [--model resnet50|bert-large|all] [--ops unscale,o2,accumulate,clip,update]
                                 [--iters 50] [--warmup 10] [--device cuda:0] [--grad-dtype float32|float16|bfloat16]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,15 +30,22 @@ OPS = ("unscale", "o2", "accumulate", "clip", "update")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Time torch-path vs CuPy-kernel engine ops with CUDA events.")
+    parser = argparse.ArgumentParser(
+        description="Time torch-path vs CuPy-kernel engine ops with CUDA events."
+    )
     parser.add_argument("--model", choices=sorted(MODELS) + ["all"], default="all")
-    parser.add_argument("--ops", default=",".join(OPS),
-                        help="comma-separated subset of: %s (default: all)" % ", ".join(OPS))
+    parser.add_argument(
+        "--ops", default=",".join(OPS), help="comma-separated subset of: %s (default: all)" % ", ".join(OPS)
+    )
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--device", default="cuda:0")
-    parser.add_argument("--grad-dtype", choices=["float32", "float16", "bfloat16"], default="float32",
-                        help="gradient dtype for the unscale and clip ops (O2 ops always use float16)")
+    parser.add_argument(
+        "--grad-dtype",
+        choices=["float32", "float16", "bfloat16"],
+        default="float32",
+        help="gradient dtype for the unscale and clip ops (O2 ops always use float16)",
+    )
     args = parser.parse_args(argv)
     ops = [o.strip() for o in args.ops.split(",") if o.strip()]
     unknown = sorted(set(ops) - set(OPS))
@@ -74,24 +82,51 @@ def _cases(torch, ops_mod, device, shapes, grad_dtype, wanted):
     gsize = torch.empty((), dtype=grad_dtype).element_size()
     cases = {}
     if "unscale" in wanted:
-        cases["unscale"] = (lambda: (grads(grad_dtype), torch.zeros(1, device=device)),
-                            lambda st: ops_mod.unscale_(st[0], st[1], inv), 2 * gsize * numel)
+        cases["unscale"] = (
+            lambda: (grads(grad_dtype), torch.zeros(1, device=device)),
+            lambda st: ops_mod.unscale_(st[0], st[1], inv),
+            2 * gsize * numel,
+        )
     if "o2" in wanted:
-        cases["o2"] = (lambda: (grads(torch.float16), torch.zeros(1, device=device),
-                                [torch.empty(s, device=device, dtype=torch.float16) for s in shapes]),
-                       lambda st: ops_mod.copy_(st[2], ops_mod.unscale_to_fp32_(st[0], [None] * len(st[0]), st[1], inv)),
-                       12 * numel)
+        cases["o2"] = (
+            lambda: (
+                grads(torch.float16),
+                torch.zeros(1, device=device),
+                [torch.empty(s, device=device, dtype=torch.float16) for s in shapes],
+            ),
+            lambda st: ops_mod.copy_(st[2], ops_mod.unscale_to_fp32_(st[0], [None] * len(st[0]), st[1], inv)),
+            12 * numel,
+        )
     if "accumulate" in wanted:
-        cases["accumulate"] = (lambda: (grads(torch.float16), torch.zeros(1, device=device), grads(torch.float32)),
-                               lambda st: ops_mod.unscale_to_fp32_(st[0], st[2], st[1], inv), 10 * numel)
+        cases["accumulate"] = (
+            lambda: (grads(torch.float16), torch.zeros(1, device=device), grads(torch.float32)),
+            lambda st: ops_mod.unscale_to_fp32_(st[0], st[2], st[1], inv),
+            10 * numel,
+        )
     if "clip" in wanted:
-        cases["clip"] = (lambda: (grads(grad_dtype), torch.zeros(1, device=device)),
-                         lambda st: ops_mod.unscale_clip_(st[0], st[1], inv, 1.0), 3 * gsize * numel)
+        cases["clip"] = (
+            lambda: (grads(grad_dtype), torch.zeros(1, device=device)),
+            lambda st: ops_mod.unscale_clip_(st[0], st[1], inv, 1.0),
+            3 * gsize * numel,
+        )
     if "update" in wanted:
-        cases["update"] = (lambda: (torch.tensor(65536.0, dtype=torch.float64, device=device),
-                                    torch.zeros((), dtype=torch.int64, device=device), torch.zeros(1, device=device)),
-                           lambda st: ops_mod.update_scale_(st[0], st[1], st[2], dynamic=True, min_loss_scale=None,
-                                                            max_loss_scale=2.0**24, scale_window=2000), 0)
+        cases["update"] = (
+            lambda: (
+                torch.tensor(65536.0, dtype=torch.float64, device=device),
+                torch.zeros((), dtype=torch.int64, device=device),
+                torch.zeros(1, device=device),
+            ),
+            lambda st: ops_mod.update_scale_(
+                st[0],
+                st[1],
+                st[2],
+                dynamic=True,
+                min_loss_scale=None,
+                max_loss_scale=2.0**24,
+                scale_window=2000,
+            ),
+            0,
+        )
     return cases
 
 
@@ -130,7 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("kernels_gpu.py needs a CUDA GPU and a CUDA build of torch; none here, nothing measured.", file=sys.stderr)
+        print(
+            "kernels_gpu.py needs a CUDA GPU and a CUDA build of torch; none here, nothing measured.",
+            file=sys.stderr,
+        )
         return 2
     try:
         import cupy
@@ -144,7 +182,9 @@ def main(argv: list[str] | None = None) -> int:
 
     device = torch.device(args.device)
     grad_dtype = getattr(torch, args.grad_dtype)
-    print("| model | op | torch path | CuPy kernels | speed-up | kernels' effective bandwidth | paths agree |")
+    print(
+        "| model | op | torch path | CuPy kernels | speed-up | kernels' effective bandwidth | paths agree |"
+    )
     print("|---|---|---|---|---|---|---|")
     for key in args.models:
         shapes = kernels_bytes.PARAMETER_SETS[MODELS[key]]()
@@ -156,13 +196,24 @@ def main(argv: list[str] | None = None) -> int:
                 state = make()
                 once[mode] = (state, run(state))  # one call from the same inputs, to compare
                 state = make()
-                times[mode] = _time(torch, lambda: run(state), args.iters, args.warmup)
+                times[mode] = _time(torch, lambda run=run, state=state: run(state), args.iters, args.warmup)
             bw = "%.0f GB/s" % (nbytes / (times["cupy"] * 1e-3) / 1e9) if nbytes else "-"
-            print("| %s | %s | %.3f ms | %.3f ms | %.2fx | %s | %s |" % (
-                MODELS[key], name, times["torch"], times["cupy"], times["torch"] / times["cupy"], bw,
-                _agreement(torch, once["torch"], once["cupy"])))
-    print("\n%s (%s), %d timed iterations after %d warm-up, CUDA events on the current stream." % (
-        torch.cuda.get_device_name(device), device, args.iters, args.warmup))
+            print(
+                "| %s | %s | %.3f ms | %.3f ms | %.2fx | %s | %s |"
+                % (
+                    MODELS[key],
+                    name,
+                    times["torch"],
+                    times["cupy"],
+                    times["torch"] / times["cupy"],
+                    bw,
+                    _agreement(torch, once["torch"], once["cupy"]),
+                )
+            )
+    print(
+        "\n%s (%s), %d timed iterations after %d warm-up, CUDA events on the current stream."
+        % (torch.cuda.get_device_name(device), device, args.iters, args.warmup)
+    )
     return 0
 
 

@@ -20,6 +20,7 @@ best of 3.
 Results go to `bench/results/real_corpus.json`; `--write-readme` puts the table between
 `<!-- real-corpus:start -->` and `<!-- real-corpus:end -->` in README.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -159,13 +160,24 @@ def _entry(row: dict, result, data: Optional[bytes], defect: Optional[str] = Non
     kind_of, reason = ("error", defect) if defect else outcome(result, data)
     codes = sorted(set(result.fallback_codes)) if kind_of == "shim" else []
     # Left as it is with a warning that names why (the project pass's AMP031-AMP033).
-    warned = sorted({f.diagnostic.code for f in result.findings
-                     if f.diagnostic.severity == "warning" and not f.diagnostic.fixed
-                     and not f.diagnostic.falls_back})
-    return {"file": row["file_name"], "repo": row["repo"], "path": row["path"], "lines": int(row["lines"]),
-            "kind": "notebook" if row["file_name"].endswith(".ipynb") else "python",
-            "outcome": kind_of, "codes": codes, "warned": warned,
-            "reason": reason.replace(row["path"], row["file_name"], 1) if reason else None}
+    warned = sorted(
+        {
+            f.diagnostic.code
+            for f in result.findings
+            if f.diagnostic.severity == "warning" and not f.diagnostic.fixed and not f.diagnostic.falls_back
+        }
+    )
+    return {
+        "file": row["file_name"],
+        "repo": row["repo"],
+        "path": row["path"],
+        "lines": int(row["lines"]),
+        "kind": "notebook" if row["file_name"].endswith(".ipynb") else "python",
+        "outcome": kind_of,
+        "codes": codes,
+        "warned": warned,
+        "reason": reason.replace(row["path"], row["file_name"], 1) if reason else None,
+    }
 
 
 def _examples(results: dict, files: list[dict], fallback: dict) -> None:
@@ -184,7 +196,7 @@ def _libcst_seconds(path: Path) -> float:
     text = path.read_bytes().decode("utf-8", "surrogateescape")
     started = time.perf_counter()
     try:
-        cst.parse_module(text).code
+        _ = cst.parse_module(text).code
     except cst.ParserSyntaxError:
         pass
     return time.perf_counter() - started
@@ -215,8 +227,11 @@ def run(corpus: Path) -> dict:
                         best_libcst[name] = min(elapsed, best_libcst.get(name, elapsed))
                 if attempt == 0:
                     by_name = {row["file_name"]: (row, row["path"]) for row, path in files}
-                    collected[repo] = (by_name, {n: alone[p] for n, (_, p) in by_name.items()},
-                                       {n: final[p] for n, (_, p) in by_name.items()})
+                    collected[repo] = (
+                        by_name,
+                        {n: alone[p] for n, (_, p) in by_name.items()},
+                        {n: final[p] for n, (_, p) in by_name.items()},
+                    )
         defects: dict[str, str] = {}
         for repo, files in repos.items():
             defects.update(_verify_repo(files, collected[repo][2], options))
@@ -232,15 +247,23 @@ def _verify_repo(files: list[tuple[dict, Path]], final: dict, options) -> dict[s
         if result.changed and result.new_bytes is not None:
             path.write_bytes(result.new_bytes)
     _, again, _ = _migrate_repo(files, options)
-    found = {row["file_name"]: output_defect(final[row["file_name"]], again.get(row["path"]))
-             for row, _ in files}
+    found = {
+        row["file_name"]: output_defect(final[row["file_name"]], again.get(row["path"])) for row, _ in files
+    }
     return {name: why for name, why in found.items() if why}
 
 
-def _summarise(collected: dict, defects: dict, best: dict, best_libcst: dict, best_index: dict,
-               best_settle: dict, corpus: Path) -> dict:
+def _summarise(
+    collected: dict,
+    defects: dict,
+    best: dict,
+    best_libcst: dict,
+    best_index: dict,
+    best_settle: dict,
+    corpus: Path,
+) -> dict:
     files, alone_files, fallback, first_all, last_all = [], [], {}, {}, {}
-    for repo, (by_name, first, last) in sorted(collected.items()):
+    for _repo, (by_name, first, last) in sorted(collected.items()):
         for name, (row, _) in sorted(by_name.items()):
             data = (corpus / "files" / name).read_bytes()
             files.append(_entry(row, last[name], data, defects.get(name)))
@@ -257,22 +280,41 @@ def _summarise(collected: dict, defects: dict, best: dict, best_libcst: dict, be
     index_s, settle_s = sum(best_index.values()), sum(best_settle.values())
     moved = [f for f, a in zip(files, alone_files) if f["outcome"] != a["outcome"]]
     return {
-        "date": datetime.date.today().isoformat(), "machine": machine(), "corpus": str(corpus),
-        "mode": "project", "files": files, "counts": dict(counts), "alone_counts": dict(alone_counts),
-        "moved": [{"file": f["file"], "alone": a["outcome"], "project": f["outcome"]}
-                  for f, a in zip(files, alone_files) if f["outcome"] != a["outcome"]],
-        "fallbacks": [{"code": c, "files": n, "refusal": CODES[c].refusal if c in CODES else "", **fallback[c]}
-                      for c, n in code_files.most_common()],
-        "speed": {"files": len(python), "lines": lines, "pipeline_s": pipeline_s, "libcst_s": libcst_s,
-                  "pipeline_lines_per_s": lines / pipeline_s, "libcst_lines_per_s": lines / libcst_s,
-                  "ratio": libcst_s / pipeline_s, "index_s": index_s, "settle_s": settle_s,
-                  "index_share": index_s / (index_s + pipeline_s + settle_s), "moved": len(moved)},
+        "date": datetime.date.today().isoformat(),
+        "machine": machine(),
+        "corpus": str(corpus),
+        "mode": "project",
+        "files": files,
+        "counts": dict(counts),
+        "alone_counts": dict(alone_counts),
+        "moved": [
+            {"file": f["file"], "alone": a["outcome"], "project": f["outcome"]}
+            for f, a in zip(files, alone_files)
+            if f["outcome"] != a["outcome"]
+        ],
+        "fallbacks": [
+            {"code": c, "files": n, "refusal": CODES[c].refusal if c in CODES else "", **fallback[c]}
+            for c, n in code_files.most_common()
+        ],
+        "speed": {
+            "files": len(python),
+            "lines": lines,
+            "pipeline_s": pipeline_s,
+            "libcst_s": libcst_s,
+            "pipeline_lines_per_s": lines / pipeline_s,
+            "libcst_lines_per_s": lines / libcst_s,
+            "ratio": libcst_s / pipeline_s,
+            "index_s": index_s,
+            "settle_s": settle_s,
+            "index_share": index_s / (index_s + pipeline_s + settle_s),
+            "moved": len(moved),
+        },
     }
 
 
 def _first_sentence(text: str) -> str:
     found = re.search(r"[.!?](?=\s)", text)
-    return text[:found.end()] if found else text
+    return text[: found.end()] if found else text
 
 
 def render(res: dict) -> str:
@@ -281,38 +323,58 @@ def render(res: dict) -> str:
     share = counts.get("native", 0) / changed if changed else 0.0
     sp = res["speed"]
     out = [
-        "### Real public code (`bench/real_corpus.py`)", "",
+        "### Real public code (`bench/real_corpus.py`)",
+        "",
         f"*Measured {res['date']}, {describe(res['machine'])}.* {len(res['files'])} real files that use "
         f"Apex, from {len({f['repo'] for f in res['files']})} public repositories at pinned commits "
         "(read from the shared corpus, whose manifest names each file's repository, path, commit "
         "and license). Each repository's files are laid out at their paths in a temporary folder "
         "and run as `amp-migrate --check REPO` runs them (`--target auto`): the project index, "
         "each file alone, then each group of files that share Apex objects settled on one target. "
-        "\"alone\" is each file migrated by itself, for comparison:", "",
-        table(["outcome", "files", "alone"], [[k, counts.get(k, 0), alone.get(k, 0)] for k in KINDS],
-              markdown=True), "",
+        '"alone" is each file migrated by itself, for comparison:',
+        "",
+        table(
+            ["outcome", "files", "alone"],
+            [[k, counts.get(k, 0), alone.get(k, 0)] for k in KINDS],
+            markdown=True,
+        ),
+        "",
         f"Native: {counts.get('native', 0)} of the {changed} files that change ({share:.0%}). "
         "Why the others use the shim, or stay as they are with a warning (files per code, the "
-        "reason a careful person refuses it too, and one place each):", "",
-        "| code | files | why refuse | example |", "|---|---:|---|---|",
-        *[f"| `{r['code']}` | {r['files']} | {r.get('refusal', '')} | "
-          + f"{r['file']}:{r['where']}: {r['message']}".replace("|", "\\|") + " |"
-          for r in res["fallbacks"]], "",
+        "reason a careful person refuses it too, and one place each):",
+        "",
+        "| code | files | why refuse | example |",
+        "|---|---:|---|---|",
+        *[
+            f"| `{r['code']}` | {r['files']} | {r.get('refusal', '')} | "
+            + f"{r['file']}:{r['where']}: {r['message']}".replace("|", "\\|")
+            + " |"
+            for r in res["fallbacks"]
+        ],
+        "",
     ]
     moved = res.get("moved", [])
     if moved:
-        out += [f"Files whose outcome the project pass changed ({len(moved)}): "
-                + ", ".join(f"`{m['file']}` ({m['alone']} -> {m['project']})" for m in moved) + ".", ""]
-    for kind, title in (("refused", "Refused (left untouched, for the reason given)"),
-                        ("error", "Errors (defects of amp-migrate)")):
+        out += [
+            f"Files whose outcome the project pass changed ({len(moved)}): "
+            + ", ".join(f"`{m['file']}` ({m['alone']} -> {m['project']})" for m in moved)
+            + ".",
+            "",
+        ]
+    for kind, title in (
+        ("refused", "Refused (left untouched, for the reason given)"),
+        ("error", "Errors (defects of amp-migrate)"),
+    ):
         listed = [f for f in res["files"] if f["outcome"] == kind]
         if listed:
             out += [f"{title}:", ""] + [f"- {_first_sentence(f['reason'])}" for f in listed] + [""]
-    out.append(f"Speed on the {sp['files']} Python files neither refused nor in error ({sp['lines']:,} lines): "
-               f"{sp['pipeline_lines_per_s']:,.0f} lines/s for the per-file pipeline against "
-               f"{sp['libcst_lines_per_s']:,.0f} lines/s for bare libcst parse + render, "
-               f"{sp['ratio']:.2f}x. The project index took {sp['index_s']:.2f} s "
-               f"({sp['index_share']:.1%} of the run), settling the groups {sp['settle_s']:.2f} s.")
+    out.append(
+        f"Speed on the {sp['files']} Python files neither refused nor in error ({sp['lines']:,} lines): "
+        f"{sp['pipeline_lines_per_s']:,.0f} lines/s for the per-file pipeline against "
+        f"{sp['libcst_lines_per_s']:,.0f} lines/s for bare libcst parse + render, "
+        f"{sp['ratio']:.2f}x. The project index took {sp['index_s']:.2f} s "
+        f"({sp['index_share']:.1%} of the run), settling the groups {sp['settle_s']:.2f} s."
+    )
     return "\n".join(out)
 
 

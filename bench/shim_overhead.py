@@ -26,6 +26,7 @@ masters add per fp16 model parameter.
 Prints a table and writes `bench/results/shim_overhead.json`; `bench/write_readme.py` puts it
 into README.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,20 +54,29 @@ AMP_SCALING = ("apex_fused_adam_capturable", "fused_adamw")
 # -- worker side ------------------------------------------------------------------------------
 def build(name: str):
     import torch
-    from torch import nn
     import torch.nn.functional as F
+    from torch import nn
 
     torch.manual_seed(0)
     if name == "mlp":
-        model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(),
-                              nn.Linear(128, 10))
+        model = nn.Sequential(
+            nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10)
+        )
         x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
         return model, x, y, F.cross_entropy
     if name == "cnn":
         model = nn.Sequential(
-            nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+            nn.Conv2d(3, 16, 3, padding=1, bias=False),
+            nn.BatchNorm2d(16),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1, bias=False),
+            nn.BatchNorm2d(32),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(32, 10),
+        )
         x, y = torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,))
         return model, x, y, F.cross_entropy
 
@@ -108,9 +118,11 @@ def make_step(model_name: str, way: str, optimizer: str = "sgd"):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
     elif optimizer == "apex_fused_adam":
         from amp_shim.optimizers import FusedAdam
+
         opt = FusedAdam(model.parameters(), lr=1e-3)
     elif optimizer == "apex_fused_adam_capturable":
         from amp_shim.optimizers import FusedAdam
+
         opt = FusedAdam(model.parameters(), lr=1e-3, capturable=True)
     else:
         raise ValueError(optimizer)
@@ -128,9 +140,11 @@ def make_step(model_name: str, way: str, optimizer: str = "sgd"):
             scaler.step(opt)
             scaler.update()
             return loss
+
         return step, model, opt
 
     from amp_shim import amp
+
     model, opt = amp.initialize(model, opt, opt_level=way, verbosity=0)
 
     def step(overflow=False):
@@ -142,6 +156,7 @@ def make_step(model_name: str, way: str, optimizer: str = "sgd"):
             scaled_loss.backward()
         opt.step()
         return loss
+
     return step, model, opt
 
 
@@ -170,10 +185,15 @@ def master_weight_bytes(model, opt) -> dict:
             storages[s.data_ptr()] = s.nbytes()
     n16 = sum(p.numel() for p in fp16)
     extra = sum(storages.values())
-    return {"fp16_params": n16, "fp16_tensors": len(fp16), "masters": len(masters),
-            "master_dtypes": sorted({str(m.dtype) for m in masters}),
-            "master_bytes": extra, "bytes_per_fp16_param": extra / n16 if n16 else None,
-            "fp32_params_kept": sum(p.numel() for p in model.parameters() if p.dtype == torch.float32)}
+    return {
+        "fp16_params": n16,
+        "fp16_tensors": len(fp16),
+        "masters": len(masters),
+        "master_dtypes": sorted({str(m.dtype) for m in masters}),
+        "master_bytes": extra,
+        "bytes_per_fp16_param": extra / n16 if n16 else None,
+        "fp32_params_kept": sum(p.numel() for p in model.parameters() if p.dtype == torch.float32),
+    }
 
 
 def serve(model_name: str, way: str) -> None:
@@ -216,8 +236,13 @@ class Worker:
         env = dict(os.environ, OMP_NUM_THREADS="1")
         env.pop("AMP_SHIM_DTYPE", None)  # the shim's default on CPU: float16, as native here
         self.name = f"{model_name} {way}"
-        self.proc = subprocess.Popen([sys.executable, __file__, "--worker", model_name, way], env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--worker", model_name, way],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         self.ask(None)  # wait until ready
 
     def ask(self, command):
@@ -264,7 +289,7 @@ def main(argv=None) -> int:
                 workers[m, w] = Worker(m, w)
         for r in range(args.rounds):
             for m in MODELS:
-                order = WAYS[r % 3:] + WAYS[:r % 3]  # each way goes first, second, third in turn
+                order = WAYS[r % 3 :] + WAYS[: r % 3]  # each way goes first, second, third in turn
                 for w in order:
                     got = workers[m, w].ask(f"time {args.seconds}")["times"]
                     times[m][w].extend(got)
@@ -281,8 +306,14 @@ def main(argv=None) -> int:
             worker.close()
     load_after = loadavg()
 
-    res = {"machine": info, "load_before": load_before, "load_after": load_after,
-           "rounds": args.rounds, "seconds_per_slice": args.seconds, "models": {}}
+    res = {
+        "machine": info,
+        "load_before": load_before,
+        "load_after": load_after,
+        "rounds": args.rounds,
+        "seconds_per_slice": args.seconds,
+        "models": {},
+    }
     for m in MODELS:
         med = {w: statistics.median(times[m][w]) for w in WAYS}
         res["models"][m] = {
@@ -292,34 +323,65 @@ def main(argv=None) -> int:
             "ratio": {w: round(med[w] / med["native"], 4) for w in WAYS},
             # the same ratio from neighbouring slices only (median over rounds), less sensitive
             # to the machine's load drifting during the run
-            "paired_ratio": {w: round(statistics.median(a / b for a, b in zip(slices[m][w], slices[m]["native"])), 3)
-                             for w in WAYS},
+            "paired_ratio": {
+                w: round(statistics.median(a / b for a, b in zip(slices[m][w], slices[m]["native"])), 3)
+                for w in WAYS
+            },
             "syncs": extra[m].get("syncs", {}),
             "master_weights": extra[m].get("master_weights"),
         }
     targets = []
     for m, limit in TARGETS.items():
         ratio = statistics.median(times[m]["O1"]) / statistics.median(times[m]["native"])  # unrounded
-        targets.append({"target": f"shim O1 <= {limit:.2f}x native step time ({LABELS[m]})",
-                        "measured": f"{ratio:.3f}x", "met": ratio <= limit})
+        targets.append(
+            {
+                "target": f"shim O1 <= {limit:.2f}x native step time ({LABELS[m]})",
+                "measured": f"{ratio:.3f}x",
+                "met": ratio <= limit,
+            }
+        )
     worst_sgd = max(res["models"][m]["syncs"][w]["sgd"] for m in MODELS for w in WAYS)
-    targets.append({"target": "host syncs per iteration <= 1 (SGD, every model and way)",
-                    "measured": f"max {worst_sgd:g}", "met": worst_sgd <= 1})
-    fused = {w: max(res["models"][m]["syncs"][w][k] for m in MODELS
-                    for k in res["models"][m]["syncs"][w] if k in AMP_SCALING) for w in WAYS}
-    targets.append({"target": "0 host syncs per iteration with a fused optimizer whose step supports amp "
-                              "scaling (AdamW(fused=True); also FusedAdam(capturable=True) under the shim)",
-                    "measured": ", ".join(f"{w} {fused[w]:g}" for w in WAYS),
-                    "met": all(v == 0 for v in fused.values())})
+    targets.append(
+        {
+            "target": "host syncs per iteration <= 1 (SGD, every model and way)",
+            "measured": f"max {worst_sgd:g}",
+            "met": worst_sgd <= 1,
+        }
+    )
+    fused = {
+        w: max(
+            res["models"][m]["syncs"][w][k]
+            for m in MODELS
+            for k in res["models"][m]["syncs"][w]
+            if k in AMP_SCALING
+        )
+        for w in WAYS
+    }
+    targets.append(
+        {
+            "target": "0 host syncs per iteration with a fused optimizer whose step supports amp "
+            "scaling (AdamW(fused=True); also FusedAdam(capturable=True) under the shim)",
+            "measured": ", ".join(f"{w} {fused[w]:g}" for w in WAYS),
+            "met": all(v == 0 for v in fused.values()),
+        }
+    )
     default = {w: max(res["models"][m]["syncs"][w]["apex_fused_adam"] for m in MODELS) for w in ("O1", "O2")}
-    targets.append({"target": "host syncs per iteration <= 1 with Apex's default FusedAdam() (its int step "
-                              "count cannot follow a skip decided on the device)",
-                    "measured": ", ".join(f"{w} {v:g}" for w, v in default.items()),
-                    "met": all(v <= 1 for v in default.values())})
+    targets.append(
+        {
+            "target": "host syncs per iteration <= 1 with Apex's default FusedAdam() (its int step "
+            "count cannot follow a skip decided on the device)",
+            "measured": ", ".join(f"{w} {v:g}" for w, v in default.items()),
+            "met": all(v <= 1 for v in default.values()),
+        }
+    )
     per = [res["models"][m]["master_weights"]["bytes_per_fp16_param"] for m in MODELS]
-    targets.append({"target": "O2 master weights cost exactly 4 bytes per fp16 parameter",
-                    "measured": ", ".join(f"{LABELS[m]} {b:g}" for m, b in zip(MODELS, per)),
-                    "met": all(b == 4 for b in per)})
+    targets.append(
+        {
+            "target": "O2 master weights cost exactly 4 bytes per fp16 parameter",
+            "measured": ", ".join(f"{LABELS[m]} {b:g}" for m, b in zip(MODELS, per)),
+            "met": all(b == 4 for b in per),
+        }
+    )
     res["targets"] = targets
     res["total_s"] = round(time.perf_counter() - start_all, 1)
     print()
@@ -329,42 +391,68 @@ def main(argv=None) -> int:
     return 0
 
 
-HEADERS = ["model", "native ms", "shim O1 ms", "O1/native", "shim O2 ms", "O2/native",
-           "syncs/iter native · O1 · O2 (SGD)", "syncs/iter fused: native · O1 · O2",
-           "O2 master bytes / fp16 param"]
+HEADERS = [
+    "model",
+    "native ms",
+    "shim O1 ms",
+    "O1/native",
+    "shim O2 ms",
+    "O2/native",
+    "syncs/iter native · O1 · O2 (SGD)",
+    "syncs/iter fused: native · O1 · O2",
+    "O2 master bytes / fp16 param",
+]
 
 
 def rows(res: dict) -> list[list[str]]:
     out = []
-    for m, r in res["models"].items():
+    for r in res["models"].values():
         s = r["syncs"]
 
-        def fused(w):
+        def fused(w, s=s):
             order = ("fused_adamw",) if w == "native" else SHIM_FUSED
             return "/".join(f"{s[w][k]:g}" for k in order if k in s[w])
+
         mw = r["master_weights"]
-        out.append([r["label"], fmt(r["median_ms"]["native"], 3), fmt(r["median_ms"]["O1"], 3),
-                    f"{r['ratio']['O1']:.3f}", fmt(r["median_ms"]["O2"], 3), f"{r['ratio']['O2']:.3f}",
-                    " · ".join(f"{s[w]['sgd']:g}" for w in WAYS),
-                    " · ".join(fused(w) for w in WAYS),
-                    f"{mw['bytes_per_fp16_param']:g} ({mw['master_bytes']:,} B for {mw['fp16_params']:,})"])
+        out.append(
+            [
+                r["label"],
+                fmt(r["median_ms"]["native"], 3),
+                fmt(r["median_ms"]["O1"], 3),
+                f"{r['ratio']['O1']:.3f}",
+                fmt(r["median_ms"]["O2"], 3),
+                f"{r['ratio']['O2']:.3f}",
+                " · ".join(f"{s[w]['sgd']:g}" for w in WAYS),
+                " · ".join(fused(w) for w in WAYS),
+                f"{mw['bytes_per_fp16_param']:g} ({mw['master_bytes']:,} B for {mw['fp16_params']:,})",
+            ]
+        )
     return out
 
 
 def render_text(res: dict) -> str:
-    lines = [f"machine: {describe(res['machine'])}",
-             f"load average before/after: {res['load_before']} / {res['load_after']}",
-             f"median of single steps over {res['rounds']} interleaved slices of ~{res['seconds_per_slice']:g} s "
-             "per (model, way), CPU, float16", "",
-             table(HEADERS, rows(res)), "",
-             "fused syncs (5 iterations, the 3rd overflowing): native = torch.optim.AdamW(fused=True); "
-             "shim = Apex FusedAdam() / FusedAdam(capturable=True) / AdamW(fused=True)",
-             "paired ratios (median over rounds of slice-median ratios): " + "; ".join(
-                 f"{r['label']} O1 {r['paired_ratio']['O1']:.3f}x, O2 {r['paired_ratio']['O2']:.3f}x"
-                 for r in res["models"].values()), "",
-             table(["target", "measured", "met"],
-                   [[t["target"], t["measured"], "yes" if t["met"] else "NO"] for t in res["targets"]]),
-             f"\ntotal {res['total_s']:.0f} s"]
+    lines = [
+        f"machine: {describe(res['machine'])}",
+        f"load average before/after: {res['load_before']} / {res['load_after']}",
+        f"median of single steps over {res['rounds']} interleaved slices of ~{res['seconds_per_slice']:g} s "
+        "per (model, way), CPU, float16",
+        "",
+        table(HEADERS, rows(res)),
+        "",
+        "fused syncs (5 iterations, the 3rd overflowing): native = torch.optim.AdamW(fused=True); "
+        "shim = Apex FusedAdam() / FusedAdam(capturable=True) / AdamW(fused=True)",
+        "paired ratios (median over rounds of slice-median ratios): "
+        + "; ".join(
+            f"{r['label']} O1 {r['paired_ratio']['O1']:.3f}x, O2 {r['paired_ratio']['O2']:.3f}x"
+            for r in res["models"].values()
+        ),
+        "",
+        table(
+            ["target", "measured", "met"],
+            [[t["target"], t["measured"], "yes" if t["met"] else "NO"] for t in res["targets"]],
+        ),
+        f"\ntotal {res['total_s']:.0f} s",
+    ]
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ peak RSS that loading the table once more, or importing all of `amp_shim`, adds 
 the whole shim migration of those files. Results go to
 `bench/results/shim_surface_cost.json`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,23 +38,33 @@ print(elapsed, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "torch
 VARIANTS = {
     "codemod alone": "",
     "+ load the exports table again": (
-        "import importlib, amp_migrate._shim_surface_table as t; importlib.reload(t)"),
+        "import importlib, amp_migrate._shim_surface_table as t; importlib.reload(t)"
+    ),
     "+ import amp_shim (the lazy way)": (
         "import amp_shim.amp, amp_shim.fp16_utils, amp_shim.optimizers, amp_shim.parallel, "
-        "amp_shim.normalization, amp_shim.multi_tensor_apply"),
+        "amp_shim.normalization, amp_shim.multi_tensor_apply"
+    ),
 }
 
 
 def probe(extra: str, repeat: int) -> dict:
     times, rss, torch = [], [], False
     for _ in range(repeat):
-        out = subprocess.run([sys.executable, "-c", PROBE.format(extra=extra)], check=True,
-                             capture_output=True, text=True, cwd=ROOT).stdout.split()
+        out = subprocess.run(
+            [sys.executable, "-c", PROBE.format(extra=extra)],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        ).stdout.split()
         times.append(float(out[0]))
         rss.append(float(out[1]))
         torch = out[2] == "True"
-    return {"import_s": statistics.median(times), "peak_rss_mb": statistics.median(rss),
-            "imports_torch": torch}
+    return {
+        "import_s": statistics.median(times),
+        "peak_rss_mb": statistics.median(rss),
+        "imports_torch": torch,
+    }
 
 
 def default_corpus() -> Path:
@@ -95,8 +106,11 @@ def corpus_check(corpus: Path, repeat: int) -> dict:
             if result.target_used is None:  # left untouched: the input is read to place errors
                 missing_names(ast.parse(text), text, ("apex", "amp_shim"))
         check_s.append(time.perf_counter() - start)
-    return {"files": len(outputs), "migrate_shim_s": statistics.median(migrate_s),
-            "check_s": statistics.median(check_s)}
+    return {
+        "files": len(outputs),
+        "migrate_shim_s": statistics.median(migrate_s),
+        "check_s": statistics.median(check_s),
+    }
 
 
 def main() -> None:
@@ -112,16 +126,27 @@ def main() -> None:
     path = save("shim_surface_cost", results)
 
     base = results["imports"]["codemod alone"]
-    rows = [[name, fmt(r["import_s"] * 1000, 0), fmt((r["import_s"] - base["import_s"]) * 1000, 0),
-             fmt(r["peak_rss_mb"], 0), fmt(r["peak_rss_mb"] - base["peak_rss_mb"], 0),
-             "yes" if r["imports_torch"] else "no"]
-            for name, r in results["imports"].items()]
+    rows = [
+        [
+            name,
+            fmt(r["import_s"] * 1000, 0),
+            fmt((r["import_s"] - base["import_s"]) * 1000, 0),
+            fmt(r["peak_rss_mb"], 0),
+            fmt(r["peak_rss_mb"] - base["peak_rss_mb"], 0),
+            "yes" if r["imports_torch"] else "no",
+        ]
+        for name, r in results["imports"].items()
+    ]
     print(describe(results["machine"]))
-    print(table(["after `import amp_migrate.migrate`", "ms", "extra ms", "RSS MB", "extra MB", "torch"], rows))
+    print(
+        table(["after `import amp_migrate.migrate`", "ms", "extra ms", "RSS MB", "extra MB", "torch"], rows)
+    )
     c = results["corpus"]
-    print(f"\ncheck on {c['files']} corpus files' shim outputs: {fmt(c['check_s'] * 1000, 0)} ms "
-          f"({fmt(100 * c['check_s'] / c['migrate_shim_s'], 1)}% of their shim migration, "
-          f"{fmt(c['migrate_shim_s'] * 1000, 0)} ms)")
+    print(
+        f"\ncheck on {c['files']} corpus files' shim outputs: {fmt(c['check_s'] * 1000, 0)} ms "
+        f"({fmt(100 * c['check_s'] / c['migrate_shim_s'], 1)}% of their shim migration, "
+        f"{fmt(c['migrate_shim_s'] * 1000, 0)} ms)"
+    )
     print(f"saved {path.relative_to(ROOT)}")
     json.dumps(results)
 

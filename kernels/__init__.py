@@ -6,6 +6,7 @@ live in the top-level `kernels/` folder, which `pyproject.toml` maps to the impo
 `amp_shim.kernels`; locating them through `importlib.resources` finds them the same way in an
 editable install, in an installed wheel and in a zip import.
 """
+
 from __future__ import annotations
 
 import re

@@ -1,5 +1,6 @@
 """The one reset of the shim's process-global state, for the suite's fixture and for tests that
 run several programs in one test."""
+
 from __future__ import annotations
 
 import torch

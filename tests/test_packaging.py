@@ -1,5 +1,6 @@
 """The one distribution (DESIGN.md §1): what the wheel ships, how the CUDA sources are found,
 and that the runtime shim pulls in torch and nothing of the codemod's dependencies."""
+
 from __future__ import annotations
 
 import configparser
@@ -57,13 +58,17 @@ def test_wheel_ships_the_cuda_sources_as_amp_shim_kernels_package_data(wheel):
 def test_wheel_ships_every_module_of_both_import_packages(wheel):
     """Catches a subpackage added to the tree but not to pyproject's explicit package list."""
     names = _names(wheel)
-    assert {"amp_shim/__init__.py", "amp_shim/engine/state.py", "amp_migrate/__init__.py", "amp_migrate/cli.py"} <= names
+    assert {
+        "amp_shim/__init__.py",
+        "amp_shim/engine/state.py",
+        "amp_migrate/__init__.py",
+        "amp_migrate/cli.py",
+    } <= names
     missing = sorted(
         f"{package}/{path.relative_to(root).as_posix()}"
         for package, root in SOURCE_ROOTS.items()
         for path in root.rglob("*.py")
-        if "__pycache__" not in path.parts
-        and f"{package}/{path.relative_to(root).as_posix()}" not in names
+        if "__pycache__" not in path.parts and f"{package}/{path.relative_to(root).as_posix()}" not in names
     )
     assert not missing, "modules missing from the wheel (add their package to pyproject.toml): %s" % missing
 
@@ -76,9 +81,7 @@ def test_wheel_declares_the_amp_migrate_console_script(wheel):
 
 
 def test_wheel_leaves_out_tests_fixtures_and_repo_tooling(wheel):
-    shipped = [
-        name for name in wheel.namelist() if any(part in NOT_SHIPPED for part in name.split("/")[:-1])
-    ]
+    shipped = [name for name in wheel.namelist() if any(part in NOT_SHIPPED for part in name.split("/")[:-1])]
     assert not shipped, shipped
     top_level = {name.split("/")[0] for name in wheel.namelist()}
     # amp_shim_alias.pth: the start-up hook that carries the apex alias into child processes.
@@ -93,7 +96,9 @@ def test_wheel_ships_the_alias_start_up_hook_at_its_root(wheel):
 
     assert wheel.read("amp_shim_alias.pth").decode() == PTH_CONTENT
     (record,) = [n for n in wheel.namelist() if n.endswith(".dist-info/RECORD")]
-    assert any(line.startswith("amp_shim_alias.pth,sha256=") for line in wheel.read(record).decode().splitlines())
+    assert any(
+        line.startswith("amp_shim_alias.pth,sha256=") for line in wheel.read(record).decode().splitlines()
+    )
 
 
 def test_installed_package_finds_the_cuda_sources_through_importlib_resources():

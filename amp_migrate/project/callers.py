@@ -5,6 +5,7 @@ The project pass asks it in three places: which way a user calls its owner's bui
 whether a program that only prepares models for inference calls a function that uses Apex
 (inference_owners.py). Read on Python's `ast`, as the index is.
 """
+
 from __future__ import annotations
 
 import ast
@@ -26,17 +27,25 @@ def callee_names(index: ProjectIndex, importer: str, tree: ast.Module, target: s
         if isinstance(node, ast.ImportFrom):
             imp = Import(node.module or "", tuple(a.name for a in node.names), node.level)
             module = resolver.relative_module(importer, imp) if node.level else None
-            from_target = resolver.by_name.get(module) == target if node.level else \
-                target in resolver.lookup(importer, node.module or "")
+            from_target = (
+                resolver.by_name.get(module) == target
+                if node.level
+                else target in resolver.lookup(importer, node.module or "")
+            )
             for alias in node.names:
                 if from_target and alias.name in (name, STAR):
                     found.add(alias.asname or alias.name)
-                elif target in resolver.targets(importer, Import(imp.module, (alias.name,), node.level)) \
-                        and not from_target:
+                elif (
+                    target in resolver.targets(importer, Import(imp.module, (alias.name,), node.level))
+                    and not from_target
+                ):
                     found.add(f"{alias.asname or alias.name}.{name}")
         elif isinstance(node, ast.Import):
-            found.update(f"{a.asname or a.name}.{name}" for a in node.names
-                         if target in resolver.lookup(importer, a.name))
+            found.update(
+                f"{a.asname or a.name}.{name}"
+                for a in node.names
+                if target in resolver.lookup(importer, a.name)
+            )
     return found
 
 

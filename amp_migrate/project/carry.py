@@ -13,6 +13,7 @@ carriers.py with the slot as a seed), and no module of the tree but the script n
 functions (a caller the index cannot follow would still pass Apex's module). Anything else:
 None, and the group is judged as before.
 """
+
 from __future__ import annotations
 
 import ast
@@ -43,11 +44,15 @@ def _function(tree: ast.Module, name: str) -> Optional[ast.FunctionDef]:
     return defs[0] if len(defs) == 1 and isinstance(defs[0], ast.FunctionDef) else None
 
 
-def _receiver(index: ProjectIndex, texts: Mapping[str, str], passer: str,
-              external: External) -> Optional[tuple[str, str]]:
+def _receiver(
+    index: ProjectIndex, texts: Mapping[str, str], passer: str, external: External
+) -> Optional[tuple[str, str]]:
     """(path, parameter) of the function `external` calls, where the tree defines it."""
-    found = index.resolver.targets(passer, Import(external.module, (external.function,), external.level)) \
-        if index.resolver is not None else []
+    found = (
+        index.resolver.targets(passer, Import(external.module, (external.function,), external.level))
+        if index.resolver is not None
+        else []
+    )
     for path in found:
         tree = _parse(texts.get(path, ""))
         function = _function(tree, external.function) if tree is not None else None
@@ -55,7 +60,7 @@ def _receiver(index: ProjectIndex, texts: Mapping[str, str], passer: str,
             continue
         positional = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
         if external.keyword is not None:
-            named = positional[len(function.args.posonlyargs):] + [a.arg for a in function.args.kwonlyargs]
+            named = positional[len(function.args.posonlyargs) :] + [a.arg for a in function.args.kwonlyargs]
             return (path, external.keyword) if external.keyword in named else None
         return (path, positional[external.index]) if external.index < len(positional) else None
     return None
@@ -72,7 +77,9 @@ def _named_elsewhere(index: ProjectIndex, texts: Mapping[str, str], passer: str,
     return False
 
 
-def carrier_roles(index: ProjectIndex, group: Group, texts: Mapping[str, str]) -> Optional[dict[str, SharedScaler]]:
+def carrier_roles(
+    index: ProjectIndex, group: Group, texts: Mapping[str, str]
+) -> Optional[dict[str, SharedScaler]]:
     """The roles of a group tied only by Apex's module passed as a value, or None."""
     owners = [p for p in group.members if index.facts(p).initialize]
     if len(owners) != 1:
@@ -94,12 +101,22 @@ def carrier_roles(index: ProjectIndex, group: Group, texts: Mapping[str, str]) -
     for path, seeds in receivers.items():
         facts = index.facts(path)
         own = _carriers(texts[path], seeds)
-        if own is None or own.external or facts.apex_imports or facts.owns or facts.provided or not all(
-                site.function in own.slots for site in facts.uses + facts.foreign):
+        if (
+            own is None
+            or own.external
+            or facts.apex_imports
+            or facts.owns
+            or facts.provided
+            or not all(site.function in own.slots for site in facts.uses + facts.foreign)
+        ):
             return None
         names[path] = _free_word("scaler", texts[path])
-        roles[path] = SharedScaler(reach=names[path], carrier_slots=tuple(sorted(seeds.items())), other=passer)
-    calls = tuple(sorted((e.local, names[_receiver(index, texts, passer, e)[0]]) for e in found.external.values()))
+        roles[path] = SharedScaler(
+            reach=names[path], carrier_slots=tuple(sorted(seeds.items())), other=passer
+        )
+    calls = tuple(
+        sorted((e.local, names[_receiver(index, texts, passer, e)[0]]) for e in found.external.values())
+    )
     roles[passer] = SharedScaler(carrier_calls=calls, other=", ".join(sorted(receivers)))
     return roles
 

@@ -1,12 +1,15 @@
 """Diagnostics of the whole-tree pass (AMP030-AMP049): files that share Apex state, and Apex
 reached where a per-file rewrite cannot see it."""
+
 from __future__ import annotations
 
 from ..diagnostics import Severity, define
 
 # Handing the scaler over where the index alone would refuse: AMP153-AMP154.
 INFERENCE_OWNER_APART = define(
-    "AMP153", "inference-initialize-apart", Severity.INFO,
+    "AMP153",
+    "inference-initialize-apart",
+    Severity.INFO,
     "This program's `initialize` only prepares models for inference (no optimizer), in a process "
     "of its own that runs none of the code that scales: it does not compete for the GradScaler "
     "another module builds for the module it imports a helper from.",
@@ -15,15 +18,17 @@ INFERENCE_OWNER_APART = define(
     "`to_cuda` from the trainer module and calls `amp.initialize(model, opt_level=...)` with no "
     "optimizer set up nothing the trainer's `scale_loss` could use: Apex scales only for an "
     "optimizer some `initialize` was given. It steps aside where it runs only as a program "
-    "(`if __name__ == \"__main__\":`, imported by no module of the tree), imports no module that "
+    '(`if __name__ == "__main__":`, imported by no module of the tree), imports no module that '
     "trains, and names no function of the trainer module that uses Apex; it keeps its own "
     "migration (its block under `torch.autocast`, AMP150/AMP151) and the trainer module gets "
     "the training module's scaler.",
-    before="# score.py (a program)\nfrom engine import move_batch\nmodel = amp.initialize(model, opt_level=\"O1\")",
-    after="# score.py\nwith torch.autocast(\"cuda\", dtype=torch.float16, enabled=True):\n    ...",
+    before='# score.py (a program)\nfrom engine import move_batch\nmodel = amp.initialize(model, opt_level="O1")',
+    after='# score.py\nwith torch.autocast("cuda", dtype=torch.float16, enabled=True):\n    ...',
 )
 SWITCH_ARGUMENT_DOUBTED = define(
-    "AMP154", "switch-argument-not-followed", Severity.WARNING,
+    "AMP154",
+    "switch-argument-not-followed",
+    Severity.WARNING,
     "A function of this module is given, by the module that builds the GradScaler, the test "
     "around that module's `initialize` as an argument (`train(..., fp16=cfg.fp16)`), but the "
     "argument cannot be relied on to be the scaler's switch here; its `if fp16:` branch keeps "
@@ -37,15 +42,16 @@ SWITCH_ARGUMENT_DOUBTED = define(
     "guard, a reference to the function, a store into the guard's path or a rebinding of the "
     "parameter defeat it. The message names which.",
     before="# train.py\nif cfg.fp16:\n    model, opt = amp.initialize(model, opt)\n"
-           "train(model, opt, fp16=cfg.fp16)\n# finetune.py\ntrain(model, opt, fp16=False)",
+    "train(model, opt, fp16=cfg.fp16)\n# finetune.py\ntrain(model, opt, fp16=False)",
     after="# both files use the shim",
     falls_back=True,
     refusal="the argument carrying the scaler's switch may be given another value",
 )
 GROUP_USES_SHIM = define(
-    "AMP030", "group-uses-shim", Severity.WARNING,
-    "This file shares Apex state with another file of the tree that uses the shim, so it uses "
-    "the shim too.",
+    "AMP030",
+    "group-uses-shim",
+    Severity.WARNING,
+    "This file shares Apex state with another file of the tree that uses the shim, so it uses the shim too.",
     "Apex's `amp` is one state per process: `amp.initialize` in one module sets up what "
     "`amp.scale_loss`, `amp.master_params` and `amp.state_dict` read in another, and an "
     "`FP16_Optimizer` built in one module is stepped in another. A native file beside a shim "
@@ -55,15 +61,17 @@ GROUP_USES_SHIM = define(
     "which) migrate together: all native, or all on the shim. The message names the file and "
     "line that keeps the group on the shim; migrate that one natively and the group follows.",
     before="# train.py\nmodel, optimizer = amp.initialize(model, optimizer)\ntrainer.fit(model, optimizer)\n"
-           "# trainer.py\nwith amp.scale_loss(loss, optimizer) as scaled:\n    scaled.backward()",
+    "# trainer.py\nwith amp.scale_loss(loss, optimizer) as scaled:\n    scaled.backward()",
     after="# train.py\nmodel, optimizer = amp.initialize(model, optimizer)  # from amp_shim import amp\n"
-          "# trainer.py\nwith amp.scale_loss(loss, optimizer) as scaled:  # from amp_shim import amp\n"
-          "    scaled.backward()",
+    "# trainer.py\nwith amp.scale_loss(loss, optimizer) as scaled:  # from amp_shim import amp\n"
+    "    scaled.backward()",
     falls_back=True,
     refusal="it shares Apex state with a file that uses the shim",
 )
 MODULE_FROM_CALL = define(
-    "AMP031", "apex-module-from-call", Severity.WARNING,
+    "AMP031",
+    "apex-module-from-call",
+    Severity.WARNING,
     "Apex's module reaches this file as a function's return value (`amp = get_amp(fp16)`); the "
     "file is left as it is, and the module that imports Apex uses the shim.",
     "The rules rewrite what an Apex import binds; a name bound to what another module's "
@@ -72,26 +80,30 @@ MODULE_FROM_CALL = define(
     "provider then returns `amp_shim.amp`, so the calls here keep working unchanged. "
     "`--check` counts the file. To migrate natively, import what the file needs directly.",
     before="# utils.py\ndef get_amp(fp16):\n    from apex import amp\n    return amp\n"
-           "# train.py\namp = get_amp(args.fp16)\nmodel, optimizer = amp.initialize(model, optimizer)",
+    "# train.py\namp = get_amp(args.fp16)\nmodel, optimizer = amp.initialize(model, optimizer)",
     after="# utils.py\ndef get_amp(fp16):\n    from amp_shim import amp\n    return amp\n"
-          "# train.py (unchanged)\namp = get_amp(args.fp16)\nmodel, optimizer = amp.initialize(model, optimizer)",
+    "# train.py (unchanged)\namp = get_amp(args.fp16)\nmodel, optimizer = amp.initialize(model, optimizer)",
     refusal="Apex's module arrives as a function's return value",
 )
 IMPORTED_DYNAMICALLY = define(
-    "AMP032", "apex-imported-dynamically", Severity.WARNING,
-    "Apex is imported at run time (`importlib.import_module(\"apex.amp\")`, `__import__`); the "
+    "AMP032",
+    "apex-imported-dynamically",
+    Severity.WARNING,
+    'Apex is imported at run time (`importlib.import_module("apex.amp")`, `__import__`); the '
     "import is left as it is, and the files sharing its state use the shim.",
     "An import spelled as a string is not an import statement: the rules cannot bind what it "
     "returns, and rewriting the string would only move the problem. The file keeps needing "
     "Apex, or the shim under its name (`amp-migrate run -- python train.py` and "
     "`python -m amp_shim train.py` make `apex` import the shim). `--check` counts the file. "
     "Replace the dynamic import by an import statement to migrate the file.",
-    before="amp = importlib.import_module(\"apex.amp\")",
-    after="amp = importlib.import_module(\"apex.amp\")  # unchanged; run with `amp-migrate run`",
+    before='amp = importlib.import_module("apex.amp")',
+    after='amp = importlib.import_module("apex.amp")  # unchanged; run with `amp-migrate run`',
     refusal="Apex is imported at run time by name",
 )
 OBJECT_FROM_ANOTHER_FILE = define(
-    "AMP033", "apex-object-from-another-file", Severity.WARNING,
+    "AMP033",
+    "apex-object-from-another-file",
+    Severity.WARNING,
     "This file uses an Apex object that another file of the tree makes "
     "(`optimizer.backward(loss)` on the FP16_Optimizer it was handed, `amp.state_dict()` on an "
     "`amp` passed in); it is left as it is and the files sharing the object use the shim.",
@@ -99,12 +111,14 @@ OBJECT_FROM_ANOTHER_FILE = define(
     "builds the object gone native, these calls would fail at run time (a torch optimizer has "
     "no `backward`). The group uses the shim, whose objects have every method Apex's had.",
     before="# trainer.py (no Apex import)\ndef step(optimizer, loss):\n    optimizer.backward(loss)\n"
-           "    optimizer.step()",
+    "    optimizer.step()",
     after="# trainer.py: unchanged; train.py, which builds the FP16_Optimizer, uses the shim",
     refusal="it uses an Apex object another file makes",
 )
 GROUP_NOT_NATIVE = define(
-    "AMP034", "group-not-native", Severity.ERROR,
+    "AMP034",
+    "group-not-native",
+    Severity.ERROR,
     "`--target native`: another file that shares Apex state with this one cannot go native, so "
     "this one is left untouched too.",
     "Files that share Apex objects must migrate together (see AMP030); under `--target native` "
@@ -115,7 +129,9 @@ GROUP_NOT_NATIVE = define(
 
 # Apex's module from a provider function of the tree (project/provide.py): AMP161-AMP164.
 PROVIDED_NOW_SCALER = define(
-    "AMP161", "provided-module-now-scaler", Severity.INFO,
+    "AMP161",
+    "provided-module-now-scaler",
+    Severity.INFO,
     "`amp = get_amp(fp16)` goes: the provider returned Apex's module exactly when its condition "
     "held (None otherwise), so the GradScaler built where `initialize` runs, enabled under that "
     "condition in this caller's arguments, takes the value's place.",
@@ -127,29 +143,33 @@ PROVIDED_NOW_SCALER = define(
     "ImportError: raise ...` inside the provider only raised where Apex was missing, which "
     "native code does not need. The caller no longer imports the provider.",
     before="from utils import get_amp\namp = get_amp(fp16)\nif fp16 and amp:\n"
-           "    model, optimizer = amp.initialize(model, optimizer, opt_level=\"O1\")",
-    after="scaler = torch.amp.GradScaler(\"cuda\", enabled=bool(fp16))",
+    '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")',
+    after='scaler = torch.amp.GradScaler("cuda", enabled=bool(fp16))',
 )
 PROVIDER_NOT_FOLLOWED = define(
-    "AMP162", "apex-provider-not-followed", Severity.WARNING,
+    "AMP162",
+    "apex-provider-not-followed",
+    Severity.WARNING,
     "The function that hands Apex's module to its callers does more than import it and return "
     "it (or None), or is reached where the tree does not show: its group uses the shim.",
     "A provider call can become the GradScaler only where the provider is nothing but `if "
     "<cond>: from apex import amp` (a `try` whose `except ImportError` only raises allowed), "
     "`amp = None` otherwise, and `return amp`, with `<cond>` a pure test of its parameters. "
-    "Anything else it does (`amp.register_half_function(torch, \"einsum\")` registers a cast "
+    'Anything else it does (`amp.register_half_function(torch, "einsum")` registers a cast '
     "for the whole process, a print, a fallback to None when Apex is missing) has no place in "
     "a scaler, and a provider named where no call can be followed (another module, `__all__`, "
     "a reference) might hand Apex's module to code that calls it. The message names the "
     "provider's line that stands in the way.",
     before="def get_amp(fp16):\n    if fp16:\n        from apex import amp\n"
-           "        amp.register_half_function(torch, \"einsum\")\n    else:\n        amp = None\n    return amp",
+    '        amp.register_half_function(torch, "einsum")\n    else:\n        amp = None\n    return amp',
     after="# the provider returns amp_shim's module; its callers are left as they are",
     falls_back=True,
     refusal="the provider of Apex's module does more than import and return it",
 )
 PROVIDED_NOT_FOLLOWED = define(
-    "AMP163", "provided-module-not-followed", Severity.WARNING,
+    "AMP163",
+    "provided-module-not-followed",
+    Severity.WARNING,
     "This caller's `amp = get_amp(...)` cannot become the GradScaler: the value is stored, "
     "returned, passed on where the tree does not show, or `initialize` does not run under a "
     "test of it; the provider's group uses the shim.",
@@ -165,7 +185,9 @@ PROVIDED_NOT_FOLLOWED = define(
     refusal="the value a provider returned cannot be followed",
 )
 PROVIDER_REMOVED = define(
-    "AMP164", "apex-provider-removed", Severity.INFO,
+    "AMP164",
+    "apex-provider-removed",
+    Severity.INFO,
     "The function that returned Apex's module is removed: every call of it in the tree now "
     "builds the GradScaler where `initialize` runs.",
     "No call of the provider is left in the tree, and a provider kept as it was would still "

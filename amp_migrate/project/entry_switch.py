@@ -21,6 +21,7 @@ and nothing else may call it: every mention of the function's name in the owner 
 and no other module of the tree that reaches the user by imports spells the name at all (a
 name, an attribute, an import). The user checks its own module (switch_flow.py).
 """
+
 from __future__ import annotations
 
 import ast
@@ -44,10 +45,13 @@ def _parse(text: str) -> Optional[ast.Module]:
 def _spells(tree: ast.Module, name: str) -> bool:
     """Whether the module spells `name` as a name, an attribute or an imported name."""
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Name) and node.id == name) or (isinstance(node, ast.Attribute) and node.attr == name):
+        if (isinstance(node, ast.Name) and node.id == name) or (
+            isinstance(node, ast.Attribute) and node.attr == name
+        ):
             return True
         if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
-                name in (a.name.rsplit(".", 1)[-1], a.asname) for a in node.names):
+            name in (a.name.rsplit(".", 1)[-1], a.asname) for a in node.names
+        ):
             return True
     return False
 
@@ -56,7 +60,7 @@ def _argument(call: ast.Call, name: str, index: Optional[int]) -> Optional[ast.e
     for keyword in call.keywords:
         if keyword.arg == name:
             return keyword.value
-    if index is None or any(isinstance(a, ast.Starred) for a in call.args[:index + 1]):
+    if index is None or any(isinstance(a, ast.Starred) for a in call.args[: index + 1]):
         return None
     return call.args[index] if index < len(call.args) else None
 
@@ -71,20 +75,28 @@ def _calls(tree: ast.Module, names: set[str]) -> Optional[list[ast.Call]]:
 
 def _after(function: ast.FunctionDef, guard: ast.If, call: ast.Call) -> bool:
     """`call` runs in `function`'s body, in a statement after the guard."""
-    return any(s.lineno > guard.end_lineno and any(n is call for n in ast.walk(s)) for s in function.body) \
-        and not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef))
-                    and any(c is call for c in ast.walk(n)) for n in ast.walk(function) if n is not function)
+    return any(
+        s.lineno > guard.end_lineno and any(n is call for n in ast.walk(s)) for s in function.body
+    ) and not any(
+        isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef))
+        and any(c is call for c in ast.walk(n))
+        for n in ast.walk(function)
+        if n is not function
+    )
 
 
-def _entry(calls: list[ast.Call], param: str, index: Optional[int],
-           paths: list[tuple[str, ...]]) -> Optional[tuple[tuple[str, ...], tuple[str, ...]]]:
+def _entry(
+    calls: list[ast.Call], param: str, index: Optional[int], paths: list[tuple[str, ...]]
+) -> Optional[tuple[tuple[str, ...], tuple[str, ...]]]:
     """(the guard path, the rest of it past the argument) that every call of `calls` passes a
     prefix of for `param`, or None."""
     found = set()
     for call in calls:
         value = _argument(call, param, index)
         passed = _ast_path(value) if value is not None else None
-        match = next(((p, p[len(passed):]) for p in paths if passed is not None and p[:len(passed)] == passed), None)
+        match = next(
+            ((p, p[len(passed) :]) for p in paths if passed is not None and p[: len(passed)] == passed), None
+        )
         if match is None:
             return None
         found.add(match)
@@ -104,17 +116,24 @@ def _called_elsewhere(index: ProjectIndex, texts: Mapping[str, str], owner: str,
 
 
 def _rebinds(function: ast.FunctionDef, name: str) -> bool:
-    return any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)
-               for n in ast.walk(function)) or any(
-        isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in ast.walk(function))
+    return any(
+        isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)
+        for n in ast.walk(function)
+    ) or any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in ast.walk(function))
 
 
 class _Handover:
     """One owner's calls into one user: what they hand over (`entries`), and for each call
     that passes the guard's part but cannot be relied on, (the user function's line, why)."""
 
-    def __init__(self, index: ProjectIndex, texts: Mapping[str, str], owner: str, user: str,
-                 call: Callable[[str], str] = str) -> None:
+    def __init__(
+        self,
+        index: ProjectIndex,
+        texts: Mapping[str, str],
+        owner: str,
+        user: str,
+        call: Callable[[str], str] = str,
+    ) -> None:
         self.index, self.texts, self.owner, self.user, self.call = index, texts, owner, user, call
         self.entries: list[Entry] = []
         self.refused: list[tuple[int, str]] = []
@@ -133,8 +152,10 @@ class _Handover:
     def _examine(self) -> None:
         every = [p for p in (_ast_path(c) for c in conjuncts(self.guard.test)) if p is not None]
         for fd in [s for s in self.user_tree.body if isinstance(s, ast.FunctionDef)]:
-            names = {fd.name if n == STAR else n
-                     for n in callee_names(self.index, self.owner, self.tree, self.user, fd.name)}
+            names = {
+                fd.name if n == STAR else n
+                for n in callee_names(self.index, self.owner, self.tree, self.user, fd.name)
+            }
             calls = [n for n in ast.walk(self.tree) if isinstance(n, ast.Call) and dotted(n.func) in names]
             positional, keyword = parameters(fd)
             for param in positional + keyword if calls else ():
@@ -143,8 +164,13 @@ class _Handover:
                     continue
                 why = self._doubt(fd, param, calls, handed[0])
                 if why:
-                    self.refused.append((fd.lineno, f"`{param}` of `{fd.name}` is given `{'.'.join(handed[0])}`, "
-                                         f"the test around {self.call(self.owner)}'s `initialize`, but {why}"))
+                    self.refused.append(
+                        (
+                            fd.lineno,
+                            f"`{param}` of `{fd.name}` is given `{'.'.join(handed[0])}`, "
+                            f"the test around {self.call(self.owner)}'s `initialize`, but {why}",
+                        )
+                    )
                 else:
                     self.entries.append((fd.name, param, handed[1]))
 
@@ -161,8 +187,14 @@ class _Handover:
         other = _called_elsewhere(self.index, self.texts, self.owner, self.user, name)
         if other:
             return f"{self.call(other)} also names `{name}` and may call it with another value"
-        tops = [d.name for d in self.user_tree.body if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
-        if tops.count(name) != 1 or any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(self.user_tree)):
+        tops = [
+            d.name
+            for d in self.user_tree.body
+            if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        ]
+        if tops.count(name) != 1 or any(
+            isinstance(n, ast.Name) and n.id == name for n in ast.walk(self.user_tree)
+        ):
             return f"{user} itself names `{name}` (a call there may pass another value)"
         if _rebinds(fd, param):
             return f"`{name}` rebinds `{param}`"
@@ -174,8 +206,9 @@ def entry_switch(index: ProjectIndex, texts: Mapping[str, str], owner: str, user
     return tuple(_Handover(index, texts, owner, user).entries)
 
 
-def entry_refusals(index: ProjectIndex, texts: Mapping[str, str], owner: str, user: str,
-                   call: Callable[[str], str] = str) -> list[tuple[int, str]]:
+def entry_refusals(
+    index: ProjectIndex, texts: Mapping[str, str], owner: str, user: str, call: Callable[[str], str] = str
+) -> list[tuple[int, str]]:
     """The owner's calls that pass its guard into the user but cannot be relied on: (the user
     function's line, why); messages call files by `call(path)`."""
     return _Handover(index, texts, owner, user, call).refused

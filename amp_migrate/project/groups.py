@@ -14,6 +14,7 @@ uninitialized shim. Owners that run as programs (`if __name__ == "__main__":`) a
 of that guess: a script that does not import the helper does not run it. A folder of
 independent scripts stays a folder of independent files.
 """
+
 from __future__ import annotations
 
 import posixpath
@@ -95,10 +96,17 @@ def ties(index: ProjectIndex) -> list[Tie]:
             if common:
                 tied.append(Tie(path, owner, use, sites[0], _how(index, path, owner, common)))
         if not tied and facts.uses and not facts.initialize and not facts.fp16_optimizers:
-            tied = [Tie(path, owner, facts.uses[0], sites[0],
-                        f"no module of the tree both imports {path} and sets Apex up")
-                    for owner, sites in owners.items()
-                    if owner != path and not index.modules[owner].script and _nested(path, owner)]
+            tied = [
+                Tie(
+                    path,
+                    owner,
+                    facts.uses[0],
+                    sites[0],
+                    f"no module of the tree both imports {path} and sets Apex up",
+                )
+                for owner, sites in owners.items()
+                if owner != path and not index.modules[owner].script and _nested(path, owner)
+            ]
         found += tied
     return found
 
@@ -123,6 +131,5 @@ def find_groups(index: ProjectIndex) -> list[Group]:
     for paths in members.values():
         if len(paths) > 1:
             inside = set(paths)
-            groups.append(Group(tuple(sorted(paths)),
-                                tuple(t for t in all_ties if t.user in inside)))
+            groups.append(Group(tuple(sorted(paths)), tuple(t for t in all_ties if t.user in inside)))
     return sorted(groups, key=lambda g: g.members)

@@ -8,19 +8,25 @@ with the part as an argument (entry_switch.py). Both need the part read where `i
 ran to keep its value: a path rooted at a parameter of the owner's function that the function
 never rebinds, no `global`/`nonlocal` of it, and no store into the path anywhere in the owner.
 """
+
 from __future__ import annotations
 
 import ast
 from typing import Optional
 
-from ..rules.switch_flow import _Stores, _ast_path, _conflict
+from ..rules.switch_flow import _ast_path, _conflict, _Stores
 
 
 def conjuncts(test: ast.expr) -> list[ast.expr]:
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
         return [part for value in test.values for part in conjuncts(value)]
-    if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "bool" \
-            and len(test.args) == 1 and not test.keywords:
+    if (
+        isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Name)
+        and test.func.id == "bool"
+        and len(test.args) == 1
+        and not test.keywords
+    ):
         return conjuncts(test.args[0])
     return [test]
 
@@ -32,9 +38,14 @@ def guarded_builder(tree: ast.Module, line: int) -> Optional[tuple[ast.FunctionD
         if not isinstance(function, ast.FunctionDef) or not function.lineno <= line <= function.end_lineno:
             continue
         for guard in function.body:
-            if isinstance(guard, ast.If) and not guard.orelse and any(
+            if (
+                isinstance(guard, ast.If)
+                and not guard.orelse
+                and any(
                     isinstance(s, (ast.Assign, ast.Expr, ast.AnnAssign)) and s.lineno <= line <= s.end_lineno
-                    for s in guard.body):
+                    for s in guard.body
+                )
+            ):
                 return function, guard
     return None
 
@@ -55,9 +66,16 @@ def stable_paths(tree: ast.Module, function: ast.FunctionDef, guard: ast.If) -> 
     found = []
     for part in conjuncts(guard.test):
         path = _ast_path(part)
-        if path is None or path[0] not in positional + keyword or path[0] in stores.declared or any(
+        if (
+            path is None
+            or path[0] not in positional + keyword
+            or path[0] in stores.declared
+            or any(
                 (p == path[:1] and function.lineno <= line <= function.end_lineno)
-                or (len(p) > 1 and _conflict(p, path)) for p, line, _, _ in stores.found):
+                or (len(p) > 1 and _conflict(p, path))
+                for p, line, _, _ in stores.found
+            )
+        ):
             continue
         found.append(path)
     return found

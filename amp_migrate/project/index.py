@@ -13,6 +13,7 @@ Python's parser, about a tenth of libcst's cost), and every other file gives its
 to a regular expression. No scope analysis: names are matched the way they are spelled after
 the module's own imports, which errs towards grouping more files, never fewer.
 """
+
 from __future__ import annotations
 
 import ast
@@ -27,8 +28,15 @@ from ..ast_names import dotted_chain
 # A file that does not spell `apex` can still receive Apex's objects: it is worth parsing only
 # if it spells an amp-state call on a handed-in `amp` or an FP16_Optimizer method (`in` tests
 # run at C speed; a regular expression with these alternatives costs more than the parse).
-_HANDED_WORDS = ("scale_loss", "master_params", "master_grads", "_amp_state", "amp.state_dict",
-                 "amp.load_state_dict", "amp.initialize")
+_HANDED_WORDS = (
+    "scale_loss",
+    "master_params",
+    "master_grads",
+    "_amp_state",
+    "amp.state_dict",
+    "amp.load_state_dict",
+    "amp.initialize",
+)
 _BACKWARD_WITH_ARGUMENT = re.compile(r"\.backward\(\s*[A-Za-z_]")
 _RECEIVER = re.compile(r"(\w+)\s*$")
 
@@ -48,8 +56,8 @@ def is_candidate(text: str) -> bool:
 
 _MAIN_GUARD = re.compile(r"^if[ \t(]+__name__[ \t]*==[ \t]*['\"]__main__['\"]", re.M)
 _IMPORT_TEXT = re.compile(
-    r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)|import[ \t]+([^\n#;]+))",
-    re.M)
+    r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)|import[ \t]+([^\n#;]+))", re.M
+)
 
 AMP_STATE = ("scale_loss", "master_params", "state_dict", "load_state_dict", "_amp_state")
 SHIM = "amp_shim"
@@ -149,7 +157,9 @@ def _optimizer_like(receiver: str) -> bool:
 _HIT_TEXT = re.compile(
     r"\b(?:import|initialize|scale_loss|master_params|state_dict|load_state_dict|_amp_state"
     r"|FP16_Optimizer|backward|clip_master_grads|update_master_grads|import_module|__import__)\b"
-    r"|\breturn[ \t]+\w+[ \t]*(?:#|$)", re.M)
+    r"|\breturn[ \t]+\w+[ \t]*(?:#|$)",
+    re.M,
+)
 _BODIES = ("body", "orelse", "finalbody")
 
 
@@ -179,7 +189,11 @@ def _units(body: list, hits: list[int], stack: tuple[str, ...]) -> Iterator[tupl
         if not any(hasattr(stmt, name) for name in _BODIES):
             yield stmt, stack
             continue
-        inner = (*stack, stmt.name) if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else stack
+        inner = (
+            (*stack, stmt.name)
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            else stack
+        )
         for name, value in ast.iter_fields(stmt):
             if name in _BODIES:
                 yield from _units(value, hits, inner)
@@ -211,8 +225,11 @@ def _bindings(nodes: Iterable[ast.AST]) -> dict[str, str]:
                 if _apex_module(alias.name) or _migrated(alias.name):
                     root = alias.name.split(".")[0]
                     bound[alias.asname or root] = alias.name if alias.asname else root
-        elif isinstance(node, ast.ImportFrom) and not node.level and (
-                _apex_module(node.module) or _migrated(node.module)):
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and not node.level
+            and (_apex_module(node.module) or _migrated(node.module))
+        ):
             for alias in node.names:
                 bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
         elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
@@ -228,19 +245,19 @@ def column(lines: list[str], node: ast.AST) -> int:
     line = lines[node.lineno - 1] if node.lineno <= len(lines) else ""
     if line.isascii():
         return node.col_offset + 1
-    return len(line.encode("utf-8")[:node.col_offset].decode("utf-8", "replace")) + 1
+    return len(line.encode("utf-8")[: node.col_offset].decode("utf-8", "replace")) + 1
 
 
 class _Reader:
     """Fills a module's facts from the parts of its tree that hold a hit line."""
 
-    def __init__(self, facts: ModuleFacts, tree: ast.Module, text: str,
-                 provided: Mapping[str, str] = {}) -> None:
+    def __init__(
+        self, facts: ModuleFacts, tree: ast.Module, text: str, provided: Mapping[str, str] = {}
+    ) -> None:
         self.facts = facts
         self.lines = text.split("\n")
         hits = hit_lines(text)
-        self.nodes = [(node, stack) for unit, stack in _units(tree.body, hits, ())
-                      for node in ast.walk(unit)]
+        self.nodes = [(node, stack) for unit, stack in _units(tree.body, hits, ()) for node in ast.walk(unit)]
         # local name -> the Apex name it means
         self.bound = {**provided, **_bindings(node for node, _ in self.nodes)}
         self.handled: set[int] = set()
@@ -335,6 +352,7 @@ class _Reader:
         if returned and self.stack:
             self.facts.providers.append(self._site(node, self.stack[-1]))
 
+
 def _text_imports(text: str) -> list[Import]:
     """Import statements read from the text of a file that is not parsed (over-reading one in
     a string only adds an edge)."""
@@ -349,8 +367,11 @@ def _text_imports(text: str) -> list[Import]:
         dots_module = match.group(1)
         module = dots_module.lstrip(".")
         names = [n.split(" as ")[0].strip() for n in match.group(2).strip("()").split(",")]
-        found.append(Import(module, tuple(n for n in names if re.fullmatch(r"\w+|\*", n)),
-                            len(dots_module) - len(module)))
+        found.append(
+            Import(
+                module, tuple(n for n in names if re.fullmatch(r"\w+|\*", n)), len(dots_module) - len(module)
+            )
+        )
     return found
 
 
@@ -528,8 +549,10 @@ def build_index(sources: Mapping[str, str]) -> ProjectIndex:
         facts.script = _MAIN_GUARD.search(text) is not None
         _Reader(facts, tree, text).read()
         facts.parsed = True
-    edges = {path: {t for imp in facts.imports for t in resolver.targets(path, imp) if t != path}
-             for path, facts in modules.items()}
+    edges = {
+        path: {t for imp in facts.imports for t in resolver.targets(path, imp) if t != path}
+        for path, facts in modules.items()
+    }
     _resolve_provided(sources, modules, trees, edges)
     return ProjectIndex(modules, edges, resolver)
 
@@ -550,8 +573,12 @@ def _unparsed(facts: ModuleFacts, text: str) -> None:
             return
 
 
-def _resolve_provided(sources: Mapping[str, str], modules: dict[str, ModuleFacts],
-                      trees: dict[str, ast.Module], edges: dict[str, set[str]]) -> None:
+def _resolve_provided(
+    sources: Mapping[str, str],
+    modules: dict[str, ModuleFacts],
+    trees: dict[str, ast.Module],
+    edges: dict[str, set[str]],
+) -> None:
     """`amp = get_amp(fp16)` where `get_amp`, in this module or one it imports, returns Apex's
     module: a provided site naming the provider (found under any name the first text test
     did not look for: `mp = get_amp(fp16)`)."""
@@ -567,8 +594,13 @@ def _resolve_provided(sources: Mapping[str, str], modules: dict[str, ModuleFacts
         if tree is None:
             continue
         # `from utils import get_amp as amp_or_none`: the call spells the alias
-        aliases = {a.asname: a.name for node in tree.body if isinstance(node, ast.ImportFrom)
-                   for a in node.names if a.asname and a.name in providers}
+        aliases = {
+            a.asname: a.name
+            for node in tree.body
+            if isinstance(node, ast.ImportFrom)
+            for a in node.names
+            if a.asname and a.name in providers
+        }
         pattern = re.compile(r"\b(?:%s)\s*\(" % "|".join(map(re.escape, sorted({*providers, *aliases}))))
         hits = hit_lines(text, pattern)
         lines = text.split("\n")
@@ -581,8 +613,9 @@ def _resolve_provided(sources: Mapping[str, str], modules: dict[str, ModuleFacts
             _reread(modules, path, text, tree, {n: "apex.amp" for n in names if "." not in n})
 
 
-def _reread(modules: dict[str, ModuleFacts], path: str, text: str, tree: ast.Module,
-            provided: dict[str, str]) -> None:
+def _reread(
+    modules: dict[str, ModuleFacts], path: str, text: str, tree: ast.Module, provided: dict[str, str]
+) -> None:
     """Read a module again with the names a provider's call binds (`mp = get_amp()`) known
     as Apex's module, so that `mp.initialize(...)` counts as it would under any other name."""
     old = modules[path]
@@ -593,9 +626,15 @@ def _reread(modules: dict[str, ModuleFacts], path: str, text: str, tree: ast.Mod
         facts.imports = old.imports
 
 
-def _provided(facts: ModuleFacts, node: ast.Assign, stack: tuple[str, ...],
-              providers: dict[str, list[tuple[str, Site]]], imported: set[str], lines: list[str],
-              aliases: Mapping[str, str] = {}) -> None:
+def _provided(
+    facts: ModuleFacts,
+    node: ast.Assign,
+    stack: tuple[str, ...],
+    providers: dict[str, list[tuple[str, Site]]],
+    imported: set[str],
+    lines: list[str],
+    aliases: Mapping[str, str] = {},
+) -> None:
     callee = dotted_chain(node.value.func)
     function = callee.rsplit(".", 1)[-1] if callee else ""
     function = aliases.get(function, function) if callee == function else function
@@ -604,6 +643,11 @@ def _provided(facts: ModuleFacts, node: ast.Assign, stack: tuple[str, ...],
             continue
         for target in node.targets:
             key = dotted_chain(target) or ast.unparse(target)
-            facts.provided.append(Site(node.lineno, column(lines, node),
-                                       f"{key} = {callee}(...), from {provider_path}:{site.line}",
-                                       ".".join(stack) or "<module>"))
+            facts.provided.append(
+                Site(
+                    node.lineno,
+                    column(lines, node),
+                    f"{key} = {callee}(...), from {provider_path}:{site.line}",
+                    ".".join(stack) or "<module>",
+                )
+            )

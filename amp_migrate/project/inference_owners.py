@@ -17,6 +17,7 @@ with the training owner or runs the user's Apex code itself, so it steps aside w
 It keeps its own migration (an inference region, plan_inference.py) and the user gets its
 scaler from the training owner alone. Anything else and it competes as before.
 """
+
 from __future__ import annotations
 
 import ast
@@ -35,18 +36,25 @@ def _parse(text: str) -> Optional[ast.Module]:
 
 def _is_initialize(call: ast.Call) -> bool:
     func = call.func
-    return (isinstance(func, ast.Attribute) and func.attr == "initialize") or \
-        (isinstance(func, ast.Name) and func.id == "initialize")
+    return (isinstance(func, ast.Attribute) and func.attr == "initialize") or (
+        isinstance(func, ast.Name) and func.id == "initialize"
+    )
 
 
 def _no_optimizer(call: ast.Call) -> bool:
     """`initialize(models)` given no optimizer: none, `None`, or an empty list or tuple."""
-    given = call.args[1] if len(call.args) > 1 else next(
-        (k.value for k in call.keywords if k.arg == "optimizers"), None)
+    given = (
+        call.args[1]
+        if len(call.args) > 1
+        else next((k.value for k in call.keywords if k.arg == "optimizers"), None)
+    )
     if any(isinstance(a, ast.Starred) for a in call.args[:2]) or any(k.arg is None for k in call.keywords):
         return False
-    return given is None or (isinstance(given, ast.Constant) and given.value is None) or (
-        isinstance(given, (ast.List, ast.Tuple)) and not given.elts)
+    return (
+        given is None
+        or (isinstance(given, ast.Constant) and given.value is None)
+        or (isinstance(given, (ast.List, ast.Tuple)) and not given.elts)
+    )
 
 
 def inference_only(index: ProjectIndex, text: str, path: str) -> bool:
@@ -55,8 +63,13 @@ def inference_only(index: ProjectIndex, text: str, path: str) -> bool:
     lines = {site.line for site in index.facts(path).initialize}
     if tree is None or not lines:
         return False
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.stmt) and n.lineno in lines
-             for n in ast.walk(n) if isinstance(n, ast.Call) and _is_initialize(n)]
+    calls = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.stmt) and n.lineno in lines
+        for n in ast.walk(n)
+        if isinstance(n, ast.Call) and _is_initialize(n)
+    ]
     return len({c.lineno for c in calls}) >= len(lines) and all(_no_optimizer(c) for c in calls)
 
 
@@ -66,8 +79,14 @@ def _names(tree: ast.Module, spellings: set[str]) -> bool:
     return any("." not in s for s in spellings) or bool(mentions(tree, spellings))
 
 
-def _together(index: ProjectIndex, texts: Mapping[str, str], program: str, trainers: list[str], user: str,
-              call: Callable[[str], str] = str) -> str:
+def _together(
+    index: ProjectIndex,
+    texts: Mapping[str, str],
+    program: str,
+    trainers: list[str],
+    user: str,
+    call: Callable[[str], str] = str,
+) -> str:
     """Why `program` may share a process with a training owner or run the user's Apex code;
     "" where it runs in a process of its own that does neither."""
     text = texts.get(program, "")
@@ -76,15 +95,23 @@ def _together(index: ProjectIndex, texts: Mapping[str, str], program: str, train
     if importer is not None:
         return f"{call(importer)} imports it"
     if tree is None or _MAIN_GUARD.search(text) is None:
-        return "it is not a program of its own (no `if __name__ == \"__main__\":`)"
+        return 'it is not a program of its own (no `if __name__ == "__main__":`)'
     trainer = next((t for t in trainers if index.reaches(program, t)), None)
     if trainer is not None:
         return f"it imports {call(trainer)}"
-    between = next((m for m in sorted(index.modules) if m not in (program, user)
-                    and index.reaches(program, m) and index.reaches(m, user)), None)
+    between = next(
+        (
+            m
+            for m in sorted(index.modules)
+            if m not in (program, user) and index.reaches(program, m) and index.reaches(m, user)
+        ),
+        None,
+    )
     if between is not None:
         return f"it imports {call(between)}, which imports {call(user)}"
-    functions = {site.function.split(".", 1)[0] for site in index.facts(user).uses + index.facts(user).foreign}
+    functions = {
+        site.function.split(".", 1)[0] for site in index.facts(user).uses + index.facts(user).foreign
+    }
     if "<module>" in functions:
         return f"{call(user)} uses Apex at module level"
     named = sorted(name for name in functions if _names(tree, callee_names(index, program, tree, user, name)))
@@ -104,8 +131,13 @@ def competing(index: ProjectIndex, texts: Mapping[str, str], owners: list[str], 
     return owners
 
 
-def why_competing(index: ProjectIndex, texts: Mapping[str, str], owners: list[str], user: str,
-                  call: Callable[[str], str] = str) -> str:
+def why_competing(
+    index: ProjectIndex,
+    texts: Mapping[str, str],
+    owners: list[str],
+    user: str,
+    call: Callable[[str], str] = str,
+) -> str:
     """For a message: why the owners of `owners` that only prepare models for inference still
     compete ("" where none does)."""
     inference = [o for o in owners if inference_only(index, texts.get(o, ""), o)]

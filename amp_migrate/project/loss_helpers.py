@@ -9,6 +9,7 @@ word match, as project/carry.py matches receivers: a call, an import or a coinci
 native file fewer rather than a forward out of autocast) uses the shim instead (AMP206, at the
 function), or stays untouched under `--target native`.
 """
+
 from __future__ import annotations
 
 import re
@@ -20,8 +21,9 @@ from ..rules.loss_callers import CALLED_OTHERWISE, CALLERS_CAST
 _DEF = re.compile(r"\s*def\s+(\w+)")
 
 
-def named_elsewhere(path: str, text: str, diagnostics: Iterable[Diagnostic],
-                    texts: Mapping[str, str]) -> Optional[Diagnostic]:
+def named_elsewhere(
+    path: str, text: str, diagnostics: Iterable[Diagnostic], texts: Mapping[str, str]
+) -> Optional[Diagnostic]:
     """AMP206 for the first function this file's result puts autocast in the callers of
     (AMP207) whose name another module of the tree spells; None when there is none."""
     lines = text.splitlines()
@@ -34,7 +36,13 @@ def named_elsewhere(path: str, text: str, diagnostics: Iterable[Diagnostic],
         pattern = re.compile(rf"\b{re.escape(match.group(1))}\b")
         other = next((p for p, t in sorted(texts.items()) if p != path and pattern.search(t)), None)
         if other is not None:
-            return Diagnostic(CALLED_OTHERWISE.code, CALLED_OTHERWISE.severity, found.line, found.col,
-                              f"`{match.group(1)}` is also named in {other}, whose calls of it would "
-                              "run their forward outside autocast", False)
+            return Diagnostic(
+                CALLED_OTHERWISE.code,
+                CALLED_OTHERWISE.severity,
+                found.line,
+                found.col,
+                f"`{match.group(1)}` is also named in {other}, whose calls of it would "
+                "run their forward outside autocast",
+                False,
+            )
     return None

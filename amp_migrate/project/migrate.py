@@ -5,6 +5,7 @@
 outside any group are final (and written) at once and a group's files as soon as the last of
 them is in.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,17 +17,17 @@ from ..diagnostics import Diagnostic, Severity
 from ..file_result import FileResult, Finding
 from ..migrate import MigrationError, MigrationResult, migrate_source
 from ..options import Options
+from ..rules.dynamic_apex import DYNAMIC_USE
+from ..rules.plan import SharedScaler
 from ..source_file import SourceError, read_bytes
+from . import codes
 from .groups import Group, find_groups
 from .index import ProjectIndex, build_index
 from .loss_helpers import named_elsewhere
 from .notes import handover_notes, notes_for
-from .settle import Outcome, Verdict, blocker, own_warnings, settle
 from .provide import provider_roles
+from .settle import Outcome, Verdict, blocker, own_warnings, settle
 from .share import shared_scalers
-from ..rules.dynamic_apex import DYNAMIC_USE
-from ..rules.plan import SharedScaler
-from . import codes
 
 
 def _by_line(diagnostics: Iterable[Diagnostic]) -> tuple[Diagnostic, ...]:
@@ -53,16 +54,18 @@ def _outcome_of(diagnostics: Sequence[Diagnostic], changed: bool, target_used: O
     return Outcome(target_used or "error", tuple(d for d in diagnostics if d.falls_back))
 
 
-def _migrate_one(text: str, target: str, device: str, dtype: str,
-                 project: Optional[SharedScaler] = None) -> MigrationResult:
+def _migrate_one(
+    text: str, target: str, device: str, dtype: str, project: Optional[SharedScaler] = None
+) -> MigrationResult:
     try:
         return migrate_source(text, target=target, device=device, dtype=dtype, project=project)
     except MigrationError as exc:
         return MigrationResult(text, (exc.as_diagnostic(),), None)
 
 
-def migrate_project(files: Mapping[str, str], *, target: str = "auto", device: str = "cuda",
-                    dtype: str = "float16") -> dict[str, MigrationResult]:
+def migrate_project(
+    files: Mapping[str, str], *, target: str = "auto", device: str = "cuda", dtype: str = "float16"
+) -> dict[str, MigrationResult]:
     """Migrate a tree given as relative path -> text: files that share Apex objects end on one
     target (docs/cli.md, "Projects"). Files not ending in `.py` are migrated alone."""
     python = {p: t for p, t in files.items() if p.endswith(".py")}
@@ -97,12 +100,16 @@ def migrate_project(files: Mapping[str, str], *, target: str = "auto", device: s
 
 def _provided(roles: Mapping[str, SharedScaler], outcomes: Mapping[str, Outcome]) -> frozenset[str]:
     """The callers whose provider calls went native with their part (project/provide.py)."""
-    return frozenset(p for p, r in roles.items() if r.provided is not None and r.provided.edits
-                     and p in outcomes and outcomes[p].status == "native")
+    return frozenset(
+        p
+        for p, r in roles.items()
+        if r.provided is not None and r.provided.edits and p in outcomes and outcomes[p].status == "native"
+    )
 
 
-def _callers_elsewhere(path: str, result: MigrationResult, texts: Mapping[str, str], target: str,
-                       device: str, dtype: str) -> MigrationResult:
+def _callers_elsewhere(
+    path: str, result: MigrationResult, texts: Mapping[str, str], target: str, device: str, dtype: str
+) -> MigrationResult:
     """The shim (or, under `--target native`, the file untouched) where another module names a
     function whose callers' forwards this file put under autocast (project/loss_helpers.py)."""
     found = named_elsewhere(path, texts[path], result.diagnostics, texts)
@@ -126,8 +133,10 @@ def _with(result: FileResult, diagnostics: Sequence[Diagnostic]) -> FileResult:
         return result
     restated = _restated([f.diagnostic for f in result.findings], diagnostics)
     kept = [f for f in result.findings if f.diagnostic not in restated]
-    findings = sorted([*kept, *(Finding(d) for d in diagnostics)],
-                      key=lambda f: (f.diagnostic.line, f.diagnostic.col, f.diagnostic.code))
+    findings = sorted(
+        [*kept, *(Finding(d) for d in diagnostics)],
+        key=lambda f: (f.diagnostic.line, f.diagnostic.col, f.diagnostic.code),
+    )
     return replace(result, findings=tuple(findings), scanned=True)
 
 
@@ -212,12 +221,14 @@ class Tree:
         for rel, result in sorted(pending.results.items()):
             verdict = verdicts.get(rel, Verdict())
             if verdict.redo == "shim":
-                result = process(Job(result.path, result.kind, replace(self.options, target="shim"),
-                                     self.want_diff))
+                result = process(
+                    Job(result.path, result.kind, replace(self.options, target="shim"), self.want_diff)
+                )
             elif verdict.redo == "untouched":
                 result = replace(result, changed=False, target_used=None, new_bytes=None, diff="")
-            extra = verdict.diagnostics + own_warnings(self.index, rel, outcomes[rel], True, self.names,
-                                                       rel in provided)
+            extra = verdict.diagnostics + own_warnings(
+                self.index, rel, outcomes[rel], True, self.names, rel in provided
+            )
             extra += notes_for(self.notes, rel, [f.diagnostic for f in result.findings] + list(extra))
             final.append(_with(result, extra))
         return final
@@ -230,8 +241,10 @@ class Tree:
 
         roles = {rel: self.roles[rel] for rel in pending.results if rel in self.roles}
         if not any(r.owner or r.user or r.provided is not None for r in roles.values()) or any(
-                blocker(self.index.facts(rel), outcomes[rel]) is not None
-                for rel in pending.results if rel not in roles):
+            blocker(self.index.facts(rel), outcomes[rel]) is not None
+            for rel in pending.results
+            if rel not in roles
+        ):
             return False
         for rel, role in roles.items():
             old = pending.results[rel]
@@ -242,11 +255,15 @@ class Tree:
         """As `_callers_elsewhere` above, for the command line's results."""
         from ..runner import Job, process
 
-        found = named_elsewhere(rel, self.texts.get(rel, ""), [f.diagnostic for f in result.findings], self.texts)
+        found = named_elsewhere(
+            rel, self.texts.get(rel, ""), [f.diagnostic for f in result.findings], self.texts
+        )
         if found is None:
             return result
         if self.options.target == "auto":
-            result = process(Job(result.path, result.kind, replace(self.options, target="shim"), self.want_diff))
+            result = process(
+                Job(result.path, result.kind, replace(self.options, target="shim"), self.want_diff)
+            )
         else:
             result = replace(result, changed=False, target_used=None, new_bytes=None, diff="")
         return _with(result, [found])

@@ -8,6 +8,7 @@ a located word in the files they concern (codes.py, AMP153-AMP154):
 * a call that passes the owner's guard into the user but cannot be relied on (entry_switch.py):
   AMP154 at the user's function, where the user's branch then fell back (AMP220).
 """
+
 from __future__ import annotations
 
 from typing import Mapping, Optional
@@ -27,8 +28,12 @@ def _diagnostic(code: Code, line: int, col: int, message: str) -> Diagnostic:
     return Diagnostic(code.code, code.severity, line, col, message, False)
 
 
-def handover_notes(index: ProjectIndex, groups: list[Group], texts: Mapping[str, str],
-                   names: Optional[Mapping[str, str]] = None) -> Notes:
+def handover_notes(
+    index: ProjectIndex,
+    groups: list[Group],
+    texts: Mapping[str, str],
+    names: Optional[Mapping[str, str]] = None,
+) -> Notes:
     """The notes for each grouped file; messages call files by `names` (default: their paths)."""
     names = names or {}
     call = lambda path: names.get(path, path)  # noqa: E731
@@ -42,18 +47,24 @@ def handover_notes(index: ProjectIndex, groups: list[Group], texts: Mapping[str,
             sharing, kept = owners_of(index, texts, tied, user)
             for owner in sorted(set(tied) - set(sharing)):
                 site = index.facts(owner).initialize[0]
-                message = (f"prepares models for inference only, in a program of its own: {call(user)} gets "
-                           f"the scaler {', '.join(call(k) for k in kept)} builds")
-                found.setdefault(owner, []).append((_diagnostic(codes.INFERENCE_OWNER_APART, site.line, site.col,
-                                                                message), ""))
+                message = (
+                    f"prepares models for inference only, in a program of its own: {call(user)} gets "
+                    f"the scaler {', '.join(call(k) for k in kept)} builds"
+                )
+                found.setdefault(owner, []).append(
+                    (_diagnostic(codes.INFERENCE_OWNER_APART, site.line, site.col, message), "")
+                )
             if len(kept) == 1:
                 for line, why in entry_refusals(index, texts, kept[0], user, call):
                     found.setdefault(user, []).append(
-                        (_diagnostic(codes.SWITCH_ARGUMENT_DOUBTED, line, 1, why), "AMP220"))
+                        (_diagnostic(codes.SWITCH_ARGUMENT_DOUBTED, line, 1, why), "AMP220")
+                    )
     return found
 
 
 def notes_for(notes: Notes, path: str, diagnostics) -> tuple[Diagnostic, ...]:
     """The notes of `path` that apply to a result with `diagnostics`, none already there."""
     present = {d.code for d in diagnostics}
-    return tuple(d for d, needs in notes.get(path, ()) if (not needs or needs in present) and d not in diagnostics)
+    return tuple(
+        d for d, needs in notes.get(path, ()) if (not needs or needs in present) and d not in diagnostics
+    )

@@ -5,6 +5,7 @@ member on the shim, left untouched with an error, or whose Apex use no rule can 
 module returned by a function, a run-time import, an object handed in from another file)
 keeps the whole group on the shim; under `--target native` the others are left untouched.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,8 +30,9 @@ def _reason(facts: ModuleFacts, outcome: Outcome) -> Optional[Diagnostic]:
     """The diagnostic to quote: one at an Apex use the index knows, else the first (the
     import a use keeps alive says less than the use)."""
     lines = {s.line for s in facts.owns + facts.uses + facts.foreign}
-    return next((d for d in outcome.reasons if d.line in lines),
-                outcome.reasons[0] if outcome.reasons else None)
+    return next(
+        (d for d in outcome.reasons if d.line in lines), outcome.reasons[0] if outcome.reasons else None
+    )
 
 
 @dataclass(frozen=True)
@@ -64,8 +66,9 @@ def blocker(facts: ModuleFacts, outcome: Outcome, provided: bool = False) -> Opt
     if outcome.status in ("shim", "error"):
         reason = _reason(facts, outcome)
         if reason is None:
-            return anchor(facts).line, f"it uses the {outcome.status}" if outcome.status == "shim" \
-                else "it was left untouched"
+            return anchor(
+                facts
+            ).line, f"it uses the {outcome.status}" if outcome.status == "shim" else "it was left untouched"
         return reason.line, f"{reason.code} {reason.message}"
     if outcome.status == "unchanged":
         use = first_use(facts) or anchor(facts)
@@ -73,8 +76,14 @@ def blocker(facts: ModuleFacts, outcome: Outcome, provided: bool = False) -> Opt
     return None
 
 
-def settle(index: ProjectIndex, group: Group, outcomes: dict[str, Outcome], target: str,
-           names: Optional[Mapping[str, str]] = None, provided: frozenset = frozenset()) -> dict[str, Verdict]:
+def settle(
+    index: ProjectIndex,
+    group: Group,
+    outcomes: dict[str, Outcome],
+    target: str,
+    names: Optional[Mapping[str, str]] = None,
+    provided: frozenset = frozenset(),
+) -> dict[str, Verdict]:
     """The verdict for each member of `group` whose result must change; messages call files
     by `names` (default: their paths in the index); `provided`: the members whose provider
     calls went native."""
@@ -109,8 +118,14 @@ def _provider(site: Site, names: Mapping[str, str]) -> tuple[str, str]:
     return call, f"{names.get(path, path)}:{line}"
 
 
-def own_warnings(index: ProjectIndex, path: str, outcome: Outcome, grouped: bool,
-                 names: Optional[Mapping[str, str]] = None, provided: bool = False) -> tuple[Diagnostic, ...]:
+def own_warnings(
+    index: ProjectIndex,
+    path: str,
+    outcome: Outcome,
+    grouped: bool,
+    names: Optional[Mapping[str, str]] = None,
+    provided: bool = False,
+) -> tuple[Diagnostic, ...]:
     """Apex uses in this file that no rule rewrites: a module returned by a function, a
     run-time import, an Apex object from another file (the last only where the file is tied
     to the file that makes it and was left as it is)."""
@@ -118,16 +133,31 @@ def own_warnings(index: ProjectIndex, path: str, outcome: Outcome, grouped: bool
     found = []
     for site in facts.provided if not provided else ():
         call, where = _provider(site, names or {})
-        found.append(_diagnostic(codes.MODULE_FROM_CALL, site,
-                                 f"`{call}` gets Apex's module from {where}; left as it is, "
-                                 "the provider's group uses the shim"))
-    found += [_diagnostic(codes.IMPORTED_DYNAMICALLY, site,
-                          f"{site.what!r} is imported at run time; the import stays as it is "
-                          "(run with `amp-migrate run`, or use an import statement)")
-              for site in facts.dynamic]
+        found.append(
+            _diagnostic(
+                codes.MODULE_FROM_CALL,
+                site,
+                f"`{call}` gets Apex's module from {where}; left as it is, "
+                "the provider's group uses the shim",
+            )
+        )
+    found += [
+        _diagnostic(
+            codes.IMPORTED_DYNAMICALLY,
+            site,
+            f"{site.what!r} is imported at run time; the import stays as it is "
+            "(run with `amp-migrate run`, or use an import statement)",
+        )
+        for site in facts.dynamic
+    ]
     if grouped and outcome.status == "unchanged" and not facts.provided:
-        found += [_diagnostic(codes.OBJECT_FROM_ANOTHER_FILE, site,
-                              f"`{site.what}` runs on an Apex object made in another file; "
-                              "left as it is, the files sharing it use the shim")
-                  for site in facts.foreign[:1]]
+        found += [
+            _diagnostic(
+                codes.OBJECT_FROM_ANOTHER_FILE,
+                site,
+                f"`{site.what}` runs on an Apex object made in another file; "
+                "left as it is, the files sharing it use the shim",
+            )
+            for site in facts.foreign[:1]
+        ]
     return tuple(found)

@@ -30,6 +30,7 @@ program's `initialize` set Apex's state. Owners that only prepare models for inf
 process of their own do not count (inference_owners.py). Anything else, and a tie the index only guessed,
 keeps the group on the shim, with the reason in the user's AMP102.
 """
+
 from __future__ import annotations
 
 import ast
@@ -43,8 +44,8 @@ from .carry import carrier_roles
 from .entry_switch import entry_switch
 from .groups import Group
 from .guard import guarded_builder, parameters, stable_paths
-from .inference_owners import competing, why_competing
 from .index import _MAIN_GUARD, ProjectIndex, Spelling
+from .inference_owners import competing, why_competing
 
 
 def _free(word: str, *texts: str) -> str:
@@ -88,8 +89,9 @@ class _Sharing:
         self.roles[user] = SharedScaler(refused=why)
         for owner in owners:
             if not self.owner_role(owner).owner:
-                self.roles[owner] = SharedScaler(refused=f"{self.call(user)}, which uses the scaler "
-                                                 "built here, cannot be handed it")
+                self.roles[owner] = SharedScaler(
+                    refused=f"{self.call(user)}, which uses the scaler built here, cannot be handed it"
+                )
 
     def owner_role(self, owner: str) -> SharedScaler:
         return self.roles.get(owner, SharedScaler())
@@ -103,15 +105,24 @@ class _Sharing:
         role = self.owner_role(owner)
         alias = _alias(self.index, user, self.texts[owner], role.imports)
         owners = owners or (owner,)
-        switch = _free("amp_enabled", self.texts[user]) if _scales(self.index, user) and not any(
-            _scales(self.index, o) for o in owners) and any(
-            _options_apart(self.index, self.texts[o], o) for o in owners) else ""
-        self.roles[owner] = replace(role, publish=(*role.publish, f"{alias}.{name}"), casts=role.casts or _scales(
-                                        self.index, user),
-                                    imports=(*role.imports, _import(spelling, alias)),
-                                    other=_join(role.other, self.call(user)),
-                                    amp_publish=(*role.amp_publish, f"{alias}.{switch}") if switch else role.amp_publish)
-        self.roles[user] = SharedScaler(name=name, reach=name, declare=True, other=self.call(owner), amp_switch=switch)
+        switch = (
+            _free("amp_enabled", self.texts[user])
+            if _scales(self.index, user)
+            and not any(_scales(self.index, o) for o in owners)
+            and any(_options_apart(self.index, self.texts[o], o) for o in owners)
+            else ""
+        )
+        self.roles[owner] = replace(
+            role,
+            publish=(*role.publish, f"{alias}.{name}"),
+            casts=role.casts or _scales(self.index, user),
+            imports=(*role.imports, _import(spelling, alias)),
+            other=_join(role.other, self.call(user)),
+            amp_publish=(*role.amp_publish, f"{alias}.{switch}") if switch else role.amp_publish,
+        )
+        self.roles[user] = SharedScaler(
+            name=name, reach=name, declare=True, other=self.call(owner), amp_switch=switch
+        )
         return True
 
     def global_(self, owner: str, user: str) -> bool:
@@ -126,15 +137,30 @@ class _Sharing:
         role = self.owner_role(owner)
         name = role.name or _scaler_name(self.texts[owner])
         alias = _alias(index, owner, self.texts[user])
-        switch = role.amp_switch or _free("amp_enabled", self.texts[owner]) if _scales(index, user) and not _scales(
-            index, owner) and _options_apart(index, self.texts[owner], owner) else ""
-        self.roles[owner] = replace(role, name=name, global_=True, declare=True,
-                                    casts=role.casts or _scales(index, user),
-                                    other=_join(role.other, self.call(user)),
-                                    amp_publish=(switch,) if switch else role.amp_publish,
-                                    amp_switch=switch or role.amp_switch)
-        self.roles[user] = SharedScaler(name=name, reach=f"{alias}.{name}", imports=(_import(spelling, alias),),
-                                        other=self.call(owner), amp_switch=f"{alias}.{switch}" if switch else "")
+        switch = (
+            role.amp_switch or _free("amp_enabled", self.texts[owner])
+            if _scales(index, user)
+            and not _scales(index, owner)
+            and _options_apart(index, self.texts[owner], owner)
+            else ""
+        )
+        self.roles[owner] = replace(
+            role,
+            name=name,
+            global_=True,
+            declare=True,
+            casts=role.casts or _scales(index, user),
+            other=_join(role.other, self.call(user)),
+            amp_publish=(switch,) if switch else role.amp_publish,
+            amp_switch=switch or role.amp_switch,
+        )
+        self.roles[user] = SharedScaler(
+            name=name,
+            reach=f"{alias}.{name}",
+            imports=(_import(spelling, alias),),
+            other=self.call(owner),
+            amp_switch=f"{alias}.{switch}" if switch else "",
+        )
         return True
 
 
@@ -148,12 +174,17 @@ def _callee(index: ProjectIndex, user: str, tree: ast.Module, owner: str, name: 
 def _own_program(index: ProjectIndex, path: str, text: str, user: str) -> bool:
     """`path` runs only as a program of its own that never loads `user`: a builder it calls
     there builds a scaler `user` never sees."""
-    return path in index.modules and _MAIN_GUARD.search(text) is not None \
-        and not index.imported(path) and not index.reaches(path, user)
+    return (
+        path in index.modules
+        and _MAIN_GUARD.search(text) is not None
+        and not index.imported(path)
+        and not index.reaches(path, user)
+    )
 
 
-def owner_switch(index: ProjectIndex, texts: Mapping[str, str], owner: str,
-                 user: str) -> tuple[str, tuple[tuple[int, str, tuple[str, ...]], ...]]:
+def owner_switch(
+    index: ProjectIndex, texts: Mapping[str, str], owner: str, user: str
+) -> tuple[str, tuple[tuple[int, str, tuple[str, ...]], ...]]:
     """The owner's guard around its one `initialize`, as `user` can check it (SharedScaler's
     `switch_via` and `switch_paths`): the paths of the guard's conjuncts rooted at a parameter
     the builder never rebinds and nothing in the owner stores into; ("", ()) where the builder
@@ -171,12 +202,21 @@ def owner_switch(index: ProjectIndex, texts: Mapping[str, str], owner: str,
     function, guard = found
     callee = _callee(index, user, user_tree, owner, function.name)
     call = re.compile(rf"\b{re.escape(function.name)}\s*\(")
-    if callee is None or len(call.findall(texts[owner])) != 1 or any(
-            call.search(t) and not _own_program(index, p, t, user) for p, t in texts.items() if p not in (owner, user)):
+    if (
+        callee is None
+        or len(call.findall(texts[owner])) != 1
+        or any(
+            call.search(t) and not _own_program(index, p, t, user)
+            for p, t in texts.items()
+            if p not in (owner, user)
+        )
+    ):
         return "", ()
     positional, _ = parameters(function)
-    paths = [(positional.index(path[0]) if path[0] in positional else -1, path[0], path[1:])
-             for path in stable_paths(tree, function, guard)]
+    paths = [
+        (positional.index(path[0]) if path[0] in positional else -1, path[0], path[1:])
+        for path in stable_paths(tree, function, guard)
+    ]
     return (callee, tuple(paths)) if paths else ("", ())
 
 
@@ -193,13 +233,19 @@ def _options_apart(index: ProjectIndex, text: str, owner: str) -> bool:
         return False
     lines = {site.line for site in index.facts(owner).initialize}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and node.lineno in lines and isinstance(node.func, ast.Attribute) \
-                and node.func.attr == "initialize":
+        if (
+            isinstance(node, ast.Call)
+            and node.lineno in lines
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "initialize"
+        ):
             options = {k.arg: k.value for k in node.keywords}
             level, scale = options.get("opt_level"), options.get("loss_scale")
             if level is not None and not (isinstance(level, ast.Constant) and level.value in _SCALED_LEVELS):
                 return True
-            if scale is not None and not (isinstance(scale, ast.Constant) and scale.value in ("dynamic", None)):
+            if scale is not None and not (
+                isinstance(scale, ast.Constant) and scale.value in ("dynamic", None)
+            ):
                 return True
     return False
 
@@ -213,8 +259,9 @@ def _join(listed: str, more: str) -> str:
     return f"{listed} and {more}" if listed else more
 
 
-def owners_of(index: ProjectIndex, texts: Mapping[str, str], tied: list[str],
-              user: str) -> tuple[list[str], list[str]]:
+def owners_of(
+    index: ProjectIndex, texts: Mapping[str, str], tied: list[str], user: str
+) -> tuple[list[str], list[str]]:
     """(the owners that hand `user` the scaler, those whose switch its branches may follow).
     Owners that are each a program of their own all set the user's attribute, as before; else
     those that only prepare models for inference apart (inference_owners.py) drop out. Either
@@ -229,17 +276,20 @@ def owners_of(index: ProjectIndex, texts: Mapping[str, str], tied: list[str],
 def _one_at_a_time(index: ProjectIndex, owners: list[str], user: str) -> bool:
     """Each owner is a program of its own that imports the user, and none imports another."""
     return all(index.facts(o).script and user in index.edges.get(o, ()) for o in owners) and not any(
-        index.reaches(a, b) for a in owners for b in owners if a != b)
+        index.reaches(a, b) for a in owners for b in owners if a != b
+    )
 
 
-def _group_roles(index: ProjectIndex, group: Group, texts: Mapping[str, str],
-                 names: Mapping[str, str]) -> dict[str, SharedScaler]:
+def _group_roles(
+    index: ProjectIndex, group: Group, texts: Mapping[str, str], names: Mapping[str, str]
+) -> dict[str, SharedScaler]:
     facts = {p: index.facts(p) for p in group.members}
     carried = carrier_roles(index, group, texts)
     if carried is not None:
         return carried
-    if any(f.fp16_optimizers or f.providers or f.provided or f.dynamic_state or f.foreign
-           for f in facts.values()):
+    if any(
+        f.fp16_optimizers or f.providers or f.provided or f.dynamic_state or f.foreign for f in facts.values()
+    ):
         return {}
     sharing = _Sharing(index, texts, names)
     owners = {p for p, f in facts.items() if f.initialize}
@@ -249,13 +299,21 @@ def _group_roles(index: ProjectIndex, group: Group, texts: Mapping[str, str],
         if not tied:
             continue
         if any(t.how.startswith("no module of the tree") for t in ties):
-            sharing.refuse(user, "no module of the tree imports both it and the module calling "
-                           "`initialize`, so no scaler can be handed over", tied)
+            sharing.refuse(
+                user,
+                "no module of the tree imports both it and the module calling "
+                "`initialize`, so no scaler can be handed over",
+                tied,
+            )
         elif len(tied) > 1:
             _several(sharing, tied, user)
         elif not _one(sharing, tied[0], user):
-            sharing.refuse(user, f"it cannot reach a scaler built in {sharing.call(tied[0])} "
-                           "(neither imports the other, and no import of it resolves from here)", tied)
+            sharing.refuse(
+                user,
+                f"it cannot reach a scaler built in {sharing.call(tied[0])} "
+                "(neither imports the other, and no import of it resolves from here)",
+                tied,
+            )
         if len(kept) == 1 and sharing.roles[user].user:
             _switch(sharing, kept[0], user)
     return sharing.roles
@@ -267,8 +325,9 @@ def _switch(sharing: _Sharing, owner: str, user: str) -> None:
     via, paths = owner_switch(sharing.index, sharing.texts, owner, user)
     entries = entry_switch(sharing.index, sharing.texts, owner, user)
     if paths or entries:
-        sharing.roles[user] = replace(sharing.roles[user], switch_via=via, switch_paths=paths,
-                                      switch_entries=entries)
+        sharing.roles[user] = replace(
+            sharing.roles[user], switch_via=via, switch_paths=paths, switch_entries=entries
+        )
 
 
 def _one(sharing: _Sharing, owner: str, user: str) -> bool:
@@ -293,8 +352,12 @@ def _several(sharing: _Sharing, owners: list[str], user: str) -> None:
     sharing.roles[user] = replace(sharing.roles[user], other=listed)
 
 
-def shared_scalers(index: ProjectIndex, groups: list[Group], texts: Mapping[str, str],
-                   names: Optional[Mapping[str, str]] = None) -> dict[str, SharedScaler]:
+def shared_scalers(
+    index: ProjectIndex,
+    groups: list[Group],
+    texts: Mapping[str, str],
+    names: Optional[Mapping[str, str]] = None,
+) -> dict[str, SharedScaler]:
     """Each grouped module's part in its group's shared GradScaler (path -> role); messages
     call files by `names` (default: their paths in the index)."""
     roles: dict[str, SharedScaler] = {}

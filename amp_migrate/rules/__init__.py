@@ -5,10 +5,11 @@ run in, which matters (the planner before the rules that read its plan, imports 
 Everything else about a rule (the Apex names it handles, the codes it emits) is data on its
 class, and the tables here are derived from it.
 """
+
 from __future__ import annotations
 
-from .base import Rule
 from .availability import ApexAvailabilityChecks
+from .base import Rule
 from .casts import CastRegistrationToAutocast
 from .checkpoint import CheckpointToScaler
 from .deprecated_amp import DeprecatedTorchAmp
@@ -21,8 +22,8 @@ from .initialize import InitializeToGradScaler
 from .master_params import MasterParamsUnscale
 from .module_value import ApexModuleValueToScaler, ScalerInTheModuleSlot
 from .normalization import FusedNormsToTorch
-from .optimizer_step import OptimizerStepThroughScaler
 from .optimizer_alias import OptimizerClassAlias
+from .optimizer_step import OptimizerStepThroughScaler
 from .optimizers import FusedOptimizersToTorch
 from .parallel import ApexParallelToTorch
 from .rebinding import ReboundApexNames

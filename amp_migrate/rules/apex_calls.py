@@ -6,6 +6,7 @@ so every such rule reads arguments the same way: matched to the Apex signature b
 judged by their literal value where they have one (`2**24`, `128 * 128`, `(0.9, 0.999)`,
 `"dynamic"`), with one marker, `NOT_LITERAL`, for everything known only at run time.
 """
+
 from __future__ import annotations
 
 import ast
@@ -23,8 +24,14 @@ from .base import FileState, Rule
 NOT_LITERAL: Any = object()
 
 
-_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-               ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow}
+_ARITHMETIC = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Pow: operator.pow,
+}
 
 
 def _evaluate(node: ast.AST) -> Any:
@@ -45,8 +52,15 @@ def literal(expr: Optional[cst.BaseExpression]) -> Any:
         return NOT_LITERAL
     try:
         return _evaluate(ast.parse(cst.Module([]).code_for_node(expr).strip(), mode="eval").body)
-    except (ValueError, SyntaxError, TypeError, ZeroDivisionError, OverflowError, MemoryError,
-            RecursionError):
+    except (
+        ValueError,
+        SyntaxError,
+        TypeError,
+        ZeroDivisionError,
+        OverflowError,
+        MemoryError,
+        RecursionError,
+    ):
         return NOT_LITERAL
 
 
@@ -109,16 +123,26 @@ def bind(call: cst.Call, signature: Sequence[str]) -> Bound:
 def as_keyword(arg: cst.Arg, name: str) -> cst.Arg:
     if arg.keyword is not None and arg.keyword.value == name:
         return arg
-    return arg.with_changes(keyword=cst.Name(name), equal=cst.AssignEqual(
-        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+    return arg.with_changes(
+        keyword=cst.Name(name),
+        equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+        ),
+    )
 
 
 def new_keyword(name: str, value: str) -> cst.Arg:
     return as_keyword(cst.Arg(cst.parse_expression(value)), name)
 
 
-def rebuild_call(call: cst.Call, func: str, bound: Bound, signature: Sequence[str],
-                 keep: Sequence[str], extra: Sequence[cst.Arg] = ()) -> cst.Call:
+def rebuild_call(
+    call: cst.Call,
+    func: str,
+    bound: Bound,
+    signature: Sequence[str],
+    keep: Sequence[str],
+    extra: Sequence[cst.Arg] = (),
+) -> cst.Call:
     """`call` as a call of `func`: the arguments named in `keep`, in their original order, then
     `extra`. A positional argument stays positional only where `signature` (the new callee's)
     has it at the same place; commas, line breaks and comments of the kept arguments stay."""
@@ -137,14 +161,18 @@ def rebuild_call(call: cst.Call, func: str, bound: Bound, signature: Sequence[st
     if not args:
         return call.with_changes(func=dotted(func), args=())
     last = call.args[-1] if call.args else None
-    separator = next((a.comma for a in call.args[:-1] if isinstance(a.comma, cst.Comma)),
-                     cst.MaybeSentinel.DEFAULT)
+    separator = next(
+        (a.comma for a in call.args[:-1] if isinstance(a.comma, cst.Comma)), cst.MaybeSentinel.DEFAULT
+    )
     out = []
     for i, arg in enumerate(args):
         if i == len(args) - 1:
             arg = arg.with_changes(
                 comma=last.comma if last is not None else cst.MaybeSentinel.DEFAULT,
-                whitespace_after_arg=last.whitespace_after_arg if last is not None else cst.SimpleWhitespace(""))
+                whitespace_after_arg=last.whitespace_after_arg
+                if last is not None
+                else cst.SimpleWhitespace(""),
+            )
         elif (last is not None and arg.value is last.value) or not isinstance(arg.comma, cst.Comma):
             arg = arg.with_changes(comma=separator, whitespace_after_arg=cst.SimpleWhitespace(""))
         out.append(arg)
@@ -221,7 +249,9 @@ class ApexClassRule(Rule):
             owner = self.parent(parent)
             if isinstance(owner, cst.ClassDef):
                 return "check"
-            if isinstance(owner, cst.Call) and m.matches(owner.func, m.Name("isinstance") | m.Name("issubclass")):
+            if isinstance(owner, cst.Call) and m.matches(
+                owner.func, m.Name("isinstance") | m.Name("issubclass")
+            ):
                 return "check"
         return "value"
 

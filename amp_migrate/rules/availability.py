@@ -42,6 +42,7 @@ Example
             raise RuntimeError("install apex")
         ...
 """
+
 from __future__ import annotations
 
 import re
@@ -54,26 +55,30 @@ from .base import Rule
 from .plan import pure
 
 FOLDED = define(
-    "AMP905", "apex-availability-check-answered", Severity.INFO,
+    "AMP905",
+    "apex-availability-check-answered",
+    Severity.INFO,
     "A check of whether Apex is installed got its native answer (available) and was simplified.",
     "`amp is None` after `try: from apex import amp / except ImportError: amp = None` asked "
     "whether Apex could be imported. The migrated file uses `torch.amp`, which needs no "
     "install, so the check is False (`amp is not None`: True); an `if` or `assert` whose test "
     "became constant keeps only the branch that runs, and the Apex import then has no reader "
     "left.",
-    before="if use_amp and amp is None:\n    raise RuntimeError(\"Please install apex\")",
+    before='if use_amp and amp is None:\n    raise RuntimeError("Please install apex")',
     after="# removed",
 )
 INIT_PROBE = define(
-    "AMP906", "amp-initialized-probe", Severity.WARNING,
+    "AMP906",
+    "amp-initialized-probe",
+    Severity.WARNING,
     "This code asks whether Apex's amp was initialized in this process; native code has no "
     "such global state, so the file uses the shim.",
-    "`hasattr(amp._amp_state, \"loss_scalers\")` (or a read of `amp._amp_state.opt_properties`) "
+    '`hasattr(amp._amp_state, "loss_scalers")` (or a read of `amp._amp_state.opt_properties`) '
     "is true once `amp.initialize` ran anywhere in the process. Natively, autocast and the "
     "GradScaler are objects built where training is set up, and nothing records globally that "
     "they were: the probe has no native counterpart that is right in every caller. Pass a flag "
     "(or the scaler) to the code that needs to know, then run amp-migrate again.",
-    before="def is_amp_training():\n    return hasattr(amp._amp_state, \"loss_scalers\")",
+    before='def is_amp_training():\n    return hasattr(amp._amp_state, "loss_scalers")',
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="native code has no is-amp-initialized state",
@@ -122,18 +127,29 @@ class ApexAvailabilityChecks(Rule):
         if words is None or "_amp_state" in state.original:
             return True
         names = "|".join(sorted(re.escape(w) for w in words))
-        return re.search(rf"\b(?:{names})\s+is\b|\b(?:not|if|elif|assert|and|or|while)\s+(?:{names})\b",
-                         state.original) is not None
+        return (
+            re.search(
+                rf"\b(?:{names})\s+is\b|\b(?:not|if|elif|assert|and|or|while)\s+(?:{names})\b", state.original
+            )
+            is not None
+        )
 
     def _apex_read(self, node: cst.BaseExpression) -> bool:
         return isinstance(node, (cst.Name, cst.Attribute)) and self.apex_name(node) is not None
 
     # -- probes ---------------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
-        if m.matches(node.func, m.Name("hasattr")) and node.args and \
-                (self.apex_name(node.args[0].value) or "").endswith("_amp_state"):
-            self.report(node, INIT_PROBE, f"`{self.code_of(node)}` asks whether Apex's amp was initialized "
-                        "in this process; native code keeps no such global state")
+        if (
+            m.matches(node.func, m.Name("hasattr"))
+            and node.args
+            and (self.apex_name(node.args[0].value) or "").endswith("_amp_state")
+        ):
+            self.report(
+                node,
+                INIT_PROBE,
+                f"`{self.code_of(node)}` asks whether Apex's amp was initialized "
+                "in this process; native code keeps no such global state",
+            )
 
     # -- answering ------------------------------------------------------------------------------
     def leave_Comparison(self, original_node: cst.Comparison, updated_node: cst.Comparison):
@@ -146,8 +162,11 @@ class ApexAvailabilityChecks(Rule):
             return updated_node
         answer = isinstance(target.operator, cst.IsNot)
         if not self._tested(original_node):  # a test reports its own answer
-            self.report(original_node, FOLDED, f"`{self.code_of(original_node)}` is `{answer}` natively "
-                        "(torch.amp needs no install)")
+            self.report(
+                original_node,
+                FOLDED,
+                f"`{self.code_of(original_node)}` is `{answer}` natively (torch.amp needs no install)",
+            )
         return _bool(answer)
 
     def leave_UnaryOperation(self, original_node: cst.UnaryOperation, updated_node: cst.UnaryOperation):
@@ -178,13 +197,22 @@ class ApexAvailabilityChecks(Rule):
         return updated_node.with_changes(left=left, right=right)
 
     def leave_IfExp(self, original_node: cst.IfExp, updated_node: cst.IfExp) -> cst.BaseExpression:
-        known = _constant(updated_node.test) if _CODE(updated_node.test) != _CODE(original_node.test) else _MISSING
+        known = (
+            _constant(updated_node.test)
+            if _CODE(updated_node.test) != _CODE(original_node.test)
+            else _MISSING
+        )
         if known is _MISSING:
             return updated_node
-        self.report(original_node, FOLDED, f"`{self.code_of(original_node.test)}` is `{known}` natively "
-                    "(torch.amp needs no install)")
+        self.report(
+            original_node,
+            FOLDED,
+            f"`{self.code_of(original_node.test)}` is `{known}` natively (torch.amp needs no install)",
+        )
         kept = updated_node.body if known else updated_node.orelse
-        return kept.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar) if updated_node.lpar else kept
+        return (
+            kept.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar) if updated_node.lpar else kept
+        )
 
     def _tested(self, node: cst.CSTNode) -> bool:
         """`node` is (part of) the test of an `if`, `elif`, `while`, `assert` or conditional
@@ -199,11 +227,16 @@ class ApexAvailabilityChecks(Rule):
             return isinstance(parent, cst.Assert) and parent.test is current
         return False
 
-    def _decided(self, original: cst.CSTNode, test: cst.BaseExpression, old_test: cst.BaseExpression) -> object:
+    def _decided(
+        self, original: cst.CSTNode, test: cst.BaseExpression, old_test: cst.BaseExpression
+    ) -> object:
         if _CODE(test) == _CODE(old_test):
             return _MISSING
-        self.report(original, FOLDED, f"`{self.code_of(old_test)}` is `{self.code_of(test)}` natively "
-                    "(torch.amp needs no install)")
+        self.report(
+            original,
+            FOLDED,
+            f"`{self.code_of(old_test)}` is `{self.code_of(test)}` natively (torch.amp needs no install)",
+        )
         return _constant(test)
 
     def leave_If(self, original_node: cst.If, updated_node: cst.If):

@@ -5,6 +5,7 @@ that reads like the recipe it implements. Rules run in order over one file; each
 previous rule's output with fresh metadata. Imports are settled once, by the last rule, so the
 per-command import passes of `CodemodCommand.transform_module` are skipped here.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,15 +20,20 @@ import libcst.matchers as m
 from libcst.codemod import Codemod, CodemodContext, ContextAwareTransformer, VisitorBasedCodemodCommand
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import get_full_name_for_node
-from libcst.metadata import (MetadataWrapper, ParentNodeProvider, PositionProvider,
-                             QualifiedNameProvider, ScopeProvider)
-
-_UNDEFINED = object()
+from libcst.metadata import (
+    MetadataWrapper,
+    ParentNodeProvider,
+    PositionProvider,
+    QualifiedNameProvider,
+    ScopeProvider,
+)
 
 from ..binding import NOTHING, ApexBinder, children, find, is_node
-from ..source_index import SourceIndex, pruning_enabled
 from ..diagnostics import Code, Diagnostic
 from ..options import Options
+from ..source_index import SourceIndex, pruning_enabled
+
+_UNDEFINED = object()
 
 
 @dataclass
@@ -46,7 +52,9 @@ class FileState:
     def falls_back(self) -> bool:
         return any(d.falls_back for d in self.diagnostics)
 
-    def skipping(self, words: Optional[Iterable[str]], also: Optional[Iterable[str]] = None) -> AbstractSet[int]:
+    def skipping(
+        self, words: Optional[Iterable[str]], also: Optional[Iterable[str]] = None
+    ) -> AbstractSet[int]:
         """Ids of the original statements that spell none of `words` (with one of `also` on
         the same line, if given)."""
         if self.index is None or words is None or self.apex_words is None:
@@ -64,7 +72,11 @@ class FastMetadataWrapper(MetadataWrapper):
     def visit_batched(self, visitors, before_visit=None, after_leave=None):
         visitors = list(visitors)
         handlers = [v.get_visitors() for v in visitors]
-        if before_visit is not None or after_leave is not None or any(set(h) - {"visit_Module"} for h in handlers):
+        if (
+            before_visit is not None
+            or after_leave is not None
+            or any(set(h) - {"visit_Module"} for h in handlers)
+        ):
             return super().visit_batched(visitors, before_visit, after_leave)
         with ExitStack() as stack:
             for v in visitors:
@@ -127,8 +139,15 @@ def may_read_names(tree: cst.CSTNode, names: AbstractSet[str], index: SourceInde
     return False
 
 
-_BLOCKS = (cst.Module, cst.BaseCompoundStatement, cst.IndentedBlock, cst.Else, cst.ExceptHandler,
-           cst.Finally, cst.MatchCase) + ((cst.ExceptStarHandler,) if hasattr(cst, "ExceptStarHandler") else ())
+_BLOCKS = (
+    cst.Module,
+    cst.BaseCompoundStatement,
+    cst.IndentedBlock,
+    cst.Else,
+    cst.ExceptHandler,
+    cst.Finally,
+    cst.MatchCase,
+) + ((cst.ExceptStarHandler,) if hasattr(cst, "ExceptStarHandler") else ())
 
 
 _STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
@@ -377,8 +396,13 @@ class Rule(VisitorBasedCodemodCommand):
             return {n.value for n in m.findall(tree, m.Name())}
         return set(index.identifiers) | {n.value for n in find(tree, m.Name(), index.original_ids)}
 
-    def findall(self, tree: cst.CSTNode, matcher, words: Optional[Iterable[str]] = (),
-                also: Optional[Iterable[str]] = None) -> list[cst.CSTNode]:
+    def findall(
+        self,
+        tree: cst.CSTNode,
+        matcher,
+        words: Optional[Iterable[str]] = (),
+        also: Optional[Iterable[str]] = None,
+    ) -> list[cst.CSTNode]:
         """`m.findall` over the statements that spell one of `words` (default: `interest()`),
         with one of `also` on the same line if given."""
         parents = self._seen_parents if tree is self.context.wrapper.module else None
@@ -401,9 +425,12 @@ class Rule(VisitorBasedCodemodCommand):
     def on_visit(self, node: cst.CSTNode) -> bool:
         if type(node) in _passive(type(self)) or id(node) in self._skip:
             return False
-        if self._words is not None and type(node) is cst.SimpleStatementLine \
-                and id(node) not in self._original \
-                and not self.state.index.spells_in(node, self._words, self._also):
+        if (
+            self._words is not None
+            and type(node) is cst.SimpleStatementLine
+            and id(node) not in self._original
+            and not self.state.index.spells_in(node, self._words, self._also)
+        ):
             self._skip_new.add(id(node))  # a line an earlier rule wrote, nothing for this rule
             return False
         self._seen_parents[node] = self._path[-1] if self._path else None
@@ -412,8 +439,11 @@ class Rule(VisitorBasedCodemodCommand):
         return self.visit_node(node)
 
     def on_leave(self, original_node, updated_node):
-        if type(original_node) in _passive(type(self)) or id(original_node) in self._skip \
-                or id(original_node) in self._skip_new:
+        if (
+            type(original_node) in _passive(type(self))
+            or id(original_node) in self._skip
+            or id(original_node) in self._skip_new
+        ):
             return original_node
         self._path.pop()
         children_changed = self._changed.pop()
@@ -459,11 +489,21 @@ class Rule(VisitorBasedCodemodCommand):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         known = self.state.scratch.get("binding")
         index = self.state.index
-        parsed = (self.state.original, index.tree) if (
-            known is None and index is not None and tree is self.state.scratch.get("parsed")) else None
-        self.apex = ApexBinder(tree, self.get_metadata, known, self.state.skipping,
-                               self.state.apex_words, self._known_parent,
-                               dict(getattr(self.state.scratch.get("project"), "carrier_slots", ())), parsed)
+        parsed = (
+            (self.state.original, index.tree)
+            if (known is None and index is not None and tree is self.state.scratch.get("parsed"))
+            else None
+        )
+        self.apex = ApexBinder(
+            tree,
+            self.get_metadata,
+            known,
+            self.state.skipping,
+            self.state.apex_words,
+            self._known_parent,
+            dict(getattr(self.state.scratch.get("project"), "carrier_slots", ())),
+            parsed,
+        )
         if known is None:
             self.state.scratch["binding"] = self.apex
             if self.state.apex_words is not None:
@@ -479,8 +519,12 @@ class Rule(VisitorBasedCodemodCommand):
         return visit_module(self, tree)
 
     def get_metadata(self, key, node, default=_UNDEFINED):
-        if key is QualifiedNameProvider and key not in self.metadata \
-                and isinstance(default, (set, frozenset)) and not default:
+        if (
+            key is QualifiedNameProvider
+            and key not in self.metadata
+            and isinstance(default, (set, frozenset))
+            and not default
+        ):
             # What QualifiedNameProvider's value for `node` is (scope.get_qualified_names_for,
             # or nothing where no scope is recorded), without its pass over every node.
             scope = self.get_metadata(ScopeProvider, node, None)
@@ -490,7 +534,10 @@ class Rule(VisitorBasedCodemodCommand):
             if questions is not None:
                 skip = self.state.index.skipped_for_scopes(*questions)
                 pruned = statements_spelling(self.context.wrapper.module, skip)
-                self.metadata = {**self.metadata, key: FastMetadataWrapper(pruned, unsafe_skip_copy=True).resolve(key)}
+                self.metadata = {
+                    **self.metadata,
+                    key: FastMetadataWrapper(pruned, unsafe_skip_copy=True).resolve(key),
+                }
         if key not in self.metadata:
             if key not in self.LAZY_METADATA and key not in self.get_inherited_dependencies():
                 raise KeyError(f"{key.__name__} is not available to {type(self).__name__}")
@@ -541,11 +588,13 @@ class Rule(VisitorBasedCodemodCommand):
             return (0, 0)
         return start.line, start.column + 1
 
-    def report(self, node: cst.CSTNode, code: Code, message: Optional[str] = None, *,
-               fixed: bool = True) -> None:
+    def report(
+        self, node: cst.CSTNode, code: Code, message: Optional[str] = None, *, fixed: bool = True
+    ) -> None:
         line, col = self.position(node)
-        diag = Diagnostic(code.code, code.severity, line, col, message or code.summary,
-                          fixed and not code.falls_back)
+        diag = Diagnostic(
+            code.code, code.severity, line, col, message or code.summary, fixed and not code.falls_back
+        )
         if diag not in self.state.diagnostics:
             self.state.diagnostics.append(diag)
 
@@ -578,11 +627,13 @@ class Rule(VisitorBasedCodemodCommand):
         owner: Optional[cst.CSTNode] = block
         while True:
             owner = self.parent(owner)
-            if owner is None or isinstance(owner, (cst.For, cst.While, cst.FunctionDef,
-                                                   cst.ClassDef, cst.Lambda, cst.Module)):
+            if owner is None or isinstance(
+                owner, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Module)
+            ):
                 return None
-            if isinstance(owner, cst.BaseCompoundStatement) and \
-                    isinstance(self.parent(owner), (cst.IndentedBlock, cst.Module)):
+            if isinstance(owner, cst.BaseCompoundStatement) and isinstance(
+                self.parent(owner), (cst.IndentedBlock, cst.Module)
+            ):
                 return owner
 
     def ancestors(self, node: cst.CSTNode):
@@ -592,17 +643,34 @@ class Rule(VisitorBasedCodemodCommand):
             parent = self.parent(parent)
 
 
-
 _HANDLERS: dict[tuple[type, str, type], object] = {}
 
 #: Whitespace, comments and punctuation: nodes that hold no code.
-_LAYOUT = (cst.BaseParenthesizableWhitespace, cst.Newline, cst.TrailingWhitespace, cst.EmptyLine,
-           cst.Comment, cst.Dot, cst.Comma, cst.AssignEqual, cst.Colon, cst.Semicolon,
-           cst.LeftParen, cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket,
-           cst.LeftCurlyBrace, cst.RightCurlyBrace, cst.BaseBinaryOp, cst.BaseBooleanOp,
-           cst.BaseCompOp, cst.BaseUnaryOp, cst.BaseAugOp, cst.ImportStar)
-_LAYOUT_TYPES = frozenset(c for c in vars(cst).values()
-                          if isinstance(c, type) and issubclass(c, _LAYOUT))
+_LAYOUT = (
+    cst.BaseParenthesizableWhitespace,
+    cst.Newline,
+    cst.TrailingWhitespace,
+    cst.EmptyLine,
+    cst.Comment,
+    cst.Dot,
+    cst.Comma,
+    cst.AssignEqual,
+    cst.Colon,
+    cst.Semicolon,
+    cst.LeftParen,
+    cst.RightParen,
+    cst.LeftSquareBracket,
+    cst.RightSquareBracket,
+    cst.LeftCurlyBrace,
+    cst.RightCurlyBrace,
+    cst.BaseBinaryOp,
+    cst.BaseBooleanOp,
+    cst.BaseCompOp,
+    cst.BaseUnaryOp,
+    cst.BaseAugOp,
+    cst.ImportStar,
+)
+_LAYOUT_TYPES = frozenset(c for c in vars(cst).values() if isinstance(c, type) and issubclass(c, _LAYOUT))
 _PASSIVE: dict[type, frozenset[type]] = {}
 
 
@@ -612,8 +680,11 @@ def _passive(cls: type) -> frozenset[type]:
     try:
         return _PASSIVE[cls]
     except KeyError:
-        out = _PASSIVE[cls] = frozenset(t for t in _LAYOUT_TYPES if _handler(cls, "visit_", t) is None
-                                        and _handler(cls, "leave_", t) is None)
+        out = _PASSIVE[cls] = frozenset(
+            t
+            for t in _LAYOUT_TYPES
+            if _handler(cls, "visit_", t) is None and _handler(cls, "leave_", t) is None
+        )
         return out
 
 
@@ -629,8 +700,10 @@ def _handler(cls: type, prefix: str, node_type: type):
         return found
 
 
-_VISIT_CALL = re.compile(r"\bvisit_(?:required|optional|sentinel|sequence|body_sequence|iterable"
-                         r"|body_iterable)\(\s*self,\s*\"(\w+)\"")
+_VISIT_CALL = re.compile(
+    r"\bvisit_(?:required|optional|sentinel|sequence|body_sequence|iterable"
+    r"|body_iterable)\(\s*self,\s*\"(\w+)\""
+)
 _ORDER: dict[type, Optional[tuple[str, ...]]] = {}
 
 
@@ -712,7 +785,7 @@ def _visit_children(rule: "Rule", node: cst.CSTNode, order: tuple[str, ...], pas
     skip = rule._skip
     for name in order:
         value = getattr(node, name)
-        for child in (value if type(value) is tuple or type(value) is list else (value,)):
+        for child in value if type(value) is tuple or type(value) is list else (value,):
             if not is_node(child):
                 continue
             if type(child) in passive or id(child) in skip:
@@ -726,8 +799,9 @@ def _visit_children(rule: "Rule", node: cst.CSTNode, order: tuple[str, ...], pas
     return node._visit_and_replace_children(_Replay(results))
 
 
-def add_requested_imports(context: CodemodContext, tree: cst.Module,
-                          index: Optional[SourceIndex] = None) -> cst.Module:
+def add_requested_imports(
+    context: CodemodContext, tree: cst.Module, index: Optional[SourceIndex] = None
+) -> cst.Module:
     """Add the plain `import X` lines rules asked for (through AddImportsVisitor's context
     key) where AddImportsVisitor puts them: after the docstring and the leading imports, with
     a blank line before what follows. A module bound at top level by `import X` anywhere is
@@ -743,10 +817,14 @@ def add_requested_imports(context: CodemodContext, tree: cst.Module,
         tree = AddImportsVisitor(context).transform_module(tree)
         context.scratch[AddImportsVisitor.CONTEXT_KEY] = []
         return tree
-    bound = {alias.evaluated_alias or alias.evaluated_name
-             for stmt in tree.body if isinstance(stmt, cst.SimpleStatementLine)
-             for small in stmt.body if isinstance(small, cst.Import)
-             for alias in small.names}
+    bound = {
+        alias.evaluated_alias or alias.evaluated_name
+        for stmt in tree.body
+        if isinstance(stmt, cst.SimpleStatementLine)
+        for small in stmt.body
+        if isinstance(small, cst.Import)
+        for alias in small.names
+    }
     missing = sorted({item.module_name for item in requested} - bound)
     if not missing:
         return tree
@@ -767,8 +845,9 @@ def add_requested_imports(context: CodemodContext, tree: cst.Module,
 def _leading_block_end(tree: cst.Module) -> int:
     """Index of the first statement after the docstring and the leading imports."""
     body = tree.body
-    first = m.SimpleStatementLine(body=[m.Expr(m.SimpleString())
-                                        | m.Assign(targets=[m.AssignTarget(m.Name("__strict__"))])])
+    first = m.SimpleStatementLine(
+        body=[m.Expr(m.SimpleString()) | m.Assign(targets=[m.AssignTarget(m.Name("__strict__"))])]
+    )
     i = 1 if body and m.matches(body[0], first) else 0
     while i < len(body) and m.matches(body[i], m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()])):
         i += 1

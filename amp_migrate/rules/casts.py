@@ -62,6 +62,7 @@ Example
     with amp.disable_casts():                     with torch.autocast(device_type="cuda", enabled=False):
         y = exact_reduction(x)                        y = exact_reduction(x)
 """
+
 from __future__ import annotations
 
 from typing import Optional, Union
@@ -75,7 +76,9 @@ from ..diagnostics import Severity, define
 from .base import Rule
 
 REGISTERED = define(
-    "AMP400", "cast-registration-to-wrapper", Severity.INFO,
+    "AMP400",
+    "cast-registration-to-wrapper",
+    Severity.INFO,
     "`amp.register_*_function(mod, name)` became a cast wrapper installed on `mod.name`.",
     "Apex's O1 patched registered functions when `amp.initialize` ran. Native autocast has no "
     "registry, so the function is wrapped in place: while autocast is on for the device, its "
@@ -88,7 +91,9 @@ REGISTERED = define(
     after='torch.softmax = _cast_inputs("cuda", torch.float32)(torch.softmax)',
 )
 DECORATED = define(
-    "AMP401", "cast-decorator-to-wrapper", Severity.INFO,
+    "AMP401",
+    "cast-decorator-to-wrapper",
+    Severity.INFO,
     "`@amp.half_function` / `float_function` / `promote_function` became `@_cast_inputs(...)`.",
     "Apex's decorators looked up the O1 handle at call time and cast the arguments when one was "
     "active. The generated `_cast_inputs` does the same with native autocast: it casts the "
@@ -100,7 +105,9 @@ DECORATED = define(
     after='@_cast_inputs("cuda", torch.float32)\ndef log_partition(x):\n    return x.exp().sum().log()',
 )
 CUSTOM_FWD = define(
-    "AMP402", "cast-decorator-to-custom-fwd", Severity.INFO,
+    "AMP402",
+    "cast-decorator-to-custom-fwd",
+    Severity.INFO,
     "An Apex cast decorator on `autograd.Function.forward` became `torch.amp.custom_fwd`.",
     "`torch.amp.custom_fwd(device_type=..., cast_inputs=dtype)` is PyTorch's own form of this "
     "recipe for custom autograd functions: under autocast it casts the floating-point tensor "
@@ -109,13 +116,15 @@ CUSTOM_FWD = define(
     "autocast off, where Apex's patches stayed active inside it. `backward` is unchanged, as "
     "Apex left it.",
     before="class Gelu(torch.autograd.Function):\n    @staticmethod\n    @amp.half_function\n"
-           "    def forward(ctx, x): ...",
+    "    def forward(ctx, x): ...",
     after="class Gelu(torch.autograd.Function):\n    @staticmethod\n"
-          '    @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float16)\n'
-          "    def forward(ctx, x): ...",
+    '    @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float16)\n'
+    "    def forward(ctx, x): ...",
 )
 DISABLE_CASTS = define(
-    "AMP403", "disable-casts-to-autocast-off", Severity.INFO,
+    "AMP403",
+    "disable-casts-to-autocast-off",
+    Severity.INFO,
     "`with amp.disable_casts():` became `with torch.autocast(device_type=..., enabled=False):`.",
     "Inside `disable_casts` Apex's O1 patches pass every call through uncast; a disabled "
     "autocast region does the same for native autocast. Behaviour notes: autocast is "
@@ -125,8 +134,10 @@ DISABLE_CASTS = define(
     after='with torch.autocast(device_type="cuda", enabled=False):\n    y = exact_reduction(x)',
 )
 REGISTRATION_NOT_UNDERSTOOD = define(
-    "AMP410", "cast-registration-not-migrated", Severity.WARNING,
-    "This `amp.register_*_function` call is not `register_*_function(module, \"name\")` as a "
+    "AMP410",
+    "cast-registration-not-migrated",
+    Severity.WARNING,
+    'This `amp.register_*_function` call is not `register_*_function(module, "name")` as a '
     "statement; the file uses the shim.",
     "The native form assigns a wrapper to `module.name` at the place of the registration, "
     "which needs the module as an expression that can be assigned to (`torch`, "
@@ -209,7 +220,7 @@ def _amp_api(name: Optional[str]) -> Optional[str]:
         return None
     for internal in _AMP_INTERNAL_MODULES:
         if name.startswith(internal):
-            return "apex.amp." + name[len(internal):]
+            return "apex.amp." + name[len(internal) :]
     return name
 
 
@@ -253,11 +264,12 @@ def _leading_imports_end(module: cst.Module) -> int:
         if m.matches(stmt, m.SimpleStatementLine(body=[m.Expr(m.SimpleString())])) and index == 0:
             end = 1
         elif isinstance(stmt, cst.SimpleStatementLine) and all(
-                isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body):
+            isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
+        ):
             end = index + 1
         elif isinstance(stmt, (cst.Try, cst.If)) and all(
-                m.matches(s, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()]))
-                for s in stmt.body.body):
+            m.matches(s, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()])) for s in stmt.body.body
+        ):
             end = index + 1
         else:
             break
@@ -308,7 +320,8 @@ class CastRegistrationToAutocast(Rule):
             following = body[at]
             body[at] = following.with_changes(
                 leading_lines=[cst.EmptyLine(), cst.EmptyLine()]
-                + [line for line in following.leading_lines if line.comment is not None])
+                + [line for line in following.leading_lines if line.comment is not None]
+            )
         body.insert(at, helper)
         return tree.with_changes(body=body)
 
@@ -351,19 +364,27 @@ class CastRegistrationToAutocast(Rule):
             return updated_node
         found = _registration_arguments(call)
         if found is None:
-            self.report(call, REGISTRATION_NOT_UNDERSTOOD,
-                        f"`{self.code_of(call)}`: the module must be a dotted name and the "
-                        "function name a string literal; the file uses the shim")
+            self.report(
+                call,
+                REGISTRATION_NOT_UNDERSTOOD,
+                f"`{self.code_of(call)}`: the module must be a dotted name and the "
+                "function name a string literal; the file uses the shim",
+            )
             return updated_node
         module, name = found
         target = cst.Attribute(value=module, attr=cst.Name(name))
         self._use_helper(original_node)
-        self.report(call, REGISTERED,
-                    f"`{self.code_of(call)}` became a {kind} cast wrapper on "
-                    f"`{self.code_of(target)}`; it casts under autocast, with autocast off inside")
-        return cst.Assign(targets=[cst.AssignTarget(target)],
-                          value=cst.Call(self._cast_inputs(kind), [cst.Arg(target)]),
-                          semicolon=updated_node.semicolon)
+        self.report(
+            call,
+            REGISTERED,
+            f"`{self.code_of(call)}` became a {kind} cast wrapper on "
+            f"`{self.code_of(target)}`; it casts under autocast, with autocast off inside",
+        )
+        return cst.Assign(
+            targets=[cst.AssignTarget(target)],
+            value=cst.Call(self._cast_inputs(kind), [cst.Arg(target)]),
+            semicolon=updated_node.semicolon,
+        )
 
     # -- decorators -------------------------------------------------------------------------
     def _autograd_forward(self, decorator: cst.Decorator) -> bool:
@@ -374,7 +395,7 @@ class CastRegistrationToAutocast(Rule):
         params = func.params.posonly_params or func.params.params
         if not params or params[0].name.value != "ctx":
             return False
-        above = func.decorators[:func.decorators.index(decorator)]
+        above = func.decorators[: func.decorators.index(decorator)]
         if not any(m.matches(d.decorator, m.Name("staticmethod")) for d in above):
             return False
         block = self.parent(func)
@@ -397,26 +418,44 @@ class CastRegistrationToAutocast(Rule):
             dtype = self._dtype(kind)
             replacement = cst.Call(
                 cst.parse_expression("torch.amp.custom_fwd"),
-                [cst.Arg(self._device(), keyword=cst.Name("device_type"),
-                         equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))),
-                 cst.Arg(dtype, keyword=cst.Name("cast_inputs"),
-                         equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))])
-            self.report(original_node, CUSTOM_FWD,
-                        f"`@{self.code_of(original_node.decorator)}` on `forward` became "
-                        f"`@torch.amp.custom_fwd(..., cast_inputs={self.code_of(dtype)})`")
+                [
+                    cst.Arg(
+                        self._device(),
+                        keyword=cst.Name("device_type"),
+                        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+                    ),
+                    cst.Arg(
+                        dtype,
+                        keyword=cst.Name("cast_inputs"),
+                        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+                    ),
+                ],
+            )
+            self.report(
+                original_node,
+                CUSTOM_FWD,
+                f"`@{self.code_of(original_node.decorator)}` on `forward` became "
+                f"`@torch.amp.custom_fwd(..., cast_inputs={self.code_of(dtype)})`",
+            )
             return updated_node.with_changes(decorator=replacement)
         self._use_helper(original_node)
-        self.report(original_node, DECORATED,
-                    f"`@{self.code_of(original_node.decorator)}` became a {kind} cast wrapper")
+        self.report(
+            original_node,
+            DECORATED,
+            f"`@{self.code_of(original_node.decorator)}` became a {kind} cast wrapper",
+        )
         return updated_node.with_changes(decorator=self._cast_inputs(kind))
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         """The call form of the decorators: `f = amp.half_function(f)`."""
         api = self._api(original_node.func) or ""
         if api in _REGISTER and not isinstance(self.parent(original_node), cst.Expr):
-            self.report(original_node, REGISTRATION_NOT_UNDERSTOOD,
-                        f"`{self.code_of(original_node)}` is used as a value; only a registration "
-                        "statement can become an assignment; the file uses the shim")
+            self.report(
+                original_node,
+                REGISTRATION_NOT_UNDERSTOOD,
+                f"`{self.code_of(original_node)}` is used as a value; only a registration "
+                "statement can become an assignment; the file uses the shim",
+            )
             return updated_node
         kind = _DECORATOR.get(api)
         if kind is None:
@@ -424,8 +463,11 @@ class CastRegistrationToAutocast(Rule):
         if len(original_node.args) != 1 or original_node.args[0].keyword or original_node.args[0].star:
             return updated_node  # not Apex's signature: RemainingApexUses reports it
         self._use_helper(original_node)
-        self.report(original_node, DECORATED,
-                    f"`{self.code_of(original_node.func)}(...)` became a {kind} cast wrapper")
+        self.report(
+            original_node,
+            DECORATED,
+            f"`{self.code_of(original_node.func)}(...)` became a {kind} cast wrapper",
+        )
         return updated_node.with_changes(func=self._cast_inputs(kind))
 
     # -- disable_casts ----------------------------------------------------------------------
@@ -437,7 +479,9 @@ class CastRegistrationToAutocast(Rule):
             return updated_node
         AddImportsVisitor.add_needed_import(self.context, "torch")
         replacement = cst.parse_expression(
-            f'torch.autocast(device_type="{self.options.device}", enabled=False)')
-        self.report(original_node, DISABLE_CASTS,
-                    f"`{self.code_of(call)}` became `{self.code_of(replacement)}`")
+            f'torch.autocast(device_type="{self.options.device}", enabled=False)'
+        )
+        self.report(
+            original_node, DISABLE_CASTS, f"`{self.code_of(call)}` became `{self.code_of(replacement)}`"
+        )
         return updated_node.with_changes(item=replacement)

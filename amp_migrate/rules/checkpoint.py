@@ -28,8 +28,8 @@ becomes
     checkpoint = {"model": model.state_dict(), "amp": scaler.state_dict()}
     scaler.load_state_dict(checkpoint["amp"])
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 import libcst as cst
 
@@ -37,12 +37,14 @@ from ..diagnostics import Severity, define
 from .plan import LOAD_STATE_DICT, STATE_DICT, TrainingRule
 
 OLD_CHECKPOINTS = define(
-    "AMP310", "convert-old-checkpoints", Severity.WARNING,
+    "AMP310",
+    "convert-old-checkpoints",
+    Severity.WARNING,
     "This load now expects GradScaler state; checkpoints saved by the Apex code need "
     "`amp-migrate convert-checkpoint` first.",
-    "`amp.state_dict()` saved `{\"loss_scaler0\": {\"loss_scale\", \"unskipped\"}}`; "
-    "`GradScaler.load_state_dict` expects `{\"scale\", \"growth_factor\", \"backoff_factor\", "
-    "\"growth_interval\", \"_growth_tracker\"}`. `amp-migrate convert-checkpoint OLD.pt NEW.pt` "
+    '`amp.state_dict()` saved `{"loss_scaler0": {"loss_scale", "unskipped"}}`; '
+    '`GradScaler.load_state_dict` expects `{"scale", "growth_factor", "backoff_factor", '
+    '"growth_interval", "_growth_tracker"}`. `amp-migrate convert-checkpoint OLD.pt NEW.pt` '
     "rewrites the entry losslessly and leaves the rest of the file alone.",
     before='amp.load_state_dict(checkpoint["amp"])',
     after='scaler.load_state_dict(checkpoint["amp"])  # after: amp-migrate convert-checkpoint',
@@ -59,8 +61,6 @@ class CheckpointToScaler(TrainingRule):
     def interest(self):
         return self.words_for(STATE_DICT, LOAD_STATE_DICT)
 
-
-
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if self.plan is None:
             return updated_node
@@ -72,5 +72,4 @@ class CheckpointToScaler(TrainingRule):
             self.report(original_node, OLD_CHECKPOINTS)
         else:
             return updated_node
-        return updated_node.with_changes(
-            func=cst.parse_expression(f"{self.plan.scaler}.{method}"))
+        return updated_node.with_changes(func=cst.parse_expression(f"{self.plan.scaler}.{method}"))

@@ -8,6 +8,7 @@ does a statement leave the iteration early, does a test decide on finiteness, wh
 a block. They are read on the statements of one function body at a time, never across a loop,
 function or class boundary (what `Rule.statement_around` also respects).
 """
+
 from __future__ import annotations
 
 import re
@@ -35,6 +36,7 @@ def exits_early(statement: cst.CSTNode) -> bool:
     """Whether running `statement` can leave the enclosing iteration or function before the
     statements after it run: `continue`/`break` not owned by a loop inside it, `return`, `raise`
     (outside nested functions and classes)."""
+
     def search(node: cst.CSTNode, in_loop: bool) -> bool:
         if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             return False

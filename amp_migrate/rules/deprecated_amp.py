@@ -66,6 +66,7 @@ Example
         with torch.autocast("cuda", dtype=torch.float16, enabled=use_amp):
             loss = model(x)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -84,7 +85,9 @@ from ..source_index import SourceIndex
 from .base import FileState, PrunedImportRemoval, Rule, WithoutMatcherSearch, add_requested_imports
 
 AUTOCAST_FIXED = define(
-    "AMP601", "deprecated-autocast", Severity.INFO,
+    "AMP601",
+    "deprecated-autocast",
+    Severity.INFO,
     "`torch.cuda.amp.autocast(...)` / `torch.cpu.amp.autocast(...)` became "
     "`torch.autocast(device, dtype=..., ...)`.",
     "The device-specific autocast classes are deprecated (a `FutureWarning` since torch 2.4) "
@@ -98,7 +101,9 @@ AUTOCAST_FIXED = define(
     after='with torch.autocast("cuda", dtype=torch.float16, enabled=use_amp):\n    out = model(x)',
 )
 GRAD_SCALER_FIXED = define(
-    "AMP602", "deprecated-grad-scaler", Severity.INFO,
+    "AMP602",
+    "deprecated-grad-scaler",
+    Severity.INFO,
     "`torch.cuda.amp.GradScaler(...)` / `torch.cpu.amp.GradScaler(...)` became "
     "`torch.amp.GradScaler(device, ...)`.",
     "The device-specific scalers are deprecated subclasses of `torch.amp.GradScaler` that only "
@@ -108,20 +113,23 @@ GRAD_SCALER_FIXED = define(
     after='scaler = torch.amp.GradScaler("cuda", 2.0**12, enabled=use_amp)',
 )
 CUSTOM_FWD_BWD_FIXED = define(
-    "AMP603", "deprecated-custom-fwd-bwd", Severity.INFO,
+    "AMP603",
+    "deprecated-custom-fwd-bwd",
+    Severity.INFO,
     "`torch.cuda.amp.custom_fwd` / `custom_bwd` became `torch.amp.custom_fwd` / `custom_bwd` "
-    "with `device_type=\"cuda\"`.",
+    'with `device_type="cuda"`.',
     "The CUDA-specific decorators are deprecated and defined in torch as the generic ones with "
-    "`device_type=\"cuda\"`. The generic ones take `device_type` as a required keyword, so the "
+    '`device_type="cuda"`. The generic ones take `device_type` as a required keyword, so the '
     "bare decorator `@custom_fwd` becomes a call.",
     before="@staticmethod\n@custom_fwd(cast_inputs=torch.float32)\ndef forward(ctx, x): ...",
     after='@staticmethod\n@torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)\n'
-          "def forward(ctx, x): ...",
+    "def forward(ctx, x): ...",
 )
 TYPE_REFERENCE_FIXED = define(
-    "AMP604", "deprecated-amp-type-reference", Severity.INFO,
-    "A deprecated autocast or GradScaler class used as a type became its `torch.amp` base "
-    "class.",
+    "AMP604",
+    "deprecated-amp-type-reference",
+    Severity.INFO,
+    "A deprecated autocast or GradScaler class used as a type became its `torch.amp` base class.",
     "Migrated constructions build `torch.amp.GradScaler` (or `torch.autocast`) objects, which "
     "are not instances of the deprecated subclasses, so annotations and "
     "`isinstance` checks must name the base class. The base class also matches objects of "
@@ -130,7 +138,9 @@ TYPE_REFERENCE_FIXED = define(
     after="def step(scaler: torch.amp.GradScaler): ...",
 )
 REFERENCE_KEPT = define(
-    "AMP605", "deprecated-amp-reference-kept", Severity.WARNING,
+    "AMP605",
+    "deprecated-amp-reference-kept",
+    Severity.WARNING,
     "A deprecated `torch.cuda.amp` / `torch.cpu.amp` name is used in a way with no provably "
     "right rewrite; it was left as it is.",
     "The deprecated names still work (with a `FutureWarning`), so the file is correct as it "
@@ -141,7 +151,7 @@ REFERENCE_KEPT = define(
     "API (`try: from torch.amp import GradScaler / except ImportError: from torch.cuda.amp "
     "import GradScaler`) is called for both; and `torch` may mean something else where the "
     "call is. Rewrite the named use by hand, e.g. with "
-    "`functools.partial(torch.autocast, \"cuda\", dtype=torch.float16)` when it is only called "
+    '`functools.partial(torch.autocast, "cuda", dtype=torch.float16)` when it is only called '
     "with keyword arguments.",
     before="ctx = torch.cuda.amp.autocast if use_amp else contextlib.nullcontext",
     after="ctx = torch.cuda.amp.autocast if use_amp else contextlib.nullcontext  # unchanged",
@@ -198,9 +208,13 @@ def _string(value: str) -> cst.SimpleString:
 
 
 def _keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
-    return cst.Arg(value=value, keyword=cst.Name(name),
-                   equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                         whitespace_after=cst.SimpleWhitespace("")))
+    return cst.Arg(
+        value=value,
+        keyword=cst.Name(name),
+        equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+        ),
+    )
 
 
 def _insert_args(call: cst.Call, index: int, new: Sequence[cst.Arg]) -> cst.Call:
@@ -211,8 +225,7 @@ def _insert_args(call: cst.Call, index: int, new: Sequence[cst.Arg]) -> cst.Call
     """
     args = list(call.args)
     if args and isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):
-        after = call.whitespace_before_args.with_changes(first_line=cst.TrailingWhitespace(),
-                                                         empty_lines=[])
+        after = call.whitespace_before_args.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[])
         sep = cst.Comma(whitespace_after=after)
     else:
         sep = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
@@ -272,8 +285,11 @@ class DeprecatedTorchAmp(Rule):
     # -- what a node means ------------------------------------------------------------------
     def deprecated(self, node: cst.CSTNode) -> Optional[Deprecated]:
         """The deprecated object `node` names, `_AMBIGUOUS` if it may also be another, else None."""
-        if not (self.may_start_with(node, "torch") and self.may_qualify_as(node, "amp", "torch")
-                and (self.may_qualify_as(node, "cuda", "torch") or self.may_qualify_as(node, "cpu", "torch"))):
+        if not (
+            self.may_start_with(node, "torch")
+            and self.may_qualify_as(node, "amp", "torch")
+            and (self.may_qualify_as(node, "cuda", "torch") or self.may_qualify_as(node, "cpu", "torch"))
+        ):
             return None  # no scope analysis for names that cannot be `torch.{cuda,cpu}.amp.*`
         names = {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
         ours = sorted((DEPRECATED[n] for n in names if n in DEPRECATED), key=lambda d: d.old)
@@ -324,76 +340,109 @@ class DeprecatedTorchAmp(Rule):
         if old is None:
             return updated_node
         if old is _AMBIGUOUS:
-            self.kept(original_node, "this name may be a deprecated torch AMP object or another "
-                                     "one, depending on which import ran; left as it is")
+            self.kept(
+                original_node,
+                "this name may be a deprecated torch AMP object or another "
+                "one, depending on which import ran; left as it is",
+            )
             return updated_node
         if not self.torch_is_module(original_node):
-            self.kept(original_node, f"`torch` here is not the torch package, so `{old.old}` "
-                                     "was left as it is")
+            self.kept(
+                original_node, f"`torch` here is not the torch package, so `{old.old}` was left as it is"
+            )
             return updated_node
         if old.kind == "autocast":
             return self.autocast(original_node, updated_node, old)
         if old.kind == "GradScaler":
-            self.fixed(original_node, GRAD_SCALER_FIXED,
-                       f'`{old.old}(...)` → `torch.amp.GradScaler("{old.device}", ...)`')
-            return _insert_args(updated_node.with_changes(func=_dotted("torch.amp.GradScaler")),
-                                0, [cst.Arg(_string(old.device))])
+            self.fixed(
+                original_node,
+                GRAD_SCALER_FIXED,
+                f'`{old.old}(...)` → `torch.amp.GradScaler("{old.device}", ...)`',
+            )
+            return _insert_args(
+                updated_node.with_changes(func=_dotted("torch.amp.GradScaler")),
+                0,
+                [cst.Arg(_string(old.device))],
+            )
         return self.custom_fwd_bwd(original_node, updated_node, old)
 
-    def autocast(self, original_node: cst.Call, updated_node: cst.Call,
-                 old: Deprecated) -> cst.BaseExpression:
+    def autocast(
+        self, original_node: cst.Call, updated_node: cst.Call, old: Deprecated
+    ) -> cst.BaseExpression:
         """Positional arguments become keywords; the old default dtype is written out."""
         args: list[cst.Arg] = []
         for index, arg in enumerate(updated_node.args):
             if arg.star:
-                self.kept(original_node, f"`{old.old}` is called with `{arg.star}` arguments, "
-                                         "which may pass the dtype twice once it is written "
-                                         "out; left as it is")
+                self.kept(
+                    original_node,
+                    f"`{old.old}` is called with `{arg.star}` arguments, "
+                    "which may pass the dtype twice once it is written "
+                    "out; left as it is",
+                )
                 return updated_node
             if arg.keyword is None:
                 if index >= len(_OLD_AUTOCAST_PARAMS):
-                    self.kept(original_node, f"`{old.old}` is called with more positional "
-                                             "arguments than it takes; left as it is")
+                    self.kept(
+                        original_node,
+                        f"`{old.old}` is called with more positional arguments than it takes; left as it is",
+                    )
                     return updated_node
                 arg = arg.with_changes(
                     keyword=cst.Name(_OLD_AUTOCAST_PARAMS[index]),
-                    equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                          whitespace_after=cst.SimpleWhitespace("")))
+                    equal=cst.AssignEqual(
+                        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+                    ),
+                )
             args.append(arg)
         new = [cst.Arg(_string(old.device))]
         if not any(arg.keyword.value == "dtype" for arg in args if arg.keyword is not None):
             new.append(_keyword("dtype", _dotted(f"torch.{_DEFAULT_DTYPE[old.device]}")))
-        self.fixed(original_node, AUTOCAST_FIXED,
-                   f'`{old.old}(...)` → `torch.autocast("{old.device}", ...)`')
+        self.fixed(original_node, AUTOCAST_FIXED, f'`{old.old}(...)` → `torch.autocast("{old.device}", ...)`')
         call = updated_node.with_changes(func=_dotted("torch.autocast"), args=args)
         return _insert_args(call, 0, new)
 
-    def custom_fwd_bwd(self, original_node: cst.Call, updated_node: cst.Call,
-                       old: Deprecated) -> cst.BaseExpression:
+    def custom_fwd_bwd(
+        self, original_node: cst.Call, updated_node: cst.Call, old: Deprecated
+    ) -> cst.BaseExpression:
         """`device_type` goes after the positional arguments, before any keyword."""
-        index = next((i for i, arg in enumerate(updated_node.args)
-                      if arg.keyword is not None or arg.star == "**"), len(updated_node.args))
-        self.fixed(original_node, CUSTOM_FWD_BWD_FIXED,
-                   f'`{old.old}` → `torch.amp.{old.kind}(device_type="{old.device}")`')
+        index = next(
+            (i for i, arg in enumerate(updated_node.args) if arg.keyword is not None or arg.star == "**"),
+            len(updated_node.args),
+        )
+        self.fixed(
+            original_node,
+            CUSTOM_FWD_BWD_FIXED,
+            f'`{old.old}` → `torch.amp.{old.kind}(device_type="{old.device}")`',
+        )
         call = updated_node.with_changes(func=_dotted(f"torch.amp.{old.kind}"))
         return _insert_args(call, index, [_keyword("device_type", _string(old.device))])
 
-    def leave_Decorator(self, original_node: cst.Decorator,
-                        updated_node: cst.Decorator) -> cst.Decorator:
+    def leave_Decorator(self, original_node: cst.Decorator, updated_node: cst.Decorator) -> cst.Decorator:
         """The bare `@custom_fwd` / `@custom_bwd` becomes a call: `device_type` is required."""
         old = self.deprecated(original_node.decorator)
-        if (old is None or old is _AMBIGUOUS or old.kind not in ("custom_fwd", "custom_bwd")
-                or not m.matches(original_node.decorator, m.Name() | m.Attribute())):
+        if (
+            old is None
+            or old is _AMBIGUOUS
+            or old.kind not in ("custom_fwd", "custom_bwd")
+            or not m.matches(original_node.decorator, m.Name() | m.Attribute())
+        ):
             return updated_node
         if not self.torch_is_module(original_node):
-            self.kept(original_node.decorator, f"`torch` here is not the torch package, so "
-                                               f"`@{old.old}` was left as it is")
+            self.kept(
+                original_node.decorator,
+                f"`torch` here is not the torch package, so `@{old.old}` was left as it is",
+            )
             return updated_node
-        self.fixed(original_node.decorator, CUSTOM_FWD_BWD_FIXED,
-                   f'`@{old.old}` → `@torch.amp.{old.kind}(device_type="{old.device}")`')
-        return updated_node.with_changes(decorator=cst.Call(
-            func=_dotted(f"torch.amp.{old.kind}"),
-            args=[_keyword("device_type", _string(old.device))]))
+        self.fixed(
+            original_node.decorator,
+            CUSTOM_FWD_BWD_FIXED,
+            f'`@{old.old}` → `@torch.amp.{old.kind}(device_type="{old.device}")`',
+        )
+        return updated_node.with_changes(
+            decorator=cst.Call(
+                func=_dotted(f"torch.amp.{old.kind}"), args=[_keyword("device_type", _string(old.device))]
+            )
+        )
 
     # -- references that are not calls ------------------------------------------------------
     def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
@@ -402,12 +451,14 @@ class DeprecatedTorchAmp(Rule):
             return updated_node
         return self.reference(original_node, updated_node)
 
-    def leave_Attribute(self, original_node: cst.Attribute,
-                        updated_node: cst.Attribute) -> cst.BaseExpression:
+    def leave_Attribute(
+        self, original_node: cst.Attribute, updated_node: cst.Attribute
+    ) -> cst.BaseExpression:
         return self.reference(original_node, updated_node)
 
-    def reference(self, original_node: Union[cst.Name, cst.Attribute],
-                  updated_node: cst.BaseExpression) -> cst.BaseExpression:
+    def reference(
+        self, original_node: Union[cst.Name, cst.Attribute], updated_node: cst.BaseExpression
+    ) -> cst.BaseExpression:
         old = self.deprecated(original_node)
         if old is None:
             return updated_node
@@ -416,24 +467,38 @@ class DeprecatedTorchAmp(Rule):
             return updated_node  # leave_Call
         if any(isinstance(a, (cst.Import, cst.ImportFrom)) for a in self.ancestors(original_node)):
             return updated_node
-        if (isinstance(parent, cst.Decorator) and old is not _AMBIGUOUS
-                and old.kind in ("custom_fwd", "custom_bwd")):
+        if (
+            isinstance(parent, cst.Decorator)
+            and old is not _AMBIGUOUS
+            and old.kind in ("custom_fwd", "custom_bwd")
+        ):
             return updated_node  # leave_Decorator
         spelled = get_full_name_for_node(original_node)
         if old is _AMBIGUOUS:
-            self.kept(original_node, f"`{spelled}` may be a deprecated torch AMP object or "
-                                     "another one, depending on which import ran; left as it is")
+            self.kept(
+                original_node,
+                f"`{spelled}` may be a deprecated torch AMP object or "
+                "another one, depending on which import ran; left as it is",
+            )
             return updated_node
-        if old.kind in ("autocast", "GradScaler") and self.is_type_position(original_node) \
-                and self.torch_is_module(original_node):
+        if (
+            old.kind in ("autocast", "GradScaler")
+            and self.is_type_position(original_node)
+            and self.torch_is_module(original_node)
+        ):
             new = "torch.autocast" if old.kind == "autocast" else "torch.amp.GradScaler"
-            self.fixed(original_node, TYPE_REFERENCE_FIXED,
-                       f"`{spelled}` as a type → `{new}`, its base class (which also matches "
-                       "other devices)")
+            self.fixed(
+                original_node,
+                TYPE_REFERENCE_FIXED,
+                f"`{spelled}` as a type → `{new}`, its base class (which also matches other devices)",
+            )
             return _dotted(new)
         meaning = "" if spelled == old.old else f" (`{old.old}`)"
-        self.kept(original_node, f"`{spelled}`{meaning} is used without being called; it has "
-                                 "no provably right rewrite and was left as it is")
+        self.kept(
+            original_node,
+            f"`{spelled}`{meaning} is used without being called; it has "
+            "no provably right rewrite and was left as it is",
+        )
         return updated_node
 
     def is_type_position(self, node: cst.CSTNode) -> bool:
@@ -446,8 +511,7 @@ class DeprecatedTorchAmp(Rule):
         if not isinstance(ancestor, cst.Arg):
             return False
         call = self.parent(ancestor)
-        return (m.matches(call, _TYPE_CHECK) and len(call.args) == 2
-                and call.args[1] is ancestor)
+        return m.matches(call, _TYPE_CHECK) and len(call.args) == 2 and call.args[1] is ancestor
 
     # -- the whole file ---------------------------------------------------------------------
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
@@ -463,8 +527,9 @@ class DeprecatedTorchAmp(Rule):
         if self.imports:
             tree = _RemoveUnusedImports(removals, self.state.index).transform_module(tree)
         if self.plain_imports and not _reads_deprecated_names(tree):
-            tree = tree.visit(_PlainImportsToTorch(self.plain_imports, _imports_torch(tree),
-                                                   self.state.index))
+            tree = tree.visit(
+                _PlainImportsToTorch(self.plain_imports, _imports_torch(tree), self.state.index)
+            )
         # SettleImports only runs on files that mention Apex; this rule's files need not.
         return add_requested_imports(self.context, tree, self.state.index)
 
@@ -507,12 +572,16 @@ class _RemoveUnusedImports(PrunedImportRemoval, _KeepIdentity, RemoveImportsVisi
         self._index = index
         self._changed = []
 
-    def leave_IndentedBlock(self, original_node: cst.IndentedBlock,
-                            updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
+    def leave_IndentedBlock(
+        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
         body = original_node.body
-        if (len(body) > 1 and updated_node.body
-                and m.matches(body[0], _IMPORT_LINE)
-                and updated_node.body[0].deep_equals(body[1])):
+        if (
+            len(body) > 1
+            and updated_node.body
+            and m.matches(body[0], _IMPORT_LINE)
+            and updated_node.body[0].deep_equals(body[1])
+        ):
             first = updated_node.body[0]
             kept = [line for line in first.leading_lines if line.comment is not None]
             moved = first.with_changes(leading_lines=kept)
@@ -555,17 +624,18 @@ def _is_deprecated_import(stmt: cst.CSTNode) -> bool:
         return False
     small = stmt.body[0]
     if isinstance(small, cst.ImportFrom):
-        module = ("" if small.relative or small.module is None
-                  else get_full_name_for_node(small.module) or "")
-        names = [module] if isinstance(small.names, cst.ImportStar) else [
-            f"{module}.{a.evaluated_name}" for a in small.names]
+        module = "" if small.relative or small.module is None else get_full_name_for_node(small.module) or ""
+        names = (
+            [module]
+            if isinstance(small.names, cst.ImportStar)
+            else [f"{module}.{a.evaluated_name}" for a in small.names]
+        )
     else:
         names = [get_full_name_for_node(a.name) or "" for a in small.names]
     return any(_in_deprecated_module(n) for n in names)
 
 
-def _import_torch_before_deprecated_import(tree: cst.Module,
-                                           index: Optional[SourceIndex]) -> cst.Module:
+def _import_torch_before_deprecated_import(tree: cst.Module, index: Optional[SourceIndex]) -> cst.Module:
     """`import torch` where the file's first deprecated AMP import is, so that it takes the
     place of the import it replaces (removed afterwards if nothing reads it any more)."""
     body = list(tree.body)
@@ -573,20 +643,35 @@ def _import_torch_before_deprecated_import(tree: cst.Module,
         if _is_deprecated_import(stmt):
             torch_import = cst.SimpleStatementLine(
                 body=[cst.Import(names=[cst.ImportAlias(name=cst.Name("torch"))])],
-                leading_lines=stmt.leading_lines)
+                leading_lines=stmt.leading_lines,
+            )
             moved = stmt.with_changes(leading_lines=[])
             if index is not None:
                 index.inherit(stmt, moved)
-            body[at:at + 1] = [torch_import, moved]
+            body[at : at + 1] = [torch_import, moved]
             return tree.with_changes(body=body)
     return tree
 
 
 def _imports_torch(tree: cst.Module) -> bool:
     """Whether the module's top level has `import torch`."""
-    return any(m.matches(stmt, m.SimpleStatementLine(body=[m.Import(names=[
-        m.ZeroOrMore(), m.ImportAlias(name=m.Name("torch"), asname=None), m.ZeroOrMore()])]))
-        for stmt in tree.body)
+    return any(
+        m.matches(
+            stmt,
+            m.SimpleStatementLine(
+                body=[
+                    m.Import(
+                        names=[
+                            m.ZeroOrMore(),
+                            m.ImportAlias(name=m.Name("torch"), asname=None),
+                            m.ZeroOrMore(),
+                        ]
+                    )
+                ]
+            ),
+        )
+        for stmt in tree.body
+    )
 
 
 class _PlainImportsToTorch(_KeepIdentity):
@@ -598,13 +683,15 @@ class _PlainImportsToTorch(_KeepIdentity):
         self.names = names
         self.imports_torch = imports_torch
 
-    def leave_Import(self, original_node: cst.Import,
-                     updated_node: cst.Import) -> Union[cst.Import, cst.RemovalSentinel]:
+    def leave_Import(
+        self, original_node: cst.Import, updated_node: cst.Import
+    ) -> Union[cst.Import, cst.RemovalSentinel]:
         aliases: list[cst.ImportAlias] = []
         for alias in updated_node.names:
             if alias.asname is None and get_full_name_for_node(alias.name) in self.names:
                 if self.imports_torch or any(
-                        a.asname is None and m.matches(a.name, m.Name("torch")) for a in aliases):
+                    a.asname is None and m.matches(a.name, m.Name("torch")) for a in aliases
+                ):
                     continue
                 alias = alias.with_changes(name=cst.Name("torch"))
             aliases.append(alias)

@@ -39,6 +39,7 @@ Example
     scale = getattr(amp, name)
 are reported and left as they are.
 """
+
 from __future__ import annotations
 
 import ast
@@ -54,20 +55,22 @@ from ..dynamic_apex import CALL_TEXT, CALL_WORDS, dynamic_apex_use, importer_ali
 from .base import FileState, Rule
 
 DYNAMIC_USE = define(
-    "AMP035", "dynamic-apex-use", Severity.WARNING,
-    "Apex is reached by a name known only at run time (`importlib.import_module(\"apex.amp\")`, "
-    "`exec(\"from apex import amp\")`, `getattr(amp, name)`): dynamic Apex use; not migrated.",
+    "AMP035",
+    "dynamic-apex-use",
+    Severity.WARNING,
+    'Apex is reached by a name known only at run time (`importlib.import_module("apex.amp")`, '
+    '`exec("from apex import amp")`, `getattr(amp, name)`): dynamic Apex use; not migrated.',
     "The codemod rewrites what import statements bind and the attributes the code spells; a "
     "module name in a string, source text run by `exec`/`eval`, or an attribute name computed "
     "at run time hides which Apex API is reached, so the call cannot be rewritten and a native "
-    "rewrite of the rest of the file could break it (`exec(\"amp.initialize(model)\")` needs "
+    'rewrite of the rest of the file could break it (`exec("amp.initialize(model)")` needs '
     "the `amp` that a native rewrite removes). The call is left as it is and the file keeps its "
     "Apex names through the shim; `--check` counts it. Replace the call by an import statement "
     "and plain attribute reads, then run amp-migrate again (or run the script unchanged with "
-    "`amp-migrate run`). `importlib.util.find_spec(\"apex\")` only asks whether Apex is "
+    '`amp-migrate run`). `importlib.util.find_spec("apex")` only asks whether Apex is '
     "installed and is not reported.",
-    before="amp = importlib.import_module(\"apex.amp\")\nexec(\"from apex import amp\")\n"
-           "scale = getattr(amp, name)",
+    before='amp = importlib.import_module("apex.amp")\nexec("from apex import amp")\n'
+    "scale = getattr(amp, name)",
     after="# unchanged: each line is reported",
     falls_back=True,
     refusal="the code reaches Apex by a name known only at run time",
@@ -97,7 +100,8 @@ class DynamicApexUses(Rule):
     def applies(cls, state, context) -> bool:
         text = state.original
         return super().applies(state, context) and (
-            CALL_TEXT.search(text) is not None or any(word in text for word in _ATTRIBUTE_BUILTINS))
+            CALL_TEXT.search(text) is not None or any(word in text for word in _ATTRIBUTE_BUILTINS)
+        )
 
     def __init__(self, context: CodemodContext, state: FileState) -> None:
         super().__init__(context, state)
@@ -119,12 +123,18 @@ class DynamicApexUses(Rule):
         name = get_full_name_for_node(node.func)
         if name is None:
             return
-        found = self._attribute_use(node, name) if name in _ATTRIBUTE_BUILTINS else self._string_use(node, name)
+        found = (
+            self._attribute_use(node, name) if name in _ATTRIBUTE_BUILTINS else self._string_use(node, name)
+        )
         if found is not None:
             shown = " ".join(self.code_of(node).split())
-            shown = shown if len(shown) <= _SHOWN else shown[:_SHOWN - 3] + "..."
-            self.report(node, DYNAMIC_USE, f"`{shown}` {found}: dynamic Apex use; not migrated "
-                        "(the codemod cannot see which Apex API it reaches)")
+            shown = shown if len(shown) <= _SHOWN else shown[: _SHOWN - 3] + "..."
+            self.report(
+                node,
+                DYNAMIC_USE,
+                f"`{shown}` {found}: dynamic Apex use; not migrated "
+                "(the codemod cannot see which Apex API it reaches)",
+            )
 
     def _attribute_use(self, node: cst.Call, name: str) -> Optional[str]:
         """`getattr(amp, name)`: an Apex import's attribute, named at run time."""

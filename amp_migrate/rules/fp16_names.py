@@ -1,6 +1,7 @@
 """Which `apex.fp16_utils` object a name is: the module's public names, its submodules, and what
 `from apex.fp16_utils import *` binds. Shared by the fp16_utils rules; this module holds no rule.
 """
+
 from __future__ import annotations
 
 import ast
@@ -14,9 +15,19 @@ from .base import Rule
 
 PACKAGE = "apex.fp16_utils"
 SUBMODULES = ("fp16util", "fp16_optimizer", "loss_scaler")
-_FP16UTIL = {"BN_convert_float", "network_to_half", "prep_param_lists", "model_grads_to_master_grads",
-             "master_params_to_model_params", "tofp16", "to_python_float", "clip_grad_norm",
-             "convert_module", "convert_network", "FP16Model"}
+_FP16UTIL = {
+    "BN_convert_float",
+    "network_to_half",
+    "prep_param_lists",
+    "model_grads_to_master_grads",
+    "master_params_to_model_params",
+    "tofp16",
+    "to_python_float",
+    "clip_grad_norm",
+    "convert_module",
+    "convert_network",
+    "FP16Model",
+}
 _OTHERS = {"FP16_Optimizer", "FP16_Module", "fp32_to_fp16", "fp16_to_fp32", "LossScaler", "DynamicLossScaler"}
 #: What `import *` binds: the public names, the submodules the package imports (and, for
 #: `fp16util`, the modules it imports itself), including names of older Apex releases.
@@ -34,7 +45,7 @@ def public(name: Optional[str]) -> Optional[str]:
     for sub in SUBMODULES:
         internal = f"{PACKAGE}.{sub}."
         if name.startswith(internal):
-            return PACKAGE + "." + name[len(internal):]
+            return PACKAGE + "." + name[len(internal) :]
     return name
 
 
@@ -51,7 +62,11 @@ def star_words(rule: Rule) -> set[str]:
     words: set[str] = set()
     if rule.state.index is not None:
         for node in rule.state.index.imports():
-            if isinstance(node, ast.ImportFrom) and node.module in STAR and any(a.name == "*" for a in node.names):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module in STAR
+                and any(a.name == "*" for a in node.names)
+            ):
                 words |= STAR[node.module]
     return words
 

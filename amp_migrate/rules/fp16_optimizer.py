@@ -69,10 +69,11 @@ Example
         optimizer.backward(loss)                           scaler.update()
         optimizer.step()
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Optional
 
 import libcst as cst
 import libcst.matchers as m
@@ -88,7 +89,9 @@ from .plan import TrainingPlan, bind_arguments, binds_in_ast, literal, pure
 from .plan_options import STATIC_GROWTH_INTERVAL
 
 FLOW = define(
-    "AMP465", "fp16-optimizer-to-grad-scaler", Severity.INFO,
+    "AMP465",
+    "fp16-optimizer-to-grad-scaler",
+    Severity.INFO,
     "The `FP16_Optimizer` flow became the native recipe: fp32 weights, the forward under "
     "`torch.autocast`, and a `torch.amp.GradScaler`.",
     "Apex kept the model's weights in fp16 and fp32 master copies inside the optimizer "
@@ -98,14 +101,15 @@ FLOW = define(
     "bound docs/differences.md gives; forwards outside the autocast region (evaluation) now run "
     "in fp32, and the model's state-dict keys lose the wrapper's prefix (AMP469).",
     before="model = network_to_half(model)\noptimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)\n"
-           "loss = crit(model(x), y)\noptimizer.backward(loss)\noptimizer.step()",
+    "loss = crit(model(x), y)\noptimizer.backward(loss)\noptimizer.step()",
     after='scaler = torch.amp.GradScaler("cuda")\nwith torch.autocast("cuda", dtype=torch.float16):\n'
-          "    loss = crit(model(x), y)\nscaler.scale(loss).backward()\nscaler.step(optimizer)\nscaler.update()",
+    "    loss = crit(model(x), y)\nscaler.scale(loss).backward()\nscaler.step(optimizer)\nscaler.update()",
 )
 REFUSED = define(
-    "AMP466", "fp16-optimizer-flow-not-provable", Severity.WARNING,
-    "This `FP16_Optimizer` flow has no native form amp-migrate can prove right; the file uses "
-    "the shim.",
+    "AMP466",
+    "fp16-optimizer-flow-not-provable",
+    Severity.WARNING,
+    "This `FP16_Optimizer` flow has no native form amp-migrate can prove right; the file uses the shim.",
     "The native recipe replaces the model's dtype, the optimizer wrapper and its loss scaler "
     "together, so every use of them must be visible and have a native counterpart. The message "
     "names the one that does not: the wrapper passed to code the file does not show, its "
@@ -119,7 +123,9 @@ REFUSED = define(
     refusal="an FP16_Optimizer flow not provably the native recipe",
 )
 STATIC = define(
-    "AMP467", "fp16-optimizer-static-scale", Severity.INFO,
+    "AMP467",
+    "fp16-optimizer-static-scale",
+    Severity.INFO,
     "`FP16_Optimizer`'s static loss scale became a GradScaler that starts there and never grows; "
     "it differs from Apex only on a step whose gradients are not finite.",
     "A static scale S never changed and never skipped a step. `init_scale=S, "
@@ -131,9 +137,11 @@ STATIC = define(
     after='scaler = torch.amp.GradScaler("cuda", init_scale=128.0, growth_interval=2**31 - 1)',
 )
 DYNAMIC = define(
-    "AMP468", "fp16-optimizer-dynamic-scale", Severity.INFO,
+    "AMP468",
+    "fp16-optimizer-dynamic-scale",
+    Severity.INFO,
     "`FP16_Optimizer`'s dynamic loss scaler became a GradScaler with the same schedule.",
-    "With `dynamic_loss_scale=True` FP16_Optimizer uses Apex's amp `LossScaler(\"dynamic\")` "
+    'With `dynamic_loss_scale=True` FP16_Optimizer uses Apex\'s amp `LossScaler("dynamic")` '
     "(not the legacy `DynamicLossScaler`): it starts at `min(init_scale, max_loss_scale)` "
     "(2**16 and 2**24 by default), halves the scale and skips the step on an overflow and "
     "doubles it after `scale_window` (2000) clean steps. GradScaler's `init_scale`, "
@@ -141,11 +149,13 @@ DYNAMIC = define(
     "`scale_factor` was ignored by Apex and is dropped; `min_loss_scale`/`max_loss_scale` bounds "
     "have no GradScaler equivalent (its scale is unbounded).",
     before="optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True,\n"
-           "                           dynamic_loss_args={\"scale_window\": 500})",
+    '                           dynamic_loss_args={"scale_window": 500})',
     after='scaler = torch.amp.GradScaler("cuda", growth_interval=500)',
 )
 CONVERSION = define(
-    "AMP469", "fp16-model-conversion-removed", Severity.INFO,
+    "AMP469",
+    "fp16-model-conversion-removed",
+    Severity.INFO,
     "The model's conversion to fp16 was removed: its weights stay fp32 and autocast chooses "
     "each op's precision.",
     "`network_to_half`, `.half()`, `BN_convert_float` and `FP16Model` made the fp16 model "
@@ -157,9 +167,10 @@ CONVERSION = define(
     after="# removed",
 )
 CLIP_NORM = define(
-    "AMP480", "clip-master-grads-norm-on-overflow", Severity.INFO,
-    "`clip_master_grads` returned -1 on an overflow; `clip_grad_norm_` returns the non-finite "
-    "norm there.",
+    "AMP480",
+    "clip-master-grads-norm-on-overflow",
+    Severity.INFO,
+    "`clip_master_grads` returned -1 on an overflow; `clip_grad_norm_` returns the non-finite norm there.",
     "Apex skipped the clipping when the step would be skipped and returned -1. After "
     "`scaler.unscale_`, `torch.nn.utils.clip_grad_norm_` computes the norm of the unscaled "
     "gradients, which is inf or NaN on such a step (the step is skipped all the same). Code "
@@ -169,8 +180,11 @@ CLIP_NORM = define(
 )
 
 FP16_OPTIMIZER = f"{PACKAGE}.FP16_Optimizer"
-_CONVERTERS = {f"{PACKAGE}.network_to_half": "1.", f"{PACKAGE}.FP16Model": "network.",
-               f"{PACKAGE}.BN_convert_float": ""}
+_CONVERTERS = {
+    f"{PACKAGE}.network_to_half": "1.",
+    f"{PACKAGE}.FP16Model": "network.",
+    f"{PACKAGE}.BN_convert_float": "",
+}
 _ARGS = ("init_optimizer", "static_loss_scale", "dynamic_loss_scale", "dynamic_loss_args", "verbose")
 _DYNAMIC_KEYS = ("init_scale", "scale_factor", "scale_window", "min_loss_scale", "max_loss_scale")
 _METHODS = ("backward", "step", "zero_grad", "clip_master_grads")
@@ -211,12 +225,17 @@ class Flow:
 
     def guarded_by(self, node: cst.CSTNode) -> bool:
         """`node` is an `if` on the wrapper's own guard."""
-        return self.guard is not None and isinstance(node, cst.If) and _CODE(node.test) == _CODE(self.guard.test)
+        return (
+            self.guard is not None and isinstance(node, cst.If) and _CODE(node.test) == _CODE(self.guard.test)
+        )
 
 
 def _kw(name: str, value: cst.BaseExpression) -> cst.Arg:
-    return cst.Arg(value=value, keyword=cst.Name(name),
-                   equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+    return cst.Arg(
+        value=value,
+        keyword=cst.Name(name),
+        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+    )
 
 
 def _reads(node: cst.CSTNode) -> set[str]:
@@ -232,7 +251,9 @@ def _assigned(statement: cst.CSTNode) -> set[str]:
     targets = m.findall(statement, m.AssignTarget() | m.AugAssign() | m.AnnAssign() | m.For() | m.WithItem())
     out: set[str] = set()
     for node in targets:
-        target = getattr(node, "target", None) or (node.asname.name if getattr(node, "asname", None) else None)
+        target = getattr(node, "target", None) or (
+            node.asname.name if getattr(node, "asname", None) else None
+        )
         if target is not None:
             out |= {_CODE(t) for t in m.findall(target, m.Name() | m.Attribute())}
     return out
@@ -277,14 +298,23 @@ class Fp16OptimizerToGradScaler(Rule):
         for where, code, message in flow.notes:
             self.report(where, code, message)
         in_function = any(isinstance(p, cst.FunctionDef) for p in self.ancestors(flow.statement))
-        autocast = cst.Call(cst.parse_expression("torch.autocast"), [
-            cst.Arg(cst.SimpleString(f'"{self.options.device}"')),
-            _kw("dtype", cst.parse_expression(f"torch.{self.options.dtype}"))]
-            + ([_kw("enabled", flow.guard.test.deep_clone())] if flow.guard is not None else []))
+        autocast = cst.Call(
+            cst.parse_expression("torch.autocast"),
+            [
+                cst.Arg(cst.SimpleString(f'"{self.options.device}"')),
+                _kw("dtype", cst.parse_expression(f"torch.{self.options.dtype}")),
+            ]
+            + ([_kw("enabled", flow.guard.test.deep_clone())] if flow.guard is not None else []),
+        )
         self.state.scratch["training"] = TrainingPlan(
-            scaler=flow.scaler, placement="local" if in_function else "module",
-            scaler_call=flow.scaler_call, autocast_call=autocast, models=set(flow.models),
-            optimizers={flow.target}, step_lines=frozenset(self.position(c)[0] for c in flow.steps))
+            scaler=flow.scaler,
+            placement="local" if in_function else "module",
+            scaler_call=flow.scaler_call,
+            autocast_call=autocast,
+            models=set(flow.models),
+            optimizers={flow.target},
+            step_lines=frozenset(self.position(c)[0] for c in flow.steps),
+        )
         AddImportsVisitor.add_needed_import(self.context, "torch")
 
     def _analyse(self, module: cst.Module) -> Optional[Flow]:
@@ -294,38 +324,63 @@ class Fp16OptimizerToGradScaler(Rule):
         flow = self._flow_of(call)
         flow.scaler = self._free(module)
         flow.scaler_call = self._scaler_call(call, flow)
-        if flow.guard is not None and not any(a.keyword is not None and a.keyword.value == "enabled"
-                                              for a in flow.scaler_call.args):
+        if flow.guard is not None and not any(
+            a.keyword is not None and a.keyword.value == "enabled" for a in flow.scaler_call.args
+        ):
             flow.scaler_call = flow.scaler_call.with_changes(
-                args=[*flow.scaler_call.args, _kw("enabled", flow.guard.test.deep_clone())])
+                args=[*flow.scaler_call.args, _kw("enabled", flow.guard.test.deep_clone())]
+            )
         self._uses(flow)
         self._pairs(flow)
         self._conversions(module, flow)
         self._tie(flow)
         self._dropped_ifs(flow)
-        for statement_id, backward in list(flow.backwards.items()):
+        for backward in list(flow.backwards.values()):
             self._region(backward, flow)
-        flow.notes.insert(0, (call, FLOW, f"`{flow.target} = FP16_Optimizer(...)` became `{flow.scaler} = "
-                              "torch.amp.GradScaler(...)`: the model keeps fp32 weights (Apex: fp16 weights "
-                              "with fp32 master copies) and its forward up to the loss runs under "
-                              "torch.autocast; forwards outside that region run in fp32"))
+        flow.notes.insert(
+            0,
+            (
+                call,
+                FLOW,
+                f"`{flow.target} = FP16_Optimizer(...)` became `{flow.scaler} = "
+                "torch.amp.GradScaler(...)`: the model keeps fp32 weights (Apex: fp16 weights "
+                "with fp32 master copies) and its forward up to the loss runs under "
+                "torch.autocast; forwards outside that region run in fp32",
+            ),
+        )
         return flow
 
     def _the_call(self, module: cst.Module) -> Optional[cst.Call]:
         """The one `FP16_Optimizer(...)` call; a second one or a use other than a call refuses."""
-        uses = [n for n in self.findall(module, m.Name("FP16_Optimizer") | m.Attribute(attr=m.Name("FP16_Optimizer")),
-                                        ("FP16_Optimizer",))
-                if not (isinstance(n, cst.Name) and isinstance(self.parent(n), cst.Attribute)
-                        and self.parent(n).attr is n)
-                and self._name(n) == FP16_OPTIMIZER
-                and not any(isinstance(a, (cst.Import, cst.ImportFrom)) for a in self.ancestors(n))]
+        uses = [
+            n
+            for n in self.findall(
+                module,
+                m.Name("FP16_Optimizer") | m.Attribute(attr=m.Name("FP16_Optimizer")),
+                ("FP16_Optimizer",),
+            )
+            if not (
+                isinstance(n, cst.Name)
+                and isinstance(self.parent(n), cst.Attribute)
+                and self.parent(n).attr is n
+            )
+            and self._name(n) == FP16_OPTIMIZER
+            and not any(isinstance(a, (cst.Import, cst.ImportFrom)) for a in self.ancestors(n))
+        ]
         if not uses:
             return None
-        calls = [self.parent(n) for n in uses if isinstance(self.parent(n), cst.Call) and self.parent(n).func is n]
-        other = next((n for n in uses if not (isinstance(self.parent(n), cst.Call) and self.parent(n).func is n)), None)
+        calls = [
+            self.parent(n) for n in uses if isinstance(self.parent(n), cst.Call) and self.parent(n).func is n
+        ]
+        other = next(
+            (n for n in uses if not (isinstance(self.parent(n), cst.Call) and self.parent(n).func is n)), None
+        )
         if other is not None:
-            raise Refused(other, f"`{self.code_of(other)}` is used as a value (a type check or a "
-                          "reference the rule cannot follow), not called")
+            raise Refused(
+                other,
+                f"`{self.code_of(other)}` is used as a value (a type check or a "
+                "reference the rule cannot follow), not called",
+            )
         if len(calls) > 1:
             raise Refused(calls[1], "the file builds more than one `FP16_Optimizer`")
         return calls[0]
@@ -335,18 +390,28 @@ class Fp16OptimizerToGradScaler(Rule):
         line = self.parent(assign) if assign is not None else None
         if isinstance(assign, cst.Return):
             raise Refused(call, "the `FP16_Optimizer` is returned to callers this file does not show")
-        if not (isinstance(assign, cst.Assign) and assign.value is call and len(assign.targets) == 1
-                and isinstance(assign.targets[0].target, cst.Name)
-                and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
+        if not (
+            isinstance(assign, cst.Assign)
+            and assign.value is call
+            and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)
+            and isinstance(line, cst.SimpleStatementLine)
+            and len(line.body) == 1
+        ):
             raise Refused(call, "the `FP16_Optimizer` is not assigned to a plain name on a line of its own")
         guard = self._guard_of(line)
         outer = self.parent(self.parent(guard)) if guard is not None else line
-        if any(isinstance(p, (cst.For, cst.While, cst.If, cst.Try, cst.With)) for p in self._up_to_function(outer)):
+        if any(
+            isinstance(p, (cst.For, cst.While, cst.If, cst.Try, cst.With))
+            for p in self._up_to_function(outer)
+        ):
             raise Refused(call, "the `FP16_Optimizer` is built inside a loop, branch, `try` or `with`")
         args = bind_arguments(call, _ARGS)
         if args is None or "init_optimizer" not in args:
             raise Refused(call, "the `FP16_Optimizer` arguments are `*args`/`**kwargs`")
-        return Flow(target=assign.targets[0].target.value, statement=line, inner=args["init_optimizer"], guard=guard)
+        return Flow(
+            target=assign.targets[0].target.value, statement=line, inner=args["init_optimizer"], guard=guard
+        )
 
     def _guard_of(self, line: cst.CSTNode) -> Optional[cst.If]:
         """`if cond:` (no `else`, a side-effect-free test) directly around `line`."""
@@ -384,8 +449,11 @@ class Fp16OptimizerToGradScaler(Rule):
         for node, value in ((dynamic, dynamic_value), (static, static_value)):
             if value is NOT_LITERAL and not pure(node):
                 raise Refused(node, f"`{self.code_of(node)}` is an expression with side effects")
-        init, window = self._dynamic_schedule(args.get("dynamic_loss_args"), flow) \
-            if dynamic_value is not False else (None, None)
+        init, window = (
+            self._dynamic_schedule(args.get("dynamic_loss_args"), flow)
+            if dynamic_value is not False
+            else (None, None)
+        )
         if dynamic_value is not NOT_LITERAL and dynamic_value:
             flow.notes.append((dynamic, DYNAMIC, None))
             return self._built(scaler_args, init, window)
@@ -393,8 +461,14 @@ class Fp16OptimizerToGradScaler(Rule):
             if not 0.0 < static_value < float("inf"):
                 raise Refused(static, f"`static_loss_scale={static_value!r}` is no usable scale")
             if static_value == 1.0 and dynamic_value is False:
-                flow.notes.append((static or call, STATIC, "a static loss scale of 1.0 scaled nothing: the "
-                                   "GradScaler is disabled, exactly as Apex neither scaled nor skipped"))
+                flow.notes.append(
+                    (
+                        static or call,
+                        STATIC,
+                        "a static loss scale of 1.0 scaled nothing: the "
+                        "GradScaler is disabled, exactly as Apex neither scaled nor skipped",
+                    )
+                )
                 return self._built(scaler_args + [_kw("enabled", cst.Name("False"))], None, None)
         elif static_value is not NOT_LITERAL:
             raise Refused(static, f"`static_loss_scale={static_value!r}` is no number")
@@ -403,10 +477,19 @@ class Fp16OptimizerToGradScaler(Rule):
         never = cst.parse_expression(STATIC_GROWTH_INTERVAL)
         if dynamic_value is False:
             return self._built(scaler_args, static_expr, never)
-        flow.notes.append((dynamic, DYNAMIC, f"`{self.code_of(dynamic)}` chooses at run time between "
-                           "Apex's dynamic scaler and the static scale; the GradScaler's arguments follow it"))
-        return self._built(scaler_args, _if(dynamic, init or cst.Float("65536.0"), static_expr),
-                           _if(dynamic, window or cst.Integer("2000"), never))
+        flow.notes.append(
+            (
+                dynamic,
+                DYNAMIC,
+                f"`{self.code_of(dynamic)}` chooses at run time between "
+                "Apex's dynamic scaler and the static scale; the GradScaler's arguments follow it",
+            )
+        )
+        return self._built(
+            scaler_args,
+            _if(dynamic, init or cst.Float("65536.0"), static_expr),
+            _if(dynamic, window or cst.Integer("2000"), never),
+        )
 
     @staticmethod
     def _built(args: list[cst.Arg], init, window) -> cst.Call:
@@ -432,17 +515,34 @@ class Fp16OptimizerToGradScaler(Rule):
             given[key] = element.value
         for dropped in ("scale_factor", "min_loss_scale", "max_loss_scale"):
             if dropped in given:
-                flow.notes.append((given[dropped], DYNAMIC, f"`{dropped}` has no GradScaler equivalent and was "
-                                   "dropped" + (" (Apex ignored it too)" if dropped == "scale_factor" else "")))
+                flow.notes.append(
+                    (
+                        given[dropped],
+                        DYNAMIC,
+                        f"`{dropped}` has no GradScaler equivalent and was "
+                        "dropped" + (" (Apex ignored it too)" if dropped == "scale_factor" else ""),
+                    )
+                )
         cap = given.get("max_loss_scale", cst.parse_expression("2.0**24"))
         init = given.get("init_scale")
         if init is None and "max_loss_scale" not in given:
             start = None
         else:
             values = [literal(init) if init is not None else 2.0**16, literal(cap)]
-            start = cst.Float(repr(float(min(values)))) if NOT_LITERAL not in values else cst.Call(
-                cst.Name("min"), [cst.Arg(init or cst.Float("65536.0"), comma=cst.Comma(
-                    whitespace_after=cst.SimpleWhitespace(" "))), cst.Arg(cap)])
+            start = (
+                cst.Float(repr(float(min(values))))
+                if NOT_LITERAL not in values
+                else cst.Call(
+                    cst.Name("min"),
+                    [
+                        cst.Arg(
+                            init or cst.Float("65536.0"),
+                            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
+                        ),
+                        cst.Arg(cap),
+                    ],
+                )
+            )
         return start, given.get("scale_window")
 
     # -- what the wrapper is used for -------------------------------------------------------------
@@ -459,21 +559,37 @@ class Fp16OptimizerToGradScaler(Rule):
                 raise Refused(node, f"`{flow.target}` is bound again after the `FP16_Optimizer` is built")
             for access in assignment.references:
                 name = access.node
-                if isinstance(name, cst.Name) and id(name) not in inside and (
-                        self.get_metadata(ScopeProvider, name, None) is not scope or self.position(name)[0] > line):
+                if (
+                    isinstance(name, cst.Name)
+                    and id(name) not in inside
+                    and (
+                        self.get_metadata(ScopeProvider, name, None) is not scope
+                        or self.position(name)[0] > line
+                    )
+                ):
                     names[id(name)] = name
         return list(names.values())
 
     def _uses(self, flow: Flow) -> None:
         home = self._function_of(flow.statement)
         for name in self._accesses(flow):
-            if flow.guard is not None and self._function_of(name) is not home and not self._reads_globals(name, flow):
-                raise Refused(name, f"`{flow.target}` is used outside the function that builds it under "
-                              f"`if {self.code_of(flow.guard.test)}:`, where that condition cannot be read")
+            if (
+                flow.guard is not None
+                and self._function_of(name) is not home
+                and not self._reads_globals(name, flow)
+            ):
+                raise Refused(
+                    name,
+                    f"`{flow.target}` is used outside the function that builds it under "
+                    f"`if {self.code_of(flow.guard.test)}:`, where that condition cannot be read",
+                )
             attribute = self.parent(name)
             if not (isinstance(attribute, cst.Attribute) and attribute.value is name):
-                raise Refused(name, f"`{flow.target}` is read as a value here ({self._line_code(name)}): "
-                              "what is done with the wrapper there cannot be seen")
+                raise Refused(
+                    name,
+                    f"`{flow.target}` is read as a value here ({self._line_code(name)}): "
+                    "what is done with the wrapper there cannot be seen",
+                )
             attr = attribute.attr.value
             call = self.parent(attribute)
             if attr in _METHODS and isinstance(call, cst.Call) and call.func is attribute:
@@ -483,9 +599,12 @@ class Fp16OptimizerToGradScaler(Rule):
             elif attr == "optimizer":
                 flow.unwraps.add(id(attribute))
             elif attr not in _PROXIED:
-                why = ("its checkpoint holds Apex's loss scaler object and the fp32 master weights, "
-                       "which a native optimizer cannot load" if "state_dict" in attr
-                       else "it has no native counterpart")
+                why = (
+                    "its checkpoint holds Apex's loss scaler object and the fp32 master weights, "
+                    "which a native optimizer cannot load"
+                    if "state_dict" in attr
+                    else "it has no native counterpart"
+                )
                 raise Refused(attribute, f"`{self.code_of(attribute)}`: {why}")
 
     def _reads_globals(self, node: cst.CSTNode, flow: Flow) -> bool:
@@ -517,7 +636,8 @@ class Fp16OptimizerToGradScaler(Rule):
     def _is_target(self, node: cst.CSTNode) -> bool:
         parent = self.parent(node)
         return isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.Del)) or (
-            isinstance(parent, cst.AnnAssign) and parent.target is node)
+            isinstance(parent, cst.AnnAssign) and parent.target is node
+        )
 
     def _line_code(self, node: cst.CSTNode) -> str:
         return f"line {self.position(node)[0]}"
@@ -526,9 +646,17 @@ class Fp16OptimizerToGradScaler(Rule):
         line = self._statement(call)
         if attr == "backward":
             bound = bind_arguments(call, ("loss", "update_master_grads", "retain_graph"))
-            if bound is None or "loss" not in bound or literal(bound.get("update_master_grads")) not in (None, True) \
-                    or not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
-                            and isinstance(line.body[0], cst.Expr) and line.body[0].value is call):
+            if (
+                bound is None
+                or "loss" not in bound
+                or literal(bound.get("update_master_grads")) not in (None, True)
+                or not (
+                    isinstance(line, cst.SimpleStatementLine)
+                    and len(line.body) == 1
+                    and isinstance(line.body[0], cst.Expr)
+                    and line.body[0].value is call
+                )
+            ):
                 raise Refused(call, f"`{self.code_of(call)}` is not a plain backward on a line of its own")
             site = self._site(line, flow)
             if site is not line and site.orelse is not None:
@@ -541,14 +669,21 @@ class Fp16OptimizerToGradScaler(Rule):
             flow.steps.append(call)
         elif attr == "zero_grad":
             if bind_arguments(call, ("set_grads_to_None",)) is None or any(
-                    a.keyword is not None and a.keyword.value != "set_grads_to_None" for a in call.args):
+                a.keyword is not None and a.keyword.value != "set_grads_to_None" for a in call.args
+            ):
                 raise Refused(call, f"`{self.code_of(call)}` takes arguments Apex's `zero_grad` does not")
             flow.calls.add(id(call))
         else:
             bound = bind_arguments(call, ("max_norm", "norm_type"))
-            small = line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
-            if bound is None or "max_norm" not in bound or set(bound) - {"max_norm", "norm_type"} \
-                    or getattr(small, "value", None) is not call:
+            small = (
+                line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
+            )
+            if (
+                bound is None
+                or "max_norm" not in bound
+                or set(bound) - {"max_norm", "norm_type"}
+                or getattr(small, "value", None) is not call
+            ):
                 raise Refused(call, f"`{self.code_of(call)}` is not a plain call on a line of its own")
             if not isinstance(small, cst.Expr):
                 flow.notes.append((call, CLIP_NORM, None))
@@ -557,14 +692,28 @@ class Fp16OptimizerToGradScaler(Rule):
 
     def _plain_backward(self, branch: cst.If, bound: dict) -> None:
         """The `else` of `if fp16: optimizer.backward(loss)` is `loss.backward()` of the same loss."""
-        wanted = f"{_CODE(bound['loss'])}.backward()" if "retain_graph" not in bound else \
-            f"{_CODE(bound['loss'])}.backward(retain_graph={_CODE(bound['retain_graph'])})"
+        wanted = (
+            f"{_CODE(bound['loss'])}.backward()"
+            if "retain_graph" not in bound
+            else f"{_CODE(bound['loss'])}.backward(retain_graph={_CODE(bound['retain_graph'])})"
+        )
         orelse = branch.orelse
-        body = orelse.body.body if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock) else ()
-        if not (len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) and len(body[0].body) == 1
-                and "".join(_CODE(body[0].body[0]).split()) == "".join(wanted.split())):
-            raise Refused(branch, f"the `else` of `if {self.code_of(branch.test)}:` is not `{wanted}`, so the "
-                          "two paths do not collapse into one scaled backward")
+        body = (
+            orelse.body.body
+            if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock)
+            else ()
+        )
+        if not (
+            len(body) == 1
+            and isinstance(body[0], cst.SimpleStatementLine)
+            and len(body[0].body) == 1
+            and "".join(_CODE(body[0].body[0]).split()) == "".join(wanted.split())
+        ):
+            raise Refused(
+                branch,
+                f"the `else` of `if {self.code_of(branch.test)}:` is not `{wanted}`, so the "
+                "two paths do not collapse into one scaled backward",
+            )
 
     def _statement(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         statements = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
@@ -576,28 +725,33 @@ class Fp16OptimizerToGradScaler(Rule):
             raise Refused(flow.statement, f"`{flow.target}` has no `backward` and `step` in this file")
         steps = {id(self._statement(c)): c for c in flow.steps}
         paired: set[int] = set()
-        for line_id, backward in flow.backwards.items():
+        for backward in flow.backwards.values():
             line = self._site(self._statement(backward), flow)
             block = self.parent(line)
             body = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else [line]
             at = next(i for i, s in enumerate(body) if s is line)
-            for later in body[at + 1:]:
+            for later in body[at + 1 :]:
                 if id(later) in steps:
                     paired.add(id(later))
                     break
                 if id(later) in flow.clips or self._guarded_clip(later, flow):
                     continue
                 if exits_early(later) or runs_backward(later) or self._touches(later, flow):
-                    raise Refused(later, f"line {self.position(later)[0]} stands between `{self.code_of(backward)}` "
-                                  "and its step: it may read gradients or the wrapper (Apex updated the loss scale "
-                                  "at `backward` and kept the model's fp16 gradients scaled; natively the scale "
-                                  "changes at `update()` and the model's gradients are the ones stepped)")
+                    raise Refused(
+                        later,
+                        f"line {self.position(later)[0]} stands between `{self.code_of(backward)}` "
+                        "and its step: it may read gradients or the wrapper (Apex updated the loss scale "
+                        "at `backward` and kept the model's fp16 gradients scaled; natively the scale "
+                        "changes at `update()` and the model's gradients are the ones stepped)",
+                    )
             else:
-                raise Refused(backward, f"no `{flow.target}.step()` follows `{self.code_of(backward)}` in its block")
+                raise Refused(
+                    backward, f"no `{flow.target}.step()` follows `{self.code_of(backward)}` in its block"
+                )
         for line_id, step in steps.items():
             if line_id not in paired:
                 raise Refused(step, f"`{self.code_of(step)}` does not follow a `backward` in its block")
-        for line_id, clip in flow.clips.items():
+        for clip in flow.clips.values():
             if not self._between_pair(clip, flow):
                 raise Refused(clip, f"`{self.code_of(clip)}` is not between a `backward` and its step")
 
@@ -606,13 +760,18 @@ class Fp16OptimizerToGradScaler(Rule):
         stayed scaled after `backward` and did not feed the step; natively they are the ones
         stepped, so a read there (clipping `model.parameters()`) would act differently."""
         names = {n.value for n in m.findall(statement, m.Name())}
-        return flow.target in names or any("grad" in n or n in ("parameters", "named_parameters") for n in names)
+        return flow.target in names or any(
+            "grad" in n or n in ("parameters", "named_parameters") for n in names
+        )
 
     def _guarded_clip(self, statement: cst.CSTNode, flow: Flow) -> bool:
         """`if fp16: optimizer.clip_master_grads(c) else: clip_grad_norm_(...)`: the `else` runs
         only where the scaler is disabled, on gradients Apex never scaled either."""
-        if not (flow.guarded_by(statement) and len(statement.body.body) == 1
-                and id(statement.body.body[0]) in flow.clips):
+        if not (
+            flow.guarded_by(statement)
+            and len(statement.body.body) == 1
+            and id(statement.body.body[0]) in flow.clips
+        ):
             return False
         names = m.findall(statement.orelse, m.Name()) if statement.orelse is not None else []
         return not any(n.value == flow.target for n in names)
@@ -639,28 +798,45 @@ class Fp16OptimizerToGradScaler(Rule):
     def _conversions(self, module: cst.Module, flow: Flow) -> None:
         """Each fp16 conversion is a whole statement that converts one model (which it now keeps
         fp32); any other fp16 value refuses."""
-        for node in m.findall(module, m.Attribute(value=m.Name("torch") | m.Attribute(m.Name("torch"), m.Name("cuda")),
-                                                  attr=m.OneOf(*map(m.Name, _HALF_SPELLINGS)))):
+        for node in m.findall(
+            module,
+            m.Attribute(
+                value=m.Name("torch") | m.Attribute(m.Name("torch"), m.Name("cuda")),
+                attr=m.OneOf(*map(m.Name, _HALF_SPELLINGS)),
+            ),
+        ):
             parent = self.parent(node)
             converts = isinstance(parent, cst.Arg) and self._is_conversion(self.parent(parent))
             if not converts and not (isinstance(parent, cst.Call) and parent.func is node):
-                raise Refused(node, f"`{self.code_of(node)}` makes fp16 values that fp32 weights would "
-                              "meet outside autocast")
+                raise Refused(
+                    node,
+                    f"`{self.code_of(node)}` makes fp16 values that fp32 weights would meet outside autocast",
+                )
         for call in self._conversion_calls(module):
             line = self._statement(call)
             if id(line) in flow.conversions:
                 continue
             self._conversion_lines.append(line)
-            small = line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
+            small = (
+                line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
+            )
             value = getattr(small, "value", None)
-            if not isinstance(small, (cst.Assign, cst.Expr)) or value is None or not self._within(call, value):
-                raise Refused(call, f"`{self.code_of(call)}` converts to fp16 outside a statement that "
-                              "converts a model")
+            if (
+                not isinstance(small, (cst.Assign, cst.Expr))
+                or value is None
+                or not self._within(call, value)
+            ):
+                raise Refused(
+                    call, f"`{self.code_of(call)}` converts to fp16 outside a statement that converts a model"
+                )
             self._check_condition(line, call, flow)
             stripped, prefixes = self._strip(value)
             if any(c is not None for c in m.findall(stripped, m.Call()) if self._is_conversion(c)):
-                raise Refused(call, f"`{self.code_of(call)}` makes an fp16 value that is no model, which fp32 "
-                              "weights would meet outside autocast")
+                raise Refused(
+                    call,
+                    f"`{self.code_of(call)}` makes an fp16 value that is no model, which fp32 "
+                    "weights would meet outside autocast",
+                )
             if isinstance(small, cst.Assign):
                 if len(small.targets) != 1 or not pure(small.targets[0].target):
                     raise Refused(call, "the converted model is not assigned to a plain name")
@@ -676,15 +852,24 @@ class Fp16OptimizerToGradScaler(Rule):
                 # `model.cuda().half()` on its own line still moves the model: keep `model.cuda()`
                 flow.conversions[id(line)] = None if _CODE(model) == _CODE(stripped) else stripped
             flow.models.add(_CODE(model))
-            kind = " and its state-dict keys lose the `{}` prefix".format("`, `".join(sorted(prefixes))) \
-                if prefixes else ""
+            kind = (
+                " and its state-dict keys lose the `{}` prefix".format("`, `".join(sorted(prefixes)))
+                if prefixes
+                else ""
+            )
             kept = flow.conversions[id(line)]
-            done = f"`{self.code_of(small).strip()}` removed" if kept is None \
+            done = (
+                f"`{self.code_of(small).strip()}` removed"
+                if kept is None
                 else f"`{self.code_of(small).strip()}` became `{_CODE(small.with_changes(value=kept)).strip()}`"
+            )
             flow.notes.append((line, CONVERSION, f"{done}: `{_CODE(model)}` stays fp32{kind}"))
         if not flow.models:
-            raise Refused(flow.statement, "no conversion of a model to fp16 is visible in this file, so "
-                          "the parameters the optimizer holds may be fp16 from code the rule cannot see")
+            raise Refused(
+                flow.statement,
+                "no conversion of a model to fp16 is visible in this file, so "
+                "the parameters the optimizer holds may be fp16 from code the rule cannot see",
+            )
         for model in flow.models:
             self._model_reads(module, model)
 
@@ -692,11 +877,15 @@ class Fp16OptimizerToGradScaler(Rule):
         """A conversion runs unconditionally or under the wrapper's own guard: natively the model
         stays fp32 either way, which is right only where Apex's fp16 model got FP16_Optimizer."""
         conditions = [p for p in self._up_to_function(line) if isinstance(p, cst.BaseCompoundStatement)]
-        if not conditions or (len(conditions) == 1 and flow.guarded_by(conditions[0])
-                              and conditions[0].orelse is None):
+        if not conditions or (
+            len(conditions) == 1 and flow.guarded_by(conditions[0]) and conditions[0].orelse is None
+        ):
             return
-        raise Refused(call, f"`{self.code_of(call)}` runs under a condition other than the one that builds "
-                      "the `FP16_Optimizer`")
+        raise Refused(
+            call,
+            f"`{self.code_of(call)}` runs under a condition other than the one that builds "
+            "the `FP16_Optimizer`",
+        )
 
     def _dropped_ifs(self, flow: Flow) -> None:
         """`if fp16:` statements whose every statement the rewrite removes go too."""
@@ -705,7 +894,11 @@ class Fp16OptimizerToGradScaler(Rule):
             removed.add(id(flow.statement))
         for line in [flow.statement, *self._conversion_lines]:
             owner = self.parent(self.parent(line))
-            if isinstance(owner, cst.If) and owner.orelse is None and all(id(s) in removed for s in owner.body.body):
+            if (
+                isinstance(owner, cst.If)
+                and owner.orelse is None
+                and all(id(s) in removed for s in owner.body.body)
+            ):
                 flow.dropped_ifs.add(id(owner))
 
     def _within(self, node: cst.CSTNode, value: cst.CSTNode) -> bool:
@@ -714,16 +907,23 @@ class Fp16OptimizerToGradScaler(Rule):
     def _is_conversion(self, call: cst.CSTNode) -> bool:
         if not isinstance(call, cst.Call):
             return False
-        return (m.matches(call.func, m.Attribute(attr=m.Name("half"))) and not call.args) or \
-            self._name(call.func) in _CONVERTERS or _half_type(call) is not None
+        return (
+            (m.matches(call.func, m.Attribute(attr=m.Name("half"))) and not call.args)
+            or self._name(call.func) in _CONVERTERS
+            or _half_type(call) is not None
+        )
 
     def _strip(self, expr: cst.BaseExpression) -> tuple[cst.BaseExpression, set[str]]:
         """`network_to_half(Net().cuda())` → (`Net().cuda()`, {"1."}); `m.cuda().half()` → `m.cuda()`."""
         prefixes: set[str] = set()
         while isinstance(expr, cst.Call):
             name = self._name(expr.func)
-            if name in _CONVERTERS and len(expr.args) == 1 and expr.args[0].keyword is None \
-                    and not expr.args[0].star:
+            if (
+                name in _CONVERTERS
+                and len(expr.args) == 1
+                and expr.args[0].keyword is None
+                and not expr.args[0].star
+            ):
                 if _CONVERTERS[name]:
                     prefixes.add(_CONVERTERS[name])
                 expr = expr.args[0].value
@@ -732,7 +932,9 @@ class Fp16OptimizerToGradScaler(Rule):
             elif _half_type(expr) is not None:  # `model.type(torch.cuda.HalfTensor)`: to CUDA, in fp32
                 inner, more = self._strip(expr.func.value)
                 prefixes |= more
-                return (cst.Call(cst.Attribute(inner, cst.Name("cuda"))) if _half_type(expr) else inner), prefixes
+                return (
+                    cst.Call(cst.Attribute(inner, cst.Name("cuda"))) if _half_type(expr) else inner
+                ), prefixes
             elif isinstance(expr.func, cst.Attribute):
                 inner, more = self._strip(expr.func.value)
                 prefixes |= more
@@ -745,26 +947,42 @@ class Fp16OptimizerToGradScaler(Rule):
         """The wrapper modules had a shape of their own (`model[1]`, `model.network`)."""
         for node in m.findall(module, m.Subscript() | m.Attribute(attr=m.Name("network"))):
             if _CODE(node.value) == model:
-                raise Refused(node, f"`{self.code_of(node)}` reads the fp16 wrapper module, which the "
-                              "native model does not have")
+                raise Refused(
+                    node,
+                    f"`{self.code_of(node)}` reads the fp16 wrapper module, which the "
+                    "native model does not have",
+                )
 
     def _tie(self, flow: Flow) -> None:
         """Every parameter the wrapped optimizer holds is one of a converted model's."""
         constructor = flow.inner if isinstance(flow.inner, cst.Call) else self._bound_call(flow)
         if constructor is None:
-            raise Refused(flow.inner, f"`{self.code_of(flow.inner)}` is not built in this scope, so which "
-                          "parameters it holds cannot be seen")
-        params = next((a.value for a in constructor.args if a.keyword is not None and a.keyword.value == "params"),
-                      constructor.args[0].value if constructor.args and constructor.args[0].keyword is None
-                      and not constructor.args[0].star else None)
+            raise Refused(
+                flow.inner,
+                f"`{self.code_of(flow.inner)}` is not built in this scope, so which "
+                "parameters it holds cannot be seen",
+            )
+        params = next(
+            (a.value for a in constructor.args if a.keyword is not None and a.keyword.value == "params"),
+            constructor.args[0].value
+            if constructor.args and constructor.args[0].keyword is None and not constructor.args[0].star
+            else None,
+        )
         if params is None:
             raise Refused(constructor, "the optimizer's parameters are not its first argument")
-        owners = [c.func.value for c in m.findall(params, m.Call(func=m.Attribute(
-            attr=m.Name("parameters") | m.Name("named_parameters"))))]
+        owners = [
+            c.func.value
+            for c in m.findall(
+                params, m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))
+            )
+        ]
         unknown = _free_names(params) - {_CODE(o).split(".")[0] for o in owners} - {"filter", "list", "tuple"}
         if not owners or unknown or any(_CODE(o) not in flow.models for o in owners):
-            raise Refused(params, f"`{self.code_of(params)}` may hold parameters of a model whose fp16 "
-                          "conversion this file does not show")
+            raise Refused(
+                params,
+                f"`{self.code_of(params)}` may hold parameters of a model whose fp16 "
+                "conversion this file does not show",
+            )
 
     def _bound_call(self, flow: Flow) -> Optional[cst.Call]:
         if not isinstance(flow.inner, cst.Name):
@@ -797,8 +1015,11 @@ class Fp16OptimizerToGradScaler(Rule):
                 start = next((i + 1 for i in range(last - 1, -1, -1) if runs_backward(body[i])), 0)
                 first = next((i for i in range(start, last + 1) if self._runs_model(body[i], flow)), None)
                 if first is None:
-                    raise Refused(backward, f"no forward of {_names(flow.models)} is visible before the loss "
-                                  "that this backward scales, so the autocast region cannot be placed")
+                    raise Refused(
+                        backward,
+                        f"no forward of {_names(flow.models)} is visible before the loss "
+                        "that this backward scales, so the autocast region cannot be placed",
+                    )
                 flow.regions.setdefault(id(block), []).append((first, last))
                 return
             owner = self.statement_around(block)
@@ -812,7 +1033,8 @@ class Fp16OptimizerToGradScaler(Rule):
             return False
         housekeeping = m.Expr(m.Call(func=m.Attribute(attr=m.OneOf(*map(m.Name, _HOUSEKEEPING)))))
         if isinstance(statement, cst.SimpleStatementLine) and all(
-                m.matches(s, housekeeping) and _CODE(s.value.func.value) in flow.models for s in statement.body):
+            m.matches(s, housekeeping) and _CODE(s.value.func.value) in flow.models for s in statement.body
+        ):
             return False
         return bool(_reads(statement) & flow.models)
 
@@ -827,14 +1049,19 @@ class Fp16OptimizerToGradScaler(Rule):
             value = bound.get("set_grads_to_None", plain)
             return updated_node.with_changes(args=[_kw("set_to_none", value)])
         bound = bind_arguments(updated_node, ("max_norm", "norm_type"))
-        params = cst.parse_expression(f'(p for group in {_CODE(receiver)}.param_groups for p in group["params"])')
+        params = cst.parse_expression(
+            f'(p for group in {_CODE(receiver)}.param_groups for p in group["params"])'
+        )
         args = [cst.Arg(params), cst.Arg(bound["max_norm"])] + (
-            [cst.Arg(bound["norm_type"])] if "norm_type" in bound else [])
+            [cst.Arg(bound["norm_type"])] if "norm_type" in bound else []
+        )
         for i in range(len(args) - 1):
             args[i] = args[i].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         return cst.Call(cst.parse_expression("torch.nn.utils.clip_grad_norm_"), args)
 
-    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+    def leave_Attribute(
+        self, original_node: cst.Attribute, updated_node: cst.Attribute
+    ) -> cst.BaseExpression:
         if self.flow is None:
             return updated_node
         if id(original_node) in self.flow.unwraps:
@@ -852,7 +1079,9 @@ class Fp16OptimizerToGradScaler(Rule):
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if self.flow is None or len(original_node.body) != len(updated_node.body):
             return updated_node
-        return updated_node.with_changes(body=self._rebuild(original_node.body, updated_node.body, id(original_node)))
+        return updated_node.with_changes(
+            body=self._rebuild(original_node.body, updated_node.body, id(original_node))
+        )
 
     def _rebuild(self, original, updated, block_id: int) -> list[cst.BaseStatement]:
         spans = {first: last for first, last in _merged(self.flow.regions.get(block_id, []))}
@@ -864,8 +1093,11 @@ class Fp16OptimizerToGradScaler(Rule):
                 lead = inner[0].leading_lines
                 inner[0] = inner[0].with_changes(leading_lines=())
                 autocast = self.state.scratch["training"].autocast_call.deep_clone()
-                out.append(cst.With(items=[cst.WithItem(autocast)], body=cst.IndentedBlock(body=inner),
-                                    leading_lines=lead))
+                out.append(
+                    cst.With(
+                        items=[cst.WithItem(autocast)], body=cst.IndentedBlock(body=inner), leading_lines=lead
+                    )
+                )
                 i = spans[i] + 1
                 continue
             out.extend(self._replace(original[i], updated[i]))
@@ -876,8 +1108,13 @@ class Fp16OptimizerToGradScaler(Rule):
         flow = self.flow
         key = id(original)
         creation = cst.SimpleStatementLine(
-            [cst.Assign([cst.AssignTarget(cst.parse_expression(flow.scaler))], flow.scaler_call.deep_clone())],
-            leading_lines=updated.leading_lines)
+            [
+                cst.Assign(
+                    [cst.AssignTarget(cst.parse_expression(flow.scaler))], flow.scaler_call.deep_clone()
+                )
+            ],
+            leading_lines=updated.leading_lines,
+        )
         if original is flow.guard:
             kept = [] if key in flow.dropped_ifs else [updated.with_changes(leading_lines=())]
             return [creation, *kept]
@@ -887,22 +1124,33 @@ class Fp16OptimizerToGradScaler(Rule):
             made = [creation] if flow.guard is None else []
             if _CODE(flow.inner) != flow.target:
                 inner = bind_arguments(updated.body[0].value, _ARGS)["init_optimizer"]
-                made.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(flow.target))], inner)],
-                                                    leading_lines=updated.leading_lines if flow.guard else ()))
+                made.append(
+                    cst.SimpleStatementLine(
+                        [cst.Assign([cst.AssignTarget(cst.Name(flow.target))], inner)],
+                        leading_lines=updated.leading_lines if flow.guard else (),
+                    )
+                )
             return made
         if key in flow.backwards and isinstance(original, cst.If):
-            line = cst.SimpleStatementLine([cst.Expr(flow.backwards[key].deep_clone())],
-                                           leading_lines=updated.leading_lines)
+            line = cst.SimpleStatementLine(
+                [cst.Expr(flow.backwards[key].deep_clone())], leading_lines=updated.leading_lines
+            )
             return self._replace_backward(line)
         if key in flow.conversions:
             value = flow.conversions[key]
-            return [] if value is None else [updated.with_changes(body=[updated.body[0].with_changes(value=value)])]
+            return (
+                []
+                if value is None
+                else [updated.with_changes(body=[updated.body[0].with_changes(value=value)])]
+            )
         if key in flow.backwards:
             return self._replace_backward(updated)
         if key in flow.clips:
             receiver = _CODE(flow.clips[key].func.value)
-            unscale = cst.SimpleStatementLine([cst.Expr(cst.parse_expression(f"{flow.scaler}.unscale_({receiver})"))],
-                                              leading_lines=updated.leading_lines)
+            unscale = cst.SimpleStatementLine(
+                [cst.Expr(cst.parse_expression(f"{flow.scaler}.unscale_({receiver})"))],
+                leading_lines=updated.leading_lines,
+            )
             return [unscale, updated.with_changes(leading_lines=())]
         return [updated]
 
@@ -918,8 +1166,12 @@ class Fp16OptimizerToGradScaler(Rule):
 def _half_type(call: cst.Call) -> Optional[bool]:
     """`x.type(torch.cuda.HalfTensor)` → True (it also moves `x` to CUDA), `x.type(torch.HalfTensor)`
     or `x.type(torch.float16)` → False; None for any other call."""
-    if not (m.matches(call.func, m.Attribute(attr=m.Name("type"))) and len(call.args) == 1
-            and call.args[0].keyword is None and not call.args[0].star):
+    if not (
+        m.matches(call.func, m.Attribute(attr=m.Name("type")))
+        and len(call.args) == 1
+        and call.args[0].keyword is None
+        and not call.args[0].star
+    ):
         return None
     spelled = _CODE(call.args[0].value)
     if spelled == "torch.cuda.HalfTensor":
@@ -937,8 +1189,9 @@ def _not(test: cst.BaseExpression) -> cst.UnaryOperation:
 
 
 def _if(test: cst.BaseExpression, yes: cst.BaseExpression, no: cst.BaseExpression) -> cst.IfExp:
-    return cst.IfExp(test=test.deep_clone(), body=yes, orelse=no,
-                     lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.IfExp(
+        test=test.deep_clone(), body=yes, orelse=no, lpar=[cst.LeftParen()], rpar=[cst.RightParen()]
+    )
 
 
 def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -962,5 +1215,6 @@ def _free_names(expr: cst.CSTNode) -> set[str]:
     for comp in m.findall(expr, m.CompFor()):
         bound |= {n.value for n in m.findall(comp.target, m.Name())}
     skip = {id(a.attr) for a in m.findall(expr, m.Attribute())} | {
-        id(a.keyword) for a in m.findall(expr, m.Arg()) if a.keyword is not None}
+        id(a.keyword) for a in m.findall(expr, m.Arg()) if a.keyword is not None
+    }
     return {n.value for n in m.findall(expr, m.Name()) if id(n) not in skip} - bound

@@ -40,6 +40,7 @@ Example
     from apex.fp16_utils import *                 losses.update(reduced_loss.item(), n)
     losses.update(to_python_float(reduced_loss), n)
 """
+
 from __future__ import annotations
 
 import ast
@@ -57,7 +58,9 @@ from .fp16_names import PACKAGE, STAR, public, star_module
 from .plan import pure
 
 TO_ITEM = define(
-    "AMP450", "to-python-float-to-item", Severity.INFO,
+    "AMP450",
+    "to-python-float-to-item",
+    Severity.INFO,
     "`to_python_float(t)` became `t.item()`.",
     "Apex's `to_python_float` returned `t.item()` when `t` has an `item` method and `t[0]` "
     "otherwise, a fallback for torch 0.3 tensors. Every tensor and NumPy scalar has `.item()`, "
@@ -67,7 +70,9 @@ TO_ITEM = define(
     after="losses.update(loss.item(), n)",
 )
 CLIP_GRAD_NORM = define(
-    "AMP451", "clip-grad-norm-to-torch", Severity.INFO,
+    "AMP451",
+    "clip-grad-norm-to-torch",
+    Severity.INFO,
     "`apex.fp16_utils.clip_grad_norm` became `torch.nn.utils.clip_grad_norm_`.",
     "On torch newer than 0.4 Apex defines `clip_grad_norm = torch.nn.utils.clip_grad_norm_`: "
     "the same function object, so nothing changes but the name.",
@@ -75,7 +80,9 @@ CLIP_GRAD_NORM = define(
     after="import torch\ntorch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
 )
 FP16_OPTIMIZER = define(
-    "AMP460", "fp16-optimizer-not-migrated", Severity.WARNING,
+    "AMP460",
+    "fp16-optimizer-not-migrated",
+    Severity.WARNING,
     "`FP16_Optimizer` has no provably right native form here; the file uses the shim.",
     "`FP16_Optimizer` wraps an optimizer of an fp16 model with fp32 master weights and its own "
     "loss scaler, and owns `backward`, `step`, `clip_master_grads` and a checkpoint format of "
@@ -84,16 +91,17 @@ FP16_OPTIMIZER = define(
     "the model construction, the training loop and the checkpoints together; until that is "
     "proven for the file, the shim keeps Apex's behaviour.",
     before="from apex.fp16_utils import FP16_Optimizer\n"
-           "optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)",
+    "optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)",
     after="from amp_shim.fp16_utils import FP16_Optimizer\n"
-          "optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)",
+    "optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)",
     falls_back=True,
     refusal="an FP16_Optimizer use not provably the native recipe",
 )
 MODEL_CONVERSION = define(
-    "AMP461", "fp16-model-conversion-not-migrated", Severity.WARNING,
-    "This Apex fp16 model conversion has no provably right native form here; the file uses "
-    "the shim.",
+    "AMP461",
+    "fp16-model-conversion-not-migrated",
+    Severity.WARNING,
+    "This Apex fp16 model conversion has no provably right native form here; the file uses the shim.",
     "`network_to_half`, `FP16Model`, `tofp16`, `BN_convert_float`, `convert_module` and "
     "`convert_network` make a pure-fp16 model (affine BatchNorm kept in fp32), some of them "
     "inside a wrapper module that adds `1.` or `network.` to every state-dict key. Native "
@@ -106,23 +114,26 @@ MODEL_CONVERSION = define(
     refusal="an fp16 model conversion with no provable native form",
 )
 MASTER_PARAMS = define(
-    "AMP462", "fp16-master-params-not-migrated", Severity.WARNING,
-    "Apex's manual master-weight helpers have no provably right native form here; the file "
-    "uses the shim.",
+    "AMP462",
+    "fp16-master-params-not-migrated",
+    Severity.WARNING,
+    "Apex's manual master-weight helpers have no provably right native form here; the file uses the shim.",
     "`prep_param_lists`, `model_grads_to_master_grads` and `master_params_to_model_params` "
     "implement fp32 master weights for an fp16 model by hand, around a loss scale the file "
     "manages itself. The native recipe (fp32 model, autocast, GradScaler) removes the copies "
     "altogether, which changes the training loop beyond these calls; the shim keeps Apex's "
     "behaviour.",
     before="from apex.fp16_utils import prep_param_lists\n"
-           "model_params, master_params = prep_param_lists(model)",
+    "model_params, master_params = prep_param_lists(model)",
     after="from amp_shim.fp16_utils import prep_param_lists\n"
-          "model_params, master_params = prep_param_lists(model)",
+    "model_params, master_params = prep_param_lists(model)",
     falls_back=True,
     refusal="manual master weights with no provable native form",
 )
 LEGACY_SCALER = define(
-    "AMP463", "fp16-loss-scaler-not-migrated", Severity.WARNING,
+    "AMP463",
+    "fp16-loss-scaler-not-migrated",
+    Severity.WARNING,
     "Apex's legacy `LossScaler` / `DynamicLossScaler` have no provably right native form "
     "here; the file uses the shim.",
     "The legacy scalers of `apex.fp16_utils` differ from `torch.amp.GradScaler`: "
@@ -135,9 +146,10 @@ LEGACY_SCALER = define(
     refusal="legacy loss scalers with no provable native form",
 )
 STAR_IMPORT_NEEDED = define(
-    "AMP464", "fp16-utils-star-import-still-needed", Severity.WARNING,
-    "`from apex.fp16_utils import *` still provides names the file uses; the file uses the "
-    "shim.",
+    "AMP464",
+    "fp16-utils-star-import-still-needed",
+    Severity.WARNING,
+    "`from apex.fp16_utils import *` still provides names the file uses; the file uses the shim.",
     "amp-migrate removes a star import of `apex.fp16_utils` only when every name the file "
     "takes from it was rewritten. The names in the message were not (a helper with no native "
     "form, a use other than a call, or a name such as `torch` that the star import happens to "
@@ -153,10 +165,13 @@ _TO_PYTHON_FLOAT = "apex.fp16_utils.to_python_float"
 _CLIP_GRAD_NORM = "apex.fp16_utils.clip_grad_norm"
 _FALLBACKS: dict[str, Code] = {
     **dict.fromkeys(("FP16_Optimizer", "FP16_Module", "fp32_to_fp16", "fp16_to_fp32"), FP16_OPTIMIZER),
-    **dict.fromkeys(("network_to_half", "FP16Model", "tofp16", "BN_convert_float", "convert_module",
-                     "convert_network"), MODEL_CONVERSION),
-    **dict.fromkeys(("prep_param_lists", "model_grads_to_master_grads", "master_params_to_model_params"),
-                    MASTER_PARAMS),
+    **dict.fromkeys(
+        ("network_to_half", "FP16Model", "tofp16", "BN_convert_float", "convert_module", "convert_network"),
+        MODEL_CONVERSION,
+    ),
+    **dict.fromkeys(
+        ("prep_param_lists", "model_grads_to_master_grads", "master_params_to_model_params"), MASTER_PARAMS
+    ),
     **dict.fromkeys(("LossScaler", "DynamicLossScaler"), LEGACY_SCALER),
 }
 _STAR_EXPORTS = STAR
@@ -185,8 +200,15 @@ class Fp16UtilsToTorch(Rule):
     """`apex.fp16_utils` helpers with an exact torch form, rewritten; the others reported."""
 
     HANDLES = (_TO_PYTHON_FLOAT, _CLIP_GRAD_NORM, *(f"{PACKAGE}.{name}" for name in _FALLBACKS))
-    EMITS = (TO_ITEM, CLIP_GRAD_NORM, FP16_OPTIMIZER, MODEL_CONVERSION, MASTER_PARAMS, LEGACY_SCALER,
-             STAR_IMPORT_NEEDED)
+    EMITS = (
+        TO_ITEM,
+        CLIP_GRAD_NORM,
+        FP16_OPTIMIZER,
+        MODEL_CONVERSION,
+        MASTER_PARAMS,
+        LEGACY_SCALER,
+        STAR_IMPORT_NEEDED,
+    )
 
     MARKERS = ("fp16_util",)
 
@@ -194,11 +216,13 @@ class Fp16UtilsToTorch(Rule):
         words = self.words_for(PACKAGE)
         if words is not None and self.state.index is not None:
             for node in self.state.index.imports():
-                if isinstance(node, ast.ImportFrom) and node.module in _STAR_EXPORTS \
-                        and any(a.name == "*" for a in node.names):
+                if (
+                    isinstance(node, ast.ImportFrom)
+                    and node.module in _STAR_EXPORTS
+                    and any(a.name == "*" for a in node.names)
+                ):
                     words |= _STAR_EXPORTS[node.module]
         return words
-
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -229,7 +253,9 @@ class Fp16UtilsToTorch(Rule):
                         self._still_needed.add(name.value)
         else:
             self._star_uses_by_scope(exported)
-        top_level = {id(s) for stmt in node.body if isinstance(stmt, cst.SimpleStatementLine) for s in stmt.body}
+        top_level = {
+            id(s) for stmt in node.body if isinstance(stmt, cst.SimpleStatementLine) for s in stmt.body
+        }
         for found in self._star_imports:
             if id(found) not in top_level:
                 self._guarded[id(found)] = self._guard_removal(found)
@@ -249,8 +275,11 @@ class Fp16UtilsToTorch(Rule):
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         tree = super().transform_module_impl(tree)
-        if self._removed_star and AddImportsVisitor.CONTEXT_KEY in self.context.scratch \
-                and "apex" not in tree.code:
+        if (
+            self._removed_star
+            and AddImportsVisitor.CONTEXT_KEY in self.context.scratch
+            and "apex" not in tree.code
+        ):
             # Later rules (SettleImports among them) skip a file that no longer mentions Apex,
             # so the imports this rule asked for are added here.
             tree = add_requested_imports(self.context, tree, self.state.index)
@@ -260,22 +289,33 @@ class Fp16UtilsToTorch(Rule):
         if name.value == "clip_grad_norm":
             return True
         parent = self.parent(name)
-        return (name.value == "to_python_float" and isinstance(parent, cst.Call)
-                and parent.func is name and _only_argument(parent) is not None)
+        return (
+            name.value == "to_python_float"
+            and isinstance(parent, cst.Call)
+            and parent.func is name
+            and _only_argument(parent) is not None
+        )
 
-    def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom
-                         ) -> Union[cst.ImportFrom, cst.RemovalSentinel]:
+    def leave_ImportFrom(
+        self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom
+    ) -> Union[cst.ImportFrom, cst.RemovalSentinel]:
         if _star_module(original_node) is None:
             return updated_node
         if self._still_needed:
             names = ", ".join(f"`{n}`" for n in sorted(self._still_needed))
-            self.report(original_node, STAR_IMPORT_NEEDED,
-                        f"`{self.code_of(original_node)}` is still needed for {names}; the file uses the shim")
+            self.report(
+                original_node,
+                STAR_IMPORT_NEEDED,
+                f"`{self.code_of(original_node)}` is still needed for {names}; the file uses the shim",
+            )
             return updated_node
         why = self._guarded.get(id(original_node))
         if why is not None:
-            self.report(original_node, STAR_IMPORT_NEEDED,
-                        f"`{self.code_of(original_node)}` sits inside a block {why}; the file uses the shim")
+            self.report(
+                original_node,
+                STAR_IMPORT_NEEDED,
+                f"`{self.code_of(original_node)}` sits inside a block {why}; the file uses the shim",
+            )
             return updated_node
         self._removed_star = True
         return cst.RemoveFromParent()
@@ -294,13 +334,22 @@ class Fp16UtilsToTorch(Rule):
         if isinstance(owner, cst.Try) and owner.body is block:
             if owner.orelse is not None or owner.finalbody is not None:
                 return "of a `try` with `else`/`finally`"
-            assigned = [h for h in owner.handlers if not all(
-                isinstance(small, (cst.Pass, cst.Raise)) or m.matches(small, m.Expr(m.Call()))
-                for stmt in h.body.body if isinstance(stmt, cst.SimpleStatementLine) for small in stmt.body)
-                or not all(isinstance(stmt, cst.SimpleStatementLine) for stmt in h.body.body)]
+            assigned = [
+                h
+                for h in owner.handlers
+                if not all(
+                    isinstance(small, (cst.Pass, cst.Raise)) or m.matches(small, m.Expr(m.Call()))
+                    for stmt in h.body.body
+                    if isinstance(stmt, cst.SimpleStatementLine)
+                    for small in stmt.body
+                )
+                or not all(isinstance(stmt, cst.SimpleStatementLine) for stmt in h.body.body)
+            ]
             if assigned:
-                return (f"whose `except` (line {self.position(assigned[0])[0]}) does more than report the "
-                        "missing import, so the `try` cannot simply go")
+                return (
+                    f"whose `except` (line {self.position(assigned[0])[0]}) does more than report the "
+                    "missing import, so the `try` cannot simply go"
+                )
             self._drop.add(id(owner))
             return None
         if isinstance(owner, cst.If) and owner.body is block and owner.orelse is None and pure(owner.test):
@@ -348,17 +397,25 @@ class Fp16UtilsToTorch(Rule):
         name = self._fp16_name(node)
         if name is None or not name.startswith(PACKAGE + "."):
             return
-        code = _FALLBACKS.get(name[len(PACKAGE) + 1:])
+        code = _FALLBACKS.get(name[len(PACKAGE) + 1 :])
         refused = self.state.scratch.get("fp16_optimizer_refused")
         if code is FP16_OPTIMIZER and refused:
             return  # the flow's own rule said where and why
         if code is MODEL_CONVERSION and refused:
-            self.report(node, code, f"`{self.code_of(node)}` makes the fp16 model of an `FP16_Optimizer` flow "
-                                    "that has no native form here (AMP466 says why); the file uses the shim")
+            self.report(
+                node,
+                code,
+                f"`{self.code_of(node)}` makes the fp16 model of an `FP16_Optimizer` flow "
+                "that has no native form here (AMP466 says why); the file uses the shim",
+            )
             return
         if code is not None:
-            self.report(node, code, f"`{self.code_of(node)}` ({name}) has no native form amp-migrate "
-                                    "can prove right; the file uses the shim")
+            self.report(
+                node,
+                code,
+                f"`{self.code_of(node)}` ({name}) has no native form amp-migrate "
+                "can prove right; the file uses the shim",
+            )
 
     # -- rewrites ---------------------------------------------------------------------------
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
@@ -368,28 +425,38 @@ class Fp16UtilsToTorch(Rule):
             return updated_node  # RemainingApexUses (or the star import check) reports it
         value = _only_argument(updated_node)
         assert value is not None
-        self.report(original_node, TO_ITEM,
-                    f"`{self.code_of(original_node)}` became `.item()`; Apex's `t[0]` fallback for "
-                    "objects without `.item()` is gone")
-        return cst.Call(cst.Attribute(value=_receiver(value), attr=cst.Name("item")),
-                        lpar=updated_node.lpar, rpar=updated_node.rpar)
+        self.report(
+            original_node,
+            TO_ITEM,
+            f"`{self.code_of(original_node)}` became `.item()`; Apex's `t[0]` fallback for "
+            "objects without `.item()` is gone",
+        )
+        return cst.Call(
+            cst.Attribute(value=_receiver(value), attr=cst.Name("item")),
+            lpar=updated_node.lpar,
+            rpar=updated_node.rpar,
+        )
 
     def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
         if self._is_attr_name(original_node):
             return updated_node
         return self._clip_grad_norm(original_node, updated_node)
 
-    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+    def leave_Attribute(
+        self, original_node: cst.Attribute, updated_node: cst.Attribute
+    ) -> cst.BaseExpression:
         return self._clip_grad_norm(original_node, updated_node)
 
-    def _clip_grad_norm(self, original_node: Union[cst.Name, cst.Attribute],
-                        updated_node: cst.BaseExpression) -> cst.BaseExpression:
+    def _clip_grad_norm(
+        self, original_node: Union[cst.Name, cst.Attribute], updated_node: cst.BaseExpression
+    ) -> cst.BaseExpression:
         if self._fp16_name(original_node) != _CLIP_GRAD_NORM:
             return updated_node
         AddImportsVisitor.add_needed_import(self.context, "torch")
         self.report(original_node, CLIP_GRAD_NORM)
         return cst.parse_expression("torch.nn.utils.clip_grad_norm_").with_changes(
-            lpar=updated_node.lpar, rpar=updated_node.rpar)
+            lpar=updated_node.lpar, rpar=updated_node.rpar
+        )
 
 
 def _star_imports_in(found: list[cst.CSTNode]) -> list[cst.ImportFrom]:

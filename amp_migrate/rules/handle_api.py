@@ -28,16 +28,19 @@ Example
 becomes
     scaler = torch.amp.GradScaler("cuda")
 """
+
 from __future__ import annotations
 
 import libcst as cst
 
 from ..binding import HANDLE
 from ..diagnostics import Severity, define
-from .plan import ONE_SCALER, bind_arguments, literal, TrainingRule
+from .plan import ONE_SCALER, TrainingRule, bind_arguments, literal
 
 WRAP_ARGS = define(
-    "AMP710", "wrap-optimizer-arguments", Severity.WARNING,
+    "AMP710",
+    "wrap-optimizer-arguments",
+    Severity.WARNING,
     "`wrap_optimizer` is called with arguments amp-migrate cannot map.",
     "The native form keeps the optimizer and routes every loss through one GradScaler. That is "
     "provable for `wrap_optimizer(optimizer)` and `wrap_optimizer(optimizer, num_loss=N)` with "
@@ -56,10 +59,13 @@ class WrapOptimizerToOptimizer(TrainingRule):
     def interest(self):
         return self.words_for(HANDLE + ".wrap_optimizer")
 
-
     def _wrap_call(self, node: cst.CSTNode):
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
-                and node.func.attr.value == "wrap_optimizer" and self.apex_name(node.func.value) == HANDLE:
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "wrap_optimizer"
+            and self.apex_name(node.func.value) == HANDLE
+        ):
             return node
         return None
 
@@ -70,9 +76,14 @@ class WrapOptimizerToOptimizer(TrainingRule):
             return updated_node
         args = bind_arguments(call, ("optimizer", "num_loss"))
         losses = literal(args.get("num_loss")) if args else None
-        if args is None or "optimizer" not in args or set(args) - {"optimizer", "num_loss"} \
-                or not isinstance(small, cst.Assign) or len(small.targets) != 1 \
-                or ("num_loss" in args and not isinstance(losses, int)):
+        if (
+            args is None
+            or "optimizer" not in args
+            or set(args) - {"optimizer", "num_loss"}
+            or not isinstance(small, cst.Assign)
+            or len(small.targets) != 1
+            or ("num_loss" in args and not isinstance(losses, int))
+        ):
             self.report(call, WRAP_ARGS)
             return updated_node
         if isinstance(losses, int) and losses > 1:

@@ -40,6 +40,7 @@ Soundness
     reported and sends the file to the shim, so a native output never runs part Apex, part
     native.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Union
@@ -58,7 +59,9 @@ from .plan import pure
 SHIM = "amp_shim"
 
 UNSUPPORTED = define(
-    "AMP900", "apex-use-not-migrated", Severity.WARNING,
+    "AMP900",
+    "apex-use-not-migrated",
+    Severity.WARNING,
     "This Apex use has no provably right native form; the file uses the shim.",
     "Native output must train exactly as the Apex code did, or in the documented way it "
     "differs. Uses that no rule understands (Apex internals such as `amp._amp_state`, "
@@ -72,9 +75,10 @@ UNSUPPORTED = define(
 )
 
 SHIM_NAME_MISSING = define(
-    "AMP470", "shim-name-missing", Severity.ERROR,
-    "An Apex module or name this file uses does not exist in the shim; the file was left "
-    "untouched.",
+    "AMP470",
+    "shim-name-missing",
+    Severity.ERROR,
+    "An Apex module or name this file uses does not exist in the shim; the file was left untouched.",
     "The shim target only points imports at `amp_shim`, which provides `apex.amp`, "
     "`apex.fp16_utils`, `apex.optimizers`, `apex.parallel` and `apex.normalization` as of "
     "Apex's last release. Names that older releases had (`apex.optimizers.FP16_Optimizer`, "
@@ -88,7 +92,9 @@ SHIM_NAME_MISSING = define(
     refusal="an Apex module or name missing from the release the shim reproduces",
 )
 SHIM_ARGUMENT_REJECTED = define(
-    "AMP471", "shim-argument-rejected", Severity.ERROR,
+    "AMP471",
+    "shim-argument-rejected",
+    Severity.ERROR,
     "A call passes an Apex class or function an argument the shim's version does not take; "
     "the file was left untouched.",
     "`amp_shim` has the signatures of Apex's last release. Older releases took arguments it "
@@ -98,14 +104,13 @@ SHIM_ARGUMENT_REJECTED = define(
     "Remove the argument (clip with `torch.nn.utils.clip_grad_norm_` where it clipped) and "
     "run again.",
     before="optimizer = FusedAdam(params, lr=1e-4, bias_correction=False, max_grad_norm=1.0)",
-    after="optimizer = FusedAdam(params, lr=1e-4, bias_correction=False, max_grad_norm=1.0)"
-          "  # unchanged",
+    after="optimizer = FusedAdam(params, lr=1e-4, bias_correction=False, max_grad_norm=1.0)  # unchanged",
     refusal="an argument the release the shim reproduces does not take",
 )
 
 
 def shim_module_name(name: str) -> str:
-    return SHIM + name[len(APEX):]
+    return SHIM + name[len(APEX) :]
 
 
 def _dotted(name: str) -> Union[cst.Name, cst.Attribute]:
@@ -131,12 +136,10 @@ class ShimImports(Rule):
             if alias.asname is not None:
                 names.append(alias.with_changes(name=_dotted(shim_module_name(full))))
             else:  # `import apex.amp` binds `apex`: bind the shim package to that name
-                names.append(alias.with_changes(
-                    name=cst.Name(SHIM), asname=cst.AsName(name=cst.Name(APEX))))
+                names.append(alias.with_changes(name=cst.Name(SHIM), asname=cst.AsName(name=cst.Name(APEX))))
         return updated_node.with_changes(names=names)
 
-    def leave_ImportFrom(self, original_node: cst.ImportFrom,
-                         updated_node: cst.ImportFrom) -> cst.ImportFrom:
+    def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom) -> cst.ImportFrom:
         if updated_node.relative or updated_node.module is None:
             return updated_node
         full = get_full_name_for_node(updated_node.module) or ""
@@ -151,16 +154,25 @@ def _apex_import(stmt: cst.CSTNode) -> bool:
     if isinstance(stmt, cst.Import):
         return all(is_apex_name(get_full_name_for_node(a.name) or "") for a in stmt.names)
     if isinstance(stmt, cst.ImportFrom):
-        return (not stmt.relative and stmt.module is not None
-                and is_apex_name(get_full_name_for_node(stmt.module) or ""))
+        return (
+            not stmt.relative
+            and stmt.module is not None
+            and is_apex_name(get_full_name_for_node(stmt.module) or "")
+        )
     return False
 
 
 def _emptied(original: cst.CSTNode, updated: cst.CSTNode) -> bool:
     """An `if` (no `else`, a side-effect-free test) whose body this pass removed entirely."""
-    return (isinstance(original, cst.If) and isinstance(updated, cst.If) and original.orelse is None
-            and isinstance(updated.body, cst.IndentedBlock) and not updated.body.body
-            and bool(original.body.body) and pure(original.test))
+    return (
+        isinstance(original, cst.If)
+        and isinstance(updated, cst.If)
+        and original.orelse is None
+        and isinstance(updated.body, cst.IndentedBlock)
+        and not updated.body.body
+        and bool(original.body.body)
+        and pure(original.test)
+    )
 
 
 _GUARD_HANDLER_STATEMENT = m.OneOf(
@@ -184,7 +196,6 @@ class SettleImports(Rule):
     def applies(cls, state, context) -> bool:
         return bool(context.scratch.get(AddImportsVisitor.CONTEXT_KEY)) or super().applies(state, context)
 
-
     _read: Optional[set[str]] = None
 
     def _reads(self) -> set[str]:
@@ -203,8 +214,10 @@ class SettleImports(Rule):
             for small in body:
                 if isinstance(small.names, cst.ImportStar):
                     return False
-                if any((alias.evaluated_alias or alias.evaluated_name.split(".")[0]) in self._reads()
-                       for alias in small.names):
+                if any(
+                    (alias.evaluated_alias or alias.evaluated_name.split(".")[0]) in self._reads()
+                    for alias in small.names
+                ):
                     return False
             return True
         for small in body:
@@ -229,7 +242,9 @@ class SettleImports(Rule):
         for stmt in stmts:
             if isinstance(stmt, cst.SimpleStatementLine):
                 for small in stmt.body:
-                    if isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar):
+                    if isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(
+                        small.names, cst.ImportStar
+                    ):
                         for alias in small.names:
                             names.add(alias.evaluated_alias or alias.evaluated_name.split(".")[0])
         return names
@@ -242,7 +257,8 @@ class SettleImports(Rule):
                 if not m.matches(small, _GUARD_HANDLER_STATEMENT):
                     return False
                 if isinstance(small, cst.Assign) and not all(
-                        m.matches(t.target, m.Name()) and t.target.value in names for t in small.targets):
+                    m.matches(t.target, m.Name()) and t.target.value in names for t in small.targets
+                ):
                     return False
         return True
 
@@ -256,8 +272,9 @@ class SettleImports(Rule):
             names = self._guard_names(node.body.body)
             return all(self._only_guard(h.body, names) for h in node.handlers)
         if isinstance(node, cst.If):
-            return (node.orelse is None and bool(node.body.body)
-                    and all(self._unused(s) for s in node.body.body))
+            return (
+                node.orelse is None and bool(node.body.body) and all(self._unused(s) for s in node.body.body)
+            )
         return False
 
     def _flag_only_try(self, node: cst.CSTNode):
@@ -269,15 +286,24 @@ class SettleImports(Rule):
         rest = [s for s in node.body.body if not _apex_import(s)]
         if not imports or not rest or not all(self._unused(s) for s in imports):
             return None
-        constant = m.SimpleStatementLine(body=[m.Assign(
-            targets=[m.AssignTarget(m.Name())],
-            value=m.OneOf(m.Name("True"), m.Name("False"), m.Name("None"), m.Integer(), m.SimpleString()))])
+        constant = m.SimpleStatementLine(
+            body=[
+                m.Assign(
+                    targets=[m.AssignTarget(m.Name())],
+                    value=m.OneOf(
+                        m.Name("True"), m.Name("False"), m.Name("None"), m.Integer(), m.SimpleString()
+                    ),
+                )
+            ]
+        )
         if not all(m.matches(s, constant) for s in rest):
             return None
         import_errors = m.OneOf(m.Name("ImportError"), m.Name("ModuleNotFoundError"))
         names = self._guard_names(imports) | {s.body[0].targets[0].target.value for s in rest}
-        if not all(h.type is not None and m.matches(h.type, import_errors)
-                   and self._only_guard(h.body, names) for h in node.handlers):
+        if not all(
+            h.type is not None and m.matches(h.type, import_errors) and self._only_guard(h.body, names)
+            for h in node.handlers
+        ):
             return None
         rest[0] = rest[0].with_changes(leading_lines=node.leading_lines)
         return cst.FlattenSentinel(rest)
@@ -315,17 +341,23 @@ class RemainingApexUses(Rule):
     def visit_Import(self, node: cst.Import) -> bool:
         for alias in node.names:
             if is_apex_name(get_full_name_for_node(alias.name) or ""):
-                self.report(node, UNSUPPORTED,
-                            f"`import {get_full_name_for_node(alias.name)}` is still needed: "
-                            "a use of it has no native rule")
+                self.report(
+                    node,
+                    UNSUPPORTED,
+                    f"`import {get_full_name_for_node(alias.name)}` is still needed: "
+                    "a use of it has no native rule",
+                )
         return False
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
         if node.module is not None and not node.relative:
             name = get_full_name_for_node(node.module) or ""
             if is_apex_name(name):
-                self.report(node, UNSUPPORTED,
-                            f"`from {name} import ...` is still needed: a use of it has no native rule")
+                self.report(
+                    node,
+                    UNSUPPORTED,
+                    f"`from {name} import ...` is still needed: a use of it has no native rule",
+                )
         return False
 
     def visit_Name(self, node: cst.Name) -> Optional[bool]:

@@ -30,6 +30,7 @@ Example
 becomes
     scaler = torch.amp.GradScaler("cuda")
 """
+
 from __future__ import annotations
 
 from typing import Optional, Sequence, Union
@@ -38,7 +39,7 @@ import libcst as cst
 from libcst.codemod.visitors import AddImportsVisitor
 
 from .base import Rule
-from .plan import INIT, INITIALIZE, bind_arguments, pure, TrainingRule
+from .plan import INIT, INITIALIZE, TrainingRule, bind_arguments, pure
 
 Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
 
@@ -56,13 +57,21 @@ def returned_value(call: cst.Call) -> Optional[cst.BaseExpression]:
     models = models.with_changes(lpar=[], rpar=[]) if hasattr(models, "lpar") else models
     if optimizers is None:
         return models
-    return cst.Tuple([cst.Element(models, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
-                      cst.Element(optimizers)], lpar=[], rpar=[])
+    return cst.Tuple(
+        [
+            cst.Element(models, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+            cst.Element(optimizers),
+        ],
+        lpar=[],
+        rpar=[],
+    )
 
 
 def _empty(body: cst.BaseSuite) -> bool:
-    return not body.body or all(isinstance(s, cst.SimpleStatementLine) and
-                                all(isinstance(x, cst.Pass) for x in s.body) for s in body.body)
+    return not body.body or all(
+        isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Pass) for x in s.body)
+        for s in body.body
+    )
 
 
 class InitializeToGradScaler(TrainingRule):
@@ -75,44 +84,79 @@ class InitializeToGradScaler(TrainingRule):
         super().__init__(context, state)
         self.created = False
         self.regions = self.plan.inference if self.plan is not None else state.scratch.get("inference", ())
-        self.dropped = {r.line for r in self.regions} | (self.plan.absorbed if self.plan is not None else set())
+        self.dropped = {r.line for r in self.regions} | (
+            self.plan.absorbed if self.plan is not None else set()
+        )
 
     @classmethod
     def applies(cls, state, context) -> bool:
         return ("training" in state.scratch or "inference" in state.scratch) and Rule.applies.__func__(
-            cls, state, context)
+            cls, state, context
+        )
 
     APEX_ON_THE_LINE = True
 
     def interest(self):
         return self.words_for(INITIALIZE, INIT)
 
-    def _creation(self, plan, leading_lines=(), where: Optional[cst.CSTNode] = None) -> list[cst.SimpleStatementLine]:
+    def _creation(
+        self, plan, leading_lines=(), where: Optional[cst.CSTNode] = None
+    ) -> list[cst.SimpleStatementLine]:
         """One GradScaler per loss id when the plan keeps Apex's per-loss scalers apart; where
         other modules share it, declared global (in a function) and handed to them."""
         AddImportsVisitor.add_needed_import(self.context, "torch")
         self.created = True
-        made = [cst.SimpleStatementLine(
-            [cst.Assign([cst.AssignTarget(cst.parse_expression(scaler))], plan.scaler_call.deep_clone())])
-            for scaler in plan.scalers]
+        made = [
+            cst.SimpleStatementLine(
+                [cst.Assign([cst.AssignTarget(cst.parse_expression(scaler))], plan.scaler_call.deep_clone())]
+            )
+            for scaler in plan.scalers
+        ]
         shared = plan.shared
         if shared is not None and shared.global_:
             names = [shared.name, *(t for t in shared.amp_publish if "." not in t)]  # amp's own switch too
-            declared = [cst.SimpleStatementLine([cst.Global([cst.NameItem(cst.Name(n)) for n in names])])] \
-                if where is not None and any(isinstance(p, cst.FunctionDef) for p in self.ancestors(where)) else []
+            declared = (
+                [cst.SimpleStatementLine([cst.Global([cst.NameItem(cst.Name(n)) for n in names])])]
+                if where is not None and any(isinstance(p, cst.FunctionDef) for p in self.ancestors(where))
+                else []
+            )
             if plan.scaler == shared.name:
                 made[:0] = declared
             else:  # kept on `self`: the module's global names the same object
-                made += declared + [cst.SimpleStatementLine([cst.Assign(
-                    [cst.AssignTarget(cst.Name(shared.name))], cst.parse_expression(plan.scaler))])]
+                made += declared + [
+                    cst.SimpleStatementLine(
+                        [
+                            cst.Assign(
+                                [cst.AssignTarget(cst.Name(shared.name))], cst.parse_expression(plan.scaler)
+                            )
+                        ]
+                    )
+                ]
         for target in shared.publish if shared is not None else ():
-            made.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.parse_expression(target))],
-                                                             cst.parse_expression(plan.scaler))]))
-        amp_on = next((a.value for a in plan.autocast_call.args if a.keyword is not None
-                       and a.keyword.value == "enabled"), cst.Name("True"))
+            made.append(
+                cst.SimpleStatementLine(
+                    [
+                        cst.Assign(
+                            [cst.AssignTarget(cst.parse_expression(target))],
+                            cst.parse_expression(plan.scaler),
+                        )
+                    ]
+                )
+            )
+        amp_on = next(
+            (
+                a.value
+                for a in plan.autocast_call.args
+                if a.keyword is not None and a.keyword.value == "enabled"
+            ),
+            cst.Name("True"),
+        )
         for target in shared.amp_publish if shared is not None else ():  # autocast's switch, apart
-            made.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.parse_expression(target))],
-                                                             amp_on.deep_clone())]))
+            made.append(
+                cst.SimpleStatementLine(
+                    [cst.Assign([cst.AssignTarget(cst.parse_expression(target))], amp_on.deep_clone())]
+                )
+            )
         made[0] = made[0].with_changes(leading_lines=leading_lines)
         return made
 
@@ -138,7 +182,11 @@ class InitializeToGradScaler(TrainingRule):
         if self.plan is None:
             return updated_node
         plan = self.plan.at(self.position(original_node)[0])
-        if plan.hoisted or not self._creates_here(original_node) or self._loop_of(original_node, plan) is not None:
+        if (
+            plan.hoisted
+            or not self._creates_here(original_node)
+            or self._loop_of(original_node, plan) is not None
+        ):
             if rest is None:
                 return cst.RemoveFromParent()
             return updated_node.with_changes(body=[rest])
@@ -168,8 +216,11 @@ class InitializeToGradScaler(TrainingRule):
             return self._flag_body(updated_node)
         if self.plan is None and not self.dropped or original_node.orelse is not None:
             return updated_node
-        guarded = [s for s in original_node.body.body if self._holds_init(s)
-                   or isinstance(s, cst.For) and any(self._holds_init(x) for x in s.body.body)]
+        guarded = [
+            s
+            for s in original_node.body.body
+            if self._holds_init(s) or isinstance(s, cst.For) and any(self._holds_init(x) for x in s.body.body)
+        ]
         if not guarded:
             return updated_node
         if all(self.position(s)[0] in self.dropped for s in guarded):
@@ -199,11 +250,17 @@ class InitializeToGradScaler(TrainingRule):
         return cst.FlattenSentinel(body)
 
     def _holds_init(self, statement: cst.CSTNode) -> bool:
-        if isinstance(statement, cst.If) and self.plan is not None \
-                and self.position(statement)[0] in self.plan.flag_branches:
+        if (
+            isinstance(statement, cst.If)
+            and self.plan is not None
+            and self.position(statement)[0] in self.plan.flag_branches
+        ):
             return any(self._holds_init(s) for s in statement.body.body)
-        return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+        return (
+            isinstance(statement, cst.SimpleStatementLine)
+            and len(statement.body) == 1
             and self._is_init(getattr(statement.body[0], "value", None))
+        )
 
     def _loop_of(self, statement: cst.CSTNode, plan) -> Optional[cst.For]:
         """The loop that only runs this `initialize` on each element, where the plan builds one
@@ -226,13 +283,17 @@ class InitializeToGradScaler(TrainingRule):
         plan = self.plan.at(self.position(inits[0])[0])
         if self._loop_of(inits[0], plan) is None:
             return updated_node
-        creation = [] if plan.hoisted or not self._creates_here(original_node) else \
-            self._creation(plan, original_node.leading_lines, original_node)
+        creation = (
+            []
+            if plan.hoisted or not self._creates_here(original_node)
+            else self._creation(plan, original_node.leading_lines, original_node)
+        )
         if not updated_node.body.body and pure(original_node.iter, ("range", "len", "enumerate", "zip")):
             return cst.FlattenSentinel(creation) if creation else cst.RemoveFromParent()
         if not updated_node.body.body:
-            updated_node = updated_node.with_changes(body=updated_node.body.with_changes(
-                body=[cst.SimpleStatementLine([cst.Pass()])]))
+            updated_node = updated_node.with_changes(
+                body=updated_node.body.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
+            )
         if not creation:
             return updated_node
         return cst.FlattenSentinel([*creation, updated_node.with_changes(leading_lines=())])
@@ -252,12 +313,15 @@ class InitializeToGradScaler(TrainingRule):
             if after <= 0 or after > len(updated):
                 continue
             AddImportsVisitor.add_needed_import(self.context, "torch")
-            inner = list(updated[len(updated) - after:])
+            inner = list(updated[len(updated) - after :])
             lead = inner[0].leading_lines
             inner[0] = inner[0].with_changes(leading_lines=())
-            region_with = cst.With(items=[cst.WithItem(region.autocast_call.deep_clone())],
-                                   body=cst.IndentedBlock(inner), leading_lines=lead)
-            return [*updated[:len(updated) - after], region_with]
+            region_with = cst.With(
+                items=[cst.WithItem(region.autocast_call.deep_clone())],
+                body=cst.IndentedBlock(inner),
+                leading_lines=lead,
+            )
+            return [*updated[: len(updated) - after], region_with]
         return None
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
@@ -274,9 +338,15 @@ class InitializeToGradScaler(TrainingRule):
                 AddImportsVisitor.add_needed_import(self.context, module, obj, asname, relative)
             if shared.declare and (self.created or self.plan.placement == "shared"):
                 switch = [(shared.amp_switch, "False")] if shared.amp_switch else []
-                return self._at_top(updated_node, [cst.SimpleStatementLine(
-                    [cst.Assign([cst.AssignTarget(cst.Name(name))], cst.Name(value))])
-                    for name, value in [(shared.name, "None"), *switch]])
+                return self._at_top(
+                    updated_node,
+                    [
+                        cst.SimpleStatementLine(
+                            [cst.Assign([cst.AssignTarget(cst.Name(name))], cst.Name(value))]
+                        )
+                        for name, value in [(shared.name, "None"), *switch]
+                    ],
+                )
         if self.created or self.plan.placement == "shared":
             return updated_node
         return self._at_top(updated_node, self._creation(self.plan))
@@ -287,8 +357,10 @@ class InitializeToGradScaler(TrainingRule):
         at = 0
         for i, stmt in enumerate(body):
             if isinstance(stmt, cst.SimpleStatementLine) and all(
-                    isinstance(s, (cst.Import, cst.ImportFrom)) or
-                    (isinstance(s, cst.Expr) and isinstance(s.value, cst.SimpleString)) for s in stmt.body):
+                isinstance(s, (cst.Import, cst.ImportFrom))
+                or (isinstance(s, cst.Expr) and isinstance(s.value, cst.SimpleString))
+                for s in stmt.body
+            ):
                 at = i + 1
             elif isinstance(stmt, (cst.Try, cst.If)) and i == at:
                 at = i + 1  # import guards at the top (try: import apex ...)

@@ -19,6 +19,7 @@ region ends) of locals the caller assigned before the call, and the caller reach
 the autocast reads. Anything else falls back (AMP205 for a call site, AMP206 for the function),
 with the place. This module holds no rule; ScaleLossToGradScaler asks it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,7 +32,9 @@ from ..diagnostics import Code, Severity, define
 from .plan import pure
 
 CALLER_LOSS_UNPROVEN = define(
-    "AMP205", "caller-loss-not-from-forward", Severity.WARNING,
+    "AMP205",
+    "caller-loss-not-from-forward",
+    Severity.WARNING,
     "A call of the function that scales the loss it is given passes a loss that is not computed "
     "before the call in the caller, so there is no forward to put under autocast there.",
     "The function's `scale_loss` scales its loss parameter; the forward that made the loss is in "
@@ -42,13 +45,15 @@ CALLER_LOSS_UNPROVEN = define(
     "cannot reach the scaler autocast reads, so the file uses the shim. Compute the loss in a "
     "local right before the call to migrate it natively.",
     before="def step(loss, opt):\n    with amp.scale_loss(loss, opt) as s:\n        s.backward()\n"
-           "def train(batch_loss, opt):\n    step(batch_loss, opt)",
+    "def train(batch_loss, opt):\n    step(batch_loss, opt)",
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="a caller hands on a loss whose forward it does not show",
 )
 CALLED_OTHERWISE = define(
-    "AMP206", "loss-helper-not-only-called", Severity.WARNING,
+    "AMP206",
+    "loss-helper-not-only-called",
+    Severity.WARNING,
     "The function that scales the loss it is given is used other than by direct calls in this "
     "file (handed on as a value, called from a lambda or a comprehension, decorated, defined "
     "twice, or never called here), so not every forward that makes its loss can be put under "
@@ -58,15 +63,16 @@ CALLED_OTHERWISE = define(
     "forward in fp32 where Apex's O1 cast it, so the file uses the shim. Call the function "
     "directly from the training loop to migrate it natively.",
     before="def step(loss, opt):\n    with amp.scale_loss(loss, opt) as s:\n        s.backward()\n"
-           "trainer = Trainer(backward_fn=step)",
+    "trainer = Trainer(backward_fn=step)",
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="the function that scales a given loss has callers the file does not show",
 )
 CALLERS_CAST = define(
-    "AMP207", "autocast-in-callers", Severity.INFO,
-    "The loss is a parameter of this function: autocast goes around the forward in each of its "
-    "callers.",
+    "AMP207",
+    "autocast-in-callers",
+    Severity.INFO,
+    "The loss is a parameter of this function: autocast goes around the forward in each of its callers.",
     "Every call of the function in the file passes a loss the caller computed right before it, "
     "so each caller's forward (from its first use of an `initialize`d model, or the statements "
     "the loss comes from, to the loss) runs under `torch.autocast`, and the function scales the "
@@ -81,6 +87,7 @@ CALLERS_CAST = define(
 class CallerSite:
     """One call of the function: the call, the statement of its block that holds it, and the
     expression it passes as the loss."""
+
     call: cst.Call
     statement: cst.CSTNode
     loss: cst.BaseExpression
@@ -100,8 +107,9 @@ def _innermost_function(rule, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
     return None
 
 
-def loss_parameter(rule, node: cst.CSTNode, loss: cst.BaseExpression,
-                   assigned) -> Optional[tuple[cst.FunctionDef, str, Optional[int]]]:
+def loss_parameter(
+    rule, node: cst.CSTNode, loss: cst.BaseExpression, assigned
+) -> Optional[tuple[cst.FunctionDef, str, Optional[int]]]:
     """(function, parameter, position or None for keyword-only) where `loss` is a parameter
     of the module-level function around `node` that its body never rebinds (`assigned(stmt)`
     names what a statement assigns); None otherwise, which AMP202 reports (a method's callers
@@ -160,8 +168,9 @@ def _bound_loss(call: cst.Call, parameter: str, index: Optional[int]) -> Union[c
     return f"`{parameter}` is left to its default"
 
 
-def caller_sites(rule, module: cst.Module, function: cst.FunctionDef, parameter: str,
-                 index: Optional[int]) -> Union[list[CallerSite], Refused]:
+def caller_sites(
+    rule, module: cst.Module, function: cst.FunctionDef, parameter: str, index: Optional[int]
+) -> Union[list[CallerSite], Refused]:
     """Every call of `function` in the file with the loss it passes, or the first reason one
     cannot be followed (AMP206 for the function, AMP205 for a call's loss)."""
     name = function.name.value
@@ -171,8 +180,11 @@ def caller_sites(rule, module: cst.Module, function: cst.FunctionDef, parameter:
     sites: list[CallerSite] = []
     for node in rule.findall(module, m.Name(name), {name}):
         parent = rule.parent(node)
-        if parent is function or (isinstance(parent, cst.Arg) and parent.keyword is node) or \
-                (isinstance(parent, cst.Attribute) and parent.attr is node):
+        if (
+            parent is function
+            or (isinstance(parent, cst.Arg) and parent.keyword is node)
+            or (isinstance(parent, cst.Attribute) and parent.attr is node)
+        ):
             continue
         if not (isinstance(parent, cst.Call) and parent.func is node):
             return Refused(node, CALLED_OTHERWISE, f"`{name}` is used other than by a direct call")
@@ -183,8 +195,12 @@ def caller_sites(rule, module: cst.Module, function: cst.FunctionDef, parameter:
         if isinstance(loss, str):
             return Refused(parent, CALLER_LOSS_UNPROVEN, f"the loss given to `{name}` here: {loss}")
         if not pure(loss):
-            return Refused(loss, CALLER_LOSS_UNPROVEN, f"the loss given to `{name}` here, "
-                           f"`{rule.code_of(loss)}`, is computed by a call after the forward's region would end")
+            return Refused(
+                loss,
+                CALLER_LOSS_UNPROVEN,
+                f"the loss given to `{name}` here, "
+                f"`{rule.code_of(loss)}`, is computed by a call after the forward's region would end",
+            )
         sites.append(CallerSite(parent, statement, loss))
     if not sites:
         return Refused(function, CALLED_OTHERWISE, f"`{name}` is not called in this file")
@@ -193,7 +209,9 @@ def caller_sites(rule, module: cst.Module, function: cst.FunctionDef, parameter:
 
 def calls_any(statement: cst.CSTNode, names: frozenset[str]) -> bool:
     """Whether the statement calls one of the functions `names` (a backward of its own)."""
-    return bool(names) and bool(m.findall(statement, m.Call(func=m.Name(m.MatchIfTrue(lambda v: v in names)))))
+    return bool(names) and bool(
+        m.findall(statement, m.Call(func=m.Name(m.MatchIfTrue(lambda v: v in names))))
+    )
 
 
 def _roots(expr: cst.CSTNode) -> set[str]:
@@ -230,9 +248,14 @@ def autocast_reaches(rule, plan, site: CallerSite) -> Optional[str]:
     scaler_root = plan.scaler.split(".")[0]
     threaded = {t.name for t in plan.threaded}
     for root in sorted(_roots(here.autocast_call) - {"torch"}):
-        if root == scaler_root and (plan.shared is not None or (plan.placement == "module" and not plan.parts) or (
-                plan.placement == "threaded" and caller is not None and caller.name.value in threaded)):
+        if root == scaler_root and (
+            plan.shared is not None
+            or (plan.placement == "module" and not plan.parts)
+            or (plan.placement == "threaded" and caller is not None and caller.name.value in threaded)
+        ):
             continue
-        return f"its autocast reads `{root}`, which `{caller.name.value if caller else '<module>'}` " \
-               f"(line {line}) does not have"
+        return (
+            f"its autocast reads `{root}`, which `{caller.name.value if caller else '<module>'}` "
+            f"(line {line}) does not have"
+        )
     return None

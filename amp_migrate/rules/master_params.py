@@ -37,6 +37,7 @@ becomes
     scaler.step(optimizer)
     scaler.update()
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -50,7 +51,9 @@ from .control_flow import STEP, exits_early
 from .plan import MASTER_PARAMS, TrainingRule
 
 UNPROVEN = define(
-    "AMP301", "master-params-outside-step", Severity.WARNING,
+    "AMP301",
+    "master-params-outside-step",
+    Severity.WARNING,
     "`amp.master_params(opt)` is read where `opt.step()` does not follow on every path, so "
     "`scaler.unscale_(opt)` cannot be placed soundly.",
     "Natively, gradients stay scaled until `scaler.unscale_(opt)` or `scaler.step(opt)`, and "
@@ -61,7 +64,7 @@ UNPROVEN = define(
     "skipped by an early `continue` (on an overflow Apex's skip stayed armed and also skipped "
     "the next iteration's step), a helper method, or a read after the step.",
     before="with amp.scale_loss(loss, opt, delay_unscale=not last) as s:\n    s.backward()\n"
-           "clip_grad_norm_(amp.master_params(opt), 1.0)\nif last:\n    opt.step()",
+    "clip_grad_norm_(amp.master_params(opt), 1.0)\nif last:\n    opt.step()",
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="no step follows master_params on every path",
@@ -70,7 +73,8 @@ UNPROVEN = define(
 
 def params_of(optimizer: cst.BaseExpression) -> cst.GeneratorExp:
     return cst.parse_expression(
-        f'(p for group in {cst.Module([]).code_for_node(optimizer)}.param_groups for p in group["params"])')
+        f'(p for group in {cst.Module([]).code_for_node(optimizer)}.param_groups for p in group["params"])'
+    )
 
 
 class MasterParamsUnscale(TrainingRule):
@@ -114,18 +118,22 @@ class MasterParamsUnscale(TrainingRule):
                 return None, f"no `{optimizer}.step()` follows it in this iteration"
             body = list(block.body)
             at = next(i for i, s in enumerate(body) if s is current)
-            for later in body[at + 1:]:
+            for later in body[at + 1 :]:
                 if self._steps_on_every_path(later, optimizer):
                     return later, ""
                 if self._steps(later, optimizer):
-                    return None, (f"the `{optimizer}.step()` that follows (in the statement at line "
-                                  f"{self.position(later)[0]}) "
-                                  "runs only under a condition, so `unscale_` would run in iterations "
-                                  "that do not step (GradScaler refuses a second `unscale_`, and "
-                                  "Apex kept an overflow's skip armed into the next step)")
+                    return None, (
+                        f"the `{optimizer}.step()` that follows (in the statement at line "
+                        f"{self.position(later)[0]}) "
+                        "runs only under a condition, so `unscale_` would run in iterations "
+                        "that do not step (GradScaler refuses a second `unscale_`, and "
+                        "Apex kept an overflow's skip armed into the next step)"
+                    )
                 if exits_early(later):
-                    return None, (f"line {self.position(later)[0]} can leave the iteration between "
-                                  f"this read and `{optimizer}.step()`")
+                    return None, (
+                        f"line {self.position(later)[0]} can leave the iteration between "
+                        f"this read and `{optimizer}.step()`"
+                    )
             owner = self.statement_around(block)
             if owner is None:
                 return None, f"no `{optimizer}.step()` follows it in this iteration"
@@ -168,8 +176,11 @@ class MasterParamsUnscale(TrainingRule):
                 self.report(call, UNPROVEN, "`amp.master_params` takes one optimizer")
                 continue
             optimizer = self.code_of(call.args[0].value)
-            statement = next(p for p in self.ancestors(call)
-                             if isinstance(p, (cst.SimpleStatementLine, cst.BaseCompoundStatement)))
+            statement = next(
+                p
+                for p in self.ancestors(call)
+                if isinstance(p, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
+            )
             step, why = self._step_after(statement, optimizer)
             if step is None:
                 self.report(call, UNPROVEN, f"`amp.master_params({optimizer})` is read where {why}")
@@ -179,8 +190,12 @@ class MasterParamsUnscale(TrainingRule):
             at = self._unscale_point([statement for _, statement in found])
             if at is None or exits_early(at):
                 for call, _ in found:
-                    self.report(call, UNPROVEN, f"`amp.master_params({optimizer})` is read on paths "
-                                "that no single `unscale_` before the step precedes")
+                    self.report(
+                        call,
+                        UNPROVEN,
+                        f"`amp.master_params({optimizer})` is read on paths "
+                        "that no single `unscale_` before the step precedes",
+                    )
                 continue
             self.calls.update(id(call) for call, _ in found)
             wanted = self.unscale_before.setdefault(id(at), [])
@@ -196,8 +211,12 @@ class MasterParamsUnscale(TrainingRule):
         optimizers = self.unscale_before.get(id(original_node))
         if not optimizers:
             return updated_node
-        lines = [cst.SimpleStatementLine([cst.Expr(cst.parse_expression(
-            f"{self.plan.scaler_for_optimizer(opt)}.unscale_({opt})"))]) for opt in optimizers]
+        lines = [
+            cst.SimpleStatementLine(
+                [cst.Expr(cst.parse_expression(f"{self.plan.scaler_for_optimizer(opt)}.unscale_({opt})"))]
+            )
+            for opt in optimizers
+        ]
         lines[0] = lines[0].with_changes(leading_lines=updated_node.leading_lines)
         return cst.FlattenSentinel(lines + [updated_node.with_changes(leading_lines=())])
 

@@ -63,6 +63,7 @@ becomes
         scaler = torch.amp.GradScaler("cuda", enabled=args.level == "O1")
         train(model, optimizer, scaler)
 """
+
 from __future__ import annotations
 
 from typing import Union
@@ -73,7 +74,9 @@ from ..diagnostics import Diagnostic, Severity, define
 from .plan import TrainingRule
 
 HANDED_ON = define(
-    "AMP155", "apex-module-value-not-followed", Severity.WARNING,
+    "AMP155",
+    "apex-module-value-not-followed",
+    Severity.WARNING,
     "Apex's `amp` module is handed around as a value in a way the scaler cannot follow.",
     "A scaler can stand for Apex's module only where every place the value goes is visible: "
     "a handled call on it (`scale_loss`, `master_params`, `state_dict`, `load_state_dict`), a "
@@ -87,7 +90,9 @@ HANDED_ON = define(
     refusal="Apex's module is handed on where its uses cannot all be seen",
 )
 NOW_SCALER = define(
-    "AMP156", "apex-module-value-now-scaler", Severity.INFO,
+    "AMP156",
+    "apex-module-value-now-scaler",
+    Severity.INFO,
     "The value that held Apex's module (or None) now holds the GradScaler; tests of it read "
     "`scaler.is_enabled()`.",
     "A disabled GradScaler stands for the None branch (it scales, steps and saves as plain "
@@ -98,7 +103,9 @@ NOW_SCALER = define(
 )
 
 IN_THE_SLOT = define(
-    "AMP157", "scaler-in-module-parameter", Severity.INFO,
+    "AMP157",
+    "scaler-in-module-parameter",
+    Severity.INFO,
     "This function's parameter that received Apex's module from another module now receives the "
     "GradScaler, and the calls that passed the module pass the scaler.",
     "The project shows every call of the function (the script that set Apex up passes the value; "
@@ -133,9 +140,15 @@ class ApexModuleValueToScaler(TrainingRule):
         for external in carriers.external.values():
             if external.local not in accepted:
                 (line, col), module = external.at, "." * external.level + external.module
-                diagnostic = Diagnostic(HANDED_ON.code, HANDED_ON.severity, line, col,
-                                        f"`{carriers.name or 'amp'}` is passed to `{external.local}` of `{module}`, "
-                                        "where the project does not show every use of it", False)
+                diagnostic = Diagnostic(
+                    HANDED_ON.code,
+                    HANDED_ON.severity,
+                    line,
+                    col,
+                    f"`{carriers.name or 'amp'}` is passed to `{external.local}` of `{module}`, "
+                    "where the project does not show every use of it",
+                    False,
+                )
                 if diagnostic not in self.state.diagnostics:
                     self.state.diagnostics.append(diagnostic)
                 break
@@ -153,26 +166,37 @@ class ApexModuleValueToScaler(TrainingRule):
     def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
         if self.position(original_node) not in self.carriers.tests:
             return updated_node
-        self.report(original_node, NOW_SCALER, f"`{original_node.value}` tested for truth is now "
-                    f"`{self.plan.scaler}.is_enabled()`")
+        self.report(
+            original_node,
+            NOW_SCALER,
+            f"`{original_node.value}` tested for truth is now `{self.plan.scaler}.is_enabled()`",
+        )
         return self._enabled(original_node)
 
-    def leave_Comparison(self, original_node: cst.Comparison,
-                         updated_node: cst.Comparison) -> cst.BaseExpression:
+    def leave_Comparison(
+        self, original_node: cst.Comparison, updated_node: cst.Comparison
+    ) -> cst.BaseExpression:
         on = self.carriers.compares.get(self.position(original_node.left))
         if on is None:
             return updated_node
-        self.report(original_node, NOW_SCALER, f"`{self.code_of(original_node)}` is now "
-                    f"`{'' if on else 'not '}{self.plan.scaler}.is_enabled()`")
+        self.report(
+            original_node,
+            NOW_SCALER,
+            f"`{self.code_of(original_node)}` is now `{'' if on else 'not '}{self.plan.scaler}.is_enabled()`",
+        )
         test = self._enabled(original_node)
         if not on:
             test = cst.UnaryOperation(cst.Not(), test)
         return test.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
 
-    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
-                                  ) -> Union[cst.SimpleStatementLine, cst.RemovalSentinel]:
-        kept = [s for o, s in zip(original_node.body, updated_node.body)
-                if not (isinstance(o, cst.Assign) and self.position(o) in self.carriers.nones)]
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> Union[cst.SimpleStatementLine, cst.RemovalSentinel]:
+        kept = [
+            s
+            for o, s in zip(original_node.body, updated_node.body)
+            if not (isinstance(o, cst.Assign) and self.position(o) in self.carriers.nones)
+        ]
         if len(kept) == len(updated_node.body):
             return updated_node
         self.report(original_node, NOW_SCALER, "the value is the scaler, disabled where it was None")
@@ -182,8 +206,11 @@ class ApexModuleValueToScaler(TrainingRule):
         return updated_node.with_changes(body=kept)
 
     def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
-        if self.position(original_node)[0] in self.carriers.bare_else and isinstance(updated_node.orelse, cst.Else) \
-                and not updated_node.orelse.body.body:
+        if (
+            self.position(original_node)[0] in self.carriers.bare_else
+            and isinstance(updated_node.orelse, cst.Else)
+            and not updated_node.orelse.body.body
+        ):
             return updated_node.with_changes(orelse=None)
         return updated_node
 
@@ -202,8 +229,12 @@ class ScalerInTheModuleSlot(TrainingRule):
     def applies(cls, state, context) -> bool:
         binding = state.scratch.get("binding")
         carriers = binding.carriers if binding is not None else None
-        return "training" in state.scratch and carriers is not None and carriers.refusal is None \
+        return (
+            "training" in state.scratch
+            and carriers is not None
+            and carriers.refusal is None
             and bool(carriers.seeded or carriers.external)
+        )
 
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
@@ -218,20 +249,31 @@ class ScalerInTheModuleSlot(TrainingRule):
         names = self.carriers.names() if self.carriers is not None else set()
         return frozenset(names) | frozenset(self.renamed) | frozenset(self.calls)
 
-    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
+    def leave_FunctionDef(
+        self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
+    ) -> cst.FunctionDef:
         slot = self.renamed.get(original_node.name.value)
         if slot is None or not isinstance(self.parent(original_node), cst.Module):
             return updated_node
-        self.report(original_node, IN_THE_SLOT, f"`{slot.function}` takes the scaler as `{self.plan.scaler}` "
-                    f"where it took Apex's module as `{slot.param}`")
+        self.report(
+            original_node,
+            IN_THE_SLOT,
+            f"`{slot.function}` takes the scaler as `{self.plan.scaler}` "
+            f"where it took Apex's module as `{slot.param}`",
+        )
         name = cst.Name(self.plan.scaler)
         params = updated_node.params
 
         def rename(group):
             return [p.with_changes(name=name) if p.name.value == slot.param else p for p in group]
-        return updated_node.with_changes(params=params.with_changes(
-            posonly_params=rename(params.posonly_params), params=rename(params.params),
-            kwonly_params=rename(params.kwonly_params)))
+
+        return updated_node.with_changes(
+            params=params.with_changes(
+                posonly_params=rename(params.posonly_params),
+                params=rename(params.params),
+                kwonly_params=rename(params.kwonly_params),
+            )
+        )
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         callee = original_node.func.value if isinstance(original_node.func, cst.Name) else None
@@ -244,7 +286,13 @@ class ScalerInTheModuleSlot(TrainingRule):
         else:
             return updated_node
         name = cst.Name(self.plan.scaler)
-        return updated_node.with_changes(args=[
-            a.with_changes(value=name, keyword=cst.Name(new)) if a.keyword is not None and a.keyword.value == old
-            else a.with_changes(value=name) if a.keyword is None and i == index else a
-            for i, a in enumerate(updated_node.args)])
+        return updated_node.with_changes(
+            args=[
+                a.with_changes(value=name, keyword=cst.Name(new))
+                if a.keyword is not None and a.keyword.value == old
+                else a.with_changes(value=name)
+                if a.keyword is None and i == index
+                else a
+                for i, a in enumerate(updated_node.args)
+            ]
+        )

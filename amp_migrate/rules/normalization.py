@@ -39,6 +39,7 @@ Example
 becomes
     self.ln = torch.nn.LayerNorm(hidden, eps=1e-12)
 """
+
 from __future__ import annotations
 
 import libcst as cst
@@ -47,7 +48,9 @@ from ..diagnostics import Severity, define
 from .apex_calls import ApexClassRule, bind, new_keyword, rebuild_call
 
 NORM_REFERENCE = define(
-    "AMP540", "fused-norm-class-reference", Severity.INFO,
+    "AMP540",
+    "fused-norm-class-reference",
+    Severity.INFO,
     "`FusedLayerNorm` used as a value became `torch.nn.LayerNorm`.",
     "Both take `normalized_shape, eps=1e-5, elementwise_affine=True` in that order, so a "
     "caller that passes those builds the same layer with the same parameter names. A caller "
@@ -56,7 +59,9 @@ NORM_REFERENCE = define(
     after="block = Block(dim, norm_layer=torch.nn.LayerNorm)",
 )
 NORM_ARGUMENT = define(
-    "AMP541", "fused-norm-argument-not-mappable", Severity.WARNING,
+    "AMP541",
+    "fused-norm-argument-not-mappable",
+    Severity.WARNING,
     "An argument of this Apex norm cannot be checked; the file uses the shim.",
     "`*args`, `**kwargs` and arguments the Apex constructor does not have cannot be mapped "
     "provably to torch's constructor, so the file keeps Apex's class through the shim.",
@@ -66,9 +71,10 @@ NORM_ARGUMENT = define(
     refusal="a norm argument that cannot be checked",
 )
 MIXED_NORM = define(
-    "AMP542", "mixed-fused-norm", Severity.WARNING,
-    "MixedFusedLayerNorm/MixedFusedRMSNorm return the parameters' dtype; the file uses the "
-    "shim.",
+    "AMP542",
+    "mixed-fused-norm",
+    Severity.WARNING,
+    "MixedFusedLayerNorm/MixedFusedRMSNorm return the parameters' dtype; the file uses the shim.",
     "The mixed variants normalise a half-precision input with fp32 (or any) parameters and "
     "return the parameters' dtype. torch's norms return the input's dtype (or fp32 under "
     "autocast), so every output would need `.to(norm.weight.dtype)`, which a constructor "
@@ -79,7 +85,9 @@ MIXED_NORM = define(
     refusal="the output dtype differs from torch's norms",
 )
 NORM_CLASS_CHECK = define(
-    "AMP543", "fused-norm-class-not-mappable", Severity.WARNING,
+    "AMP543",
+    "fused-norm-class-not-mappable",
+    Severity.WARNING,
     "An Apex norm class is used without a call where the torch class would not behave the "
     "same; the file uses the shim.",
     "`isinstance(m, FusedLayerNorm)` would become true for every `torch.nn.LayerNorm`, "

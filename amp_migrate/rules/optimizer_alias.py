@@ -38,6 +38,7 @@ becomes
         optim_name = functools.partial(torch.optim.SGD, fused=True)
     optimizer = optim_name(params, lr=0.1, momentum=0.9)
 """
+
 from __future__ import annotations
 
 import ast
@@ -52,7 +53,9 @@ from ..diagnostics import Severity, define
 from .base import Rule
 
 ALIASED = define(
-    "AMP481", "optimizer-class-alias-to-torch", Severity.INFO,
+    "AMP481",
+    "optimizer-class-alias-to-torch",
+    Severity.INFO,
     "A variable holding an Apex optimizer class now holds the torch class that every call "
     "through it builds the same optimizer with.",
     "`optim_name = FusedSGD` followed only by calls `optim_name(params, lr=..., momentum=...)` "
@@ -64,7 +67,7 @@ ALIASED = define(
     "gradient each iteration.",
     before="optim_name = FusedSGD\noptimizer = optim_name(params, lr=0.1, momentum=0.9)",
     after="optim_name = functools.partial(torch.optim.SGD, fused=True)\n"
-          "optimizer = optim_name(params, lr=0.1, momentum=0.9)",
+    "optimizer = optim_name(params, lr=0.1, momentum=0.9)",
 )
 
 _SGD = ("params", "lr", "momentum", "dampening", "weight_decay", "nesterov")
@@ -72,8 +75,12 @@ _SGD = ("params", "lr", "momentum", "dampening", "weight_decay", "nesterov")
 #: keywords every call must pass)
 _CLASSES = {
     "FusedSGD": ("torch.optim.SGD", _SGD, set(_SGD), set()),
-    "FusedAdam": ("torch.optim.AdamW", ("params", "lr"), {"params", "lr", "betas", "eps", "weight_decay"},
-                  {"weight_decay"}),
+    "FusedAdam": (
+        "torch.optim.AdamW",
+        ("params", "lr"),
+        {"params", "lr", "betas", "eps", "weight_decay"},
+        {"weight_decay"},
+    ),
 }
 
 
@@ -105,10 +112,18 @@ class OptimizerClassAlias(Rule):
         # Scope is asked only about `x = <name or attribute>` targets and their bindings' reads:
         # the statements spelling such a name hold them all (base.Rule.scope_questions).
         index = self.state.index
-        names = None if index is None else {
-            node.targets[0].id for node in ast.walk(index.tree)
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-            and isinstance(node.value, (ast.Name, ast.Attribute))}
+        names = (
+            None
+            if index is None
+            else {
+                node.targets[0].id
+                for node in ast.walk(index.tree)
+                if isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, (ast.Name, ast.Attribute))
+            }
+        )
         return None if names is None else (names, names)
 
     def __init__(self, context, state) -> None:
@@ -116,15 +131,23 @@ class OptimizerClassAlias(Rule):
         self._aliases: dict[int, str] = {}  # id of the class reference in `x = FusedSGD` -> torch class
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        short = _apex_class(self.apex_name(node.value)) if isinstance(node.value, (cst.Name, cst.Attribute)) else None
+        short = (
+            _apex_class(self.apex_name(node.value))
+            if isinstance(node.value, (cst.Name, cst.Attribute))
+            else None
+        )
         if short is None or len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
             return
         why = self._refusal(node.targets[0].target, short)
         if why is None:
             self._aliases[id(node.value)] = _CLASSES[short][0]
-            self.report(node, ALIASED, f"`{self.code_of(node).strip()}`: every call through "
-                        f"`{node.targets[0].target.value}` builds what `{_CLASSES[short][0]}` builds with "
-                        "the same arguments")
+            self.report(
+                node,
+                ALIASED,
+                f"`{self.code_of(node).strip()}`: every call through "
+                f"`{node.targets[0].target.value}` builds what `{_CLASSES[short][0]}` builds with "
+                "the same arguments",
+            )
 
     def _refusal(self, target: cst.Name, short: str) -> Optional[str]:
         scope = self.get_metadata(ScopeProvider, target, None)
@@ -162,7 +185,9 @@ class OptimizerClassAlias(Rule):
     def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
         return self._replace(original_node, updated_node)
 
-    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+    def leave_Attribute(
+        self, original_node: cst.Attribute, updated_node: cst.Attribute
+    ) -> cst.BaseExpression:
         return self._replace(original_node, updated_node)
 
     def _replace(self, original_node, updated_node) -> cst.BaseExpression:

@@ -40,6 +40,7 @@ becomes
     scaler.step(optimizer)
     scaler.update()
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -48,11 +49,13 @@ import libcst as cst
 import libcst.matchers as m
 
 from ..diagnostics import Severity, define
-from .control_flow import BACKWARD, STEP, exits_early, guarded_exits, runs_backward, tests_finiteness
+from .control_flow import STEP, exits_early, guarded_exits, runs_backward, tests_finiteness
 from .plan import TrainingRule, words_of
 
 NO_STEP = define(
-    "AMP210", "optimizer-step-not-found", Severity.WARNING,
+    "AMP210",
+    "optimizer-step-not-found",
+    Severity.WARNING,
     "An optimizer passed to `scale_loss` is never stepped in this file.",
     "Natively, the step must go through `scaler.step(optimizer)`, or the optimizer would apply "
     "scaled gradients. When the `step()` call lives elsewhere (another module, a helper that "
@@ -62,7 +65,9 @@ NO_STEP = define(
     refusal="the scaled optimizer is never stepped here",
 )
 CLOSURE = define(
-    "AMP211", "step-with-closure", Severity.WARNING,
+    "AMP211",
+    "step-with-closure",
+    Severity.WARNING,
     "`optimizer.step(closure)` cannot go through an enabled GradScaler.",
     "GradScaler raises on closures (LBFGS-style optimizers re-evaluate the loss, which a loss "
     "scale would corrupt); Apex refused them under O2 as well. The file uses the shim.",
@@ -71,7 +76,9 @@ CLOSURE = define(
 )
 
 FINITE_GUARD = define(
-    "AMP212", "step-decided-by-finiteness", Severity.WARNING,
+    "AMP212",
+    "step-decided-by-finiteness",
+    Severity.WARNING,
     "Whether the optimizer steps is decided by a finiteness test (`isfinite`, `isnan`, `isinf`) "
     "after the backward.",
     "On an overflow Apex backed off the scale at the end of `scale_loss` and armed a skip that "
@@ -85,9 +92,10 @@ FINITE_GUARD = define(
     refusal="Apex's armed skip has no GradScaler counterpart",
 )
 EXIT_IN_GROUP = define(
-    "AMP213", "early-exit-between-steps", Severity.WARNING,
-    "A `continue`, `break`, `return` or `raise` can run between optimizer steps that one "
-    "backward feeds.",
+    "AMP213",
+    "early-exit-between-steps",
+    Severity.WARNING,
+    "A `continue`, `break`, `return` or `raise` can run between optimizer steps that one backward feeds.",
     "The steps after one backward share one `scaler.update()`, placed after the last of them. "
     "An early exit between them would skip that update, and the next iteration's "
     "`scaler.step` would raise; the file uses the shim.",
@@ -96,7 +104,9 @@ EXIT_IN_GROUP = define(
 )
 
 STEPS_APART = define(
-    "AMP214", "steps-of-one-backward-apart", Severity.WARNING,
+    "AMP214",
+    "steps-of-one-backward-apart",
+    Severity.WARNING,
     "Optimizers that one backward feeds are stepped in different blocks (one of them under an "
     "`if` or in another branch).",
     "Their steps must share one `scaler.update()` after the last of them: an update between "
@@ -104,14 +114,16 @@ STEPS_APART = define(
     "the wrong factor. No single place after both steps runs exactly when they do, so the file "
     "uses the shim.",
     before="with amp.scale_loss(loss, [opt_a, opt_b]) as s:\n    s.backward()\nopt_a.step()\n"
-           "if train_b:\n    opt_b.step()",
+    "if train_b:\n    opt_b.step()",
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="one backward's optimizers stepped in different blocks",
 )
 
 UPDATED_PER_STEP = define(
-    "AMP215", "scale-updated-per-step", Severity.INFO,
+    "AMP215",
+    "scale-updated-per-step",
+    Severity.INFO,
     "Apex updated the loss scale at every `scale_loss` exit of this accumulation window; the "
     "GradScaler is updated once, after the step.",
     "Without `delay_unscale`, each micro-batch's `scale_loss` exit unscaled, checked for "
@@ -121,10 +133,9 @@ UPDATED_PER_STEP = define(
     "steps instead of 2000 micro-batches, and two overflows in one window back off once, not "
     "twice. `delay_unscale=True` on all but the last micro-batch, as Apex recommended, has "
     "neither difference.",
-    before="with amp.scale_loss(loss, opt) as s:\n    s.backward()\nif (i + 1) % accum == 0:\n"
-           "    opt.step()",
+    before="with amp.scale_loss(loss, opt) as s:\n    s.backward()\nif (i + 1) % accum == 0:\n    opt.step()",
     after="scaler.scale(loss).backward()\nif (i + 1) % accum == 0:\n    scaler.step(opt)\n"
-          "    scaler.update()",
+    "    scaler.update()",
 )
 
 _LINES = (cst.SimpleStatementLine, cst.SimpleStatementSuite)
@@ -152,9 +163,12 @@ class OptimizerStepThroughScaler(TrainingRule):
         return ("step",) if self.plan is not None else None
 
     def _step_calls(self, module: cst.Module) -> list[cst.Call]:
-        return [c for c in self.findall(module, STEP)
-                if self.code_of(c.func.value) in self.plan.optimizers
-                and self.position(c)[0] in self.plan.step_lines]
+        return [
+            c
+            for c in self.findall(module, STEP)
+            if self.code_of(c.func.value) in self.plan.optimizers
+            and self.position(c)[0] in self.plan.step_lines
+        ]
 
     def visit_Module(self, node: cst.Module) -> None:
         if self.plan is None:
@@ -197,8 +211,14 @@ class OptimizerStepThroughScaler(TrainingRule):
         function = self._function_of(call)
         line = self.position(call)[0]
         here = self.position(function)[0] if function is not None else 0
-        if isinstance(function, cst.Lambda) or here != self.plan.init_scope or line <= self.plan.init_line \
-                or self.plan.shared is not None and self.plan.shared.user or self.plan.parts:
+        if (
+            isinstance(function, cst.Lambda)
+            or here != self.plan.init_scope
+            or line <= self.plan.init_line
+            or self.plan.shared is not None
+            and self.plan.shared.user
+            or self.plan.parts
+        ):
             return False
         if any(isinstance(p, (cst.For, cst.While)) for p in self.ancestors(call)):
             return False
@@ -227,8 +247,12 @@ class OptimizerStepThroughScaler(TrainingRule):
                 groups = {id(self._group_of(line)) for line in window}
                 if len(groups) > 1:
                     self.report(window[-1], STEPS_APART)
-                elif window and backward is not None and self._guarded_apart(window[0], backward) \
-                        and self.position(backward)[0] in self.plan.eager_unscale_lines:
+                elif (
+                    window
+                    and backward is not None
+                    and self._guarded_apart(window[0], backward)
+                    and self.position(backward)[0] in self.plan.eager_unscale_lines
+                ):
                     self.report(window[0], UPDATED_PER_STEP)
                 window, backward = [], node
 
@@ -274,9 +298,13 @@ class OptimizerStepThroughScaler(TrainingRule):
     def _close(self, group: list[cst.CSTNode], lines: dict[int, list[cst.Call]]) -> None:
         guard = self._finiteness_guard(group[0])
         if guard is not None:
-            self.report(guard, FINITE_GUARD, "whether `{}` runs is decided by the finiteness "
-                        "test at line {}".format(self.code_of(lines[id(group[0])][0]),
-                                                 self.position(guard)[0]))
+            self.report(
+                guard,
+                FINITE_GUARD,
+                "whether `{}` runs is decided by the finiteness test at line {}".format(
+                    self.code_of(lines[id(group[0])][0]), self.position(guard)[0]
+                ),
+            )
         scalers: list[str] = []
         for line in group:
             for call in lines[id(line)]:
@@ -299,7 +327,7 @@ class OptimizerStepThroughScaler(TrainingRule):
                 return parent
             if isinstance(parent, (cst.IndentedBlock, cst.Module)):
                 body = list(parent.body)
-                for earlier in reversed(body[:body.index(current)]):
+                for earlier in reversed(body[: body.index(current)]):
                     for exit_guard in guarded_exits(earlier):
                         if tests_finiteness(exit_guard.test):
                             return exit_guard
@@ -323,18 +351,25 @@ class OptimizerStepThroughScaler(TrainingRule):
         scalers = self.updates_after.get(id(original_node))
         if not scalers:
             return updated_node
-        return cst.FlattenSentinel([updated_node] + [
-            cst.SimpleStatementLine([self._update(scaler)]) for scaler in scalers])
+        return cst.FlattenSentinel(
+            [updated_node] + [cst.SimpleStatementLine([self._update(scaler)]) for scaler in scalers]
+        )
 
     def leave_SimpleStatementSuite(self, original_node, updated_node):
         scalers = self.updates_after.get(id(original_node))
         if not scalers:
             return updated_node
         body = list(updated_node.body)
-        body[-1] = body[-1].with_changes(semicolon=cst.Semicolon(
-            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(" ")))
+        body[-1] = body[-1].with_changes(
+            semicolon=cst.Semicolon(
+                whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(" ")
+            )
+        )
         updates = [self._update(scaler) for scaler in scalers]
         for i in range(len(updates) - 1):
-            updates[i] = updates[i].with_changes(semicolon=cst.Semicolon(
-                whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(" ")))
+            updates[i] = updates[i].with_changes(
+                semicolon=cst.Semicolon(
+                    whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(" ")
+                )
+            )
         return updated_node.with_changes(body=body + updates)

@@ -45,6 +45,7 @@ becomes (`--device cuda`)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.98), eps=1e-6,
                                   weight_decay=0.0, fused=True)
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -52,12 +53,13 @@ from typing import Optional
 import libcst as cst
 
 from ..diagnostics import Severity, define
-from .apex_calls import ApexClassRule, Bound, bind, literal, new_keyword, rebuild_call
+from .apex_calls import ApexClassRule, Bound, bind, new_keyword, rebuild_call
 
 CHECKPOINT_FORMAT = define(
-    "AMP500", "optimizer-checkpoint-format", Severity.INFO,
-    "The Apex optimizer became its torch.optim equivalent, whose state dict keeps `step` "
-    "per parameter.",
+    "AMP500",
+    "optimizer-checkpoint-format",
+    Severity.INFO,
+    "The Apex optimizer became its torch.optim equivalent, whose state dict keeps `step` per parameter.",
     "FusedAdam and FusedAdagrad store the step count in each param group; torch.optim.Adam, "
     "AdamW and Adagrad store it in each parameter's state, and their `load_state_dict` fails "
     "with `KeyError: 'step'` on a state dict saved by Apex. Training from scratch is "
@@ -68,7 +70,9 @@ CHECKPOINT_FORMAT = define(
     after="import torch\nopt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0, fused=True)",
 )
 ZERO_GRAD_SETS_NONE = define(
-    "AMP501", "optimizer-zero-grad-sets-none", Severity.INFO,
+    "AMP501",
+    "optimizer-zero-grad-sets-none",
+    Severity.INFO,
     "`zero_grad()` of the torch optimizer sets gradients to None; this Apex optimizer zeroed "
     "them (`set_grad_none=False`).",
     "Apex's `zero_grad()` takes no arguments and follows the constructor's `set_grad_none` "
@@ -81,7 +85,9 @@ ZERO_GRAD_SETS_NONE = define(
     after="opt = torch.optim.SGD(params, lr=0.1, momentum=0.9, fused=True)\nopt.zero_grad(set_to_none=False)",
 )
 NO_TORCH_OPTIMIZER = define(
-    "AMP502", "optimizer-without-torch-equivalent", Severity.WARNING,
+    "AMP502",
+    "optimizer-without-torch-equivalent",
+    Severity.WARNING,
     "This Apex optimizer has no torch.optim equivalent; the file uses the shim.",
     "torch.optim has no LAMB, NovoGrad or mixed-precision LAMB. The shim provides them with "
     "Apex's arguments and numerics, so `--target auto` rewrites the file's imports to it. "
@@ -92,9 +98,10 @@ NO_TORCH_OPTIMIZER = define(
     refusal="no torch.optim equivalent",
 )
 OPTIMIZER_ARGUMENT = define(
-    "AMP503", "optimizer-argument-not-mappable", Severity.WARNING,
-    "An argument of this Apex optimizer has no provably equal torch.optim form; the file "
-    "uses the shim.",
+    "AMP503",
+    "optimizer-argument-not-mappable",
+    Severity.WARNING,
+    "An argument of this Apex optimizer has no provably equal torch.optim form; the file uses the shim.",
     "Some Apex options change the update in ways torch cannot express "
     "(`bias_correction=False`, `wd_after_momentum=True`, `adagrad_w_mode=True`, "
     "`master_weights=True`); a non-literal `adam_w_mode` decides between two torch classes at "
@@ -107,7 +114,9 @@ OPTIMIZER_ARGUMENT = define(
     refusal="an optimizer argument with no equal torch form",
 )
 OPTIMIZER_REFERENCE = define(
-    "AMP504", "optimizer-class-reference", Severity.WARNING,
+    "AMP504",
+    "optimizer-class-reference",
+    Severity.WARNING,
     "An Apex optimizer class is used without being called; the file uses the shim.",
     "A bare class (`opt_cls = FusedAdam`, `isinstance(opt, FusedSGD)`) cannot carry what the "
     "torch form needs to behave the same: `fused=True`, `weight_decay` passed explicitly, or "
@@ -122,9 +131,14 @@ OPTIMIZER_REFERENCE = define(
 
 # -- the rule ---------------------------------------------------------------------------------
 
-_MODULES = {"FusedAdam": "fused_adam", "FusedSGD": "fused_sgd", "FusedAdagrad": "fused_adagrad",
-            "FusedLAMB": "fused_lamb", "FusedNovoGrad": "fused_novograd",
-            "FusedMixedPrecisionLamb": "fused_mixed_precision_lamb"}
+_MODULES = {
+    "FusedAdam": "fused_adam",
+    "FusedSGD": "fused_sgd",
+    "FusedAdagrad": "fused_adagrad",
+    "FusedLAMB": "fused_lamb",
+    "FusedNovoGrad": "fused_novograd",
+    "FusedMixedPrecisionLamb": "fused_mixed_precision_lamb",
+}
 
 
 def _names(cls: str) -> set[str]:
@@ -136,10 +150,30 @@ SGD = _names("FusedSGD")
 ADAGRAD = _names("FusedAdagrad")
 WITHOUT_EQUIVALENT = _names("FusedLAMB") | _names("FusedNovoGrad") | _names("FusedMixedPrecisionLamb")
 
-ADAM_SIGNATURE = ("params", "lr", "bias_correction", "betas", "eps", "adam_w_mode", "weight_decay",
-                  "amsgrad", "set_grad_none", "capturable", "master_weights")
-SGD_SIGNATURE = ("params", "lr", "momentum", "dampening", "weight_decay", "nesterov",
-                 "wd_after_momentum", "materialize_master_grads", "set_grad_none")
+ADAM_SIGNATURE = (
+    "params",
+    "lr",
+    "bias_correction",
+    "betas",
+    "eps",
+    "adam_w_mode",
+    "weight_decay",
+    "amsgrad",
+    "set_grad_none",
+    "capturable",
+    "master_weights",
+)
+SGD_SIGNATURE = (
+    "params",
+    "lr",
+    "momentum",
+    "dampening",
+    "weight_decay",
+    "nesterov",
+    "wd_after_momentum",
+    "materialize_master_grads",
+    "set_grad_none",
+)
 ADAGRAD_SIGNATURE = ("params", "lr", "eps", "weight_decay", "set_grad_none", "adagrad_w_mode")
 
 TORCH_ADAM = ("params", "lr", "betas", "eps", "weight_decay", "amsgrad")
@@ -156,7 +190,13 @@ class FusedOptimizersToTorch(ApexClassRule):
 
     HANDLED = frozenset(ADAM | SGD | ADAGRAD | WITHOUT_EQUIVALENT)
     HANDLES = tuple(sorted(HANDLED))
-    EMITS = (CHECKPOINT_FORMAT, ZERO_GRAD_SETS_NONE, NO_TORCH_OPTIMIZER, OPTIMIZER_ARGUMENT, OPTIMIZER_REFERENCE)
+    EMITS = (
+        CHECKPOINT_FORMAT,
+        ZERO_GRAD_SETS_NONE,
+        NO_TORCH_OPTIMIZER,
+        OPTIMIZER_ARGUMENT,
+        OPTIMIZER_REFERENCE,
+    )
 
     def _short(self, name: str) -> str:
         return name.rsplit(".", 1)[1]
@@ -190,14 +230,18 @@ class FusedOptimizersToTorch(ApexClassRule):
     def _zero_grad(self, call: cst.Call, bound: Bound, short: str, default: bool) -> None:
         if bound.is_("set_grad_none", True) and ("set_grad_none" in bound.args or default):
             return
-        self.report(call, ZERO_GRAD_SETS_NONE,
-                    f"`{short}` zeroed gradients in `zero_grad()`; torch's sets them to None "
-                    "(call `zero_grad(set_to_none=False)` to keep zeros)")
+        self.report(
+            call,
+            ZERO_GRAD_SETS_NONE,
+            f"`{short}` zeroed gradients in `zero_grad()`; torch's sets them to None "
+            "(call `zero_grad(set_to_none=False)` to keep zeros)",
+        )
 
     def _adam(self, original: cst.Call, updated: cst.Call, name: str) -> cst.BaseExpression:
         bound = bind(updated, ADAM_SIGNATURE)
-        why = self._unmappable(bound, {"bias_correction": (True,), "amsgrad": (False,),
-                                       "master_weights": (False,)})
+        why = self._unmappable(
+            bound, {"bias_correction": (True,), "amsgrad": (False,), "master_weights": (False,)}
+        )
         if why is None and not bound.is_("adam_w_mode", True, False):
             why = "`adam_w_mode` is not a literal, so Adam or AdamW cannot be chosen"
         if why is not None:
@@ -209,9 +253,12 @@ class FusedOptimizersToTorch(ApexClassRule):
             extra.append(new_keyword("weight_decay", "0.0"))
         keep = ("params", "lr", "betas", "eps", "weight_decay", "capturable")
         self._zero_grad(original, bound, "FusedAdam", True)
-        self.report(original, CHECKPOINT_FORMAT,
-                    f"FusedAdam → {torch_cls}: state dicts saved by FusedAdam need `step` moved "
-                    "into each parameter's state before loading")
+        self.report(
+            original,
+            CHECKPOINT_FORMAT,
+            f"FusedAdam → {torch_cls}: state dicts saved by FusedAdam need `step` moved "
+            "into each parameter's state before loading",
+        )
         return rebuild_call(updated, torch_cls, bound, TORCH_ADAM, keep, extra + self._fused())
 
     def _sgd(self, original: cst.Call, updated: cst.Call, name: str) -> cst.BaseExpression:
@@ -231,9 +278,12 @@ class FusedOptimizersToTorch(ApexClassRule):
         if why is not None:
             return self._refuse(original, updated, name, why)
         self._zero_grad(original, bound, "FusedAdagrad", True)
-        self.report(original, CHECKPOINT_FORMAT,
-                    "FusedAdagrad → torch.optim.Adagrad: state dicts saved by FusedAdagrad need "
-                    "`step` moved into each parameter's state before loading")
+        self.report(
+            original,
+            CHECKPOINT_FORMAT,
+            "FusedAdagrad → torch.optim.Adagrad: state dicts saved by FusedAdagrad need "
+            "`step` moved into each parameter's state before loading",
+        )
         keep = ("params", "lr", "eps", "weight_decay")
         return rebuild_call(updated, "torch.optim.Adagrad", bound, TORCH_ADAGRAD, keep, self._fused())
 
@@ -242,6 +292,9 @@ class FusedOptimizersToTorch(ApexClassRule):
         if name in WITHOUT_EQUIVALENT:
             self.report(node, NO_TORCH_OPTIMIZER, f"`{short}` has no torch.optim equivalent")
             return
-        self.report(node, OPTIMIZER_REFERENCE,
-                    f"`{short}` is used without being called; its torch form needs arguments "
-                    "a bare class cannot carry")
+        self.report(
+            node,
+            OPTIMIZER_REFERENCE,
+            f"`{short}` is used without being called; its torch form needs arguments "
+            "a bare class cannot carry",
+        )

@@ -58,6 +58,7 @@ Example
 becomes
     model = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
 """
+
 from __future__ import annotations
 
 import math
@@ -71,7 +72,9 @@ from .apex_calls import NOT_LITERAL, ApexClassRule, Bound, bind, literal, new_ke
 from .plan import pure
 
 DDP_REPLACED = define(
-    "AMP520", "apex-ddp-to-torch", Severity.INFO,
+    "AMP520",
+    "apex-ddp-to-torch",
+    Severity.INFO,
     "apex.parallel.DistributedDataParallel became torch's DistributedDataParallel.",
     "Gradients are averaged over ranks as before, and parameters are broadcast from rank 0 "
     "when wrapping. One behaviour is stricter: torch DDP raises in the next iteration when a "
@@ -82,7 +85,9 @@ DDP_REPLACED = define(
     after="import torch\nmodel = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)",
 )
 DDP_ARGUMENT_DROPPED = define(
-    "AMP521", "apex-ddp-argument-dropped", Severity.INFO,
+    "AMP521",
+    "apex-ddp-argument-dropped",
+    Severity.INFO,
     "An Apex DDP option that only affects communication timing was dropped.",
     "`delay_allreduce`, `allreduce_trigger_params`, `retain_allreduce_buffers`, "
     "`num_allreduce_streams`, `allreduce_communicators` and `prof` decide when, on which "
@@ -92,7 +97,9 @@ DDP_ARGUMENT_DROPPED = define(
     after="model = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)",
 )
 DDP_ARGUMENT = define(
-    "AMP522", "apex-ddp-argument-not-mappable", Severity.WARNING,
+    "AMP522",
+    "apex-ddp-argument-not-mappable",
+    Severity.WARNING,
     "An Apex DDP option changes the reduced gradients in a way torch DDP does not by "
     "default; the file uses the shim.",
     "`allreduce_always_fp32=True`, `gradient_average=False` and a `gradient_predivide_factor` "
@@ -106,7 +113,9 @@ DDP_ARGUMENT = define(
     refusal="the option changes the reduced gradients",
 )
 DDP_METHOD = define(
-    "AMP523", "apex-ddp-only-attribute", Severity.WARNING,
+    "AMP523",
+    "apex-ddp-only-attribute",
+    Severity.WARNING,
     "The file uses an attribute only Apex's DDP has; the file uses the shim.",
     "`enable_allreduce()`/`disable_allreduce()` (gradient accumulation without allreduce), "
     "`allreduce_buffers` and Apex's bucket internals do not exist on torch DDP. The usual "
@@ -118,7 +127,9 @@ DDP_METHOD = define(
     refusal="an attribute only Apex's DDP has",
 )
 PREDIVIDE_DROPPED = define(
-    "AMP530", "apex-ddp-predivide-dropped", Severity.INFO,
+    "AMP530",
+    "apex-ddp-predivide-dropped",
+    Severity.INFO,
     "`gradient_predivide_factor` was dropped: torch DDP already divides every gradient by the "
     "world size before the allreduce.",
     "Apex multiplied each bucket by `1/F`, summed it over ranks, then by `F/world_size`; torch DDP "
@@ -132,9 +143,10 @@ PREDIVIDE_DROPPED = define(
     after="model = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)",
 )
 SUBGROUPS = define(
-    "AMP531", "syncbn-process-group-to-new-subgroups", Severity.INFO,
-    "`create_syncbn_process_group(n)` became this rank's group of "
-    "`torch.distributed.new_subgroups(n)`.",
+    "AMP531",
+    "syncbn-process-group-to-new-subgroups",
+    Severity.INFO,
+    "`create_syncbn_process_group(n)` became this rank's group of `torch.distributed.new_subgroups(n)`.",
     "Both create the groups of `n` consecutive ranks, every rank creating every group in the "
     "same order (a collective), and hand back the one this rank belongs to "
     "(`tests/codemod/test_syncbn_process_group_semantics.py` compares them over 4 gloo ranks). "
@@ -145,7 +157,9 @@ SUBGROUPS = define(
     after="group = torch.distributed.new_subgroups(8)[0]",
 )
 CONVERT_REFERENCE = define(
-    "AMP532", "convert-syncbn-reference", Severity.INFO,
+    "AMP532",
+    "convert-syncbn-reference",
+    Severity.INFO,
     "`convert_syncbn_model` used as a value became `torch.nn.SyncBatchNorm.convert_sync_batchnorm`.",
     "Both take `module, process_group=None` first and convert every `_BatchNorm` of the module "
     "into a SyncBatchNorm with its running statistics and affine parameters, so a caller that "
@@ -155,7 +169,9 @@ CONVERT_REFERENCE = define(
     after="bn_converter = torch.nn.SyncBatchNorm.convert_sync_batchnorm",
 )
 SYNCBN_ARGUMENT = define(
-    "AMP524", "syncbn-argument-not-mappable", Severity.WARNING,
+    "AMP524",
+    "syncbn-argument-not-mappable",
+    Severity.WARNING,
     "An argument of Apex's SyncBatchNorm has no torch equivalent; the file uses the shim.",
     "`channel_last=True` and `fuse_relu=True` select Apex's fused NHWC kernels (and the "
     "residual input `z` of its forward); torch's SyncBatchNorm has neither. Non-literal "
@@ -166,7 +182,9 @@ SYNCBN_ARGUMENT = define(
     refusal="a SyncBatchNorm argument with no torch equivalent",
 )
 NO_TORCH_PARALLEL = define(
-    "AMP525", "parallel-without-torch-equivalent", Severity.WARNING,
+    "AMP525",
+    "parallel-without-torch-equivalent",
+    Severity.WARNING,
     "This apex.parallel helper has no torch equivalent; the file uses the shim.",
     "`Reducer` (manual gradient allreduce) and `LARC` (layer-wise adaptive rate clipping "
     "around an optimizer) have no one-line torch form. `create_syncbn_process_group` has one "
@@ -178,7 +196,9 @@ NO_TORCH_PARALLEL = define(
     refusal="no torch equivalent",
 )
 PARALLEL_REFERENCE = define(
-    "AMP526", "parallel-class-reference", Severity.WARNING,
+    "AMP526",
+    "parallel-class-reference",
+    Severity.WARNING,
     "An apex.parallel class or function is used without being called in a way whose torch "
     "form is not provably the same; the file uses the shim.",
     "`isinstance(m, apex.parallel.DistributedDataParallel)` would become true for torch DDP "
@@ -191,7 +211,9 @@ PARALLEL_REFERENCE = define(
     refusal="a bare class would change meaning for objects made elsewhere",
 )
 SYNCBN_CPU = define(
-    "AMP527", "syncbn-on-cpu", Severity.WARNING,
+    "AMP527",
+    "syncbn-on-cpu",
+    Severity.WARNING,
     "torch.nn.SyncBatchNorm cannot train on CPU; with `--device cpu` the file uses the shim.",
     "torch's SyncBatchNorm synchronises statistics only for accelerator tensors and raises "
     "for CPU input in training. The shim's SyncBatchNorm works on CPU over gloo.",
@@ -201,7 +223,9 @@ SYNCBN_CPU = define(
     refusal="torch's SyncBatchNorm cannot train on CPU",
 )
 SYNCBN_REFERENCE = define(
-    "AMP528", "syncbn-class-reference", Severity.INFO,
+    "AMP528",
+    "syncbn-class-reference",
+    Severity.INFO,
     "apex.parallel.SyncBatchNorm used as a value became torch.nn.SyncBatchNorm.",
     "Both classes take `num_features, eps, momentum, affine, track_running_stats, "
     "process_group` in that order with the same defaults, so a caller that passes those "
@@ -217,30 +241,66 @@ TORCH_SYNCBN = "torch.nn.SyncBatchNorm"
 
 DDP_NAMES = {"apex.parallel.DistributedDataParallel", "apex.parallel.distributed.DistributedDataParallel"}
 CONVERT_NAMES = {"apex.parallel.convert_syncbn_model"}
-SYNCBN_NAMES = {"apex.parallel.SyncBatchNorm", "apex.parallel.optimized_sync_batchnorm.SyncBatchNorm",
-                "apex.parallel.sync_batchnorm.SyncBatchNorm"}
-WITHOUT_EQUIVALENT = {"apex.parallel.Reducer", "apex.parallel.distributed.Reducer",
-                      "apex.parallel.LARC", "apex.parallel.LARC.LARC"}
+SYNCBN_NAMES = {
+    "apex.parallel.SyncBatchNorm",
+    "apex.parallel.optimized_sync_batchnorm.SyncBatchNorm",
+    "apex.parallel.sync_batchnorm.SyncBatchNorm",
+}
+WITHOUT_EQUIVALENT = {
+    "apex.parallel.Reducer",
+    "apex.parallel.distributed.Reducer",
+    "apex.parallel.LARC",
+    "apex.parallel.LARC.LARC",
+}
 PROCESS_GROUP_NAMES = {"apex.parallel.create_syncbn_process_group"}
 NEW_SUBGROUPS = "torch.distributed.new_subgroups"
 
-DDP_SIGNATURE = ("module", "message_size", "delay_allreduce", "shared_param",
-                 "allreduce_trigger_params", "retain_allreduce_buffers", "allreduce_always_fp32",
-                 "num_allreduce_streams", "allreduce_communicators", "gradient_average",
-                 "gradient_predivide_factor", "gradient_average_split_factor", "prof")
+DDP_SIGNATURE = (
+    "module",
+    "message_size",
+    "delay_allreduce",
+    "shared_param",
+    "allreduce_trigger_params",
+    "retain_allreduce_buffers",
+    "allreduce_always_fp32",
+    "num_allreduce_streams",
+    "allreduce_communicators",
+    "gradient_average",
+    "gradient_predivide_factor",
+    "gradient_average_split_factor",
+    "prof",
+)
 #: Apex DDP options that change only timing, streams or profiling, with their no-op value.
-DDP_TIMING_ONLY = {"delay_allreduce": False, "allreduce_trigger_params": None,
-                   "retain_allreduce_buffers": False, "num_allreduce_streams": 1,
-                   "allreduce_communicators": None, "prof": False}
+DDP_TIMING_ONLY = {
+    "delay_allreduce": False,
+    "allreduce_trigger_params": None,
+    "retain_allreduce_buffers": False,
+    "num_allreduce_streams": 1,
+    "allreduce_communicators": None,
+    "prof": False,
+}
 #: Apex DDP options that change the reduced values, with the only value torch matches.
-DDP_VALUE_CHANGING = {"shared_param": None, "allreduce_always_fp32": False,
-                      "gradient_average": True}
-DDP_ONLY_ATTRIBUTES = ("enable_allreduce", "disable_allreduce", "allreduce_buffers",
-                       "allreduce_fallback", "sync_bucket_structure", "needs_refresh")
+DDP_VALUE_CHANGING = {"shared_param": None, "allreduce_always_fp32": False, "gradient_average": True}
+DDP_ONLY_ATTRIBUTES = (
+    "enable_allreduce",
+    "disable_allreduce",
+    "allreduce_buffers",
+    "allreduce_fallback",
+    "sync_bucket_structure",
+    "needs_refresh",
+)
 
 CONVERT_SIGNATURE = ("module", "process_group", "channel_last")
-SYNCBN_SIGNATURE = ("num_features", "eps", "momentum", "affine", "track_running_stats",
-                    "process_group", "channel_last", "fuse_relu")
+SYNCBN_SIGNATURE = (
+    "num_features",
+    "eps",
+    "momentum",
+    "affine",
+    "track_running_stats",
+    "process_group",
+    "channel_last",
+    "fuse_relu",
+)
 TORCH_SYNCBN_ARGS = SYNCBN_SIGNATURE[:6]
 FP32_BYTES = 4
 
@@ -264,12 +324,31 @@ class ApexParallelToTorch(ApexClassRule):
 
     HANDLED = frozenset(DDP_NAMES | CONVERT_NAMES | SYNCBN_NAMES | WITHOUT_EQUIVALENT | PROCESS_GROUP_NAMES)
     HANDLES = tuple(sorted(HANDLED))
-    EMITS = (DDP_REPLACED, DDP_ARGUMENT_DROPPED, DDP_ARGUMENT, DDP_METHOD, SYNCBN_ARGUMENT, NO_TORCH_PARALLEL,
-             PARALLEL_REFERENCE, SYNCBN_CPU, SYNCBN_REFERENCE, PREDIVIDE_DROPPED, SUBGROUPS, CONVERT_REFERENCE)
+    EMITS = (
+        DDP_REPLACED,
+        DDP_ARGUMENT_DROPPED,
+        DDP_ARGUMENT,
+        DDP_METHOD,
+        SYNCBN_ARGUMENT,
+        NO_TORCH_PARALLEL,
+        PARALLEL_REFERENCE,
+        SYNCBN_CPU,
+        SYNCBN_REFERENCE,
+        PREDIVIDE_DROPPED,
+        SUBGROUPS,
+        CONVERT_REFERENCE,
+    )
 
     def visit_Module(self, node: cst.Module) -> None:
-        self._ddp_only = [a for a in self.findall(node, m.Attribute(attr=m.OneOf(
-            *(m.Name(n) for n in DDP_ONLY_ATTRIBUTES))), DDP_ONLY_ATTRIBUTES) if self.apex_name(a) is None]
+        self._ddp_only = [
+            a
+            for a in self.findall(
+                node,
+                m.Attribute(attr=m.OneOf(*(m.Name(n) for n in DDP_ONLY_ATTRIBUTES))),
+                DDP_ONLY_ATTRIBUTES,
+            )
+            if self.apex_name(a) is None
+        ]
 
     def _short(self, name: str) -> str:
         return name.rsplit(".", 1)[1]
@@ -306,8 +385,7 @@ class ApexParallelToTorch(ApexClassRule):
         bound = bind(updated, CONVERT_SIGNATURE)
         if not self._syncbn_arguments_map(original, bound, "convert_syncbn_model"):
             return updated
-        return rebuild_call(updated, CONVERT, bound, ("module", "process_group"),
-                            ("module", "process_group"))
+        return rebuild_call(updated, CONVERT, bound, ("module", "process_group"), ("module", "process_group"))
 
     def _ddp(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         bound = bind(updated, DDP_SIGNATURE)
@@ -321,18 +399,29 @@ class ApexParallelToTorch(ApexClassRule):
             self.report(original, DDP_ARGUMENT, f"`DistributedDataParallel(...)` kept: {why}")
             return updated
         for attribute in self._ddp_only:
-            self.report(attribute, DDP_METHOD,
-                        f"`.{attribute.attr.value}` exists only on Apex's DistributedDataParallel")
+            self.report(
+                attribute,
+                DDP_METHOD,
+                f"`.{attribute.attr.value}` exists only on Apex's DistributedDataParallel",
+            )
         dropped = [arg for arg, noop in DDP_TIMING_ONLY.items() if not bound.is_(arg, noop)]
         if dropped:
-            self.report(original, DDP_ARGUMENT_DROPPED,
-                        "dropped " + ", ".join(f"`{a}`" for a in dropped) + ": "
-                        + ("it changes" if len(dropped) == 1 else "they change")
-                        + " only when or how the allreduce runs, not the averaged gradients")
-        self.report(original, DDP_REPLACED,
-                    "apex.parallel.DistributedDataParallel → torch's, with Apex's per-rank "
-                    "buffers; pass `find_unused_parameters=True` if some parameters get no "
-                    "gradient in an iteration")
+            self.report(
+                original,
+                DDP_ARGUMENT_DROPPED,
+                "dropped "
+                + ", ".join(f"`{a}`" for a in dropped)
+                + ": "
+                + ("it changes" if len(dropped) == 1 else "they change")
+                + " only when or how the allreduce runs, not the averaged gradients",
+            )
+        self.report(
+            original,
+            DDP_REPLACED,
+            "apex.parallel.DistributedDataParallel → torch's, with Apex's per-rank "
+            "buffers; pass `find_unused_parameters=True` if some parameters get no "
+            "gradient in an iteration",
+        )
         extra = [new_keyword("broadcast_buffers", "False")]
         size = bound.value("message_size")
         if size is not None:
@@ -348,8 +437,11 @@ class ApexParallelToTorch(ApexClassRule):
         why = bound.problem or ("no `group_size` is given" if size is None else None)
         if why is None and value is NOT_LITERAL and not pure(size):
             why = f"`group_size={self.code_of(size)}` is read twice natively (0 gives no group) and has side effects"
-        elif why is None and value is not NOT_LITERAL and (isinstance(value, bool) or not isinstance(value, int)
-                                                           or value < 0):
+        elif (
+            why is None
+            and value is not NOT_LITERAL
+            and (isinstance(value, bool) or not isinstance(value, int) or value < 0)
+        ):
             why = f"`group_size={self.code_of(size)}` is no group size"
         if why is not None:
             self.report(original, NO_TORCH_PARALLEL, f"`create_syncbn_process_group(...)` kept: {why}")
@@ -357,14 +449,21 @@ class ApexParallelToTorch(ApexClassRule):
         self.report(original, SUBGROUPS)
         if value == 0:
             return cst.Name("None")
-        group = cst.Subscript(cst.Call(cst.parse_expression(NEW_SUBGROUPS), [cst.Arg(size)]),
-                              [cst.SubscriptElement(cst.Index(cst.Integer("0")))])
+        group = cst.Subscript(
+            cst.Call(cst.parse_expression(NEW_SUBGROUPS), [cst.Arg(size)]),
+            [cst.SubscriptElement(cst.Index(cst.Integer("0")))],
+        )
         if value is not NOT_LITERAL:
             return group
         loose = not isinstance(self._path[-1] if self._path else None, (cst.Assign, cst.Arg, cst.Return))
-        parens = ([cst.LeftParen()], [cst.RightParen()]) if loose and not updated.lpar else (updated.lpar, updated.rpar)
-        return cst.IfExp(test=size.deep_clone(), body=group, orelse=cst.Name("None"),
-                         lpar=parens[0], rpar=parens[1])
+        parens = (
+            ([cst.LeftParen()], [cst.RightParen()])
+            if loose and not updated.lpar
+            else (updated.lpar, updated.rpar)
+        )
+        return cst.IfExp(
+            test=size.deep_clone(), body=group, orelse=cst.Name("None"), lpar=parens[0], rpar=parens[1]
+        )
 
     def _predivide_problem(self, call: cst.Call, factor: Optional[cst.BaseExpression]) -> Optional[str]:
         """Why `gradient_predivide_factor` cannot be dropped (a literal that is no positive finite
@@ -379,9 +478,12 @@ class ApexParallelToTorch(ApexClassRule):
                 return None
         calls = [self.code_of(c) for c in m.findall(factor, m.Call())]
         dropped = f"; `{calls[0]}` is no longer evaluated here" if calls else ""
-        self.report(call, PREDIVIDE_DROPPED,
-                    f"dropped `gradient_predivide_factor={code}`: torch DDP divides by the world size "
-                    f"before the allreduce, as Apex did with a factor equal to it{dropped}")
+        self.report(
+            call,
+            PREDIVIDE_DROPPED,
+            f"dropped `gradient_predivide_factor={code}`: torch DDP divides by the world size "
+            f"before the allreduce, as Apex did with a factor equal to it{dropped}",
+        )
         return None
 
     def bare_reference(self, node: cst.CSTNode, name: str) -> None:
@@ -396,12 +498,15 @@ class ApexParallelToTorch(ApexClassRule):
                 self.replacements[id(node)] = CONVERT
         elif name not in SYNCBN_NAMES or self.reference_context(node) == "check":
             if self.reference_context(node) == "check" or name in DDP_NAMES | SYNCBN_NAMES:
-                why = ("torch's class would match objects this file never made and miss those "
-                       "Apex made elsewhere")
+                why = (
+                    "torch's class would match objects this file never made and miss those "
+                    "Apex made elsewhere"
+                )
             else:
                 why = "it is called later with arguments this file does not show"
-            self.report(node, PARALLEL_REFERENCE, f"`{short}` used without a call cannot be mapped "
-                        f"provably: {why}")
+            self.report(
+                node, PARALLEL_REFERENCE, f"`{short}` used without a call cannot be mapped provably: {why}"
+            )
         elif self.options.device == "cpu":
             self.report(node, SYNCBN_CPU)
         else:

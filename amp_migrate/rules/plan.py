@@ -5,6 +5,7 @@ the readers of `initialize`'s and `scale_loss`'s arguments.
 `TrainingRule` after it reads the plan and has nothing to do in a file without one. This
 module holds no rule.
 """
+
 from __future__ import annotations
 
 import ast
@@ -15,15 +16,20 @@ from typing import Collection, Optional
 import libcst as cst
 
 from ..diagnostics import Severity, define
-from .apex_calls import NOT_LITERAL, literal as literal_value
+from .apex_calls import NOT_LITERAL
+from .apex_calls import literal as literal_value
 from .base import Rule
 
 _WORD = re.compile(r"\w+")
 
 INITIALIZE = "apex.amp.initialize"
 INIT = "apex.amp.init"
-SCALE_LOSS = ("apex.amp.scale_loss", "apex.amp.handle.scale_loss", "apex.amp.AmpHandle.scale_loss",
-              "apex.amp.OptimWrapper.scale_loss")
+SCALE_LOSS = (
+    "apex.amp.scale_loss",
+    "apex.amp.handle.scale_loss",
+    "apex.amp.AmpHandle.scale_loss",
+    "apex.amp.OptimWrapper.scale_loss",
+)
 WRAPPED_SCALE_LOSS = "apex.amp.OptimWrapper.scale_loss"  # `optimizer.scale_loss(loss)`
 MASTER_PARAMS = "apex.amp.master_params"
 STATE_DICT = "apex.amp.state_dict"
@@ -33,13 +39,27 @@ LOSS_SCALERS = ("apex.amp._amp_state.loss_scalers", "apex.amp._amp_state._amp_st
 SCALER_NAMES = ("scaler", "grad_scaler", "amp_scaler")
 LEVELS = ("O0", "O1", "O2", "O3")
 SCALE_LOSS_ARGS = ("loss", "optimizers", "loss_id", "model", "delay_unscale", "delay_overflow_check")
-INITIALIZE_ARGS = ("models", "optimizers", "enabled", "opt_level", "cast_model_type",
-                   "patch_torch_functions", "keep_batchnorm_fp32", "master_weights",
-                   "loss_scale", "cast_model_outputs", "num_losses", "verbosity",
-                   "min_loss_scale", "max_loss_scale")
+INITIALIZE_ARGS = (
+    "models",
+    "optimizers",
+    "enabled",
+    "opt_level",
+    "cast_model_type",
+    "patch_torch_functions",
+    "keep_batchnorm_fp32",
+    "master_weights",
+    "loss_scale",
+    "cast_model_outputs",
+    "num_losses",
+    "verbosity",
+    "min_loss_scale",
+    "max_loss_scale",
+)
 
 ONE_SCALER = define(
-    "AMP114", "one-scaler-for-all-losses", Severity.INFO,
+    "AMP114",
+    "one-scaler-for-all-losses",
+    Severity.INFO,
     "`num_losses`/`loss_id` per-loss scalers become one GradScaler, because an optimizer here "
     "is scaled under more than one loss id.",
     "Gradients of one optimizer must all carry one scale before `scaler.step` unscales them, "
@@ -49,6 +69,8 @@ ONE_SCALER = define(
     "the overflowing loss's scaler, the shared scaler backs off for every loss. When each "
     "optimizer is scaled under one loss id, amp-migrate keeps one GradScaler per loss id instead.",
 )
+
+
 @dataclass(frozen=True)
 class SharedScaler:
     """This file's part in one GradScaler that several modules of a project share
@@ -106,6 +128,7 @@ class SharedScaler:
 @dataclass(frozen=True)
 class PlanPart:
     """One `initialize` of several: the lines it governs and how its scaler is built."""
+
     first: int
     last: int
     scaler_call: cst.Call
@@ -121,6 +144,7 @@ class InferenceRegion:
     its statement, the line of the statement after which autocast covers the rest of the block
     (the statement itself, or the `if` guarding it), and the autocast to open there (None: amp
     is off, nothing to cover)."""
+
     line: int
     anchor: int
     autocast_call: Optional[cst.Call] = None
@@ -178,8 +202,14 @@ class TrainingPlan:
         """The plan as it applies on `line` of the file as given."""
         for part in self.parts:
             if part.first <= line <= part.last:
-                return replace(self, scaler_call=part.scaler_call, autocast_call=part.autocast_call,
-                               hoisted=part.hoisted, init_scope=part.init_scope, init_line=part.init_line)
+                return replace(
+                    self,
+                    scaler_call=part.scaler_call,
+                    autocast_call=part.autocast_call,
+                    hoisted=part.hoisted,
+                    init_scope=part.init_scope,
+                    init_line=part.init_line,
+                )
         return self
 
     def scaler_for_loss(self, loss_id: int) -> str:
@@ -221,6 +251,7 @@ def pure(node: cst.BaseExpression, builtins: Collection[str] = ()) -> bool:
     """Reading the expression twice gives the same value and does nothing else: names,
     attribute and subscript reads, comparisons, arithmetic and formatting of such values,
     conditionals, and calls of the `builtins` given (those the file leaves alone)."""
+
     def each(*parts: Optional[cst.CSTNode]) -> bool:
         return all(part is None or pure(part, builtins) for part in parts)
 
@@ -229,8 +260,9 @@ def pure(node: cst.BaseExpression, builtins: Collection[str] = ()) -> bool:
     if isinstance(node, cst.Attribute):
         return each(node.value)
     if isinstance(node, cst.Subscript):
-        return each(node.value) and all(isinstance(e.slice, cst.Index) and each(e.slice.value)
-                                        for e in node.slice)
+        return each(node.value) and all(
+            isinstance(e.slice, cst.Index) and each(e.slice.value) for e in node.slice
+        )
     if isinstance(node, cst.Comparison):
         return each(node.left, *(c.comparator for c in node.comparisons))
     if isinstance(node, (cst.BooleanOperation, cst.BinaryOperation)):
@@ -242,13 +274,25 @@ def pure(node: cst.BaseExpression, builtins: Collection[str] = ()) -> bool:
     if isinstance(node, (cst.Tuple, cst.List)):
         return all(isinstance(e, cst.Element) and each(e.value) for e in node.elements)
     if isinstance(node, cst.FormattedString):
-        return all(isinstance(p, cst.FormattedStringText) or
-                   (each(p.expression) and (p.format_spec is None or all(
-                       isinstance(f, cst.FormattedStringText) or each(f.expression) for f in p.format_spec)))
-                   for p in node.parts)
+        return all(
+            isinstance(p, cst.FormattedStringText)
+            or (
+                each(p.expression)
+                and (
+                    p.format_spec is None
+                    or all(
+                        isinstance(f, cst.FormattedStringText) or each(f.expression) for f in p.format_spec
+                    )
+                )
+            )
+            for p in node.parts
+        )
     if isinstance(node, cst.Call):
-        return isinstance(node.func, cst.Name) and node.func.value in builtins and all(
-            not a.star and each(a.value) for a in node.args)
+        return (
+            isinstance(node.func, cst.Name)
+            and node.func.value in builtins
+            and all(not a.star and each(a.value) for a in node.args)
+        )
     return False
 
 
@@ -298,8 +342,15 @@ def binds_in_ast(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) ->
     its body, not in nested functions, classes or comprehensions); False for `global name`;
     None if it does not bind the name at all."""
     args = function.args
-    if any(a.arg == name for a in [*args.posonlyargs, *args.args, *args.kwonlyargs,
-                                   *(a for a in (args.vararg, args.kwarg) if a is not None)]):
+    if any(
+        a.arg == name
+        for a in [
+            *args.posonlyargs,
+            *args.args,
+            *args.kwonlyargs,
+            *(a for a in (args.vararg, args.kwarg) if a is not None),
+        ]
+    ):
         return True
     found: Optional[bool] = None
     stack: list[ast.AST] = list(function.body)

@@ -22,6 +22,7 @@ A region holding a `backward()` falls back (Apex never cast backward), as do reg
 or hold another `initialize` or a training site. This module holds no rule: it is a part of
 PlanTraining (training_plan.py), which mixes it in.
 """
+
 from __future__ import annotations
 
 import ast
@@ -31,11 +32,21 @@ import libcst as cst
 
 from ..diagnostics import Severity, define
 from .plan import INITIALIZE, InferenceRegion, bind_arguments, expression_codes, literal, pure
-from .plan_options import (OPTION_NOT_LITERAL, OptionReader, both, is_bool, is_expression, keyword, report_dropped,
-                           string)
+from .plan_options import (
+    OPTION_NOT_LITERAL,
+    OptionReader,
+    both,
+    is_bool,
+    is_expression,
+    keyword,
+    report_dropped,
+    string,
+)
 
 INFERENCE_OUT_OF_REACH = define(
-    "AMP150", "inference-forward-out-of-reach", Severity.WARNING,
+    "AMP150",
+    "inference-forward-out-of-reach",
+    Severity.WARNING,
     "This `amp.initialize` only prepares a model for inference, and no autocast region placed "
     "after it provably covers everything Apex cast.",
     "The native rewrite puts the statements after `initialize` under `torch.autocast`. Apex's "
@@ -43,13 +54,15 @@ INFERENCE_OUT_OF_REACH = define(
     "so a model returned, stored in an attribute or read after the region (or, at O1, any "
     "code running after the function returns) would run uncast natively. The message names "
     "what escapes; the file uses the shim.",
-    before="def load(path):\n    model = amp.initialize(Net(), opt_level=\"O2\")\n    return model",
+    before='def load(path):\n    model = amp.initialize(Net(), opt_level="O2")\n    return model',
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="a model prepared for inference escapes every region autocast could cover",
 )
 INFERENCE_DTYPE = define(
-    "AMP151", "inference-fp32-weights-under-autocast", Severity.INFO,
+    "AMP151",
+    "inference-fp32-weights-under-autocast",
+    Severity.INFO,
     "O2/O3 cast this model's weights to fp16 for inference and its outputs back to fp32; the "
     "native model keeps fp32 weights and runs under autocast, so its outputs may be float16.",
     "The native recipe for O2/O3 (AMP110) applies to inference as to training: fp32 weights, "
@@ -59,11 +72,13 @@ INFERENCE_DTYPE = define(
     "region (on those outputs, or another model's forward) run under autocast too, where "
     "Apex's O2/O3 ran them in fp32. Call `.float()` on outputs that must stay fp32 (saved "
     "logits, metrics), or narrow the `with` to the forward.",
-    before="model = amp.initialize(model, opt_level=\"O2\")\nlogits = model(x)",
-    after="with torch.autocast(\"cuda\", dtype=torch.float16):\n    logits = model(x)  # float16",
+    before='model = amp.initialize(model, opt_level="O2")\nlogits = model(x)',
+    after='with torch.autocast("cuda", dtype=torch.float16):\n    logits = model(x)  # float16',
 )
 SECOND_INITIALIZE = define(
-    "AMP152", "second-initialize-same-options", Severity.INFO,
+    "AMP152",
+    "second-initialize-same-options",
+    Severity.INFO,
     "A second `amp.initialize` prepares a model whose optimizer is never scaled or stepped "
     "(an EMA or evaluation copy) with the options of the one before it; it is dropped.",
     "Apex rebuilt its loss scalers at every `initialize`. This one runs right after the one "
@@ -71,14 +86,24 @@ SECOND_INITIALIZE = define(
     "has the same options, so the rebuilt scaler is the one the first call built, and its "
     "casts are those of the first. Its model is treated as the trained model is: autocast "
     "covers it where it feeds the loss.",
-    before="model, opt = amp.initialize(model, opt, opt_level=\"O1\")\n"
-           "ema, ema_opt = amp.initialize(ema, ema_opt, opt_level=\"O1\")",
-    after="scaler = torch.amp.GradScaler(\"cuda\")",
+    before='model, opt = amp.initialize(model, opt, opt_level="O1")\n'
+    'ema, ema_opt = amp.initialize(ema, ema_opt, opt_level="O1")',
+    after='scaler = torch.amp.GradScaler("cuda")',
 )
 
-_OPTIONS = ("enabled", "opt_level", "cast_model_type", "patch_torch_functions", "keep_batchnorm_fp32",
-            "master_weights", "loss_scale", "cast_model_outputs", "num_losses", "min_loss_scale",
-            "max_loss_scale")
+_OPTIONS = (
+    "enabled",
+    "opt_level",
+    "cast_model_type",
+    "patch_torch_functions",
+    "keep_batchnorm_fp32",
+    "master_weights",
+    "loss_scale",
+    "cast_model_outputs",
+    "num_losses",
+    "min_loss_scale",
+    "max_loss_scale",
+)
 #: Methods that keep what they are given (a container, a registry): a model passed to one
 #: outlives the region.
 _STORING = frozenset({"append", "extend", "insert", "add", "setdefault", "update", "put", "register"})
@@ -90,8 +115,11 @@ def inference_only(args: Optional[dict]) -> bool:
     if args is None or "models" not in args:
         return False
     optimizers = args.get("optimizers")
-    return optimizers is None or literal(optimizers) is None or (
-        isinstance(optimizers, (cst.List, cst.Tuple)) and not optimizers.elements)
+    return (
+        optimizers is None
+        or literal(optimizers) is None
+        or (isinstance(optimizers, (cst.List, cst.Tuple)) and not optimizers.elements)
+    )
 
 
 def _mentions(node: ast.AST, names: set[str]) -> Optional[str]:
@@ -121,8 +149,24 @@ def _own_nodes(scope: ast.AST):
 
 
 #: `nn.Module` methods that return the module itself.
-_SELF_RETURNING = frozenset({"eval", "train", "cuda", "cpu", "to", "half", "float", "double", "bfloat16",
-                             "requires_grad_", "apply", "type", "share_memory", "to_empty"})
+_SELF_RETURNING = frozenset(
+    {
+        "eval",
+        "train",
+        "cuda",
+        "cpu",
+        "to",
+        "half",
+        "float",
+        "double",
+        "bfloat16",
+        "requires_grad_",
+        "apply",
+        "type",
+        "share_memory",
+        "to_empty",
+    }
+)
 
 
 def _holds(value: ast.AST, names: set[str]) -> bool:
@@ -134,8 +178,11 @@ def _holds(value: ast.AST, names: set[str]) -> bool:
             func = node.func
             if isinstance(func, ast.Name):
                 callees.add(id(func))
-            elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
-                    and func.attr not in _SELF_RETURNING:
+            elif (
+                isinstance(func, ast.Attribute)
+                and isinstance(func.value, ast.Name)
+                and func.attr not in _SELF_RETURNING
+            ):
                 callees.add(id(func.value))
     return any(isinstance(n, ast.Name) and n.id in names and id(n) not in callees for n in ast.walk(value))
 
@@ -145,7 +192,10 @@ def _aliases(scope: ast.AST, names: set[str]) -> set[str]:
     names = set(names)
     binds = []
     for node in _own_nodes(scope):
-        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and node.value is not None:
+        if (
+            isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr))
+            and node.value is not None
+        ):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             binds.append((node.value, targets))
         elif isinstance(node, (ast.For, ast.AsyncFor)):
@@ -169,8 +219,11 @@ class InferencePlanning:
     def _ast_parents(self) -> dict[int, ast.AST]:
         found = getattr(self, "_inference_parents", None)
         if found is None:
-            found = {id(child): node for node in ast.walk(self.state.index.tree)
-                     for child in ast.iter_child_nodes(node)}
+            found = {
+                id(child): node
+                for node in ast.walk(self.state.index.tree)
+                for child in ast.iter_child_nodes(node)
+            }
             self._inference_parents = found
         return found
 
@@ -181,16 +234,20 @@ class InferencePlanning:
             return found
         lines = getattr(self, "_inference_lines", None)
         if lines is None:
-            lines = self._inference_lines = {n.lineno: n for n in ast.walk(self.state.index.tree)
-                                              if isinstance(n, ast.stmt)}
+            lines = self._inference_lines = {
+                n.lineno: n for n in ast.walk(self.state.index.tree) if isinstance(n, ast.stmt)
+            }
         return lines.get(self.position(node)[0])
 
     def _inference_shaped(self, call: cst.Call) -> bool:
         return self.apex_name(call.func) == INITIALIZE and inference_only(bind_arguments(call))
 
     def _refuse_inference(self, call: cst.Call, why: str) -> str:
-        self.report(call, INFERENCE_OUT_OF_REACH, f"`amp.initialize` only prepares models for inference "
-                    f"here, but {why}")
+        self.report(
+            call,
+            INFERENCE_OUT_OF_REACH,
+            f"`amp.initialize` only prepares models for inference here, but {why}",
+        )
         return ""
 
     def _plan_inference(self, module: cst.Module) -> None:
@@ -215,8 +272,11 @@ class InferencePlanning:
             inside = [line for line in lines if first <= line <= last]
             if inside:
                 call = next(c for c, s in self.inits if self._lines_of(s)[0] == region.line)
-                self._refuse_inference(call, f"the autocast region after it (lines {first}-{last}) "
-                                       f"holds another Apex call at line {inside[0]}")
+                self._refuse_inference(
+                    call,
+                    f"the autocast region after it (lines {first}-{last}) "
+                    f"holds another Apex call at line {inside[0]}",
+                )
                 return False
         return True
 
@@ -241,35 +301,61 @@ class InferencePlanning:
         why, span = self._proof(tree, names, may_o1, self._lines_of(statement)[-1])
         if why:
             return self._refuse_inference(call, why)
-        autocast = cst.Call(cst.parse_expression("torch.autocast"), [
-            cst.Arg(string(self.options.device)),
-            keyword("dtype", cst.parse_expression(f"torch.{self.options.dtype}"))] +
-            ([keyword("enabled", amp_on if is_bool(amp_on) else cst.Call(cst.Name("bool"), [cst.Arg(amp_on)]))]
-             if is_expression(amp_on) else []))
+        autocast = cst.Call(
+            cst.parse_expression("torch.autocast"),
+            [
+                cst.Arg(string(self.options.device)),
+                keyword("dtype", cst.parse_expression(f"torch.{self.options.dtype}")),
+            ]
+            + (
+                [
+                    keyword(
+                        "enabled",
+                        amp_on if is_bool(amp_on) else cst.Call(cst.Name("bool"), [cst.Arg(amp_on)]),
+                    )
+                ]
+                if is_expression(amp_on)
+                else []
+            ),
+        )
         return InferenceRegion(line, at, autocast if span is not None else None, span)
 
-    def _proof(self, anchor: ast.stmt, names: set[str], may_o1: bool, init_end: int) -> tuple[str, Optional[tuple]]:
+    def _proof(
+        self, anchor: ast.stmt, names: set[str], may_o1: bool, init_end: int
+    ) -> tuple[str, Optional[tuple]]:
         """Why the region after `anchor` does not cover what Apex cast ("" where it does), and
         its lines (None: empty)."""
         parents = self._ast_parents()
         block = _holder(parents[id(anchor)], anchor) if id(anchor) in parents else None
         if block is None:
             return "its statement could not be placed", None
-        after = block[next(i for i, s in enumerate(block) if s is anchor) + 1:]
+        after = block[next(i for i, s in enumerate(block) if s is anchor) + 1 :]
         span = (_first_line(after[0]), after[-1].end_lineno) if after else None
         scope = self._scope_of(anchor, parents)
         if isinstance(scope, str):
             return scope, span
-        backward = next((n for s in after for n in ast.walk(s) if isinstance(n, ast.Call) and
-                         isinstance(n.func, ast.Attribute) and n.func.attr == "backward"), None)
+        backward = next(
+            (
+                n
+                for s in after
+                for n in ast.walk(s)
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward"
+            ),
+            None,
+        )
         if backward is not None:
-            return f"the region after it runs a backward pass (line {backward.lineno}), which Apex never cast", span
+            return (
+                f"the region after it runs a backward pass (line {backward.lineno}), which Apex never cast",
+                span,
+            )
         tail = self._tail(anchor, parents, 0, own=True)
         if not tail:
             return "", span
         confined = self._confined(scope, names, init_end, span)
         if may_o1:
-            return f"Apex's O1 casts stayed on after it, and {tail}" + (f"; {confined}" if confined else ""), span
+            return f"Apex's O1 casts stayed on after it, and {tail}" + (
+                f"; {confined}" if confined else ""
+            ), span
         return confined, span
 
     def _scope_of(self, anchor: ast.stmt, parents: dict) -> Union[ast.AST, str]:
@@ -278,12 +364,15 @@ class InferencePlanning:
             parent = parents.get(id(node))
             if isinstance(parent, (ast.Module, ast.FunctionDef)):
                 if isinstance(parent, ast.FunctionDef) and any(
-                        isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _own_nodes(parent)):
+                    isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _own_nodes(parent)
+                ):
                     return f"`{parent.name}` is a generator, whose suspended region would leak autocast"
                 return parent
             if not isinstance(parent, (ast.If, ast.With)):
                 kind = type(parent).__name__.lower().replace("asyncfunctiondef", "async def")
-                return f"it runs inside a `{kind}` statement, which may run it again or leave the region early"
+                return (
+                    f"it runs inside a `{kind}` statement, which may run it again or leave the region early"
+                )
             node = parent
 
     def _tail(self, node: ast.stmt, parents: dict, depth: int, own: bool = False) -> str:
@@ -309,14 +398,20 @@ class InferencePlanning:
         """Every call of `function` in this file is the last thing the script does."""
         if not isinstance(parents.get(id(function)), ast.Module) or depth > 3:
             return f"code runs after `{function.name}` returns"
-        uses = [n for n in ast.walk(self.state.index.tree) if isinstance(n, ast.Name) and n.id == function.name]
+        uses = [
+            n for n in ast.walk(self.state.index.tree) if isinstance(n, ast.Name) and n.id == function.name
+        ]
         if not uses:
             return f"`{function.name}` is not called in this file, so what runs after it returns is unknown"
         for use in uses:
             call = parents.get(id(use))
             statement = parents.get(id(call))
-            if not (isinstance(call, ast.Call) and call.func is use and isinstance(statement, (ast.Expr, ast.Assign))
-                    and statement.value is call):
+            if not (
+                isinstance(call, ast.Call)
+                and call.func is use
+                and isinstance(statement, (ast.Expr, ast.Assign))
+                and statement.value is call
+            ):
                 return f"`{function.name}` is used at line {use.lineno} other than as a statement's call"
             why = self._tail(statement, parents, depth + 1)
             if why:
@@ -332,8 +427,12 @@ class InferencePlanning:
                 name = _mentions(node, names)
                 if name:
                     return f"a nested function or class at line {node.lineno} reads `{name}`"
-            elif isinstance(node, ast.Name) and node.id in names and node.lineno > init_end and (
-                    span is None or not span[0] <= node.lineno <= span[1]):
+            elif (
+                isinstance(node, ast.Name)
+                and node.id in names
+                and node.lineno > init_end
+                and (span is None or not span[0] <= node.lineno <= span[1])
+            ):
                 return f"`{node.id}` is used at line {node.lineno}, after the region"
             why = self._escape(node, names)
             if why:
@@ -345,14 +444,25 @@ class InferencePlanning:
             return f"`{sorted(set(node.names) & names)[0]}` is declared global at line {node.lineno}"
         if isinstance(node, ast.Return) and node.value is not None and _holds(node.value, names):
             return f"`{_mentions(node.value, names)}` is returned at line {node.lineno}"
-        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None \
-                and _holds(node.value, names):
+        if (
+            isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+            and node.value is not None
+            and _holds(node.value, names)
+        ):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, (ast.Attribute, ast.Subscript)) for target in targets for t in ast.walk(target)):
+            if any(
+                isinstance(t, (ast.Attribute, ast.Subscript)) for target in targets for t in ast.walk(target)
+            ):
                 return f"`{_mentions(node.value, names)}` is stored at line {node.lineno}"
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _STORING:
-            name = next((_mentions(a, names) for a in [*node.args, *(k.value for k in node.keywords)]
-                         if _holds(a, names)), None)
+            name = next(
+                (
+                    _mentions(a, names)
+                    for a in [*node.args, *(k.value for k in node.keywords)]
+                    if _holds(a, names)
+                ),
+                None,
+            )
             if name:
                 return f"`{name}` is handed to `.{node.func.attr}()` at line {node.lineno}, which may keep it"
         return ""
@@ -393,8 +503,13 @@ class InferencePlanning:
         enabled by `cond`), or the statement itself."""
         block = self.parent(statement)
         owner = self.parent(block) if block is not None else None
-        if isinstance(owner, cst.If) and owner.body is block and owner.orelse is None \
-                and block.body and block.body[-1] is statement:
+        if (
+            isinstance(owner, cst.If)
+            and owner.body is block
+            and owner.orelse is None
+            and block.body
+            and block.body[-1] is statement
+        ):
             return owner, owner.test
         return statement, None
 
@@ -405,8 +520,9 @@ class InferencePlanning:
             return None, False
         reader = OptionReader(args, call, self.report, self._free_builtins())
         level, enabled = reader.level(), reader.enabled()
-        report_dropped({k: v for k, v in args.items() if k not in ("min_loss_scale", "max_loss_scale")},
-                       self.report)
+        report_dropped(
+            {k: v for k, v in args.items() if k not in ("min_loss_scale", "max_loss_scale")}, self.report
+        )
         if not level.ok or enabled is None:
             return None, False
         amp_on = both(True if guard is None else guard.deep_clone(), level.amp_on, enabled)
@@ -420,9 +536,12 @@ class InferencePlanning:
     def _only_inference(self, shared) -> bool:
         """No training site here or in a module sharing a scaler, and every `initialize` is
         given no optimizer."""
-        return not self.scale_losses and not self.sites and all(
-            self._inference_shaped(call) for call, _ in self.inits) and (
-            shared is None or not (shared.owner or shared.user or shared.refused))
+        return (
+            not self.scale_losses
+            and not self.sites
+            and all(self._inference_shaped(call) for call, _ in self.inits)
+            and (shared is None or not (shared.owner or shared.user or shared.refused))
+        )
 
     # -- a second `initialize` beside the one that trains -------------------------------------
     def _with_absorbed(self, absorbed: list[tuple[cst.Call, cst.CSTNode]]) -> None:
@@ -447,9 +566,15 @@ class InferencePlanning:
             call, statement = item
             args = bind_arguments(call)
             optimizers = set(expression_codes(args.get("optimizers"))) if args is not None else set()
-            if args is None or options is None or self._scaler_options(call) != options \
-                    or (optimizers & scaled) or (not optimizers and not inference_only(args)) \
-                    or self._stepped(optimizers) or self._between(first[1], statement):
+            if (
+                args is None
+                or options is None
+                or self._scaler_options(call) != options
+                or (optimizers & scaled)
+                or (not optimizers and not inference_only(args))
+                or self._stepped(optimizers)
+                or self._between(first[1], statement)
+            ):
                 continue
             taken.append(item)
         self.inits = [i for i in self.inits if not any(i is t for t in taken)]
@@ -460,8 +585,13 @@ class InferencePlanning:
         return None if args is None else {k: self.code_of(v) for k, v in args.items() if k in _OPTIONS}
 
     def _stepped(self, optimizers: set[str]) -> bool:
-        return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "step"
-                   and ast.unparse(n.func.value) in optimizers for n in ast.walk(self.state.index.tree))
+        return any(
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "step"
+            and ast.unparse(n.func.value) in optimizers
+            for n in ast.walk(self.state.index.tree)
+        )
 
     def _between(self, first: cst.CSTNode, later: cst.CSTNode) -> str:
         """Why something may run between the two calls: `later` is not in the block holding
@@ -479,11 +609,17 @@ class InferencePlanning:
         if node is None or _holder(holder, node) is not _holder(holder, start):
             return "not in the block of the first"
         tree = self.state.index.tree
-        local = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        local = {
+            n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        }
         sites = {self.position(site)[0] for site in self.sites}
         for n in ast.walk(holder):
             line = getattr(n, "lineno", 0)
-            if start.end_lineno < line < end.lineno and (line in sites or isinstance(n, ast.Call) and
-                                                        isinstance(n.func, ast.Name) and n.func.id in local):
+            if start.end_lineno < line < end.lineno and (
+                line in sites
+                or isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Name)
+                and n.func.id in local
+            ):
                 return f"line {line} runs code between them"
         return ""

@@ -12,6 +12,7 @@ tied to the only `initialize` there is (one call, or one per arm of one `if`/`el
 exactly one runs). Each such `initialize` then sets `self.<scaler>`, which the tied methods
 read. This module holds no rule: PlanTraining mixes it in through plan_units.py.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Union
@@ -75,23 +76,34 @@ class MethodTies:
                 if not any(f is method for f in unit.methods):
                     unit.methods.append(method)
         if kept and len(kept) != len(outside):
-            return (f"the Apex call at line {self.position(kept[0])[0]} would need the scaler as a parameter "
-                    "and others read it from `self`")
+            return (
+                f"the Apex call at line {self.position(kept[0])[0]} would need the scaler as a parameter "
+                "and others read it from `self`"
+            )
         outside[:] = kept
         return ""
 
     def _not_one(self, site: cst.CSTNode, method: cst.FunctionDef, found, units: list) -> str:
         line = self.position(site)[0]
         if found == ANYONE or not found:
-            return (f"`{method.name.value}` (the Apex call at line {line}) may be called from outside its "
-                    "class, so which `initialize` ran last is not known there")
+            return (
+                f"`{method.name.value}` (the Apex call at line {line}) may be called from outside its "
+                "class, so which `initialize` ran last is not known there"
+            )
         lines = " and ".join(str(self.position(g[0].call)[0]) for g in self._groups(found))
-        return (f"the Apex call at line {line} runs after the `initialize` at lines {lines}, depending on "
-                f"which method called `{method.name.value}`")
+        return (
+            f"the Apex call at line {line} runs after the `initialize` at lines {lines}, depending on "
+            f"which method called `{method.name.value}`"
+        )
 
     def _units_class(self, units: list) -> Optional[cst.ClassDef]:
-        classes = {id(c): c for c in (self.class_of(f) if f is not None else None
-                                      for f in (self.scope_of(u.statement) for u in units))}
+        classes = {
+            id(c): c
+            for c in (
+                self.class_of(f) if f is not None else None
+                for f in (self.scope_of(u.statement) for u in units)
+            )
+        }
         if len(classes) != 1 or None in classes.values():
             return None
         return next(iter(classes.values()))
@@ -103,8 +115,9 @@ class MethodTies:
             groups.setdefault(id(unit.pair) if unit.pair is not None else id(unit), []).append(unit)
         return list(groups.values())
 
-    def _ties_of(self, method: cst.FunctionDef, owner: cst.ClassDef, units: list,
-                 ties: dict, chain: tuple) -> Union[str, list]:
+    def _ties_of(
+        self, method: cst.FunctionDef, owner: cst.ClassDef, units: list, ties: dict, chain: tuple
+    ) -> Union[str, list]:
         """The units whose blocks call into `method` (ANYONE: something outside the class
         does); a string with a located reason where a call is no such tie."""
         if id(method) in ties:
@@ -122,8 +135,10 @@ class MethodTies:
             if holders:
                 found.extend(u for u in holders if u not in found)
             elif any(caller is self.scope_of(u.statement) for u in units):
-                return (f"`{name}` is called at line {self.position(call)[0]}, outside the block of "
-                        "the `initialize` in that method")
+                return (
+                    f"`{name}` is called at line {self.position(call)[0]}, outside the block of "
+                    "the `initialize` in that method"
+                )
             else:
                 more = self._ties_of(caller, owner, units, ties, chain + (method,))
                 if isinstance(more, str):
@@ -149,9 +164,15 @@ class MethodTies:
                 continue
             call = self.parent(parent) if isinstance(parent, cst.Attribute) else None
             caller = self.scope_of(node)
-            if not (isinstance(parent, cst.Attribute) and parent.attr is node
-                    and m.matches(parent.value, m.Name("self")) and isinstance(call, cst.Call)
-                    and call.func is parent and caller is not None and self.class_of(caller) is owner):
+            if not (
+                isinstance(parent, cst.Attribute)
+                and parent.attr is node
+                and m.matches(parent.value, m.Name("self"))
+                and isinstance(call, cst.Call)
+                and call.func is parent
+                and caller is not None
+                and self.class_of(caller) is owner
+            ):
                 return None
             calls.append(call)
         return calls
@@ -179,8 +200,10 @@ class MethodTies:
                     continue
                 seen.add(id(function))
                 if any(other is not group for other in holding.get(id(function), ())):
-                    return (f"`{starts[0].name.value}` may call `{function.name.value}` (by the name it "
-                            "mentions), which calls `initialize` again")
+                    return (
+                        f"`{starts[0].name.value}` may call `{function.name.value}` (by the name it "
+                        "mentions), which calls `initialize` again"
+                    )
                 if id(function) not in mentions:
                     mentions[id(function)] = _NameCollector.of(function.body)
                 pending.extend(f for name in mentions[id(function)] for f in functions.get(name, ()))
@@ -202,9 +225,12 @@ class MethodTies:
             if not planned:
                 continue
             unit = planned[0][0]
-            after = unit.pair is not None and any(self._holder([unit], s) is unit and self.position(s)[0] > unit.pair_after
-                                                  and not any(p is unit.block for p in self.ancestors(s))
-                                                  for s in unit.sites)
+            after = unit.pair is not None and any(
+                self._holder([unit], s) is unit
+                and self.position(s)[0] > unit.pair_after
+                and not any(p is unit.block for p in self.ancestors(s))
+                for s in unit.sites
+            )
             if not after and not unit.methods:
                 continue
             casts = {self.code_of(p.autocast_call) for _, p in planned}
@@ -213,20 +239,32 @@ class MethodTies:
                 lines = " and ".join(str(self.position(u.call)[0]) for u, _ in planned)
                 what = "autocasts" if len(casts) > 1 else "scaler switches (`enabled=`)"
                 shown = casts if len(casts) > 1 else {c or "always on" for c in switches}
-                return (f"the `initialize` calls at lines {lines}, one per branch, need different {what} "
-                        f"({' / '.join(sorted(f'`{c}`' for c in shown))}) where code runs after either")
+                return (
+                    f"the `initialize` calls at lines {lines}, one per branch, need different {what} "
+                    f"({' / '.join(sorted(f'`{c}`' for c in shown))}) where code runs after either"
+                )
             first = min((p for _, p in planned), key=lambda p: p.init_line)
             spans = [(self.position(f)[0], self._lines_of(f)[-1]) for f in unit.methods]
             if after:
                 body = unit.pair_block.body
                 spans.append((unit.pair_after + 1, self._lines_of(body[-1])[-1]))
-            parts.extend(PlanPart(a, b, first.scaler_call, first.autocast_call, False, first.init_scope,
-                                  first.init_line) for a, b in spans)
+            parts.extend(
+                PlanPart(
+                    a, b, first.scaler_call, first.autocast_call, False, first.init_scope, first.init_line
+                )
+                for a, b in spans
+            )
         return parts
 
     def _enabled_code(self, call: cst.Call) -> str:
-        return next((self.code_of(a.value) for a in call.args if a.keyword is not None
-                     and a.keyword.value == "enabled"), "")
+        return next(
+            (
+                self.code_of(a.value)
+                for a in call.args
+                if a.keyword is not None and a.keyword.value == "enabled"
+            ),
+            "",
+        )
 
 
 class _NameCollector(cst.CSTVisitor):

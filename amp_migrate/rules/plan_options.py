@@ -8,6 +8,7 @@ static scale, if any, adds `init_scale`/`growth_interval`; a scale written into 
 right after `initialize` (`start_scale_write`) replaces `init_scale`. PlanTraining (training_plan.py)
 reads them here and decides where the scaler lives; this module holds no rule.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,19 +27,23 @@ Switch = Union[bool, cst.BaseExpression]
 Report = Callable[..., None]
 
 OPTION_NOT_LITERAL = define(
-    "AMP103", "option-not-provable", Severity.WARNING,
+    "AMP103",
+    "option-not-provable",
+    Severity.WARNING,
     "An `amp.initialize` option is computed at run time in a way native code cannot follow.",
     "Options such as `opt_level=args.opt_level` are rewritten to an expression that is right "
-    "for every value (`enabled=args.opt_level != \"O0\"`). A run-time `loss_scale` (which may be "
-    "\"dynamic\" or a number), `**kwargs`, or an expression with side effects cannot be, so the "
+    'for every value (`enabled=args.opt_level != "O0"`). A run-time `loss_scale` (which may be '
+    '"dynamic" or a number), `**kwargs`, or an expression with side effects cannot be, so the '
     "file uses the shim.",
-    before='amp.initialize(model, opt, loss_scale=args.loss_scale)',
-    after='# unchanged, imports point at amp_shim',
+    before="amp.initialize(model, opt, loss_scale=args.loss_scale)",
+    after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="an initialize option only known at run time",
 )
 O2_O3 = define(
-    "AMP110", "fp16-weights-become-autocast", Severity.INFO,
+    "AMP110",
+    "fp16-weights-become-autocast",
+    Severity.INFO,
     "O2/O3 kept fp16 model weights (with fp32 masters at O2); native code keeps fp32 weights "
     "and runs ops in reduced precision under autocast.",
     "torch has no master-weights mode. Autocast with fp32 weights is the native recipe and is "
@@ -51,7 +56,9 @@ O2_O3 = define(
 #: reaches, so the scale grows after 2,147,483,647 clean steps at the earliest, in no real run.
 STATIC_GROWTH_INTERVAL = "2**31 - 1"
 STATIC_SCALE = define(
-    "AMP111", "static-loss-scale", Severity.INFO,
+    "AMP111",
+    "static-loss-scale",
+    Severity.INFO,
     "A static `loss_scale` becomes a GradScaler that starts at that scale and never grows; it "
     "differs from Apex only on a step whose gradients are not finite.",
     "Apex's static scale never changed and never skipped a step. GradScaler has no static mode; "
@@ -66,7 +73,9 @@ STATIC_SCALE = define(
     after='scaler = torch.amp.GradScaler("cuda", init_scale=128.0, growth_interval=2**31 - 1)',
 )
 UNSCALED = define(
-    "AMP116", "unit-loss-scale-disables-scaler", Severity.INFO,
+    "AMP116",
+    "unit-loss-scale-disables-scaler",
+    Severity.INFO,
     "Apex did not scale losses here (a static `loss_scale` of 1.0, O3's default), so the "
     "GradScaler is disabled; autocast stays on.",
     "With a static scale of 1.0 Apex's `scale_loss` took its fast path: no scaling, no unscale, no "
@@ -76,23 +85,27 @@ UNSCALED = define(
     "would skip the steps with inf/NaN gradients that Apex applied.",
     before='amp.initialize(model, opt, opt_level="O1", loss_scale=1.0)',
     after='scaler = torch.amp.GradScaler("cuda", enabled=False)\n'
-          '# the forward still runs under torch.autocast("cuda", dtype=torch.float16)',
+    '# the forward still runs under torch.autocast("cuda", dtype=torch.float16)',
 )
 RUNTIME_O3 = define(
-    "AMP117", "run-time-o3-scaled", Severity.INFO,
-    "If `opt_level` is \"O3\" at run time, this GradScaler is enabled, although Apex's O3 kept a "
+    "AMP117",
+    "run-time-o3-scaled",
+    Severity.INFO,
+    'If `opt_level` is "O3" at run time, this GradScaler is enabled, although Apex\'s O3 kept a '
     "static loss scale of 1.0.",
     "Where `initialize` and the autocast regions share a function, a run-time `opt_level` gives "
-    "`GradScaler(enabled=level not in (\"O0\", \"O3\"))` and `autocast(enabled=level != \"O0\")`, "
+    '`GradScaler(enabled=level not in ("O0", "O3"))` and `autocast(enabled=level != "O0")`, '
     "right for every level. Here autocast runs elsewhere and follows `scaler.is_enabled()`, so "
     "the scaler is on at O3 too: it skips steps whose gradients are not finite, which Apex's O3 "
     "applied. O0, O1 and O2 are exact.",
-    before='amp.initialize(model, opt, opt_level=opt_level)  # in Trainer.__init__',
+    before="amp.initialize(model, opt, opt_level=opt_level)  # in Trainer.__init__",
     after='self.scaler = torch.amp.GradScaler("cuda", enabled=opt_level != "O0")',
 )
 RUNTIME_O0 = define(
-    "AMP121", "run-time-o0-unscaled", Severity.INFO,
-    "If `opt_level` is \"O0\" at run time, this GradScaler is disabled, although Apex's O0 "
+    "AMP121",
+    "run-time-o0-unscaled",
+    Severity.INFO,
+    'If `opt_level` is "O0" at run time, this GradScaler is disabled, although Apex\'s O0 '
     "still applied the `loss_scale` given.",
     "Where autocast runs away from the scaler it follows `scaler.is_enabled()`, so the scaler is "
     "off exactly where autocast must be: at O0. Apex's O0 (fp32 throughout) still scaled losses "
@@ -103,15 +116,19 @@ RUNTIME_O0 = define(
     after='scaler = torch.amp.GradScaler("cuda", enabled=args.opt_level != "O0")',
 )
 SCALE_BOUNDS = define(
-    "AMP112", "loss-scale-bounds", Severity.INFO,
+    "AMP112",
+    "loss-scale-bounds",
+    Severity.INFO,
     "`min_loss_scale`/`max_loss_scale` have no GradScaler equivalent and were dropped.",
     "GradScaler's scale is unbounded: it can back off below Apex's floor and grow above its "
     "cap (2**24 by default, reached only after tens of thousands of clean steps).",
-    before='amp.initialize(model, opt, min_loss_scale=1.0)',
+    before="amp.initialize(model, opt, min_loss_scale=1.0)",
     after='scaler = torch.amp.GradScaler("cuda")',
 )
 IGNORED_OPTIONS = define(
-    "AMP113", "option-without-native-meaning", Severity.INFO,
+    "AMP113",
+    "option-without-native-meaning",
+    Severity.INFO,
     "An `amp.initialize` option with no native meaning was dropped "
     "(`keep_batchnorm_fp32`, `master_weights`, `cast_model_type`, `patch_torch_functions`, "
     "`cast_model_outputs`).",
@@ -120,7 +137,9 @@ IGNORED_OPTIONS = define(
     "now come back in whatever dtype autocast gave their last op.",
 )
 RUN_TIME_SCALE = define(
-    "AMP120", "run-time-loss-scale", Severity.INFO,
+    "AMP120",
+    "run-time-loss-scale",
+    Severity.INFO,
     "`loss_scale` is chosen at run time; the GradScaler's arguments are expressions right for "
     "each value it may take.",
     "\"dynamic\" (or None, the opt level's dynamic default) keeps GradScaler's defaults "
@@ -131,12 +150,14 @@ RUN_TIME_SCALE = define(
     "O0 or O3, None is their default static 1.0 and also disables the scaler.",
     before='amp.initialize(model, opt, opt_level="O1", loss_scale=args.loss_scale)',
     after='scaler = torch.amp.GradScaler(\n    "cuda",\n'
-          '    init_scale=2.0**16 if args.loss_scale in (None, "dynamic") else float(args.loss_scale),\n'
-          '    growth_interval=2000 if args.loss_scale in (None, "dynamic") else 2**31 - 1,\n'
-          '    enabled=args.loss_scale in (None, "dynamic") or float(args.loss_scale) != 1.0,\n)',
+    '    init_scale=2.0**16 if args.loss_scale in (None, "dynamic") else float(args.loss_scale),\n'
+    '    growth_interval=2000 if args.loss_scale in (None, "dynamic") else 2**31 - 1,\n'
+    '    enabled=args.loss_scale in (None, "dynamic") or float(args.loss_scale) != 1.0,\n)',
 )
 BF16 = define(
-    "AMP115", "bfloat16-no-loss-scaling", Severity.INFO,
+    "AMP115",
+    "bfloat16-no-loss-scaling",
+    Severity.INFO,
     "With `--dtype bfloat16` autocast runs in bfloat16 and the GradScaler is disabled.",
     "bfloat16 has float32's exponent range, so gradients do not underflow and loss scaling is "
     "unnecessary; a disabled GradScaler passes losses and steps through unchanged, so the code "
@@ -144,17 +165,19 @@ BF16 = define(
 )
 
 USER_AUTOCAST = define(
-    "AMP141", "own-autocast-in-apex-region", Severity.WARNING,
+    "AMP141",
+    "own-autocast-in-apex-region",
+    Severity.WARNING,
     "The file's own `autocast` region lies inside the forward that native autocast must cover "
     "for Apex; the file uses the shim.",
     "Apex's O1 casts ignored torch's autocast state, so they stayed on inside the file's own "
     "`with autocast(...)` (in a file with an Apex path and a torch path, "
-    "`autocast(enabled=args.amp == \"torch\")` is off on the Apex path and Apex still cast). "
+    '`autocast(enabled=args.amp == "torch")` is off on the Apex path and Apex still cast). '
     "Natively the inner region's `enabled` and `dtype` override the outer one, so where it is "
     "off the Apex path's forward would run in fp32. Merge the two paths' autocast into one by "
     "hand (`enabled=` true for both) to migrate natively.",
     before='with autocast(enabled=args.amp == "torch"):\n    loss = model(x)\n'
-           'with amp.scale_loss(loss, opt) as scaled:\n    scaled.backward()',
+    "with amp.scale_loss(loss, opt) as scaled:\n    scaled.backward()",
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="the file's own autocast would switch native autocast off on the Apex path",
@@ -167,8 +190,9 @@ def autocast_aliases(module: cst.Module) -> frozenset[str]:
     for node in find_statements(module, cst.ImportFrom):
         source = cst.Module([]).code_for_node(node.module) if node.module is not None else ""
         if source.split(".")[0] == "torch" and not isinstance(node.names, cst.ImportStar):
-            names.update(a.evaluated_alias or a.evaluated_name for a in node.names
-                         if a.evaluated_name == "autocast")
+            names.update(
+                a.evaluated_alias or a.evaluated_name for a in node.names if a.evaluated_name == "autocast"
+            )
     return frozenset(names)
 
 
@@ -178,14 +202,22 @@ def own_autocast(statements: Sequence[cst.CSTNode], aliases: Collection[str] = (
     code = cst.Module([]).code_for_node
     for statement in statements:
         for node in find_statements(statement, cst.With):
-            if any(isinstance(i.item, cst.Call) and (code(i.item.func).rsplit(".", 1)[-1] == "autocast"
-                                                     or code(i.item.func) in aliases) for i in node.items):
+            if any(
+                isinstance(i.item, cst.Call)
+                and (code(i.item.func).rsplit(".", 1)[-1] == "autocast" or code(i.item.func) in aliases)
+                for i in node.items
+            ):
                 return node
     return None
 
 
-_DROPPED = ("keep_batchnorm_fp32", "master_weights", "cast_model_type", "patch_torch_functions",
-            "cast_model_outputs")
+_DROPPED = (
+    "keep_batchnorm_fp32",
+    "master_weights",
+    "cast_model_type",
+    "patch_torch_functions",
+    "cast_model_outputs",
+)
 
 
 # -- switches ------------------------------------------------------------------------------------
@@ -211,13 +243,18 @@ def both(*switches: Switch) -> Switch:
 def _and(left: cst.BaseExpression, right: cst.BaseExpression) -> cst.BooleanOperation:
     """`left and right`, each part made a bool where it may not be one: `and` returns a falsy
     operand itself (`None`, `""`), and `torch.autocast(enabled=)` accepts only a bool."""
+
     def wrap(e):
         if not is_bool(e):
             return cst.Call(cst.Name("bool"), [cst.Arg(e)])
-        if isinstance(e, cst.BooleanOperation) and isinstance(e.operator, cst.Or) \
-                or isinstance(e, (cst.IfExp, cst.Lambda, cst.NamedExpr)):
+        if (
+            isinstance(e, cst.BooleanOperation)
+            and isinstance(e.operator, cst.Or)
+            or isinstance(e, (cst.IfExp, cst.Lambda, cst.NamedExpr))
+        ):
             return parenthesized(e)
         return e
+
     return cst.BooleanOperation(wrap(left), cst.And(), wrap(right))
 
 
@@ -227,7 +264,8 @@ _BOOL_CALLS = frozenset({"bool", "isinstance", "issubclass", "hasattr", "callabl
 def is_bool(node: cst.BaseExpression) -> bool:
     """Whether `node` evaluates to a bool whatever its operands hold."""
     if isinstance(node, (cst.Comparison,)) or (
-            isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not)):
+        isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not)
+    ):
         return True
     if isinstance(node, cst.Name):
         return node.value in ("True", "False")
@@ -243,7 +281,9 @@ _LOOSE = (cst.IfExp, cst.BooleanOperation, cst.Comparison, cst.Lambda, cst.Named
 
 def parenthesized(node: cst.BaseExpression) -> cst.BaseExpression:
     """`node` as the operand of a comparison: in parentheses where it binds more loosely."""
-    loose = isinstance(node, _LOOSE) or (isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not))
+    loose = isinstance(node, _LOOSE) or (
+        isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not)
+    )
     if loose and not node.lpar:
         return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
     return node
@@ -258,8 +298,11 @@ def as_expression(switch: Switch) -> cst.BaseExpression:
 
 
 def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
-    return cst.Arg(value=value, keyword=cst.Name(name),
-                   equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+    return cst.Arg(
+        value=value,
+        keyword=cst.Name(name),
+        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+    )
 
 
 def string(value: str) -> cst.SimpleString:
@@ -270,6 +313,7 @@ def string(value: str) -> cst.SimpleString:
 @dataclass
 class Level:
     """What an `opt_level` says: amp on, and losses scaled when `loss_scale` is left to it."""
+
     amp_on: Switch = True
     scaled_by_default: Switch = True
     values: tuple = ("O1",)  # the levels it may be
@@ -281,6 +325,7 @@ class Level:
 class Scale:
     """What `loss_scale` says: None where the level's default applies, else whether losses are
     scaled; with the GradScaler arguments of a static scale."""
+
     scaled: Optional[Switch] = None
     args: list[cst.Arg] = field(default_factory=list)
     ok: bool = True
@@ -289,6 +334,7 @@ class Scale:
 @dataclass
 class Reading:
     """The two switches and the static scale, from every option of one `initialize`."""
+
     amp_on: Switch = True
     scaling_on: Switch = True
     scale_args: list[cst.Arg] = field(default_factory=list)
@@ -317,8 +363,14 @@ def choose(test: cst.BaseExpression, when_true: Switch, when_false: Switch) -> S
     return test if when_true is True else negation(test)
 
 
-_OPPOSITE = ((cst.Equal, cst.NotEqual), (cst.NotEqual, cst.Equal), (cst.In, cst.NotIn),
-             (cst.NotIn, cst.In), (cst.Is, cst.IsNot), (cst.IsNot, cst.Is))
+_OPPOSITE = (
+    (cst.Equal, cst.NotEqual),
+    (cst.NotEqual, cst.Equal),
+    (cst.In, cst.NotIn),
+    (cst.NotIn, cst.In),
+    (cst.Is, cst.IsNot),
+    (cst.IsNot, cst.Is),
+)
 
 
 def negation(test: cst.BaseExpression) -> cst.BaseExpression:
@@ -360,9 +412,13 @@ class OptionReader:
             scaling_on = both(clone(guard), level.scaled_by_default, clone(enabled))
         else:  # a loss scale given is used at every level, O0 included
             scaling_on = both(clone(guard), clone(enabled), scale.scaled)
-        return Reading(amp_on, scaling_on, scale.args + max_scale_args(self.args, scale),
-                       o3_at_run_time=level.run_time if scale.scaled is None else None,
-                       o0_at_run_time=level.run_time if scale.scaled is True else None)
+        return Reading(
+            amp_on,
+            scaling_on,
+            scale.args + max_scale_args(self.args, scale),
+            o3_at_run_time=level.run_time if scale.scaled is None else None,
+            o0_at_run_time=level.run_time if scale.scaled is True else None,
+        )
 
     def level(self) -> Level:
         level = self.args.get("opt_level")
@@ -387,19 +443,35 @@ class OptionReader:
             return None
         if {"O2", "O3"} & set(arms):
             self.report(self.call, O2_O3)
-        return Level(choose(level.test, *(a != "O0" for a in arms)),
-                     choose(level.test.deep_clone(), *(a in ("O1", "O2") for a in arms)), arms)
+        return Level(
+            choose(level.test, *(a != "O0" for a in arms)),
+            choose(level.test.deep_clone(), *(a in ("O1", "O2") for a in arms)),
+            arms,
+        )
 
     def _run_time_level(self, level: cst.BaseExpression) -> Level:
         if not self.pure(level):
-            why = "calls a builtin this file rebinds" if pure(level, PURE_BUILTINS) else \
-                "calls code that may have side effects or give another value when read again"
-            self.report(level, OPTION_NOT_LITERAL, f"`opt_level={cst.Module([]).code_for_node(level)}` {why}; "
-                        "native code reads the level where the scaler is built and again for autocast")
+            why = (
+                "calls a builtin this file rebinds"
+                if pure(level, PURE_BUILTINS)
+                else "calls code that may have side effects or give another value when read again"
+            )
+            self.report(
+                level,
+                OPTION_NOT_LITERAL,
+                f"`opt_level={cst.Module([]).code_for_node(level)}` {why}; "
+                "native code reads the level where the scaler is built and again for autocast",
+            )
             return Level(ok=False)
         amp_on = cst.Comparison(parenthesized(level), [cst.ComparisonTarget(cst.NotEqual(), string("O0"))])
-        scaled = cst.Comparison(parenthesized(level.deep_clone()), [cst.ComparisonTarget(
-            cst.NotIn(), cst.Tuple([cst.Element(string("O0")), cst.Element(string("O3"))]))])
+        scaled = cst.Comparison(
+            parenthesized(level.deep_clone()),
+            [
+                cst.ComparisonTarget(
+                    cst.NotIn(), cst.Tuple([cst.Element(string("O0")), cst.Element(string("O3"))])
+                )
+            ],
+        )
         return Level(amp_on, scaled, LEVELS, level)
 
     def enabled(self) -> Optional[Switch]:
@@ -422,11 +494,14 @@ class OptionReader:
             return self._run_time_scale(loss_scale, level)
         if value is None:
             if "O3" in level.values and level.run_time is None:
-                self.report(self.args.get("opt_level"), UNSCALED,
-                            "O3's default loss scale is a static 1.0: Apex did not scale losses, so "
-                            "the GradScaler is disabled" + (" where `opt_level` is O3" if
-                                                            len(level.values) > 1 else "")
-                            + "; autocast stays on")
+                self.report(
+                    self.args.get("opt_level"),
+                    UNSCALED,
+                    "O3's default loss scale is a static 1.0: Apex did not scale losses, so "
+                    "the GradScaler is disabled"
+                    + (" where `opt_level` is O3" if len(level.values) > 1 else "")
+                    + "; autocast stays on",
+                )
             return Scale()
         if value == "dynamic":
             return Scale(True)
@@ -435,12 +510,21 @@ class OptionReader:
             return Scale(ok=False)
         if value == 1.0:
             if level.values != ("O0",):
-                self.report(loss_scale, UNSCALED, "a static `loss_scale` of 1.0: Apex did not scale "
-                            "losses, so the GradScaler is disabled; autocast stays on")
+                self.report(
+                    loss_scale,
+                    UNSCALED,
+                    "a static `loss_scale` of 1.0: Apex did not scale "
+                    "losses, so the GradScaler is disabled; autocast stays on",
+                )
             return Scale(False)
         self.report(loss_scale, STATIC_SCALE)
-        return Scale(True, [keyword("init_scale", cst.Float(repr(float(value)))),
-                            keyword("growth_interval", cst.parse_expression(STATIC_GROWTH_INTERVAL))])
+        return Scale(
+            True,
+            [
+                keyword("init_scale", cst.Float(repr(float(value)))),
+                keyword("growth_interval", cst.parse_expression(STATIC_GROWTH_INTERVAL)),
+            ],
+        )
 
     def _started(self, scale: Scale, level: Level, start: cst.BaseExpression) -> Scale:
         """Apex's scaler 0 set to `start` before its first use: the GradScaler starts there.
@@ -467,10 +551,15 @@ class OptionReader:
         return Scale(scale.scaled, [keyword("init_scale", start.deep_clone()), *kept])
 
     def _run_time_scale(self, loss_scale: cst.BaseExpression, level: Level) -> Scale:
-        """"dynamic" or None: GradScaler's defaults; a number S: `init_scale=float(S)` that never
+        """ "dynamic" or None: GradScaler's defaults; a number S: `init_scale=float(S)` that never
         grows; 1.0: no scaling. One expression per argument, right for each of them."""
-        why = ("it has side effects" if not self.pure(loss_scale) else
-               "the file rebinds `float`" if "float" not in self.builtins else None)
+        why = (
+            "it has side effects"
+            if not self.pure(loss_scale)
+            else "the file rebinds `float`"
+            if "float" not in self.builtins
+            else None
+        )
         if why is not None:
             self.report(loss_scale, OPTION_NOT_LITERAL, f"`loss_scale` is chosen at run time and {why}")
             return Scale(ok=False)
@@ -480,18 +569,28 @@ class OptionReader:
         test, number = _dynamic_arm(loss_scale) if default is True else (None, loss_scale)
 
         def dynamic() -> cst.BaseExpression:
-            of_number = cst.Comparison(parenthesized(number.deep_clone()), [cst.ComparisonTarget(
-                cst.In(), cst.Tuple([cst.Element(cst.Name("None")), cst.Element(string("dynamic"))]))])
-            return of_number if test is None else cst.BooleanOperation(
-                _or_operand(test.deep_clone()), cst.Or(), of_number)
+            of_number = cst.Comparison(
+                parenthesized(number.deep_clone()),
+                [
+                    cst.ComparisonTarget(
+                        cst.In(), cst.Tuple([cst.Element(cst.Name("None")), cst.Element(string("dynamic"))])
+                    )
+                ],
+            )
+            return (
+                of_number
+                if test is None
+                else cst.BooleanOperation(_or_operand(test.deep_clone()), cst.Or(), of_number)
+            )
 
         def as_float() -> cst.Call:
             return cst.Call(cst.Name("float"), [cst.Arg(number.deep_clone())])
 
         start = literal(self.args.get("max_loss_scale"))
         start = float(start) if isinstance(start, (int, float)) and start < 2.0**16 else None
-        init = cst.IfExp(dynamic(), cst.Float(repr(start)) if start else cst.parse_expression("2.0**16"),
-                         as_float())
+        init = cst.IfExp(
+            dynamic(), cst.Float(repr(start)) if start else cst.parse_expression("2.0**16"), as_float()
+        )
         growth = cst.IfExp(dynamic(), cst.Integer("2000"), cst.parse_expression(STATIC_GROWTH_INTERVAL))
         not_one = cst.Comparison(as_float(), [cst.ComparisonTarget(cst.NotEqual(), cst.Float("1.0"))])
         if default is True:
@@ -501,25 +600,34 @@ class OptionReader:
         return Scale(scaled, [keyword("init_scale", init), keyword("growth_interval", growth)])
 
 
-def _scaled_with_level_default(number: cst.BaseExpression, default: Switch,
-                               not_one: cst.BaseExpression) -> cst.BaseExpression:
+def _scaled_with_level_default(
+    number: cst.BaseExpression, default: Switch, not_one: cst.BaseExpression
+) -> cst.BaseExpression:
     """`X == "dynamic" or (<level's default> if X is None else float(X) != 1.0)`: whether Apex
     scaled losses, for a run-time `loss_scale` X at a level whose default may be a static 1.0."""
+
     def compare(op: cst.BaseCompOp, right: cst.BaseExpression) -> cst.Comparison:
         return cst.Comparison(parenthesized(number.deep_clone()), [cst.ComparisonTarget(op, right)])
 
     named = compare(cst.Equal(), string("dynamic"))
     if default is False:
-        rest: cst.BaseExpression = cst.BooleanOperation(compare(cst.IsNot(), cst.Name("None")), cst.And(), not_one)
+        rest: cst.BaseExpression = cst.BooleanOperation(
+            compare(cst.IsNot(), cst.Name("None")), cst.And(), not_one
+        )
     else:
-        rest = cst.IfExp(compare(cst.Is(), cst.Name("None")), _or_operand(as_expression(clone(default))), not_one,
-                         lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        rest = cst.IfExp(
+            compare(cst.Is(), cst.Name("None")),
+            _or_operand(as_expression(clone(default))),
+            not_one,
+            lpar=[cst.LeftParen()],
+            rpar=[cst.RightParen()],
+        )
     return cst.BooleanOperation(named, cst.Or(), rest)
 
 
-def start_scale_write(statement: cst.CSTNode, block: Optional[cst.CSTNode],
-                      is_loss_scalers: Callable[[cst.CSTNode], bool]
-                      ) -> Optional[tuple[cst.SimpleStatementLine, cst.BaseExpression]]:
+def start_scale_write(
+    statement: cst.CSTNode, block: Optional[cst.CSTNode], is_loss_scalers: Callable[[cst.CSTNode], bool]
+) -> Optional[tuple[cst.SimpleStatementLine, cst.BaseExpression]]:
     """The statement right after the `initialize` statement `statement` (in `block`, its parent)
     when it is `<amp>._amp_state.loss_scalers[0]._loss_scale = value`, with that value: Apex's
     first scale set before any loss is scaled, which is GradScaler's `init_scale`."""
@@ -530,15 +638,23 @@ def start_scale_write(statement: cst.CSTNode, block: Optional[cst.CSTNode],
     if at is None or at + 1 == len(body):
         return None
     line = body[at + 1]
-    if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
-            and isinstance(line.body[0], cst.Assign) and len(line.body[0].targets) == 1):
+    if not (
+        isinstance(line, cst.SimpleStatementLine)
+        and len(line.body) == 1
+        and isinstance(line.body[0], cst.Assign)
+        and len(line.body[0].targets) == 1
+    ):
         return None
     target = line.body[0].targets[0].target
-    if not (isinstance(target, cst.Attribute) and target.attr.value == "_loss_scale"
-            and isinstance(target.value, cst.Subscript) and len(target.value.slice) == 1
-            and isinstance(target.value.slice[0].slice, cst.Index)
-            and literal(target.value.slice[0].slice.value) == 0
-            and is_loss_scalers(target.value.value)):
+    if not (
+        isinstance(target, cst.Attribute)
+        and target.attr.value == "_loss_scale"
+        and isinstance(target.value, cst.Subscript)
+        and len(target.value.slice) == 1
+        and isinstance(target.value.slice[0].slice, cst.Index)
+        and literal(target.value.slice[0].slice.value) == 0
+        and is_loss_scalers(target.value.value)
+    ):
         return None
     return line, line.body[0].value
 
@@ -551,8 +667,10 @@ def _dynamic_arm(loss_scale: cst.BaseExpression) -> tuple[Optional[cst.BaseExpre
     """`None if args.loss_scale == 0 else args.loss_scale` -> (`args.loss_scale == 0`,
     `args.loss_scale`): the test that picks a dynamic arm, and the value otherwise."""
     if isinstance(loss_scale, cst.IfExp):
-        for dynamic, other, test in ((loss_scale.body, loss_scale.orelse, loss_scale.test),
-                                     (loss_scale.orelse, loss_scale.body, None)):
+        for dynamic, other, test in (
+            (loss_scale.body, loss_scale.orelse, loss_scale.test),
+            (loss_scale.orelse, loss_scale.body, None),
+        ):
             if literal(dynamic) in (None, "dynamic") and literal(other) is NOT_LITERAL:
                 return (test if test is not None else negation(loss_scale.test.deep_clone())), other
     return None, loss_scale
@@ -561,8 +679,12 @@ def _dynamic_arm(loss_scale: cst.BaseExpression) -> tuple[Optional[cst.BaseExpre
 def max_scale_args(args: dict, scale: Scale) -> list[cst.Arg]:
     """A dynamic scale starts at `max_loss_scale` where that is below Apex's 2**16."""
     max_scale = literal(args.get("max_loss_scale"))
-    if isinstance(max_scale, (int, float)) and max_scale < 2.0**16 and scale.scaled is not False \
-            and not scale.args:
+    if (
+        isinstance(max_scale, (int, float))
+        and max_scale < 2.0**16
+        and scale.scaled is not False
+        and not scale.args
+    ):
         return [keyword("init_scale", cst.Float(repr(float(max_scale))))]
     return []
 
@@ -581,15 +703,18 @@ def _same(a: Switch, b: Switch) -> bool:
     return a is b if isinstance(a, bool) or isinstance(b, bool) else code(a) == code(b)
 
 
-def arguments(reading: Reading, local: bool, scaler: str, options, call: cst.Call,
-              report: Report, apart: bool = False) -> Union[tuple[cst.Call, cst.Call], str]:
+def arguments(
+    reading: Reading, local: bool, scaler: str, options, call: cst.Call, report: Report, apart: bool = False
+) -> Union[tuple[cst.Call, cst.Call], str]:
     """The GradScaler's and autocast's calls; or why autocast, which runs where the scaler is
     only reached (not where it is built), cannot follow the switches. `apart`: autocast
     elsewhere reads the amp switch the owner publishes beside the scaler (project/share.py),
     so each switch is its own expression, right for every value of the options."""
     scaler_args: list[cst.Arg] = [cst.Arg(string(options.device)), *reading.scale_args]
-    autocast_args = [cst.Arg(string(options.device)),
-                     keyword("dtype", cst.parse_expression(f"torch.{options.dtype}"))]
+    autocast_args = [
+        cst.Arg(string(options.device)),
+        keyword("dtype", cst.parse_expression(f"torch.{options.dtype}")),
+    ]
     amp_on, scaling_on = reading.amp_on, reading.scaling_on
     if not options.needs_loss_scaling:
         report(call, BF16)
@@ -598,17 +723,21 @@ def arguments(reading: Reading, local: bool, scaler: str, options, call: cst.Cal
         if scaling_on is not True:
             scaler_args.append(keyword("enabled", as_expression(scaling_on)))
         autocast_args.append(keyword("enabled", as_expression(clone(amp_on))))
-        return (cst.Call(cst.parse_expression("torch.amp.GradScaler"), scaler_args),
-                cst.Call(cst.parse_expression("torch.autocast"), autocast_args))
+        return (
+            cst.Call(cst.parse_expression("torch.amp.GradScaler"), scaler_args),
+            cst.Call(cst.parse_expression("torch.autocast"), autocast_args),
+        )
     if amp_on is False:  # O0: fp32 throughout, losses scaled only by a `loss_scale` given
         autocast_args.append(keyword("enabled", cst.Name("False")))
         if scaling_on is not True:
             scaler_args.append(keyword("enabled", as_expression(scaling_on)))
     elif scaling_on is False:
         if is_expression(amp_on) and not local:
-            return ("with bfloat16" if not options.needs_loss_scaling else
-                    "with a static loss scale of 1.0") + " the scaler is disabled, so autocast " \
+            return (
+                ("with bfloat16" if not options.needs_loss_scaling else "with a static loss scale of 1.0")
+                + " the scaler is disabled, so autocast "
                 "cannot follow it; whether amp is enabled is only known where `initialize` is"
+            )
         scaler_args.append(keyword("enabled", cst.Name("False")))
         if is_expression(amp_on):
             autocast_args.append(keyword("enabled", amp_on))
@@ -621,12 +750,16 @@ def arguments(reading: Reading, local: bool, scaler: str, options, call: cst.Cal
             if reading.o0_at_run_time is not None:
                 report(reading.o0_at_run_time, RUNTIME_O0)
             elif reading.o3_at_run_time is None:
-                return "for some values of the options Apex cast without scaling losses (O3, a scale " \
-                    "of 1.0) or scaled without casting (O0 with a scale), so autocast, which runs " \
+                return (
+                    "for some values of the options Apex cast without scaling losses (O3, a scale "
+                    "of 1.0) or scaled without casting (O0 with a scale), so autocast, which runs "
                     "elsewhere, cannot follow `scaler.is_enabled()` there"
+                )
             else:
                 report(reading.o3_at_run_time, RUNTIME_O3)
         scaler_args.append(keyword("enabled", amp_on))
         autocast_args.append(keyword("enabled", cst.parse_expression(f"{scaler}.is_enabled()")))
-    return (cst.Call(cst.parse_expression("torch.amp.GradScaler"), scaler_args),
-            cst.Call(cst.parse_expression("torch.autocast"), autocast_args))
+    return (
+        cst.Call(cst.parse_expression("torch.amp.GradScaler"), scaler_args),
+        cst.Call(cst.parse_expression("torch.autocast"), autocast_args),
+    )

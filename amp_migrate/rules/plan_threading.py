@@ -11,6 +11,7 @@ nothing in the file calls, such as a `fit()` that calls the helper building the 
 be passed it by nobody); `find_threading` refuses, with the reason, otherwise. This module
 holds no rule; PlanTraining asks it, ThreadScalerThroughCalls carries it out.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ import libcst.matchers as m
 @dataclass(frozen=True)
 class Threaded:
     """A function that gets the scaler as its last parameter."""
+
     name: str
     line: int  # of its `def`, in the file as given
     keyword_only: bool  # after `*` (it has defaults, `*args` or keyword-only parameters)
@@ -51,13 +53,23 @@ def _in_function_or_class(node: cst.CSTNode, rule) -> bool:
 
 def _keyword_only(function: cst.FunctionDef) -> bool:
     params = function.params
-    return bool(params.kwonly_params or not isinstance(params.star_arg, cst.MaybeSentinel)
-                or params.star_kwarg or params.posonly_params
-                or any(p.default is not None for p in params.params))
+    return bool(
+        params.kwonly_params
+        or not isinstance(params.star_arg, cst.MaybeSentinel)
+        or params.star_kwarg
+        or params.posonly_params
+        or any(p.default is not None for p in params.params)
+    )
 
 
-def find_threading(rule, module: cst.Module, builder: Optional[cst.FunctionDef], built_at: int,
-                   sites: list[cst.CSTNode], entry=None) -> Union[list[Threaded], str]:
+def find_threading(
+    rule,
+    module: cst.Module,
+    builder: Optional[cst.FunctionDef],
+    built_at: int,
+    sites: list[cst.CSTNode],
+    entry=None,
+) -> Union[list[Threaded], str]:
     """The functions to thread the scaler through, or why no threading reaches every site.
     With no `builder` the scaler is a module global built at line `built_at`: the functions
     returned need no parameter, only to be called after it exists. With `entry`, a call is
@@ -94,8 +106,10 @@ def find_threading(rule, module: cst.Module, builder: Optional[cst.FunctionDef],
         if isinstance(callers, str):
             return callers
         if builder is not None and entry is None and function is not builder and not callers:
-            return (f"`{name}` is called by no function of this file, so the scaler built in "
-                    f"`{builder.name.value}` cannot reach it")
+            return (
+                f"`{name}` is called by no function of this file, so the scaler built in "
+                f"`{builder.name.value}` cannot reach it"
+            )
         for caller, line, call in callers:
             if entry is not None:
                 why = entry(call, caller)
@@ -121,7 +135,9 @@ def _slots(rule) -> dict:
 def _threaded(rule, function: cst.FunctionDef, slot) -> Threaded:
     if slot is None:
         return Threaded(function.name.value, rule.position(function)[0], _keyword_only(function))
-    return Threaded(function.name.value, rule.position(function)[0], slot.index is None, slot.param, slot.index)
+    return Threaded(
+        function.name.value, rule.position(function)[0], slot.index is None, slot.param, slot.index
+    )
 
 
 def _callers(rule, module: cst.Module, name: str):

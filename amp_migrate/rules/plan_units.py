@@ -14,6 +14,7 @@ the fold loop) get the block's scaler as a parameter (plan_threading.py), passed
 in a block after its `initialize`. Anything else keeps AMP101/AMP102 with the reason. This module holds no rule: it is a
 part of PlanTraining (training_plan.py), which mixes it in.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -30,8 +31,15 @@ from .plan_threading import find_threading
 class Unit:
     """The block one `initialize` governs, and from which line on."""
 
-    def __init__(self, call: cst.Call, statement: cst.CSTNode, block: cst.CSTNode, anchor: cst.CSTNode,
-                 after: int, span: tuple[int, int]) -> None:
+    def __init__(
+        self,
+        call: cst.Call,
+        statement: cst.CSTNode,
+        block: cst.CSTNode,
+        anchor: cst.CSTNode,
+        after: int,
+        span: tuple[int, int],
+    ) -> None:
         self.call, self.statement, self.block, self.anchor = call, statement, block, anchor
         self.after, self.span = after, span
         self.sites: list[cst.CSTNode] = []
@@ -52,13 +60,19 @@ class UnitPlanning(MethodTies):
         call's, fresh, as if one `initialize` had run where the loop stands."""
         block = self.parent(statement)
         loop = self.parent(block) if block is not None else None
-        if not isinstance(loop, cst.For) or loop.body is not block or loop.orelse is not None or loop.asynchronous:
+        if (
+            not isinstance(loop, cst.For)
+            or loop.body is not block
+            or loop.orelse is not None
+            or loop.asynchronous
+        ):
             return None
         if sum(1 for _, s in self.inits if any(p is loop for p in self.ancestors(s))) != 1:
             return None
         simple = m.SimpleStatementLine(body=[m.OneOf(m.Assign(), m.Expr())])
         if not all(m.matches(s, simple) for s in block.body) or any(
-                any(p is loop for p in self.ancestors(site)) for site in self.sites):
+            any(p is loop for p in self.ancestors(site)) for site in self.sites
+        ):
             return None
         return loop
 
@@ -70,20 +84,35 @@ class UnitPlanning(MethodTies):
             block, anchor = self.parent(owner), owner
         body = list(block.body)
         first = self.position(anchor)[0] if isinstance(block, cst.Module) else self.position(body[0])[0]
-        unit = Unit(call, statement, block, anchor, self._lines_of(statement)[-1],
-                    (first, self._lines_of(body[-1])[-1]))
+        unit = Unit(
+            call,
+            statement,
+            block,
+            anchor,
+            self._lines_of(statement)[-1],
+            (first, self._lines_of(body[-1])[-1]),
+        )
         arms = branch_arms(self, anchor)
-        if arms is not None and all(sum(1 for c, s in self.inits if any(p is arm for p in self.ancestors(s))) == 1
-                                    for arm in arms[1]):
-            unit.pair, unit.pair_block, unit.pair_after = arms[0], self.parent(arms[0]), self._lines_of(arms[0])[-1]
+        if arms is not None and all(
+            sum(1 for c, s in self.inits if any(p is arm for p in self.ancestors(s))) == 1 for arm in arms[1]
+        ):
+            unit.pair, unit.pair_block, unit.pair_after = (
+                arms[0],
+                self.parent(arms[0]),
+                self._lines_of(arms[0])[-1],
+            )
         return unit
 
     def _plan_in_units(self, module: cst.Module) -> Union[TrainingPlan, str]:
         """One plan part per `initialize`; or why the sites are not provably tied to one each."""
         units = [self._unit_of(call, statement) for call, statement in self.inits]
         outside: list[cst.CSTNode] = []
-        why = self._disjoint(units) or self._assign(units, self.sites, outside) or self._tie_methods(units, outside) \
+        why = (
+            self._disjoint(units)
+            or self._assign(units, self.sites, outside)
+            or self._tie_methods(units, outside)
             or self._isolated(units)
+        )
         if why:
             return why
         threaded = self._thread_from_units(module, units, outside) if outside else []
@@ -118,15 +147,22 @@ class UnitPlanning(MethodTies):
             return tied
         if len(plans) == 1 and not tied:
             return replace(plans[0], inference=tuple(regions))
-        return replace(plans[0], inference=tuple(regions),
-                       models=set().union(*(p.models for p in plans)),
-                       optimizers=set().union(*(p.optimizers for p in plans)),
-                       step_lines=frozenset(steps),
-                       eager_unscale_lines=frozenset().union(*(p.eager_unscale_lines for p in plans)),
-                       threaded=tuple(threaded),
-                       parts=tuple(PlanPart(u.span[0], u.span[1], p.scaler_call, p.autocast_call, p.hoisted,
-                                            p.init_scope, p.init_line)
-                                   for u, p in zip(trained, plans)) + tuple(tied))
+        return replace(
+            plans[0],
+            inference=tuple(regions),
+            models=set().union(*(p.models for p in plans)),
+            optimizers=set().union(*(p.optimizers for p in plans)),
+            step_lines=frozenset(steps),
+            eager_unscale_lines=frozenset().union(*(p.eager_unscale_lines for p in plans)),
+            threaded=tuple(threaded),
+            parts=tuple(
+                PlanPart(
+                    u.span[0], u.span[1], p.scaler_call, p.autocast_call, p.hoisted, p.init_scope, p.init_line
+                )
+                for u, p in zip(trained, plans)
+            )
+            + tuple(tied),
+        )
 
     def _disjoint(self, units: list[Unit]) -> str:
         for unit in units:
@@ -134,12 +170,16 @@ class UnitPlanning(MethodTies):
                 if other is unit:
                     continue
                 if other.block is unit.block:
-                    return (f"the `initialize` calls at lines {self.position(unit.call)[0]} and "
-                            f"{self.position(other.call)[0]} share one block, so one's scaler "
-                            "would replace the other's")
+                    return (
+                        f"the `initialize` calls at lines {self.position(unit.call)[0]} and "
+                        f"{self.position(other.call)[0]} share one block, so one's scaler "
+                        "would replace the other's"
+                    )
                 if any(p is unit.block for p in self.ancestors(other.anchor)):
-                    return (f"the `initialize` at line {self.position(other.call)[0]} runs inside the "
-                            f"block of the one at line {self.position(unit.call)[0]}")
+                    return (
+                        f"the `initialize` at line {self.position(other.call)[0]} runs inside the "
+                        f"block of the one at line {self.position(unit.call)[0]}"
+                    )
                 why = self._calls_into(unit, other)
                 if why:
                     return why
@@ -152,8 +192,10 @@ class UnitPlanning(MethodTies):
             return ""
         name = there.name.value
         if self.findall(here if here is not None else self.context.wrapper.module, m.Name(name), {name}):
-            return (f"`{here.name.value if here is not None else 'the module'}` calls `{name}`, "
-                    "which calls `initialize` again")
+            return (
+                f"`{here.name.value if here is not None else 'the module'}` calls `{name}`, "
+                "which calls `initialize` again"
+            )
         return ""
 
     def _assign(self, units: list[Unit], sites: list[cst.CSTNode], outside: list[cst.CSTNode]) -> str:
@@ -163,8 +205,12 @@ class UnitPlanning(MethodTies):
             holder = self._holder(units, site)
             if holder is not None:
                 for unit in units:
-                    if unit is holder or unit.pair is not None and unit.pair is holder.pair \
-                            and self._holder([unit], site) is unit:
+                    if (
+                        unit is holder
+                        or unit.pair is not None
+                        and unit.pair is holder.pair
+                        and self._holder([unit], site) is unit
+                    ):
                         unit.sites.append(site)
             elif id(self.scope_of(site)) in functions or self.scope_of(site) is None:
                 return f"the Apex call at line {self.position(site)[0]} is tied to no single `initialize`"
@@ -175,21 +221,27 @@ class UnitPlanning(MethodTies):
     def _thread_from_units(self, module: cst.Module, units: list[Unit], outside: list[cst.CSTNode]):
         """The functions holding `outside` sites get the scaler as a parameter from calls in
         the block of one `initialize`, after it; or why they cannot."""
+
         def entry(call: cst.CSTNode, caller) -> Union[bool, str]:
             if self._holder(units, call) is not None:
                 return True
             if any(caller is self.scope_of(u.statement) for u in units):
                 return "outside the block of its `initialize`"
             return False
+
         return find_threading(self, module, None, 0, outside, entry)
 
     def _unit_steps(self, unit: Unit, steps: list[cst.Call], threaded) -> list[cst.Call]:
         """The steps one unit's scaler serves: in its block, in a function it passes the
         scaler to, or in a method tied to it."""
         passed = {t.line for t in threaded}
-        return [c for c in steps if self._holder([unit], c) is unit or (
-            self.scope_of(c) is not None and self.position(self.scope_of(c))[0] in passed)
-            or any(self.scope_of(c) is f for f in unit.methods)]
+        return [
+            c
+            for c in steps
+            if self._holder([unit], c) is unit
+            or (self.scope_of(c) is not None and self.position(self.scope_of(c))[0] in passed)
+            or any(self.scope_of(c) is f for f in unit.methods)
+        ]
 
     def _holder(self, units: list[Unit], node: cst.CSTNode) -> Optional[Unit]:
         line = self.position(node)[0]
@@ -199,13 +251,17 @@ class UnitPlanning(MethodTies):
                 continue
             if line > unit.after and any(p is unit.block for p in self.ancestors(node)):
                 return unit
-            if unit.pair is not None and line > unit.pair_after and any(p is unit.pair_block
-                                                                         for p in self.ancestors(node)):
+            if (
+                unit.pair is not None
+                and line > unit.pair_after
+                and any(p is unit.pair_block for p in self.ancestors(node))
+            ):
                 return unit
         return None
 
-    def _plan_unit(self, unit: Unit, module: cst.Module, outside: list[cst.CSTNode],
-                   threaded: list) -> Union[TrainingPlan, str, None]:
+    def _plan_unit(
+        self, unit: Unit, module: cst.Module, outside: list[cst.CSTNode], threaded: list
+    ) -> Union[TrainingPlan, str, None]:
         """The plan for one unit: its own sites (and those of the functions it passes the
         scaler to), a scaler built where it ran."""
         every = (self.sites, self.scale_losses)

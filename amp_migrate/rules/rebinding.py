@@ -49,6 +49,7 @@ Example
         amp = Recorder()
     model, opt = amp.initialize(model, opt)  # Apex's, or the Recorder's?
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -60,7 +61,9 @@ from .apex_calls import bind
 from .base import Rule
 
 NAME_REBOUND = define(
-    "AMP020", "apex-name-rebound", Severity.WARNING,
+    "AMP020",
+    "apex-name-rebound",
+    Severity.WARNING,
     "This name can hold Apex's object or another value bound to it; the file uses the shim.",
     "A read of a name that an Apex import binds is rewritten natively only where the import is "
     "the one binding that can reach it. Here another binding of the same name (named in the "
@@ -70,16 +73,18 @@ NAME_REBOUND = define(
     "object the read gets is decided at run time, so no single rewrite is right; the shim keeps "
     "both paths as they were. Give the other object its own name to migrate natively.",
     before="from apex import amp\nif args.record:\n    amp = Recorder()\n"
-           "model, opt = amp.initialize(model, opt)",
+    "model, opt = amp.initialize(model, opt)",
     after="from amp_shim import amp\nif args.record:\n    amp = Recorder()\n"
-          "model, opt = amp.initialize(model, opt)",
+    "model, opt = amp.initialize(model, opt)",
     falls_back=True,
     refusal="the name may hold Apex's object or another one at run time",
 )
 
 
 COLLAPSED = define(
-    "AMP022", "apex-or-native-name-collapsed", Severity.INFO,
+    "AMP022",
+    "apex-or-native-name-collapsed",
+    Severity.INFO,
     "This name holds Apex's class or its native counterpart; both become the native class.",
     "`try: from apex.normalization import FusedLayerNorm as LayerNorm` / `except: from "
     "torch.nn import LayerNorm` makes the name one of two classes. The native rewrite of "
@@ -89,9 +94,9 @@ COLLAPSED = define(
     "calls that pass `eps` (Apex's default is 1e-5, torch's the dtype's epsilon). The fallback "
     "import stays and is harmless.",
     before="try:\n    from apex.normalization import FusedLayerNorm as LayerNorm\n    LayerNorm(8)\n"
-           "except Exception:\n    from torch.nn import LayerNorm\nnorm = LayerNorm(hidden, eps=1e-5)",
+    "except Exception:\n    from torch.nn import LayerNorm\nnorm = LayerNorm(hidden, eps=1e-5)",
     after="try:\n    torch.nn.LayerNorm(8)\nexcept Exception:\n    from torch.nn import LayerNorm\n"
-          "norm = torch.nn.LayerNorm(hidden, eps=1e-5)",
+    "norm = torch.nn.LayerNorm(hidden, eps=1e-5)",
 )
 
 _NORM_ARGS = ("normalized_shape", "eps", "elementwise_affine")
@@ -99,19 +104,28 @@ _NORM_ARGS = ("normalized_shape", "eps", "elementwise_affine")
 #: the constructor arguments in order they share, the ones a call must pass because their
 #: defaults differ, whether the bare class may be passed on as a value).
 NATIVE_TWINS = {
-    **{f"apex.normalization{m}.FusedLayerNorm": ("torch.nn.LayerNorm", _NORM_ARGS, (), True)
-       for m in ("", ".fused_layer_norm")},
+    **{
+        f"apex.normalization{m}.FusedLayerNorm": ("torch.nn.LayerNorm", _NORM_ARGS, (), True)
+        for m in ("", ".fused_layer_norm")
+    },
     # Apex's eps defaults to 1e-5, torch's RMSNorm to the dtype's machine epsilon.
-    **{f"apex.normalization{m}.FusedRMSNorm": ("torch.nn.RMSNorm", _NORM_ARGS, ("eps",), False)
-       for m in ("", ".fused_layer_norm")},
+    **{
+        f"apex.normalization{m}.FusedRMSNorm": ("torch.nn.RMSNorm", _NORM_ARGS, ("eps",), False)
+        for m in ("", ".fused_layer_norm")
+    },
 }
 
 
 def _import_of(node: cst.CSTNode, parent) -> Optional[str]:
     """The qualified name an `from a.b import C [as D]` alias binds (None for anything else)."""
     owner = parent(node)
-    if not isinstance(node, cst.ImportAlias) or not isinstance(owner, cst.ImportFrom) \
-            or owner.relative or owner.module is None or not isinstance(node.name, cst.Name):
+    if (
+        not isinstance(node, cst.ImportAlias)
+        or not isinstance(owner, cst.ImportFrom)
+        or owner.relative
+        or owner.module is None
+        or not isinstance(node.name, cst.Name)
+    ):
         return None
     return f"{cst.Module([]).code_for_node(owner.module)}.{node.name.value}"
 
@@ -133,8 +147,11 @@ class ReboundApexNames(Rule):
         for read, apex, other in self.apex.ambiguous_reads():
             twin = self._twin(read, apex, other)
             if twin is not None:
-                self.report(read, COLLAPSED, f"`{read.value}` is `{apex[0].apex}` or `{twin}`; "
-                            f"both are `{twin}` after migration")
+                self.report(
+                    read,
+                    COLLAPSED,
+                    f"`{read.value}` is `{apex[0].apex}` or `{twin}`; both are `{twin}` after migration",
+                )
             else:
                 self.report(read, NAME_REBOUND, self._message(read, apex, other))
         return tree
@@ -145,7 +162,7 @@ class ReboundApexNames(Rule):
         twins = {NATIVE_TWINS.get(b.apex) for b in apex}
         if len(twins) != 1 or None in twins or not other:
             return None
-        (native, shared, required, as_value), = twins
+        ((native, shared, required, as_value),) = twins
         if any(_import_of(b.node, self.parent) != native for b in other):
             return None
         call = self.parent(read)
@@ -160,7 +177,9 @@ class ReboundApexNames(Rule):
 
         theirs = sorted(other or apex[1:], key=lambda b: self.position(b.node))
         ours = min(apex, key=lambda b: self.position(b.node))
-        return (f"`{read.value}` here can be `{ours.apex}` from {where(ours)} or the value "
-                f"bound by {where(theirs[0])}"
-                + (f" and {len(theirs) - 1} other binding(s)" if len(theirs) > 1 else "")
-                + "; the file uses the shim")
+        return (
+            f"`{read.value}` here can be `{ours.apex}` from {where(ours)} or the value "
+            f"bound by {where(theirs[0])}"
+            + (f" and {len(theirs) - 1} other binding(s)" if len(theirs) > 1 else "")
+            + "; the file uses the shim"
+        )

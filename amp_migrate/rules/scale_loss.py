@@ -57,6 +57,7 @@ becomes
         loss = crit(out, y)
     scaler.scale(loss).backward()
 """
+
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -67,16 +68,33 @@ import libcst.matchers as m
 from ..binding import Pruned
 from ..diagnostics import Severity, define
 from .base import find_statements
-from .plan import (ONE_SCALER, SCALE_LOSS, SCALE_LOSS_ARGS, WRAPPED_SCALE_LOSS, TrainingRule,
-                   bind_arguments, expression_codes, literal)
-from .switch_flow import SwitchProof, negation, squeezed
+from .loss_callers import (
+    CALLED_OTHERWISE,
+    CALLER_LOSS_UNPROVEN,
+    CALLERS_CAST,
+    Refused,
+    autocast_reaches,
+    caller_sites,
+    calls_any,
+    loss_parameter,
+)
+from .plan import (
+    ONE_SCALER,
+    SCALE_LOSS,
+    SCALE_LOSS_ARGS,
+    WRAPPED_SCALE_LOSS,
+    TrainingRule,
+    bind_arguments,
+    expression_codes,
+    literal,
+)
 from .plan_options import USER_AUTOCAST, autocast_aliases, own_autocast
-from .loss_callers import (CALLED_OTHERWISE, CALLER_LOSS_UNPROVEN, CALLERS_CAST, Refused, autocast_reaches,
-                           caller_sites, calls_any, loss_parameter)
-
+from .switch_flow import SwitchProof, negation, squeezed
 
 UNSUPPORTED_BLOCK = define(
-    "AMP201", "scale-loss-shape", Severity.WARNING,
+    "AMP201",
+    "scale-loss-shape",
+    Severity.WARNING,
     "This `scale_loss` use has no native rewrite (no `as` name, several context managers in "
     "one `with`, `delay_overflow_check`, or arguments given as `*args`/`**kwargs`).",
     "The native form binds the scaled loss to the `as` name, and `delay_overflow_check=True` "
@@ -88,7 +106,9 @@ UNSUPPORTED_BLOCK = define(
     refusal="a scale_loss shape with no native equivalent",
 )
 LOSS_NOT_HERE = define(
-    "AMP202", "loss-computed-elsewhere", Severity.WARNING,
+    "AMP202",
+    "loss-computed-elsewhere",
+    Severity.WARNING,
     "The loss passed to `scale_loss` is not computed in this function, so there is no "
     "forward pass to put under autocast.",
     "Apex O1 cast inside every torch function from `initialize` on. Native autocast must "
@@ -101,7 +121,9 @@ LOSS_NOT_HERE = define(
     refusal="the forward that made the loss is not in this function",
 )
 LOSS_ONLY_REGION = define(
-    "AMP203", "autocast-covers-loss-only", Severity.INFO,
+    "AMP203",
+    "autocast-covers-loss-only",
+    Severity.INFO,
     "No use of an `initialize`d model precedes the loss here; autocast covers the statements "
     "the loss is computed from.",
     "The autocast region starts at the first statement that uses a model returned by "
@@ -113,7 +135,9 @@ LOSS_ONLY_REGION = define(
 )
 
 UNSCALED_BRANCH = define(
-    "AMP220", "unscaled-backward-branch", Severity.WARNING,
+    "AMP220",
+    "unscaled-backward-branch",
+    Severity.WARNING,
     "`if cond: <scale_loss backward> else: loss.backward()` where `cond` is not the condition "
     "that enables the GradScaler.",
     "Where `cond` is the very condition the scaler is built with (`enabled=args.fp16`), the "
@@ -122,14 +146,16 @@ UNSCALED_BRANCH = define(
     "`scaler.step` would then unscale gradients that were never scaled (Apex applied them as "
     "they were), so the file uses the shim.",
     before="if args.fp16 and step >= warmup:\n    with amp.scale_loss(loss, opt) as s:\n"
-           "        s.backward()\nelse:\n    loss.backward()",
+    "        s.backward()\nelse:\n    loss.backward()",
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="an unscaled backward under another condition than the scaler's",
 )
 
 INSTANCE_FLAG = define(
-    "AMP222", "instance-flag-not-the-owners-switch", Severity.WARNING,
+    "AMP222",
+    "instance-flag-not-the-owners-switch",
+    Severity.WARNING,
     "`if self.use_amp: <scale_loss backward> else: loss.backward()` in a class of one module, "
     "with the GradScaler built by `initialize` in another: nothing here proves that "
     "`self.use_amp` is false only where that scaler is disabled.",
@@ -147,14 +173,16 @@ INSTANCE_FLAG = define(
     "no switch of its own: scale unconditionally (the shared scaler is disabled where amp is "
     "off).",
     before="# trainer.py\nif self.use_amp:\n    with amp.scale_loss(loss, self.optimizer) as s:\n"
-           "        s.backward()\nelse:\n    loss.backward()",
+    "        s.backward()\nelse:\n    loss.backward()",
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="a class's own amp switch not tied to another module's scaler",
 )
 
 UNFOLLOWED_OPTIMIZER = define(
-    "AMP221", "scaled-optimizer-not-followed", Severity.WARNING,
+    "AMP221",
+    "scaled-optimizer-not-followed",
+    Severity.WARNING,
     "The optimizers given to `scale_loss` are not a name, an attribute or a list of them "
     "(`optimizers[idx]`, a call), so the steps that must become `scaler.step` cannot be found.",
     "Natively every step of an optimizer whose gradients were scaled must go through "
@@ -186,8 +214,9 @@ def _same_backward(scaled: cst.BaseStatement, plain: cst.BaseStatement) -> bool:
     if not (m.matches(inner, m.Call(func=m.Attribute(attr=m.Name("scale")), args=[m.Arg(keyword=None)]))):
         return False
     code = cst.Module([]).code_for_node
-    return squeezed(code(inner.args[0].value)) == squeezed(code(theirs.func.value)) and \
-        [squeezed(code(a)) for a in ours.args] == [squeezed(code(a)) for a in theirs.args]
+    return squeezed(code(inner.args[0].value)) == squeezed(code(theirs.func.value)) and [
+        squeezed(code(a)) for a in ours.args
+    ] == [squeezed(code(a)) for a in theirs.args]
 
 
 def _names(node: cst.CSTNode) -> set[str]:
@@ -265,8 +294,9 @@ def _feeding(body: Sequence[cst.CSTNode], start: int, last: int) -> int:
 
 def _single_backward(stmt: cst.CSTNode, alias: str) -> Optional[cst.Call]:
     """`alias.backward(...)` alone on its line, not otherwise reading `alias`."""
-    pattern = m.SimpleStatementLine(body=[m.Expr(m.Call(
-        func=m.Attribute(value=m.Name(alias), attr=m.Name("backward"))))])
+    pattern = m.SimpleStatementLine(
+        body=[m.Expr(m.Call(func=m.Attribute(value=m.Name(alias), attr=m.Name("backward"))))]
+    )
     if not m.matches(stmt, pattern):
         return None
     call = stmt.body[0].value
@@ -286,16 +316,27 @@ def _uses(stmt: cst.CSTNode, codes: set[str]) -> bool:
     code = cst.Module([]).code_for_node
     housekeeping = m.Expr(m.Call(func=m.Attribute(attr=m.OneOf(*[m.Name(n) for n in HOUSEKEEPING]))))
     if isinstance(stmt, cst.SimpleStatementLine) and all(
-            m.matches(s, housekeeping) and code(s.value.func.value) in codes for s in stmt.body):
+        m.matches(s, housekeeping) and code(s.value.func.value) in codes for s in stmt.body
+    ):
         return False
     return bool(_names(stmt) & codes)
 
 
 class ScaleLossToGradScaler(TrainingRule):
     HANDLES = SCALE_LOSS
-    EMITS = (UNSUPPORTED_BLOCK, LOSS_NOT_HERE, LOSS_ONLY_REGION, UNSCALED_BRANCH, INSTANCE_FLAG, UNFOLLOWED_OPTIMIZER,
-             ONE_SCALER,
-             USER_AUTOCAST, CALLER_LOSS_UNPROVEN, CALLED_OTHERWISE, CALLERS_CAST)
+    EMITS = (
+        UNSUPPORTED_BLOCK,
+        LOSS_NOT_HERE,
+        LOSS_ONLY_REGION,
+        UNSCALED_BRANCH,
+        INSTANCE_FLAG,
+        UNFOLLOWED_OPTIMIZER,
+        ONE_SCALER,
+        USER_AUTOCAST,
+        CALLER_LOSS_UNPROVEN,
+        CALLED_OTHERWISE,
+        CALLERS_CAST,
+    )
 
     MARKERS = ()
 
@@ -345,15 +386,18 @@ class ScaleLossToGradScaler(TrainingRule):
         for site in sites:
             region = self._region(site.statement, _names(site.loss))
             if region is None:
-                return Refused(site.loss, CALLER_LOSS_UNPROVEN, "`{}` is not computed before the call in "
-                               "the caller".format(self.code_of(site.loss)))
+                return Refused(
+                    site.loss,
+                    CALLER_LOSS_UNPROVEN,
+                    "`{}` is not computed before the call in the caller".format(self.code_of(site.loss)),
+                )
             why = autocast_reaches(self, self.plan, site)
             if why is not None:
                 return Refused(site.call, CALLER_LOSS_UNPROVEN, why)
             block, first, last, saw_model = region
             if self._autocast_aliases is None:
                 self._autocast_aliases = autocast_aliases(self.context.wrapper.module)
-            inner = own_autocast(list(block.body)[first:last + 1], self._autocast_aliases)
+            inner = own_autocast(list(block.body)[first : last + 1], self._autocast_aliases)
             if inner is not None:
                 return Refused(inner, USER_AUTOCAST, None)
             regions.append((site, block, first, last, saw_model))
@@ -372,8 +416,12 @@ class ScaleLossToGradScaler(TrainingRule):
             return False
         function = next(p for p in self.ancestors(node) if isinstance(p, cst.FunctionDef))
         lines = ", ".join(str(self.position(site.call)[0]) for site, _ in found)
-        self.report(function, CALLERS_CAST, f"`{function.name.value}` scales its loss parameter; autocast "
-                    f"covers the forward before its call at line{'s' if len(found) > 1 else ''} {lines}")
+        self.report(
+            function,
+            CALLERS_CAST,
+            f"`{function.name.value}` scales its loss parameter; autocast "
+            f"covers the forward before its call at line{'s' if len(found) > 1 else ''} {lines}",
+        )
         for site, saw_model in found:
             if not saw_model:
                 self.report(site.call, LOSS_ONLY_REGION)
@@ -393,19 +441,32 @@ class ScaleLossToGradScaler(TrainingRule):
         if call is None:
             return
         args = bind_arguments(call, SCALE_LOSS_ARGS)
-        if args is None or "loss" not in args or len(node.items) != 1 or node.items[0].asname is None \
-                or not isinstance(node.items[0].asname.name, cst.Name) or node.asynchronous:
+        if (
+            args is None
+            or "loss" not in args
+            or len(node.items) != 1
+            or node.items[0].asname is None
+            or not isinstance(node.items[0].asname.name, cst.Name)
+            or node.asynchronous
+        ):
             self.report(node, UNSUPPORTED_BLOCK)
             return
         if literal(args.get("delay_overflow_check")) not in (None, False):
-            self.report(args["delay_overflow_check"], UNSUPPORTED_BLOCK,
-                        "`delay_overflow_check` has no GradScaler equivalent")
+            self.report(
+                args["delay_overflow_check"],
+                UNSUPPORTED_BLOCK,
+                "`delay_overflow_check` has no GradScaler equivalent",
+            )
             return
         if self.apex_name(call.func) != WRAPPED_SCALE_LOSS and not expression_codes(args.get("optimizers")):
             given = args.get("optimizers")
-            self.report(given if given is not None else call, UNFOLLOWED_OPTIMIZER,
-                        "`{}` is not a name or attribute whose steps can be found".format(
-                            self.code_of(given) if given is not None else "(no optimizers)"))
+            self.report(
+                given if given is not None else call,
+                UNFOLLOWED_OPTIMIZER,
+                "`{}` is not a name or attribute whose steps can be found".format(
+                    self.code_of(given) if given is not None else "(no optimizers)"
+                ),
+            )
             return
         if "loss_id" in args and literal(args["loss_id"]) != 0 and not self.plan.loss_scalers:
             self.report(args["loss_id"], ONE_SCALER)
@@ -417,7 +478,7 @@ class ScaleLossToGradScaler(TrainingRule):
         block, first, last, saw_model = region
         if self._autocast_aliases is None:
             self._autocast_aliases = autocast_aliases(self._path[0]) if self._path else frozenset()
-        inner = own_autocast(list(block.body)[first:last + 1], self._autocast_aliases)
+        inner = own_autocast(list(block.body)[first : last + 1], self._autocast_aliases)
         if inner is not None:
             self.report(inner, USER_AUTOCAST)
             return
@@ -440,9 +501,17 @@ class ScaleLossToGradScaler(TrainingRule):
             if last is not None:
                 # From the last backward before the loss was computed: a loss computed before an
                 # earlier scale_loss shares its forward (both forwards ran under Apex's casts).
-                start = next((i + 1 for i in range(last - 1, -1, -1) if any(
-                    self._scale_loss_call(w) is not None for w in find_statements(body[i], cst.With))
-                    or calls_any(body[i], self._helpers)), 0)
+                start = next(
+                    (
+                        i + 1
+                        for i in range(last - 1, -1, -1)
+                        if any(
+                            self._scale_loss_call(w) is not None for w in find_statements(body[i], cst.With)
+                        )
+                        or calls_any(body[i], self._helpers)
+                    ),
+                    0,
+                )
                 if self.plan.global_casts:  # amp.init(): everything since the last backward
                     return block, start, last, True
                 first = next((i for i in range(start, last + 1) if _uses(body[i], self.plan.models)), None)
@@ -464,23 +533,34 @@ class ScaleLossToGradScaler(TrainingRule):
         scaled = cst.Call(cst.parse_expression(f"{scaler}.scale"), [cst.Arg(loss)])
         alias = updated.items[0].asname.name.value
         body = updated.body
-        statements = list(body.body) if isinstance(body, cst.IndentedBlock) else [
-            cst.SimpleStatementLine(list(body.body))]
+        statements = (
+            list(body.body)
+            if isinstance(body, cst.IndentedBlock)
+            else [cst.SimpleStatementLine(list(body.body))]
+        )
         if isinstance(body, cst.SimpleStatementSuite):
             statements[0] = statements[0].with_changes(
-                body=[s.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) if i == len(body.body) - 1 else s
-                      for i, s in enumerate(body.body)])
+                body=[
+                    s.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) if i == len(body.body) - 1 else s
+                    for i, s in enumerate(body.body)
+                ]
+            )
         single = _single_backward(statements[0], alias) if len(statements) == 1 else None
         if single is not None:
             line = statements[0]
             new_call = single.with_changes(func=cst.Attribute(scaled, cst.Name("backward")))
             out = [line.with_changes(body=[line.body[0].with_changes(value=new_call)])]
         else:
-            out = [cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(alias))], scaled)])] + statements
+            out = [
+                cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(alias))], scaled)])
+            ] + statements
         out[0] = out[0].with_changes(leading_lines=updated.leading_lines)
         header = body.header if isinstance(body, cst.IndentedBlock) else body.trailing_whitespace
-        if header.comment is not None and isinstance(out[0], cst.SimpleStatementLine) \
-                and out[0].trailing_whitespace.comment is None:
+        if (
+            header.comment is not None
+            and isinstance(out[0], cst.SimpleStatementLine)
+            and out[0].trailing_whitespace.comment is None
+        ):
             out[0] = out[0].with_changes(trailing_whitespace=header)
         return out
 
@@ -498,14 +578,17 @@ class ScaleLossToGradScaler(TrainingRule):
         while i < len(updated):
             if i in starts:
                 last = starts[i]
-                inner = list(updated[i:last + 1])
+                inner = list(updated[i : last + 1])
                 lead = inner[0].leading_lines
                 inner[0] = inner[0].with_changes(leading_lines=())
                 autocast = self.plan.at(self.position(original[i])[0]).autocast_call
-                out.append(cst.With(
-                    items=[cst.WithItem(autocast.deep_clone())],
-                    body=cst.IndentedBlock(body=inner),
-                    leading_lines=lead))
+                out.append(
+                    cst.With(
+                        items=[cst.WithItem(autocast.deep_clone())],
+                        body=cst.IndentedBlock(body=inner),
+                        leading_lines=lead,
+                    )
+                )
                 i = last + 1
                 continue
             if id(original[i]) in self.withs:
@@ -523,15 +606,24 @@ class ScaleLossToGradScaler(TrainingRule):
             test = original_node.test
             switch = negation(test)
             if switch is None or not SwitchProof(self, self.plan.at(self.position(original_node)[0])).holds(
-                    original_node, switch):
-                self.report(original_node, UNSCALED_BRANCH, "`{}` may be true while the GradScaler is "
-                            "enabled".format(self.code_of(test)))
+                original_node, switch
+            ):
+                self.report(
+                    original_node,
+                    UNSCALED_BRANCH,
+                    "`{}` may be true while the GradScaler is enabled".format(self.code_of(test)),
+                )
             return updated_node
         scaled = _only(updated_node.body)
         plain = _only(original_node.orelse.body)
         with_ = _only(original_node.body)
-        collapses = scaled is not None and plain is not None and with_ is not None and id(with_) in self.withs \
+        collapses = (
+            scaled is not None
+            and plain is not None
+            and with_ is not None
+            and id(with_) in self.withs
             and _same_backward(scaled, plain)
+        )
         if not collapses and not self._unscaled_else(original_node):
             return updated_node
         proof = SwitchProof(self, self.plan.at(self.position(original_node)[0]))
@@ -540,8 +632,13 @@ class ScaleLossToGradScaler(TrainingRule):
             if why is not None:
                 self.report(original_node, INSTANCE_FLAG, why)
             else:
-                self.report(original_node, UNSCALED_BRANCH, "`{}` may be false while the GradScaler is "
-                            "enabled".format(self.code_of(original_node.test)))
+                self.report(
+                    original_node,
+                    UNSCALED_BRANCH,
+                    "`{}` may be false while the GradScaler is enabled".format(
+                        self.code_of(original_node.test)
+                    ),
+                )
             return updated_node
         return scaled.with_changes(leading_lines=updated_node.leading_lines) if collapses else updated_node
 
@@ -557,7 +654,9 @@ class ScaleLossToGradScaler(TrainingRule):
         if inverted:
             body, orelse = orelse, body
         backward = m.SimpleStatementLine(body=[m.Expr(m.Call(func=m.Attribute(attr=m.Name("backward"))))])
-        return any(id(s) in self.withs for s in body.body) and any(m.matches(s, backward) for s in orelse.body)
+        return any(id(s) in self.withs for s in body.body) and any(
+            m.matches(s, backward) for s in orelse.body
+        )
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
         if not self.withs and not self.regions:
@@ -565,10 +664,12 @@ class ScaleLossToGradScaler(TrainingRule):
         if len(original_node.body) != len(updated_node.body):
             return updated_node
         return updated_node.with_changes(
-            body=self._rebuild(original_node.body, updated_node.body, id(original_node)))
+            body=self._rebuild(original_node.body, updated_node.body, id(original_node))
+        )
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if (not self.withs and not self.regions) or len(original_node.body) != len(updated_node.body):
             return updated_node
         return updated_node.with_changes(
-            body=self._rebuild(original_node.body, updated_node.body, id(original_node)))
+            body=self._rebuild(original_node.body, updated_node.body, id(original_node))
+        )

@@ -45,6 +45,7 @@ becomes
     logger.info("loss scale %s", scaler.get_scale())
     scale = scaler.get_scale()
 """
+
 from __future__ import annotations
 
 import re
@@ -57,28 +58,40 @@ from ..binding import children
 from ..diagnostics import Severity, define
 from ..lines import count_line_breaks
 from .control_flow import runs_backward
-from .plan import (INITIALIZE, LOSS_SCALERS, SCALE_LOSS, SCALE_LOSS_ARGS, STATE_DICT, TrainingRule,
-                   bind_arguments, literal)
+from .plan import (
+    INITIALIZE,
+    LOSS_SCALERS,
+    SCALE_LOSS,
+    SCALE_LOSS_ARGS,
+    STATE_DICT,
+    TrainingRule,
+    bind_arguments,
+    literal,
+)
 from .plan_options import start_scale_write
 
 NOT_NATIVE = define(
-    "AMP311", "apex-scaler-state-not-native", Severity.WARNING,
+    "AMP311",
+    "apex-scaler-state-not-native",
+    Severity.WARNING,
     "This use of Apex's loss-scaler state has no GradScaler counterpart; the file uses the shim.",
-    "Reads of the current scale (`amp.state_dict()[\"loss_scaler0\"][\"loss_scale\"]`, "
+    'Reads of the current scale (`amp.state_dict()["loss_scaler0"]["loss_scale"]`, '
     "`amp._amp_state.loss_scalers[0].loss_scale()` or `._loss_scale`) become "
     "`scaler.get_scale()`, and `amp.state_dict()` as a whole becomes `scaler.state_dict()`. The "
     "rest of Apex's state has no public native form: the clean-step count `unskipped`, a "
     "scaler's whole entry or object, a loss scaler chosen at run time or one that no GradScaler "
     "stands for, the keys of `amp.state_dict()` (iterated, counted, `.items()`: GradScaler's "
     "state dict has other keys), and keys of Apex's checkpoint format read from some other "
-    "dict (`checkpoint[\"amp\"][\"loss_scaler0\"]`). The message names the use.",
+    'dict (`checkpoint["amp"]["loss_scaler0"]`). The message names the use.',
     before='print(amp.state_dict()["loss_scaler0"]["unskipped"])',
     after='print(amp.state_dict()["loss_scaler0"]["unskipped"])  # imports point at amp_shim',
     falls_back=True,
     refusal="Apex scaler state with no GradScaler counterpart",
 )
 READ_MID_STEP = define(
-    "AMP312", "scaler-state-read-before-update", Severity.WARNING,
+    "AMP312",
+    "scaler-state-read-before-update",
+    Severity.WARNING,
     "This reads the loss scale between a `scale_loss` exit and the step whose `update()` would "
     "change it natively.",
     "Apex updated its loss scale at the end of `scale_loss`; GradScaler updates it in "
@@ -88,14 +101,16 @@ READ_MID_STEP = define(
     "iteration's `scale_loss`, or outside the training loop see the same value in both and are "
     "rewritten; this one makes the file use the shim. Moving the read after the step makes it "
     "native.",
-    before='with amp.scale_loss(loss, opt) as scaled:\n    scaled.backward()\n'
-           'log(amp._amp_state.loss_scalers[0].loss_scale())\nopt.step()',
-    after='# unchanged, imports point at amp_shim',
+    before="with amp.scale_loss(loss, opt) as scaled:\n    scaled.backward()\n"
+    "log(amp._amp_state.loss_scalers[0].loss_scale())\nopt.step()",
+    after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="the scale is read before update() would change it",
 )
 SCALE_WRITTEN = define(
-    "AMP313", "apex-loss-scale-written", Severity.WARNING,
+    "AMP313",
+    "apex-loss-scale-written",
+    Severity.WARNING,
     "This sets Apex's loss scaler state directly; the file uses the shim.",
     "`amp._amp_state.loss_scalers[0]._loss_scale = 2**20` (common in BERT and ViT scripts, to "
     "start from another scale) changes a live Apex object. Right after `initialize` it only sets "
@@ -112,7 +127,9 @@ SCALE_WRITTEN = define(
 )
 
 START_SCALE = define(
-    "AMP140", "apex-start-scale-to-init-scale", Severity.INFO,
+    "AMP140",
+    "apex-start-scale-to-init-scale",
+    Severity.INFO,
     "Apex's loss scale, set right after `initialize`, became the GradScaler's `init_scale`.",
     "`amp._amp_state.loss_scalers[0]._loss_scale = 2**20` right after `initialize` (the ViT/BERT "
     "fine-tuning scripts' way to start from another scale) changes only the value Apex's scaler "
@@ -120,16 +137,35 @@ START_SCALE = define(
     "scaled yet. `GradScaler(init_scale=2**20)` starts there the same way; the statement goes. "
     "Elsewhere, or with a value or options this cannot follow (AMP103 says which), the write "
     "falls back (AMP313).",
-    before="model, opt = amp.initialize(model, opt, opt_level=\"O1\")\n"
-           "amp._amp_state.loss_scalers[0]._loss_scale = 2**20",
-    after="scaler = torch.amp.GradScaler(\"cuda\", init_scale=2**20)",
+    before='model, opt = amp.initialize(model, opt, opt_level="O1")\n'
+    "amp._amp_state.loss_scalers[0]._loss_scale = 2**20",
+    after='scaler = torch.amp.GradScaler("cuda", init_scale=2**20)',
 )
 
 _APEX_KEY = re.compile(r"loss_scaler(\d+)")
 _APEX_WORD = re.compile(r"\bloss_scaler\d+\b|\bunskipped\b")
 #: Builtins that read a dict by its keys (`dict(...)` copies it whole, as saving it does).
-_BY_KEYS = frozenset({"len", "list", "tuple", "set", "sorted", "iter", "next", "enumerate", "zip",
-                      "map", "filter", "any", "all", "reversed", "sum", "min", "max"})
+_BY_KEYS = frozenset(
+    {
+        "len",
+        "list",
+        "tuple",
+        "set",
+        "sorted",
+        "iter",
+        "next",
+        "enumerate",
+        "zip",
+        "map",
+        "filter",
+        "any",
+        "all",
+        "reversed",
+        "sum",
+        "min",
+        "max",
+    }
+)
 
 NONE, STEP, APEX = "none", "step", "apex"  # the last scaling event on the paths through code
 
@@ -174,11 +210,19 @@ class ScalerStateReads(TrainingRule):
         if not isinstance(loss_id, int) or isinstance(loss_id, bool):
             self.report(node, NOT_NATIVE, f"{what} picks its loss scaler at run time")
         elif self.plan.loss_scalers:
-            self.report(node, NOT_NATIVE, f"{what} reads loss scaler {loss_id}, which no loss id of "
-                        "this file's `scale_loss` calls uses")
+            self.report(
+                node,
+                NOT_NATIVE,
+                f"{what} reads loss scaler {loss_id}, which no loss id of "
+                "this file's `scale_loss` calls uses",
+            )
         else:
-            self.report(node, NOT_NATIVE, f"{what} reads loss scaler {loss_id}; one GradScaler "
-                        "serves every loss here, and Apex's scaler 0 is the only one it stands for")
+            self.report(
+                node,
+                NOT_NATIVE,
+                f"{what} reads loss scaler {loss_id}; one GradScaler "
+                "serves every loss here, and Apex's scaler 0 is the only one it stands for",
+            )
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.plan is None or self.apex_name(node.func) != STATE_DICT:
@@ -190,11 +234,17 @@ class ScalerStateReads(TrainingRule):
         parent, grand = self._parent_on_path(1), self._parent_on_path(2)
         if isinstance(parent, cst.Subscript) and parent.value is node:
             keys = [parent] + ([grand] if isinstance(grand, cst.Subscript) and grand.value is parent else [])
-            self.consumed.update(id(e.slice.value) for k in keys for e in k.slice if isinstance(e.slice, cst.Index))
+            self.consumed.update(
+                id(e.slice.value) for k in keys for e in k.slice if isinstance(e.slice, cst.Index)
+            )
             key = self._key(parent)
             found = _APEX_KEY.fullmatch(key) if isinstance(key, str) else None
             if found is None:
-                why = "by a key known only at run time" if key is None else f"by {key!r}, not a loss scaler's key"
+                why = (
+                    "by a key known only at run time"
+                    if key is None
+                    else f"by {key!r}, not a loss scaler's key"
+                )
                 self.report(parent, NOT_NATIVE, f"{shown} is subscripted {why}")
                 return
             inner = self._key(grand) if len(keys) == 2 else None
@@ -217,17 +267,29 @@ class ScalerStateReads(TrainingRule):
             self._rewrite_if_settled(grand, scaler)
             return
         if isinstance(parent, cst.Attribute) and parent.value is node:
-            self.report(node, NOT_NATIVE, f"`amp.state_dict().{parent.attr.value}` reads Apex's dict by its keys")
+            self.report(
+                node, NOT_NATIVE, f"`amp.state_dict().{parent.attr.value}` reads Apex's dict by its keys"
+            )
         elif isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is node:
             self.report(node, NOT_NATIVE, f"{shown} is iterated over, key by key")
-        elif isinstance(parent, (cst.StarredElement, cst.StarredDictElement)) or \
-                (isinstance(parent, cst.Arg) and parent.star):
+        elif isinstance(parent, (cst.StarredElement, cst.StarredDictElement)) or (
+            isinstance(parent, cst.Arg) and parent.star
+        ):
             self.report(node, NOT_NATIVE, f"{shown} is unpacked, key by key")
-        elif isinstance(parent, cst.Arg) and isinstance(grand, cst.Call) \
-                and m.matches(grand.func, m.Name()) and grand.func.value in _BY_KEYS:
-            self.report(node, NOT_NATIVE, f"`{grand.func.value}({self.code_of(node)})` reads Apex's dict by its keys")
-        elif isinstance(parent, cst.ComparisonTarget) and parent.comparator is node \
-                and isinstance(parent.operator, (cst.In, cst.NotIn)):
+        elif (
+            isinstance(parent, cst.Arg)
+            and isinstance(grand, cst.Call)
+            and m.matches(grand.func, m.Name())
+            and grand.func.value in _BY_KEYS
+        ):
+            self.report(
+                node, NOT_NATIVE, f"`{grand.func.value}({self.code_of(node)})` reads Apex's dict by its keys"
+            )
+        elif (
+            isinstance(parent, cst.ComparisonTarget)
+            and parent.comparator is node
+            and isinstance(parent.operator, (cst.In, cst.NotIn))
+        ):
             self.report(node, NOT_NATIVE, f"{shown} is searched for a key")
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
@@ -249,15 +311,23 @@ class ScalerStateReads(TrainingRule):
             read = above
         elif attr == "_loss_scale" and not self._is_target(member, above):
             read = member
-        elif attr in ("_loss_scale", "_unskipped", "_has_overflow", "_overflow_buf") \
-                and self._is_target(member, above):
+        elif attr in ("_loss_scale", "_unskipped", "_has_overflow", "_overflow_buf") and self._is_target(
+            member, above
+        ):
             if attr == "_loss_scale" and self._absorb_start_scale(member):
                 return
-            self.report(member, SCALE_WRITTEN, f"{shown[:-1]}.{attr}` is assigned"
-                        + (" where it is not the statement right after `initialize` (only there is it "
-                           "a first scale, GradScaler's `init_scale`); GradScaler changes its scale "
-                           "only in `update()`" if attr == "_loss_scale" else
-                           "; GradScaler has no counterpart of this field"))
+            self.report(
+                member,
+                SCALE_WRITTEN,
+                f"{shown[:-1]}.{attr}` is assigned"
+                + (
+                    " where it is not the statement right after `initialize` (only there is it "
+                    "a first scale, GradScaler's `init_scale`); GradScaler changes its scale "
+                    "only in `update()`"
+                    if attr == "_loss_scale"
+                    else "; GradScaler has no counterpart of this field"
+                ),
+            )
             return
         else:
             self.report(member, NOT_NATIVE, f"{shown[:-1]}.{attr}` has no GradScaler counterpart")
@@ -299,22 +369,30 @@ class ScalerStateReads(TrainingRule):
         except Exception:  # noqa: BLE001 - bytes or odd prefixes: not a key of Apex's format
             return
         if isinstance(value, str) and (_APEX_KEY.fullmatch(value) or value == "unskipped"):
-            self.report(node, NOT_NATIVE, f"{node.value} is a key of Apex's checkpoint format; the "
-                        "dict it is read from holds GradScaler state after the migration")
+            self.report(
+                node,
+                NOT_NATIVE,
+                f"{node.value} is a key of Apex's checkpoint format; the "
+                "dict it is read from holds GradScaler state after the migration",
+            )
 
     @staticmethod
     def _key(subscript: Optional[cst.CSTNode], kind: type = str) -> Optional[object]:
         """The one literal key of `x[key]` (of type `kind`), else None."""
-        if not isinstance(subscript, cst.Subscript) or len(subscript.slice) != 1 \
-                or not isinstance(subscript.slice[0].slice, cst.Index):
+        if (
+            not isinstance(subscript, cst.Subscript)
+            or len(subscript.slice) != 1
+            or not isinstance(subscript.slice[0].slice, cst.Index)
+        ):
             return None
         value = literal(subscript.slice[0].slice.value)
         return value if isinstance(value, kind) and not isinstance(value, bool) else None
 
     @staticmethod
     def _is_target(node: cst.CSTNode, parent: Optional[cst.CSTNode]) -> bool:
-        return (isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)) and parent.target is node) \
-            or (isinstance(parent, cst.Del) and parent.target is node)
+        return (
+            isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)) and parent.target is node
+        ) or (isinstance(parent, cst.Del) and parent.target is node)
 
     def _rewrite_if_settled(self, read: cst.CSTNode, scaler: str) -> None:
         if self._check_settled(read, scaler):
@@ -326,7 +404,8 @@ class ScalerStateReads(TrainingRule):
         scaler = self.replace.get(id(original_node))
         if scaler is not None:
             return cst.parse_expression(f"{scaler}.get_scale()").with_changes(
-                lpar=updated_node.lpar, rpar=updated_node.rpar)
+                lpar=updated_node.lpar, rpar=updated_node.rpar
+            )
         return super().leave_node(original_node, updated_node)
 
     # -- when a read happens ------------------------------------------------------------------
@@ -396,8 +475,10 @@ class ScalerStateReads(TrainingRule):
 
     @staticmethod
     def _exit_first(line: Optional[int]) -> str:
-        return (f"Apex's scale may already have changed at the `scale_loss` exit at line {line}; "
-                "GradScaler's changes only at the `update()` after the step")
+        return (
+            f"Apex's scale may already have changed at the `scale_loss` exit at line {line}; "
+            "GradScaler's changes only at the `update()` after the step"
+        )
 
     @staticmethod
     def _exits(loop: cst.CSTNode):
@@ -409,8 +490,9 @@ class ScalerStateReads(TrainingRule):
             if isinstance(node, (cst.Continue, cst.Break)):
                 yield path
                 continue
-            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) or \
-                    (isinstance(node, (cst.For, cst.While)) and node is not loop):
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) or (
+                isinstance(node, (cst.For, cst.While)) and node is not loop
+            ):
                 continue
             stack.extend(path + [child] for child in children(node))
 
@@ -422,11 +504,16 @@ class ScalerStateReads(TrainingRule):
         for statement in rest:
             if runs_backward(statement):
                 return None
-            if statement is not rest[0] and isinstance(statement, cst.SimpleStatementLine) \
-                    and self._steps(statement, any_scaler=True):
-                return (f"the steps at lines {self._first_line(step_line)}-{self._first_line(statement)} "
-                        "share one `update()` after the last of them, and this read comes before it; "
-                        "Apex's scale changed at the `scale_loss` exit")
+            if (
+                statement is not rest[0]
+                and isinstance(statement, cst.SimpleStatementLine)
+                and self._steps(statement, any_scaler=True)
+            ):
+                return (
+                    f"the steps at lines {self._first_line(step_line)}-{self._first_line(statement)} "
+                    "share one `update()` after the last of them, and this read comes before it; "
+                    "Apex's scale changed at the `scale_loss` exit"
+                )
         return None
 
     def _last(self, node: cst.CSTNode) -> str:
@@ -445,12 +532,23 @@ class ScalerStateReads(TrainingRule):
         if isinstance(node, cst.With):
             return APEX if self._updates_at_exit(node) else self._block(node.body)
         if isinstance(node, cst.If):
-            other = NONE if node.orelse is None else (
-                self._last(node.orelse) if isinstance(node.orelse, cst.If) else self._block(node.orelse.body))
+            other = (
+                NONE
+                if node.orelse is None
+                else (
+                    self._last(node.orelse)
+                    if isinstance(node.orelse, cst.If)
+                    else self._block(node.orelse.body)
+                )
+            )
             return _combine([self._block(node.body), other])
         if isinstance(node, (cst.For, cst.While)):
             ends = self._ends_at_exit(node) is not None
-            return APEX if ends or (node.orelse is not None and self._apex_line(node.orelse) is not None) else NONE
+            return (
+                APEX
+                if ends or (node.orelse is not None and self._apex_line(node.orelse) is not None)
+                else NONE
+            )
         if isinstance(node, cst.Try):
             if node.finalbody is not None and self._block(node.finalbody.body) != NONE:
                 return self._block(node.finalbody.body)
@@ -472,8 +570,13 @@ class ScalerStateReads(TrainingRule):
         return NONE
 
     def _disabled(self) -> bool:
-        return all(any(a.keyword is not None and a.keyword.value == "enabled" and literal(a.value) is False
-                       for a in call.args) for call in self.plan.scaler_calls)
+        return all(
+            any(
+                a.keyword is not None and a.keyword.value == "enabled" and literal(a.value) is False
+                for a in call.args
+            )
+            for call in self.plan.scaler_calls
+        )
 
     # -- the events ---------------------------------------------------------------------------
     def _steps(self, line: cst.CSTNode, any_scaler: bool = False) -> bool:
@@ -482,7 +585,8 @@ class ScalerStateReads(TrainingRule):
         for call in m.findall(line, m.Call(func=m.Attribute(attr=m.Name("step")), args=[])):
             optimizer = self.code_of(call.func.value)
             if optimizer in self.plan.optimizers and (
-                    any_scaler or self.plan.scaler_for_optimizer(optimizer) == self._scaler):
+                any_scaler or self.plan.scaler_for_optimizer(optimizer) == self._scaler
+            ):
                 break
         else:
             return False
@@ -494,8 +598,11 @@ class ScalerStateReads(TrainingRule):
 
     def _updates_at_exit(self, node: cst.With) -> bool:
         """`node` is a `scale_loss` block whose exit updates the Apex scaler the read stands for."""
-        calls = [item.item for item in node.items
-                 if isinstance(item.item, cst.Call) and self.apex_name(item.item.func) in SCALE_LOSS]
+        calls = [
+            item.item
+            for item in node.items
+            if isinstance(item.item, cst.Call) and self.apex_name(item.item.func) in SCALE_LOSS
+        ]
         if not calls or self._first_line(node) not in self.plan.eager_unscale_lines:
             return False
         bound = bind_arguments(calls[0], SCALE_LOSS_ARGS)
@@ -506,8 +613,9 @@ class ScalerStateReads(TrainingRule):
         """The first line of a `scale_loss` in `node` whose exit updates Apex's scale."""
         key = ("apex", id(node))
         if key not in self._memo:
-            self._memo[key] = next((self._first_line(w) for w in m.findall(node, m.With())
-                                    if self._updates_at_exit(w)), None)
+            self._memo[key] = next(
+                (self._first_line(w) for w in m.findall(node, m.With()) if self._updates_at_exit(w)), None
+            )
         return self._memo[key]
 
     def _first_line(self, statement: cst.CSTNode) -> int:

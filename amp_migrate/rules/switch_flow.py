@@ -27,6 +27,7 @@ call that function (project/entry_switch.py): the walk up this module's callers 
 parameter, where the function is defined once, never named here, and does not rebind it. This
 module holds no rule; the scale_loss rule asks it.
 """
+
 from __future__ import annotations
 
 import ast
@@ -61,8 +62,14 @@ def _same_key(code: str) -> str:
         return squeezed(code)
 
 
-_FLIPPED = {cst.Equal: cst.NotEqual, cst.NotEqual: cst.Equal, cst.Is: cst.IsNot, cst.IsNot: cst.Is,
-            cst.In: cst.NotIn, cst.NotIn: cst.In}
+_FLIPPED = {
+    cst.Equal: cst.NotEqual,
+    cst.NotEqual: cst.Equal,
+    cst.Is: cst.IsNot,
+    cst.IsNot: cst.Is,
+    cst.In: cst.NotIn,
+    cst.NotIn: cst.In,
+}
 
 
 def negation(expr: cst.BaseExpression) -> Optional[cst.BaseExpression]:
@@ -86,9 +93,9 @@ def _read_paths(expr: cst.CSTNode) -> set[tuple[str, ...]]:
         return {path}
     out: set[tuple[str, ...]] = set()
     for child in expr.children:
-        if isinstance(child, cst.BaseExpression) or isinstance(child, (cst.Arg, cst.ComparisonTarget,
-                                                                       cst.Element, cst.SubscriptElement,
-                                                                       cst.Index)):
+        if isinstance(child, cst.BaseExpression) or isinstance(
+            child, (cst.Arg, cst.ComparisonTarget, cst.Element, cst.SubscriptElement, cst.Index)
+        ):
             out |= _read_paths(child)
     return out
 
@@ -99,13 +106,18 @@ def _cst_path(expr: cst.CSTNode) -> Optional[tuple[str, ...]]:
     if isinstance(expr, cst.Attribute):
         inner = _cst_path(expr.value)
         return None if inner is None else inner + (expr.attr.value,)
-    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+    if (
+        isinstance(expr, cst.Subscript)
+        and len(expr.slice) == 1
+        and isinstance(expr.slice[0].slice, cst.Index)
+    ):
         inner = _cst_path(expr.value)
         key = expr.slice[0].slice.value
         if inner is None:
             return None
-        return inner + (f"[{key.evaluated_value!r}]" if isinstance(key, (cst.SimpleString, cst.Integer))
-                        else "[*]",)
+        return inner + (
+            f"[{key.evaluated_value!r}]" if isinstance(key, (cst.SimpleString, cst.Integer)) else "[*]",
+        )
     return None
 
 
@@ -189,8 +201,12 @@ class _Stores(ast.NodeVisitor):
 def _apex_import(node: ast.stmt) -> bool:
     if isinstance(node, ast.Import):
         return all(a.name == "apex" or a.name.startswith("apex.") for a in node.names)
-    return isinstance(node, ast.ImportFrom) and not node.level and node.module is not None and (
-        node.module == "apex" or node.module.startswith("apex."))
+    return (
+        isinstance(node, ast.ImportFrom)
+        and not node.level
+        and node.module is not None
+        and (node.module == "apex" or node.module.startswith("apex."))
+    )
 
 
 _LOG_METHODS = ("debug", "info", "warning", "warn", "error", "critical", "exception")
@@ -198,8 +214,12 @@ _LOG_METHODS = ("debug", "info", "warning", "warn", "error", "critical", "except
 
 def _constant_store(statement: ast.stmt) -> Optional[str]:
     """The name `statement` assigns a constant to (`APEX_OK = True`), else None."""
-    if isinstance(statement, ast.Assign) and len(statement.targets) == 1 \
-            and isinstance(statement.targets[0], ast.Name) and isinstance(statement.value, ast.Constant):
+    if (
+        isinstance(statement, ast.Assign)
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0], ast.Name)
+        and isinstance(statement.value, ast.Constant)
+    ):
         return statement.targets[0].id
     return None
 
@@ -211,8 +231,9 @@ def _log_call(statement: ast.stmt) -> bool:
         return False
     call = statement.value
     func = call.func
-    named = (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.attr in _LOG_METHODS) \
-        or (isinstance(func, ast.Name) and func.id == "print")
+    named = (
+        isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.attr in _LOG_METHODS
+    ) or (isinstance(func, ast.Name) and func.id == "print")
     return named and all(isinstance(a, ast.Constant) for a in call.args) and not call.keywords
 
 
@@ -222,8 +243,11 @@ def _inner_try(statement: ast.stmt, name: str) -> bool:
     if not isinstance(statement, ast.Try) or statement.orelse or statement.finalbody:
         return False
     handled = [s for h in statement.handlers for s in h.body]
-    return all(_apex_import(s) or _log_call(s) or _constant_store(s) not in (None, name) for s in statement.body) \
-        and all(isinstance(s, ast.Pass) or _log_call(s) or _constant_store(s) not in (None, name) for s in handled)
+    return all(
+        _apex_import(s) or _log_call(s) or _constant_store(s) not in (None, name) for s in statement.body
+    ) and all(
+        isinstance(s, ast.Pass) or _log_call(s) or _constant_store(s) not in (None, name) for s in handled
+    )
 
 
 def _sets_flag(node: ast.Try, name: str) -> bool:
@@ -262,8 +286,11 @@ def function_of(rule, node: cst.CSTNode):
     scopes = [p for p in rule.ancestors(node) if isinstance(p, (cst.FunctionDef, cst.Lambda, cst.ClassDef))]
     if not scopes:
         return None
-    if not isinstance(scopes[0], cst.FunctionDef) or len(scopes) > 2 or \
-            (len(scopes) == 2 and not isinstance(scopes[1], cst.ClassDef)):
+    if (
+        not isinstance(scopes[0], cst.FunctionDef)
+        or len(scopes) > 2
+        or (len(scopes) == 2 and not isinstance(scopes[1], cst.ClassDef))
+    ):
         return False
     return scopes[0]
 
@@ -280,7 +307,12 @@ def import_flag(rule, tree: ast.Module, stores: "_Stores", part: cst.BaseExpress
     bind it; None otherwise. The native file has no Apex import left (or it falls back), so what
     remains of that `try` cannot fail and the flag is True wherever the function can run; stores
     of it elsewhere (in a function, after the `try`, `global`) defeat the proof."""
-    if not isinstance(part, cst.Name) or where is None or where is False or part.value in ("True", "False", "None"):
+    if (
+        not isinstance(part, cst.Name)
+        or where is None
+        or where is False
+        or part.value in ("True", "False", "None")
+    ):
         return None
     name = part.value
     if name in stores.declared or _parameter(where, name):
@@ -289,15 +321,19 @@ def import_flag(rule, tree: ast.Module, stores: "_Stores", part: cst.BaseExpress
     if len(found) != 1:
         return None
     start, end = found[0].lineno, found[0].end_lineno
-    if any(p[0] == name and not (top == 0 and klass == 0 and line <= end)
-           for p, line, top, klass in stores.found):
+    if any(
+        p[0] == name and not (top == 0 and klass == 0 and line <= end) for p, line, top, klass in stores.found
+    ):
         return None
     outer = [p for p in rule.ancestors(where) if isinstance(p, cst.ClassDef)]
     return start if rule.position(outer[-1] if outer else where)[0] > end >= start else None
 
 
-_REPORTS = m.Call(func=m.Attribute(attr=m.OneOf(*(m.Name(n) for n in _LOG_METHODS))) | m.Name("print")
-                  | m.Attribute(value=m.Name("warnings"), attr=m.Name("warn")))
+_REPORTS = m.Call(
+    func=m.Attribute(attr=m.OneOf(*(m.Name(n) for n in _LOG_METHODS)))
+    | m.Name("print")
+    | m.Attribute(value=m.Name("warnings"), attr=m.Name("warn"))
+)
 
 
 def _only_reports(rule, orelse: cst.Else) -> bool:
@@ -305,8 +341,9 @@ def _only_reports(rule, orelse: cst.Else) -> bool:
     name in it."""
     for statement in orelse.body.body:
         if not isinstance(statement, cst.SimpleStatementLine) or not all(
-                isinstance(s, (cst.Pass, cst.Raise)) or (isinstance(s, cst.Expr) and m.matches(s.value, _REPORTS))
-                for s in statement.body):
+            isinstance(s, (cst.Pass, cst.Raise)) or (isinstance(s, cst.Expr) and m.matches(s.value, _REPORTS))
+            for s in statement.body
+        ):
             return False
         if any(rule.apex_name(n) is not None for n in m.findall(statement, m.Name() | m.Attribute())):
             return False
@@ -317,7 +354,9 @@ def flag_branch(rule, branch: cst.If, tree: ast.Module, stores: "_Stores") -> Op
     """`if FLAG: ... else: <only reports that Apex is missing>` (or no `else`), FLAG a flag the
     Apex import's `try:` sets True (import_flag): natively the body always runs and the `else`
     never does, so the `if` is its body. The line of that `try`, else None."""
-    if branch.orelse is not None and not (isinstance(branch.orelse, cst.Else) and _only_reports(rule, branch.orelse)):
+    if branch.orelse is not None and not (
+        isinstance(branch.orelse, cst.Else) and _only_reports(rule, branch.orelse)
+    ):
         return None
     where = function_of(rule, branch)
     return import_flag(rule, tree, stores, branch.test, where) if where else None
@@ -333,8 +372,14 @@ class SwitchProof:
     def holds(self, branch: cst.If, test: Optional[cst.BaseExpression] = None) -> bool:
         """Whether `test` (default: the branch's own) is false only where the scaler is disabled."""
         test = branch.test if test is None else test
-        enabled = next((a.value for a in self.plan.scaler_call.args
-                        if a.keyword is not None and a.keyword.value == "enabled"), None)
+        enabled = next(
+            (
+                a.value
+                for a in self.plan.scaler_call.args
+                if a.keyword is not None and a.keyword.value == "enabled"
+            ),
+            None,
+        )
         if enabled is not None and literal(enabled) is False:
             return True  # always disabled: `scale(loss)` is `loss`
         if self._all_stores() is None:
@@ -357,7 +402,8 @@ class SwitchProof:
             if read is not None and (read in paths or self._self_alias(read) in paths):
                 continue  # `fp16` passed down from `args.fp16`, `self.use_amp` set from `use_amp`
             if _same_key(code(part)) not in parts or not all(
-                    self._translated(where, p, 0) == p for p in _read_paths(part)):
+                self._translated(where, p, 0) == p for p in _read_paths(part)
+            ):
                 return False
         return True
 
@@ -389,10 +435,12 @@ class SwitchProof:
                 where = f"it is set at line {sets[0][0]}{self._from_parameter(path[:2], sets[0][0])}"
             elif sets:
                 where = "it is set at lines " + ", ".join(str(line) for line, _ in sets)
-            return (f"`{code}` may be false while the GradScaler {shared.other} builds is enabled: {where}, "
-                    f"and nothing in this module ties it to the condition that scaler is built with (the "
-                    f"code that builds the optimizer and constructs this class would have to pass one "
-                    f"value to both, and calls are not followed across modules to prove it)")
+            return (
+                f"`{code}` may be false while the GradScaler {shared.other} builds is enabled: {where}, "
+                f"and nothing in this module ties it to the condition that scaler is built with (the "
+                f"code that builds the optimizer and constructs this class would have to pass one "
+                f"value to both, and calls are not followed across modules to prove it)"
+            )
         return None
 
     def _from_parameter(self, path: tuple[str, ...], line: int) -> str:
@@ -401,11 +449,18 @@ class SwitchProof:
         for function in ast.walk(self._tree):
             if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
-            params = [a.arg for a in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)]
+            params = [
+                a.arg for a in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)
+            ]
             for node in function.body:
-                if isinstance(node, ast.Assign) and node.lineno == line and len(node.targets) == 1 \
-                        and _ast_path(node.targets[0]) == path and isinstance(node.value, ast.Name) \
-                        and node.value.id in params:
+                if (
+                    isinstance(node, ast.Assign)
+                    and node.lineno == line
+                    and len(node.targets) == 1
+                    and _ast_path(node.targets[0]) == path
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id in params
+                ):
                     return f", from `{function.name}`'s parameter `{node.value.id}`"
         return ""
 
@@ -427,25 +482,42 @@ class SwitchProof:
                 return False
         return True
 
-    def _reaches_builder(self, function: Optional[cst.FunctionDef], path: tuple[str, ...], depth: int) -> bool:
+    def _reaches_builder(
+        self, function: Optional[cst.FunctionDef], path: tuple[str, ...], depth: int
+    ) -> bool:
         stores, shared = self._stores, self.plan.shared
-        if path[0] in stores.declared or depth > _DEPTH or path[0] == "self" or any(
-                len(p) > 1 and _conflict(p, path) for p, _, _, _ in stores.found):
+        if (
+            path[0] in stores.declared
+            or depth > _DEPTH
+            or path[0] == "self"
+            or any(len(p) > 1 and _conflict(p, path) for p, _, _, _ in stores.found)
+        ):
             return False
         here = self._line(function)
-        names = [line for p, line, top, klass in stores.found
-                 if p == path[:1] and top == here and (function is not None or klass == 0)]
+        names = [
+            line
+            for p, line, top, klass in stores.found
+            if p == path[:1] and top == here and (function is not None or klass == 0)
+        ]
         module = self.rule.context.wrapper.module
         via = shared.switch_via
-        calls = [c for c in self.rule.findall(module, m.Call(), {via.rsplit(".", 1)[-1]})
-                 if self.rule.code_of(c.func) == via] if via else []
+        calls = (
+            [
+                c
+                for c in self.rule.findall(module, m.Call(), {via.rsplit(".", 1)[-1]})
+                if self.rule.code_of(c.func) == via
+            ]
+            if via
+            else []
+        )
         if any(self._function_of(c) is function for c in calls):
             if len(calls) != 1:
                 return False
             line = self.rule.position(calls[0])[0]
             return not any(at >= line for at in names) and any(
                 _cst_path(value) is not None and _cst_path(value) + rest == path
-                for value, rest in self._builder_arguments(calls[0]))
+                for value, rest in self._builder_arguments(calls[0])
+            )
         if self._entered(function, path):
             return not names
         if names or function is None or not self._is_parameter(function, path[0]):
@@ -463,10 +535,16 @@ class SwitchProof:
         if not any(entry == (name, path[0], path[1:]) for entry in self.plan.shared.switch_entries):
             return False
         tree = self._tree
-        defs = [s for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                and s.name == name]
-        return len(defs) == 1 and self._is_parameter(function, path[0]) and not any(
-            isinstance(n, ast.Name) and n.id == name for n in ast.walk(tree))
+        defs = [
+            s
+            for s in tree.body
+            if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and s.name == name
+        ]
+        return (
+            len(defs) == 1
+            and self._is_parameter(function, path[0])
+            and not any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(tree))
+        )
 
     def _builder_arguments(self, call: cst.Call):
         """(what the call passes for a guard's parameter, the rest of the guard's path)."""
@@ -489,7 +567,11 @@ class SwitchProof:
             value = self._argument(call, name, positional.index(name) if name in positional else None)
             passed = _cst_path(value) if value is not None else None
             caller = self._function_of(call)
-            if passed is None or caller is False or not self._reaches_builder(caller, passed + path[1:], depth + 1):
+            if (
+                passed is None
+                or caller is False
+                or not self._reaches_builder(caller, passed + path[1:], depth + 1)
+            ):
                 return False
         return bool(calls)
 
@@ -504,8 +586,9 @@ class SwitchProof:
     def _line(self, function: Optional[cst.FunctionDef]) -> int:
         return self.rule.position(function)[0] if function is not None else 0
 
-    def _translated(self, function: Optional[cst.FunctionDef], path: tuple[str, ...],
-                    depth: int) -> Optional[tuple[str, ...]]:
+    def _translated(
+        self, function: Optional[cst.FunctionDef], path: tuple[str, ...], depth: int
+    ) -> Optional[tuple[str, ...]]:
         """What `path`, read in `function`, reads where the scaler was built (the same path,
         or the caller's argument it was passed as); None where that is not provable."""
         stores, plan = self._stores, self.plan
@@ -515,8 +598,13 @@ class SwitchProof:
         # a store into the object (attribute, item) counts wherever it is, unless it ran
         # before `initialize` in the function that calls it
         ctor, until = self._constructor() if path[0] == "self" else (None, 0)
-        if any(len(p) > 1 and _conflict(p, path) and (top != plan.init_scope or line > plan.init_line)
-               and not (top == ctor and line < until) for p, line, top, _ in stores.found):
+        if any(
+            len(p) > 1
+            and _conflict(p, path)
+            and (top != plan.init_scope or line > plan.init_line)
+            and not (top == ctor and line < until)
+            for p, line, top, _ in stores.found
+        ):
             return None
         names = [(line, top) for p, line, top, _ in stores.found if p == path[:1]]
         if here == plan.init_scope:
@@ -527,8 +615,11 @@ class SwitchProof:
             return path  # the instance the scaler lives on
         if not self._is_parameter(function, path[0]):  # a module global
             first = min(plan.init_scope or plan.init_line, here)
-            unchanged = all(top == 0 and line < first for line, top in names) if plan.init_scope else \
-                not any(top == 0 and line > plan.init_line for line, top in names)
+            unchanged = (
+                all(top == 0 and line < first for line, top in names)
+                if plan.init_scope
+                else not any(top == 0 and line > plan.init_line for line, top in names)
+            )
             return path if unchanged else None
         return self._passed_on(function, path, depth)
 
@@ -543,16 +634,27 @@ class SwitchProof:
         if len(sets) != 1 or sets[0][1] != plan.init_scope or not sets[0][0] < plan.init_line:
             return None
         line = sets[0][0]
-        value = next((_ast_path(n.value) for f in ast.walk(self._tree)
-                      if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in f.body
-                      if isinstance(n, ast.Assign) and n.lineno == line and len(n.targets) == 1
-                      and _ast_path(n.targets[0]) == path[:2]), None)  # runs whenever the method does
+        value = next(
+            (
+                _ast_path(n.value)
+                for f in ast.walk(self._tree)
+                if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                for n in f.body
+                if isinstance(n, ast.Assign)
+                and n.lineno == line
+                and len(n.targets) == 1
+                and _ast_path(n.targets[0]) == path[:2]
+            ),
+            None,
+        )  # runs whenever the method does
         if value is None or value[0] == "self":
             return None
         alias = value + path[2:]
-        if any((p == alias[:1] and top == plan.init_scope and line < at <= plan.init_line)
-               or (len(p) > 1 and _conflict(p, alias) and (top != plan.init_scope or at > plan.init_line))
-               for p, at, top, _ in stores.found):
+        if any(
+            (p == alias[:1] and top == plan.init_scope and line < at <= plan.init_line)
+            or (len(p) > 1 and _conflict(p, alias) and (top != plan.init_scope or at > plan.init_line))
+            for p, at, top, _ in stores.found
+        ):
             return None
         return alias
 
@@ -569,8 +671,9 @@ class SwitchProof:
                 ctor = next((f for f in methods if f.name.value == "__init__"), None)
                 if builder is not None and ctor is not None and ctor is not builder:
                     call = m.Attribute(value=m.Name("self"), attr=m.Name(builder.name.value))
-                    until = next((self.rule.position(s)[0] for s in ctor.body.body if m.findall(s, call)),
-                                 10**9)
+                    until = next(
+                        (self.rule.position(s)[0] for s in ctor.body.body if m.findall(s, call)), 10**9
+                    )
                     self._init_method = (self._line(ctor), until)
         return self._init_method
 
@@ -579,8 +682,9 @@ class SwitchProof:
         module = self.rule.context.wrapper.module
         for statement in module.body:
             if isinstance(statement, cst.ClassDef) and any(
-                    isinstance(s, cst.FunctionDef) and self._line(s) == self.plan.init_scope
-                    for s in statement.body.body):
+                isinstance(s, cst.FunctionDef) and self._line(s) == self.plan.init_scope
+                for s in statement.body.body
+            ):
                 return statement
         return None
 
@@ -592,7 +696,9 @@ class SwitchProof:
     def _is_parameter(function: cst.FunctionDef, name: str) -> bool:
         return _parameter(function, name)
 
-    def _passed_on(self, function: cst.FunctionDef, path: tuple[str, ...], depth: int) -> Optional[tuple[str, ...]]:
+    def _passed_on(
+        self, function: cst.FunctionDef, path: tuple[str, ...], depth: int
+    ) -> Optional[tuple[str, ...]]:
         """`path[0]` is a parameter of `function`; what every call passes for it, read where
         the scaler was built (None unless all calls agree)."""
         name = path[0]

@@ -40,6 +40,7 @@ becomes
         scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)
         train(args, model, optimizer, scaler)
 """
+
 from __future__ import annotations
 
 import libcst as cst
@@ -48,7 +49,9 @@ from ..diagnostics import Severity, define
 from .plan import TrainingRule
 
 THREADED = define(
-    "AMP122", "scaler-parameter-added", Severity.INFO,
+    "AMP122",
+    "scaler-parameter-added",
+    Severity.INFO,
     "This function now takes the GradScaler as a `scaler` parameter, and every call of it in "
     "this file passes it.",
     "Apex's loss scaler was process-global; the native one is built where `initialize` ran "
@@ -88,16 +91,21 @@ class ThreadScalerThroughCalls(TrainingRule):
             return updated_node
         params = updated_node.params
         if threaded.replaces is not None:
-            self.report(original_node, THREADED, f"`{threaded.name}` (line {threaded.line}) takes the "
-                        f"scaler as `{self._name().value}` where it took Apex's module as `{threaded.replaces}`")
+            self.report(
+                original_node,
+                THREADED,
+                f"`{threaded.name}` (line {threaded.line}) takes the "
+                f"scaler as `{self._name().value}` where it took Apex's module as `{threaded.replaces}`",
+            )
             return updated_node.with_changes(params=_renamed(params, threaded.replaces, self._name()))
         self.report(original_node, THREADED, f"`{threaded.name}` (line {threaded.line}) now takes `scaler`")
         new = cst.Param(self._name())
         if not threaded.keyword_only:
             return updated_node.with_changes(params=params.with_changes(params=[*params.params, new]))
         star = params.star_arg if not isinstance(params.star_arg, cst.MaybeSentinel) else cst.ParamStar()
-        return updated_node.with_changes(params=params.with_changes(
-            star_arg=star, kwonly_params=[*params.kwonly_params, new]))
+        return updated_node.with_changes(
+            params=params.with_changes(star_arg=star, kwonly_params=[*params.kwonly_params, new])
+        )
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         if not isinstance(original_node.func, cst.Name):
@@ -107,25 +115,44 @@ class ThreadScalerThroughCalls(TrainingRule):
             return updated_node
         args = list(updated_node.args)
         if threaded.replaces is not None:
-            return updated_node.with_changes(args=[
-                a.with_changes(value=self._name(), keyword=self._name()) if a.keyword is not None
-                and a.keyword.value == threaded.replaces else a.with_changes(value=self._name())
-                if a.keyword is None and i == threaded.index else a for i, a in enumerate(args)])
+            return updated_node.with_changes(
+                args=[
+                    a.with_changes(value=self._name(), keyword=self._name())
+                    if a.keyword is not None and a.keyword.value == threaded.replaces
+                    else a.with_changes(value=self._name())
+                    if a.keyword is None and i == threaded.index
+                    else a
+                    for i, a in enumerate(args)
+                ]
+            )
         positional = not threaded.keyword_only and all(a.keyword is None and not a.star for a in args)
         if args:
-            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) \
-                if isinstance(args[-1].comma, cst.MaybeSentinel) else args[-1]
+            args[-1] = (
+                args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+                if isinstance(args[-1].comma, cst.MaybeSentinel)
+                else args[-1]
+            )
         if positional:
             args.append(cst.Arg(self._name()))
         else:
-            args.append(cst.Arg(self._name(), keyword=self._name(), equal=cst.AssignEqual(
-                cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+            args.append(
+                cst.Arg(
+                    self._name(),
+                    keyword=self._name(),
+                    equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+                )
+            )
         return updated_node.with_changes(args=args)
 
 
 def _renamed(params: cst.Parameters, old: str, new: cst.Name) -> cst.Parameters:
     """The parameter `old` (positional or keyword-only) renamed `new`, its default kept."""
+
     def rename(group):
         return [p.with_changes(name=new) if p.name.value == old else p for p in group]
-    return params.with_changes(posonly_params=rename(params.posonly_params), params=rename(params.params),
-                               kwonly_params=rename(params.kwonly_params))
+
+    return params.with_changes(
+        posonly_params=rename(params.posonly_params),
+        params=rename(params.params),
+        kwonly_params=rename(params.kwonly_params),
+    )

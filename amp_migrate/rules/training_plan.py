@@ -62,6 +62,7 @@ Soundness
     where a literal is needed, a scaler no single place reaches, and per-loss scalers whose
     state `amp.state_dict()` would have to save as one.
 """
+
 from __future__ import annotations
 
 import ast
@@ -72,35 +73,73 @@ import libcst.matchers as m
 
 from ..diagnostics import Severity, define
 from .base import Rule
-from .plan import (INIT, INITIALIZE, INITIALIZE_ARGS, LOAD_STATE_DICT, LOSS_SCALERS, MASTER_PARAMS,
-                   ONE_SCALER, PURE_BUILTINS, SCALE_LOSS, SCALE_LOSS_ARGS, SCALER_NAMES, STATE_DICT,
-                   WRAPPED_SCALE_LOSS, SharedScaler, TrainingPlan, bind_arguments, binds_in_ast,
-                   expression_codes, literal, pure, words_of)
-from .plan_threading import find_threading, top_level_function
-from .switch_flow import file_stores, flag_branch, function_of, import_flag
-from .plan_units import Unit, UnitPlanning
+from .plan import (
+    INIT,
+    INITIALIZE,
+    INITIALIZE_ARGS,
+    LOAD_STATE_DICT,
+    LOSS_SCALERS,
+    MASTER_PARAMS,
+    ONE_SCALER,
+    PURE_BUILTINS,
+    SCALE_LOSS,
+    SCALE_LOSS_ARGS,
+    SCALER_NAMES,
+    STATE_DICT,
+    WRAPPED_SCALE_LOSS,
+    SharedScaler,
+    TrainingPlan,
+    bind_arguments,
+    binds_in_ast,
+    expression_codes,
+    literal,
+    pure,
+    words_of,
+)
 from .plan_inference import INFERENCE_DTYPE, INFERENCE_OUT_OF_REACH, SECOND_INITIALIZE, InferencePlanning
-from .plan_options import (OPTION_NOT_LITERAL, OptionReader, Switch, arguments, is_expression, keyword,
-                           string, switch_of)
-from .plan_options import start_scale_write  # a scale Apex's scaler is given after initialize
-from .plan_options import (BF16, IGNORED_OPTIONS, O2_O3, RUN_TIME_SCALE, RUNTIME_O0, RUNTIME_O3,  # codes it reports
-                           SCALE_BOUNDS, STATIC_SCALE, UNSCALED)
+from .plan_options import (  # codes it reports
+    BF16,
+    IGNORED_OPTIONS,
+    O2_O3,
+    OPTION_NOT_LITERAL,
+    RUN_TIME_SCALE,
+    RUNTIME_O0,
+    RUNTIME_O3,
+    SCALE_BOUNDS,
+    STATIC_SCALE,
+    UNSCALED,
+    OptionReader,
+    Switch,
+    arguments,
+    is_expression,
+    keyword,
+    start_scale_write,  # a scale Apex's scaler is given after initialize
+    string,
+    switch_of,
+)
+from .plan_threading import find_threading, top_level_function
+from .plan_units import Unit, UnitPlanning
+from .switch_flow import file_stores, flag_branch, function_of, import_flag
 
 NO_PLACE = define(
-    "AMP101", "scaler-unreachable", Severity.WARNING,
+    "AMP101",
+    "scaler-unreachable",
+    Severity.WARNING,
     "No single place for the GradScaler reaches every Apex call of this file.",
     "Apex's loss scalers are process-global; a GradScaler is an object that `initialize`'s "
     "replacement creates and that `scale_loss`, `step` and `state_dict` must reach. When they "
     "are spread over functions that share neither a class nor literal options that a "
     "module-level scaler could be built from, the file is migrated to the shim instead.",
     before="def setup(args):\n    model, opt = amp.initialize(model, opt, opt_level=args.opt_level)\n"
-           "def train(model, opt):\n    with amp.scale_loss(loss, opt) as s:\n        s.backward()",
+    "def train(model, opt):\n    with amp.scale_loss(loss, opt) as s:\n        s.backward()",
     after="def setup(args):\n    model, opt = amp.initialize(model, opt, opt_level=args.opt_level)  # amp_shim",
     falls_back=True,
     refusal="no single place for the scaler reaches every call",
 )
 INIT_COUNT = define(
-    "AMP102", "initialize-not-once", Severity.WARNING,
+    "AMP102",
+    "initialize-not-once",
+    Severity.WARNING,
     "The file calls `amp.initialize` (or `amp.init`) more than once, or uses `scale_loss` "
     "without calling it.",
     "The native rewrite turns each `initialize` into a GradScaler built where it ran. Several "
@@ -115,8 +154,10 @@ INIT_COUNT = define(
     refusal="several initialize calls, or none, leave no single scaler",
 )
 MAIN_ONLY = define(
-    "AMP123", "scaler-built-under-main", Severity.INFO,
-    "This function uses the module-level GradScaler built under `if __name__ == \"__main__\":`.",
+    "AMP123",
+    "scaler-built-under-main",
+    Severity.INFO,
+    'This function uses the module-level GradScaler built under `if __name__ == "__main__":`.',
     "`initialize` ran in the script's entry block, so the scaler is built there (with its "
     "`enabled=` condition) and the module's functions read it as a global, as they read Apex's "
     "global state. Code that imports the module and calls the function without running the "
@@ -124,7 +165,9 @@ MAIN_ONLY = define(
     "whose flag kept it off `scale_loss` worked.",
 )
 PER_LOSS_CHECKPOINT = define(
-    "AMP104", "per-loss-scalers-in-checkpoint", Severity.WARNING,
+    "AMP104",
+    "per-loss-scalers-in-checkpoint",
+    Severity.WARNING,
     "Apex's per-loss scalers become one GradScaler per loss id here, and `amp.state_dict()` "
     "has no single native counterpart for them.",
     "With `num_losses > 1` and each optimizer stepped under its own `loss_id` (a GAN whose "
@@ -137,7 +180,9 @@ PER_LOSS_CHECKPOINT = define(
 )
 
 FLAG_BRANCH = define(
-    "AMP158", "apex-flag-branch-always-runs", Severity.INFO,
+    "AMP158",
+    "apex-flag-branch-always-runs",
+    Severity.INFO,
     "`if FLAG: <amp.initialize> else: <Apex is missing>`: FLAG is the flag the Apex import's "
     "`try:` sets True, so natively the branch always runs and its `else` goes.",
     "A module that imports Apex under `try:` often records whether it could (`try: from apex "
@@ -152,11 +197,13 @@ FLAG_BRANCH = define(
     "(AMP101). The warning the `else` gave when Apex was missing is gone: torch.amp needs no "
     "install.",
     before="if APEX_OK:\n    model, opt = amp.initialize(model, opt, opt_level=level)\n"
-           "else:\n    logger.warning(\"no apex\")",
-    after="scaler = torch.amp.GradScaler(\"cuda\", enabled=level != \"O0\")",
+    'else:\n    logger.warning("no apex")',
+    after='scaler = torch.amp.GradScaler("cuda", enabled=level != "O0")',
 )
 SHARE_REFUSED = define(
-    "AMP130", "shared-scaler-refused", Severity.WARNING,
+    "AMP130",
+    "shared-scaler-refused",
+    Severity.WARNING,
     "The GradScaler this `initialize` builds would be read by other modules of the project, "
     "and they could not do with it what Apex did.",
     "In a project whose `initialize` and `scale_loss` (or `amp.state_dict()`) sit in different "
@@ -165,13 +212,15 @@ SHARE_REFUSED = define(
     "Apex's behaviour only where amp is on exactly when losses are scaled: not under O0 with a "
     "`loss_scale`, O3's static scale of 1.0, bfloat16, or per-loss scalers kept apart. Those "
     "projects use the shim; the message says which case this is.",
-    before="model, opt = amp.initialize(model, opt, opt_level=\"O3\")  # trainer.py scales",
+    before='model, opt = amp.initialize(model, opt, opt_level="O3")  # trainer.py scales',
     after="from amp_shim import amp  # every module of the group uses the shim",
     falls_back=True,
     refusal="modules sharing the scaler could not follow it as Apex did",
 )
 SHARED = define(
-    "AMP131", "scaler-shared-across-modules", Severity.INFO,
+    "AMP131",
+    "scaler-shared-across-modules",
+    Severity.INFO,
     "This GradScaler is shared with another module of the project: built where `initialize` "
     "was, read where `scale_loss`, the step or `amp.state_dict()` are.",
     "Apex's amp state was one per process, so a Trainer module scaled with what an optimizer "
@@ -179,16 +228,18 @@ SHARED = define(
     "keeps it in a module global that the users import the module for, or sets it as an "
     "attribute of the user module it imports (`trainer.scaler = scaler`). Code that reads it "
     "before `initialize` ran finds `None`, where Apex raised that amp was not initialized.",
-    before="# optimization.py\nmodel, opt = amp.initialize(model, opt, opt_level=\"O1\")\n"
-           "# trainer.py\nwith amp.scale_loss(loss, opt) as s:\n    s.backward()",
-    after="# optimization.py\nglobal scaler\nscaler = torch.amp.GradScaler(\"cuda\")\n"
-          "# trainer.py\nimport optimization as _amp_optimization\n"
-          "_amp_optimization.scaler.scale(loss).backward()",
+    before='# optimization.py\nmodel, opt = amp.initialize(model, opt, opt_level="O1")\n'
+    "# trainer.py\nwith amp.scale_loss(loss, opt) as s:\n    s.backward()",
+    after='# optimization.py\nglobal scaler\nscaler = torch.amp.GradScaler("cuda")\n'
+    "# trainer.py\nimport optimization as _amp_optimization\n"
+    "_amp_optimization.scaler.scale(loss).backward()",
 )
 
 
-_MAIN = m.Comparison(left=m.Name("__name__"), comparisons=[m.ComparisonTarget(
-    m.Equal(), m.SimpleString('"__main__"') | m.SimpleString("'__main__'"))])
+_MAIN = m.Comparison(
+    left=m.Name("__name__"),
+    comparisons=[m.ComparisonTarget(m.Equal(), m.SimpleString('"__main__"') | m.SimpleString("'__main__'"))],
+)
 
 
 def _script_entry(node: cst.CSTNode) -> bool:
@@ -213,18 +264,38 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
     """Read the file's Apex training calls and decide where its GradScaler lives."""
 
     HANDLES = (INITIALIZE, INIT)
-    EMITS = (NO_PLACE, INIT_COUNT, FLAG_BRANCH, MAIN_ONLY, PER_LOSS_CHECKPOINT, SHARE_REFUSED, SHARED, ONE_SCALER,
-             OPTION_NOT_LITERAL, O2_O3,
-             STATIC_SCALE, UNSCALED, RUNTIME_O3, RUNTIME_O0, SCALE_BOUNDS, IGNORED_OPTIONS, RUN_TIME_SCALE, BF16,
-             INFERENCE_OUT_OF_REACH, INFERENCE_DTYPE, SECOND_INITIALIZE)
+    EMITS = (
+        NO_PLACE,
+        INIT_COUNT,
+        FLAG_BRANCH,
+        MAIN_ONLY,
+        PER_LOSS_CHECKPOINT,
+        SHARE_REFUSED,
+        SHARED,
+        ONE_SCALER,
+        OPTION_NOT_LITERAL,
+        O2_O3,
+        STATIC_SCALE,
+        UNSCALED,
+        RUNTIME_O3,
+        RUNTIME_O0,
+        SCALE_BOUNDS,
+        IGNORED_OPTIONS,
+        RUN_TIME_SCALE,
+        BF16,
+        INFERENCE_OUT_OF_REACH,
+        INFERENCE_DTYPE,
+        SECOND_INITIALIZE,
+    )
 
     MARKERS = ("initialize", "scale_loss", "init(")
     APEX_ON_THE_LINE = True
     forced_placement: Optional[str] = None  # one placement for several `initialize` calls (plan_methods)
 
     def interest(self):
-        return self.words_for(INITIALIZE, INIT, *SCALE_LOSS, MASTER_PARAMS, STATE_DICT, LOAD_STATE_DICT,
-                              *LOSS_SCALERS)
+        return self.words_for(
+            INITIALIZE, INIT, *SCALE_LOSS, MASTER_PARAMS, STATE_DICT, LOAD_STATE_DICT, *LOSS_SCALERS
+        )
 
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
@@ -277,8 +348,11 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
     def class_of(self, function: cst.FunctionDef) -> Optional[cst.ClassDef]:
         block = self.parent(function)
         owner = self.parent(block) if block is not None else None
-        if isinstance(owner, cst.ClassDef) and function.params.params \
-                and function.params.params[0].name.value == "self":
+        if (
+            isinstance(owner, cst.ClassDef)
+            and function.params.params
+            and function.params.params[0].name.value == "self"
+        ):
             return owner
         return None
 
@@ -300,8 +374,9 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
             self._plan_inference(original_node)
             return updated_node
         absorbed = self._absorb(self._optimizer_codes()) if self.scale_losses else []
-        if self.scale_losses and (len(self.inits) > 1 or self.inits and self._guard(
-                self.inits[0][1], flags=len(self.inits) == 1)[1]):
+        if self.scale_losses and (
+            len(self.inits) > 1 or self.inits and self._guard(self.inits[0][1], flags=len(self.inits) == 1)[1]
+        ):
             self._plan_several(original_node)
             self._with_absorbed(absorbed)
             return updated_node
@@ -318,17 +393,26 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
             self.state.scratch["training"] = plan
 
     def _not_once(self, shared: Optional[SharedScaler]) -> None:
-        where = self.inits[1][0] if len(self.inits) > 1 else (
-            self.inits[0][0] if self.inits else (self.scale_losses or self.sites)[0])
-        called = "amp.init" if self.inits and self.apex_name(self.inits[0][0].func) == INIT \
-            else "amp.initialize"
+        where = (
+            self.inits[1][0]
+            if len(self.inits) > 1
+            else (self.inits[0][0] if self.inits else (self.scale_losses or self.sites)[0])
+        )
+        called = (
+            "amp.init" if self.inits and self.apex_name(self.inits[0][0].func) == INIT else "amp.initialize"
+        )
         named = where.func if isinstance(where, cst.Call) else where
         used = "scale_loss" if self.scale_losses else (self.apex_name(named) or "amp").rsplit(".", 1)[-1]
         why = f", and {shared.refused}" if shared is not None and shared.refused else ""
-        self.report(where, INIT_COUNT,
-                    f"`{called}` is called more than once in this file{why}" if len(self.inits) > 1
-                    else f"no `scale_loss` in this file goes with the `{called}` here{why}" if self.inits
-                    else f"`{used}` is used but `amp.initialize` is not called in this file{why}")
+        self.report(
+            where,
+            INIT_COUNT,
+            f"`{called}` is called more than once in this file{why}"
+            if len(self.inits) > 1
+            else f"no `scale_loss` in this file goes with the `{called}` here{why}"
+            if self.inits
+            else f"`{used}` is used but `amp.initialize` is not called in this file{why}",
+        )
 
     def _plan_shared_use(self, module: cst.Module, shared: SharedScaler) -> TrainingPlan:
         """A module that scales, steps or saves through the scaler another module's
@@ -339,17 +423,30 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
         first = self._statement(self.scale_losses[0]) if self.scale_losses else module
         steps = self._step_sites(module, optimizers, first) if self.scale_losses else []
         device = cst.Arg(string(self.options.device))
-        autocast = cst.Call(cst.parse_expression("torch.autocast"), [
-            device, keyword("dtype", cst.parse_expression(f"torch.{self.options.dtype}")),
-            keyword("enabled", cst.parse_expression(shared.amp_switch or f"{shared.reach}.is_enabled()"))])
+        autocast = cst.Call(
+            cst.parse_expression("torch.autocast"),
+            [
+                device,
+                keyword("dtype", cst.parse_expression(f"torch.{self.options.dtype}")),
+                keyword("enabled", cst.parse_expression(shared.amp_switch or f"{shared.reach}.is_enabled()")),
+            ],
+        )
         return TrainingPlan(
-            scaler=shared.reach, placement="shared",
+            scaler=shared.reach,
+            placement="shared",
             scaler_call=cst.Call(cst.parse_expression("torch.amp.GradScaler"), [device]),
-            autocast_call=autocast, optimizers=optimizers,
+            autocast_call=autocast,
+            optimizers=optimizers,
             step_lines=frozenset(self.position(c)[0] for c in steps),
-            eager_unscale_lines=frozenset(line for c in self.scale_losses if self._unscales_at_exit(c)
-                                          for line in self._lines_of(self._statement(c))),
-            global_casts=True, shared=shared)
+            eager_unscale_lines=frozenset(
+                line
+                for c in self.scale_losses
+                if self._unscales_at_exit(c)
+                for line in self._lines_of(self._statement(c))
+            ),
+            global_casts=True,
+            shared=shared,
+        )
 
     def _plan_several(self, module: cst.Module) -> None:
         """Several `initialize` calls, or one that runs in a loop or a branch: a scaler each."""
@@ -357,11 +454,18 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
         if isinstance(found, TrainingPlan):
             self.state.scratch["training"] = found
         elif found and len(self.inits) > 1:
-            self.report(self.inits[1][0], INIT_COUNT, f"`amp.initialize` is called more than once in "
-                        f"this file, and {found}")
+            self.report(
+                self.inits[1][0],
+                INIT_COUNT,
+                f"`amp.initialize` is called more than once in this file, and {found}",
+            )
         elif found:
-            self.report(self.inits[0][1], NO_PLACE, "`amp.initialize` runs inside a loop or a branch "
-                        f"with an `else`, and {found}{self._not_a_flag_branch(self.inits[0][1])}")
+            self.report(
+                self.inits[0][1],
+                NO_PLACE,
+                "`amp.initialize` runs inside a loop or a branch "
+                f"with an `else`, and {found}{self._not_a_flag_branch(self.inits[0][1])}",
+            )
 
     # -- deciding ------------------------------------------------------------------------------
     def _optimizer_codes(self) -> set[str]:
@@ -400,8 +504,11 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
         that binds it where `initialize` or `scale_loss` sees it (an `optimizer` parameter of
         some other function is another variable), or `self.X` in the same class."""
         matcher = m.Call(func=m.Attribute(attr=m.Name("step")))
-        calls = [c for c in self.findall(module, matcher, words_of(optimizers), ("step",))
-                 if self.code_of(c.func.value) in optimizers]
+        calls = [
+            c
+            for c in self.findall(module, matcher, words_of(optimizers), ("step",))
+            if self.code_of(c.func.value) in optimizers
+        ]
         seen_from = [init] + [s for s in self.scale_losses]
         return [c for c in calls if self._same_variable(c.func.value, c, seen_from)]
 
@@ -464,8 +571,14 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
             name, i = f"{wanted}_{i}", i + 1
         return name
 
-    def _plan(self, call: cst.Call, statement: cst.CSTNode, module: cst.Module,
-              unit: Optional[Unit] = None, threaded: tuple = ()) -> Optional[TrainingPlan]:
+    def _plan(
+        self,
+        call: cst.Call,
+        statement: cst.CSTNode,
+        module: cst.Module,
+        unit: Optional[Unit] = None,
+        threaded: tuple = (),
+    ) -> Optional[TrainingPlan]:
         """Options -> switches and scaler arguments, placement, naming: the recipe in order. Every
         refusal is reported; with a `unit`, the scaler serves only that block's sites."""
         args = self._options_of(call)
@@ -475,12 +588,18 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
         steps = self._step_sites(module, optimizers, statement)
         if unit is not None:
             steps = self._unit_steps(unit, steps, threaded)
-        placement = "threaded" if threaded else self.forced_placement or self._placement(statement, self.sites + steps)
+        placement = (
+            "threaded"
+            if threaded
+            else self.forced_placement or self._placement(statement, self.sites + steps)
+        )
         guard_node, guard = self._guard_switch(statement, nested_ok=unit is not None)
-        start = start_scale_write(statement, self.parent(statement),
-                                  lambda node: self.apex_name(node) in LOSS_SCALERS)
+        start = start_scale_write(
+            statement, self.parent(statement), lambda node: self.apex_name(node) in LOSS_SCALERS
+        )
         reading = OptionReader(args, call, self.report, self._free_builtins()).read(
-            True if guard is None else guard, start[1] if start else None)
+            True if guard is None else guard, start[1] if start else None
+        )
         per_loss = self._per_loss(args)
         if guard is None or not reading.ok or per_loss is None:
             return None
@@ -490,14 +609,23 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
         if unit is not None and per_loss:
             self.report(call, INIT_COUNT, "per-loss scalers (`num_losses`) with several `initialize` calls")
             return None
-        if placement == "module" and (is_expression(reading.amp_on) or is_expression(reading.scaling_on) or self._handed_on()):
+        if placement == "module" and (
+            is_expression(reading.amp_on) or is_expression(reading.scaling_on) or self._handed_on()
+        ):
             placed = self._run_time_switch_placement(call, statement, module, guard_node, steps)
             if placed is None:
                 return None
             placement, threaded = placed or (placement, threaded)
         scaler, loss_scalers = self._scaler_names(module, placement, per_loss)
-        built = arguments(reading, placement == "local" and shared is None, scaler, self.options, call,
-                          self.report, apart=shared is not None and bool(shared.amp_publish))
+        built = arguments(
+            reading,
+            placement == "local" and shared is None,
+            scaler,
+            self.options,
+            call,
+            self.report,
+            apart=shared is not None and bool(shared.amp_publish),
+        )
         if isinstance(built, str):
             self.report(call, NO_PLACE, built)
             return None
@@ -511,8 +639,12 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
             models=set(expression_codes(args.get("models"))),
             optimizers=optimizers,
             step_lines=frozenset(self.position(c)[0] for c in steps),
-            eager_unscale_lines=frozenset(line for c in self.scale_losses if self._unscales_at_exit(c)
-                                          for line in self._lines_of(self._statement(c))),
+            eager_unscale_lines=frozenset(
+                line
+                for c in self.scale_losses
+                if self._unscales_at_exit(c)
+                for line in self._lines_of(self._statement(c))
+            ),
             hoisted=guard_node is not None,
             init_scope=self.position(self.scope_of(statement))[0] if self.scope_of(statement) else 0,
             init_line=self._lines_of(statement)[-1],
@@ -524,30 +656,47 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
             flag_branches=frozenset(self._flagged) if unit is None else frozenset(),
         )
 
-    def _run_time_switch_placement(self, call: cst.Call, statement: cst.CSTNode, module: cst.Module,
-                                   guard_node: Optional[cst.CSTNode], steps: list) -> Optional[tuple]:
+    def _run_time_switch_placement(
+        self,
+        call: cst.Call,
+        statement: cst.CSTNode,
+        module: cst.Module,
+        guard_node: Optional[cst.CSTNode],
+        steps: list,
+    ) -> Optional[tuple]:
         """A module-level scaler whose switch is only known where `initialize` runs: passed as a
         parameter when built in a function (the new placement), read from the script's entry
         block (reported; `()` keeps the placement), or None (refused, reported)."""
         found = self._threading(module, statement, guard_node, self.sites + steps)
         if isinstance(found, str):
-            self.report(call, NO_PLACE, "whether amp is enabled is only known where `initialize` "
-                        f"runs, and the scaler cannot be passed on from there: {found}")
+            self.report(
+                call,
+                NO_PLACE,
+                "whether amp is enabled is only known where `initialize` "
+                f"runs, and the scaler cannot be passed on from there: {found}",
+            )
             return None
         if self.scope_of(statement) is not None:
             return "threaded", tuple(found)
         if any(_script_entry(p) for p in self.ancestors(statement)):
             for function in found:
-                self.report(self._def_at(module, function.line), MAIN_ONLY,
-                            f"`{function.name}` reads the scaler built under `if __name__ == \"__main__\":`")
+                self.report(
+                    self._def_at(module, function.line),
+                    MAIN_ONLY,
+                    f'`{function.name}` reads the scaler built under `if __name__ == "__main__":`',
+                )
         return ()
 
-    def _shares(self, call: cst.Call, shared: SharedScaler, built: tuple[cst.Call, cst.Call], scaler: str) -> bool:
+    def _shares(
+        self, call: cst.Call, shared: SharedScaler, built: tuple[cst.Call, cst.Call], scaler: str
+    ) -> bool:
         """Whether the modules that read this scaler can (reported either way)."""
         why = None
         if shared.casts and not shared.amp_publish and not self._followed(built, scaler):
-            why = "amp is on for some options where losses are not scaled (O0 with a `loss_scale`, " \
-                  "O3's static 1.0, bfloat16), and autocast there can only follow the scaler's `enabled`"
+            why = (
+                "amp is on for some options where losses are not scaled (O0 with a `loss_scale`, "
+                "O3's static 1.0, bfloat16), and autocast there can only follow the scaler's `enabled`"
+            )
         if why is not None:
             self.report(call, SHARE_REFUSED, f"{shared.other} uses the scaler built here, but {why}")
             return False
@@ -557,9 +706,16 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
     def _followed(self, built: tuple[cst.Call, cst.Call], scaler: str) -> bool:
         """Autocast is on exactly when the scaler is enabled, so that modules reading the scaler
         can open `torch.autocast(..., enabled=scaler.is_enabled())` where Apex's casts were on."""
+
         def enabled(call: cst.Call) -> Optional[str]:
-            return next((self.code_of(a.value) for a in call.args
-                         if a.keyword is not None and a.keyword.value == "enabled"), None)
+            return next(
+                (
+                    self.code_of(a.value)
+                    for a in call.args
+                    if a.keyword is not None and a.keyword.value == "enabled"
+                ),
+                None,
+            )
 
         scaling, casting = enabled(built[0]), enabled(built[1])
         return casting == scaling or casting == f"{scaler}.is_enabled()"
@@ -580,41 +736,57 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
         self.report(call, SHARE_REFUSED, f"{shared.other} uses the scaler built here, but {why}")
         return False
 
-    def _threading(self, module: cst.Module, statement: cst.CSTNode, guard: Optional[cst.CSTNode],
-                   sites: list[cst.CSTNode]):
+    def _threading(
+        self,
+        module: cst.Module,
+        statement: cst.CSTNode,
+        guard: Optional[cst.CSTNode],
+        sites: list[cst.CSTNode],
+    ):
         builder = top_level_function(self, statement)
-        if builder is None and any(isinstance(p, (cst.FunctionDef, cst.ClassDef, cst.Lambda))
-                                   for p in self.ancestors(statement)):
+        if builder is None and any(
+            isinstance(p, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) for p in self.ancestors(statement)
+        ):
             return "`initialize` is not in a module-level function"
         built_at = self.position(self.parent(guard) if guard is not None else statement)[0]
         return find_threading(self, module, builder, built_at, sites)
 
     def _def_at(self, module: cst.Module, line: int) -> cst.CSTNode:
-        return next((s for s in module.body if isinstance(s, cst.FunctionDef) and self.position(s)[0] == line),
-                    module)
+        return next(
+            (s for s in module.body if isinstance(s, cst.FunctionDef) and self.position(s)[0] == line), module
+        )
 
     def _options_of(self, call: cst.Call) -> Optional[dict[str, cst.BaseExpression]]:
-        names = ("enabled", "enable_caching", "verbose", "allow_banned") \
-            if self.apex_name(call.func) == INIT else INITIALIZE_ARGS
+        names = (
+            ("enabled", "enable_caching", "verbose", "allow_banned")
+            if self.apex_name(call.func) == INIT
+            else INITIALIZE_ARGS
+        )
         args = bind_arguments(call, names)
         if args is None:
             self.report(call, OPTION_NOT_LITERAL, "`amp.initialize` takes `*args`/`**kwargs` here")
         return args
 
-    def _guard_switch(self, statement: cst.CSTNode,
-                      nested_ok: bool = False) -> tuple[Optional[cst.BaseExpression], Optional[Switch]]:
+    def _guard_switch(
+        self, statement: cst.CSTNode, nested_ok: bool = False
+    ) -> tuple[Optional[cst.BaseExpression], Optional[Switch]]:
         """The `if` test around `initialize`, and its switch (True: no guard; None: a guard no
         scaler built before it can follow)."""
         guard, nested = self._guard(statement, flags=not nested_ok)
         if nested and not nested_ok:
-            self.report(statement, NO_PLACE, "`amp.initialize` runs inside a loop or a branch "
-                        "with an `else`, so no scaler built there reaches the rest of the code")
+            self.report(
+                statement,
+                NO_PLACE,
+                "`amp.initialize` runs inside a loop or a branch "
+                "with an `else`, so no scaler built there reaches the rest of the code",
+            )
             return guard, None
         if guard is None:
             return None, True
         if not pure(guard, self._free_builtins()):
-            self.report(statement, OPTION_NOT_LITERAL,
-                        "`amp.initialize` runs under a condition with side effects")
+            self.report(
+                statement, OPTION_NOT_LITERAL, "`amp.initialize` runs under a condition with side effects"
+            )
             return guard, None
         return guard, switch_of(guard)
 
@@ -624,12 +796,20 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
             index = self.state.index
             spelled = {b for b in PURE_BUILTINS if index is None or index.spells(b)}
             try:
-                tree = (index.tree if index is not None else ast.parse(self.state.original)) if spelled else None
+                tree = (
+                    (index.tree if index is not None else ast.parse(self.state.original)) if spelled else None
+                )
             except (SyntaxError, ValueError):
                 tree, spelled = None, set(PURE_BUILTINS)
-            bound = (index.bound_names() if index is not None and tree is not None else
-                     {name for node in (ast.walk(tree) if tree is not None else ())
-                      for name in _bound_names(node)}) & spelled
+            bound = (
+                index.bound_names()
+                if index is not None and tree is not None
+                else {
+                    name
+                    for node in (ast.walk(tree) if tree is not None else ())
+                    for name in _bound_names(node)
+                }
+            ) & spelled
             self._builtins = tuple(b for b in PURE_BUILTINS if b not in bound)
         return self._builtins
 
@@ -642,18 +822,25 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
         if len(set(per_loss.values())) < 2:
             self.report(args["num_losses"], ONE_SCALER)
             return {}
-        if any(self.apex_name(s.func) in (STATE_DICT, LOAD_STATE_DICT)
-               for s in self.sites if isinstance(s, cst.Call)):
+        if any(
+            self.apex_name(s.func) in (STATE_DICT, LOAD_STATE_DICT)
+            for s in self.sites
+            if isinstance(s, cst.Call)
+        ):
             self.report(args["num_losses"], PER_LOSS_CHECKPOINT)
             return None
         return per_loss
 
-    def _scaler_names(self, module: cst.Module, placement: str,
-                      per_loss: dict[str, int]) -> tuple[str, dict[int, str]]:
+    def _scaler_names(
+        self, module: cst.Module, placement: str, per_loss: dict[str, int]
+    ) -> tuple[str, dict[int, str]]:
         """How code reaches the scaler, and each loss id's own where they stay apart."""
         shared: Optional[SharedScaler] = self.state.scratch.get("project")
-        name = shared.name if shared is not None and shared.global_ and placement != "self" \
+        name = (
+            shared.name
+            if shared is not None and shared.global_ and placement != "self"
             else self._name(module, placement)
+        )
         scaler = f"self.{name}" if placement == "self" else name
         loss_scalers: dict[int, str] = {}
         for loss_id in sorted(set(per_loss.values())):
@@ -686,9 +873,13 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
             if self.position(branch)[0] not in self._flagged:
                 self._flagged.add(self.position(branch)[0])
                 tail = "; its `else` never runs and goes" if branch.orelse is not None else ""
-                self.report(branch, FLAG_BRANCH, f"`{self.code_of(branch.test)}` is True natively (the Apex "
-                            f"import's `try:` at line {line} sets it and nothing else does), so this `if` "
-                            f"always runs `initialize`'s replacement{tail}")
+                self.report(
+                    branch,
+                    FLAG_BRANCH,
+                    f"`{self.code_of(branch.test)}` is True natively (the Apex "
+                    f"import's `try:` at line {line} sets it and nothing else does), so this `if` "
+                    f"always runs `initialize`'s replacement{tail}",
+                )
             block = self.parent(branch)
             branch = self.parent(block) if block is not None else None
         return found
@@ -698,23 +889,38 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
         (AMP158), for AMP101's message; "" where no such `if` is there."""
         block = self.parent(statement)
         branch = self.parent(block) if block is not None else None
-        if not isinstance(branch, cst.If) or branch.body is not block or not isinstance(branch.test, cst.Name) \
-                or not isinstance(branch.orelse, cst.Else) or not self._stored:
+        if (
+            not isinstance(branch, cst.If)
+            or branch.body is not block
+            or not isinstance(branch.test, cst.Name)
+            or not isinstance(branch.orelse, cst.Else)
+            or not self._stored
+        ):
             return ""
-        where = f" (`if {branch.test.value}:` at line {self.position(branch)[0]} is not always taken natively: "
+        where = (
+            f" (`if {branch.test.value}:` at line {self.position(branch)[0]} is not always taken natively: "
+        )
         where_read = function_of(self, branch)
         if not where_read or import_flag(self, *self._stored, branch.test, where_read) is None:
-            return where + f"no module-level `try:` of only Apex imports, constant flags and log messages " \
-                           f"sets `{branch.test.value}` True before this function, with no other store of it)"
+            return (
+                where + f"no module-level `try:` of only Apex imports, constant flags and log messages "
+                f"sets `{branch.test.value}` True before this function, with no other store of it)"
+            )
         return where + "its `else` does more than report that Apex is missing)"
 
     def _none_else(self, branch: cst.If) -> bool:
         """`else: amp = None` beside the import of a module handed on as a value (carriers.py):
         the value becomes the scaler, built before the `if`, and the `else` goes."""
         carriers = self.apex.carriers
-        return carriers is not None and carriers.refusal is None and self.position(branch)[0] in carriers.bare_else
+        return (
+            carriers is not None
+            and carriers.refusal is None
+            and self.position(branch)[0] in carriers.bare_else
+        )
 
-    def _guard(self, statement: cst.CSTNode, flags: bool = False) -> tuple[Optional[cst.BaseExpression], bool]:
+    def _guard(
+        self, statement: cst.CSTNode, flags: bool = False
+    ) -> tuple[Optional[cst.BaseExpression], bool]:
         """The `if cond:` (without else) directly around `initialize`, and whether anything
         else (a loop, another branch) stands between it and its function. With `flags`, the
         `if FLAG:` statements between (FLAG set True by the Apex import's `try:`, an `else` that
@@ -725,14 +931,19 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
         block = self.parent(start)
         owner = self.parent(block) if block is not None else None
         guard = None
-        if isinstance(owner, cst.If) and owner.body is block and (owner.orelse is None or self._none_else(owner)):
+        if (
+            isinstance(owner, cst.If)
+            and owner.body is block
+            and (owner.orelse is None or self._none_else(owner))
+        ):
             guard, start = owner.test, owner
         for parent in self.ancestors(start):
             if isinstance(parent, (cst.FunctionDef, cst.Module)):
                 break
             if _script_entry(parent) and isinstance(self.parent(parent), cst.Module):
                 continue  # `if __name__ == "__main__":` runs once, at module level
-            if isinstance(parent, (cst.For, cst.While, cst.If, cst.Else, cst.ExceptHandler,
-                                   cst.Match, cst.Lambda)):
+            if isinstance(
+                parent, (cst.For, cst.While, cst.If, cst.Else, cst.ExceptHandler, cst.Match, cst.Lambda)
+            ):
                 return guard, True
         return guard, False

@@ -3,14 +3,14 @@
 Legacy training code keeps running unchanged while it is migrated; this package depends on
 torch alone.
 """
+
 import importlib
 
 __version__ = "0.1.0"
 
 # `import apex` made `apex.amp`, `apex.fp16_utils`, ... reachable as attributes; code migrated
 # to `import amp_shim as apex` keeps that, importing each submodule on first use.
-_SUBMODULES = ("amp", "fp16_utils", "optimizers", "parallel", "normalization",
-               "multi_tensor_apply")
+_SUBMODULES = ("amp", "fp16_utils", "optimizers", "parallel", "normalization", "multi_tensor_apply")
 
 
 def __getattr__(name: str):

@@ -3,6 +3,7 @@
 See `amp_shim.launch` for the forms (script, `-m module`, any command) and how child
 processes get the alias.
 """
+
 import sys
 
 from amp_shim.launch import main

@@ -4,6 +4,7 @@ Scripts and test suites filter on this category (`warnings.simplefilter("ignore"
 DeprecatedFeatureWarning)`, `pytest.warns(DeprecatedFeatureWarning)`), so the shim keeps
 Apex's class and emits it from the same entry points.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -26,4 +27,4 @@ def deprecated_warning(msg: str) -> None:
         or not torch.distributed.is_initialized()
         or torch.distributed.get_rank() == 0
     ):
-        warnings.warn(msg, DeprecatedFeatureWarning)
+        warnings.warn(msg, DeprecatedFeatureWarning, stacklevel=1)

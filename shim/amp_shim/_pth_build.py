@@ -18,6 +18,7 @@ file at build time:
 The setuptools classes are created on first access (module `__getattr__`), so importing this
 module at run time, where setuptools may be absent, costs nothing.
 """
+
 from __future__ import annotations
 
 import base64
@@ -50,7 +51,11 @@ def add_file_to_wheel(wheel_path: str, name: str, data: bytes) -> None:
         for entry, content in entries:
             if entry.filename.endswith(".dist-info/RECORD"):
                 lines = [ln for ln in content.decode().splitlines(True) if not ln.startswith(name + ",")]
-                content = "".join(lines[:-1] + [record_line] + lines[-1:]).encode() if lines else record_line.encode()
+                content = (
+                    "".join(lines[:-1] + [record_line] + lines[-1:]).encode()
+                    if lines
+                    else record_line.encode()
+                )
             zout.writestr(entry, content)
     os.replace(tmp, wheel_path)
 
@@ -81,11 +86,15 @@ def _editable_wheel_class():
     class editable_wheel(base):
         def run(self):
             super().run()
-            wheels = [os.path.join(self.dist_dir, n) for n in os.listdir(self.dist_dir)
-                      if n.endswith(".whl") and "-0.editable-" in n]
+            wheels = [
+                os.path.join(self.dist_dir, n)
+                for n in os.listdir(self.dist_dir)
+                if n.endswith(".whl") and "-0.editable-" in n
+            ]
             if not wheels:
-                raise RuntimeError("amp-migrate: no editable wheel in %s to add %s to"
-                                   % (self.dist_dir, PTH_NAME))
+                raise RuntimeError(
+                    "amp-migrate: no editable wheel in %s to add %s to" % (self.dist_dir, PTH_NAME)
+                )
             add_file_to_wheel(max(wheels, key=os.path.getmtime), PTH_NAME, PTH_CONTENT.encode())
 
     return editable_wheel

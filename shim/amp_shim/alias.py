@@ -19,6 +19,7 @@ fused path exists. While the alias is active they resolve to `amp_shim.amp_C` an
 `amp_shim.apex_C`, unless a compiled module of that name is importable: as for `apex` itself,
 a real build is not shadowed, except when the alias is forced.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -71,7 +72,7 @@ def _mirror_loaded_submodules() -> None:
     prefix = TARGET + "."
     for name, module in list(sys.modules.items()):
         if name.startswith(prefix) and module is not None:
-            sys.modules.setdefault(ALIASED + name[len(TARGET):], module)
+            sys.modules.setdefault(ALIASED + name[len(TARGET) :], module)
 
 
 class ApexAliasFinder(importlib.abc.MetaPathFinder):
@@ -86,7 +87,7 @@ class ApexAliasFinder(importlib.abc.MetaPathFinder):
             return importlib.machinery.ModuleSpec(fullname, _AliasLoader(module))
         if fullname != ALIASED and not fullname.startswith(ALIASED + "."):
             return None
-        real_name = TARGET + fullname[len(ALIASED):]
+        real_name = TARGET + fullname[len(ALIASED) :]
         try:
             module = importlib.import_module(real_name)
         except ModuleNotFoundError as exc:
@@ -149,8 +150,9 @@ def uninstall() -> None:
     """Remove the alias and every `apex.*` module it handed out (tests, embedding)."""
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, ApexAliasFinder)]
     for name, module in list(sys.modules.items()):
-        if (name == ALIASED or name.startswith(ALIASED + ".") or name in EXTENSIONS) and \
-                getattr(module, "__name__", "").startswith(TARGET):
+        if (name == ALIASED or name.startswith(ALIASED + ".") or name in EXTENSIONS) and getattr(
+            module, "__name__", ""
+        ).startswith(TARGET):
             del sys.modules[name]
 
 

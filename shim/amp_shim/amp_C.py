@@ -19,6 +19,7 @@ Conventions kept from `csrc/multi_tensor_*.cu`:
   summed as the kernels do, float32 partial sums per block combined in float64
   (`engine.ops.l2_norms`), so they stay within float32 rounding of the exact norm at any size.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,9 +32,16 @@ from .engine import ops
 TensorLists = Sequence[Sequence[torch.Tensor]]
 
 __all__ = [
-    "multi_tensor_scale", "multi_tensor_axpby", "multi_tensor_l2norm", "multi_tensor_l2norm_scale",
-    "multi_tensor_unscale_l2norm", "multi_tensor_adam", "multi_tensor_sgd", "multi_tensor_lamb",
-    "multi_tensor_novograd", "update_scale_hysteresis",
+    "multi_tensor_scale",
+    "multi_tensor_axpby",
+    "multi_tensor_l2norm",
+    "multi_tensor_l2norm_scale",
+    "multi_tensor_unscale_l2norm",
+    "multi_tensor_adam",
+    "multi_tensor_sgd",
+    "multi_tensor_lamb",
+    "multi_tensor_novograd",
+    "update_scale_hysteresis",
 ]
 
 
@@ -54,8 +62,9 @@ def _any_non_finite(tensors: Sequence[torch.Tensor], device: torch.device) -> to
     return ~torch.isfinite(torch.stack(extremes)).all()
 
 
-def _norms(noop_flag: torch.Tensor, tensors: Sequence[torch.Tensor],
-           per_tensor: Optional[bool]) -> tuple[torch.Tensor, torch.Tensor]:
+def _norms(
+    noop_flag: torch.Tensor, tensors: Sequence[torch.Tensor], per_tensor: Optional[bool]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The norms' return convention, flagging a non-finite sum of squares (a non-finite value,
     or squares past float32's range) as the kernels do."""
     device = tensors[0].device if tensors else noop_flag.device
@@ -68,8 +77,9 @@ def _norms(noop_flag: torch.Tensor, tensors: Sequence[torch.Tensor],
 
 
 @torch.no_grad()
-def multi_tensor_scale(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: TensorLists,
-                       scale: float) -> None:
+def multi_tensor_scale(
+    chunk_size: int, noop_flag: torch.Tensor, tensor_lists: TensorLists, scale: float
+) -> None:
     """`[src, dst]`: dst = src * scale; a non-finite src raises the flag."""
     src, dst = tensor_lists
     if not src:
@@ -80,8 +90,9 @@ def multi_tensor_scale(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: T
 
 
 @torch.no_grad()
-def multi_tensor_axpby(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: TensorLists,
-                       a: float, b: float, arg_to_check: int) -> None:
+def multi_tensor_axpby(
+    chunk_size: int, noop_flag: torch.Tensor, tensor_lists: TensorLists, a: float, b: float, arg_to_check: int
+) -> None:
     """`[x, y, out]`: out = a*x + b*y; `arg_to_check` -1 checks x and y, 0 only x, 1 only y."""
     xs, ys, outs = tensor_lists
     if not xs:
@@ -96,17 +107,22 @@ def multi_tensor_axpby(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: T
 
 
 @torch.no_grad()
-def multi_tensor_l2norm(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: TensorLists,
-                        per_tensor: Optional[bool] = False) -> tuple[torch.Tensor, torch.Tensor]:
+def multi_tensor_l2norm(
+    chunk_size: int, noop_flag: torch.Tensor, tensor_lists: TensorLists, per_tensor: Optional[bool] = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """`[tensors]`: (total norm [1], per-tensor norms [n] or [0])."""
     (tensors,) = tensor_lists
     return _norms(noop_flag, list(tensors), per_tensor)
 
 
 @torch.no_grad()
-def multi_tensor_l2norm_scale(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: TensorLists,
-                              scale: float, per_tensor: Optional[bool] = False
-                              ) -> tuple[torch.Tensor, torch.Tensor]:
+def multi_tensor_l2norm_scale(
+    chunk_size: int,
+    noop_flag: torch.Tensor,
+    tensor_lists: TensorLists,
+    scale: float,
+    per_tensor: Optional[bool] = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """`[in, out]`: out = in * scale, and the norms of `in` (before scaling)."""
     ins, outs = tensor_lists
     result = _norms(noop_flag, list(ins), per_tensor)
@@ -116,9 +132,13 @@ def multi_tensor_l2norm_scale(chunk_size: int, noop_flag: torch.Tensor, tensor_l
 
 
 @torch.no_grad()
-def multi_tensor_unscale_l2norm(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: TensorLists,
-                                inv_scale: torch.Tensor, per_tensor: Optional[bool] = False
-                                ) -> tuple[torch.Tensor, torch.Tensor]:
+def multi_tensor_unscale_l2norm(
+    chunk_size: int,
+    noop_flag: torch.Tensor,
+    tensor_lists: TensorLists,
+    inv_scale: torch.Tensor,
+    per_tensor: Optional[bool] = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """`[tensors]`: the norms of tensors * inv_scale (a float32 tensor); tensors unchanged."""
     (tensors,) = tensor_lists
     unscaled = [t.float() * inv_scale.to(t.device) for t in tensors]
@@ -130,14 +150,24 @@ def multi_tensor_unscale_l2norm(chunk_size: int, noop_flag: torch.Tensor, tensor
 
 def _bias_corrections(beta1: float, beta2: float, step: int, bias_correction: int) -> tuple[float, float]:
     if bias_correction == 1:
-        return 1 - beta1 ** step, 1 - beta2 ** step
+        return 1 - beta1**step, 1 - beta2**step
     return 1.0, 1.0
 
 
 @torch.no_grad()
-def multi_tensor_adam(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: TensorLists,
-                      lr: float, beta1: float, beta2: float, epsilon: float, step: int,
-                      mode: int, bias_correction: int, weight_decay: float) -> None:
+def multi_tensor_adam(
+    chunk_size: int,
+    noop_flag: torch.Tensor,
+    tensor_lists: TensorLists,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    epsilon: float,
+    step: int,
+    mode: int,
+    bias_correction: int,
+    weight_decay: float,
+) -> None:
     """`[g, p, m, v]`: one Adam step (`mode` 0: L2, grad += wd*p; 1: AdamW, update += wd*p).
 
     The flag is neither read nor set: non-finite grads propagate into p, m and v.
@@ -158,9 +188,19 @@ def multi_tensor_adam(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: Te
 
 
 @torch.no_grad()
-def multi_tensor_sgd(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: TensorLists,
-                     wd: float, momentum: float, dampening: float, lr: float, nesterov: bool,
-                     first_run: bool, wd_after_momentum: bool, scale: float = 1.0) -> None:
+def multi_tensor_sgd(
+    chunk_size: int,
+    noop_flag: torch.Tensor,
+    tensor_lists: TensorLists,
+    wd: float,
+    momentum: float,
+    dampening: float,
+    lr: float,
+    nesterov: bool,
+    first_run: bool,
+    wd_after_momentum: bool,
+    scale: float = 1.0,
+) -> None:
     """`[g, p, momentum_buf]` or `[g, p, momentum_buf, model_copy]`: one SGD step on
     `grad * scale`, skipped (on the device, no host read) when the flag is already set; the
     fourth list receives the new weights in its own dtype (fp16 model copies of fp32 masters).
@@ -185,11 +225,23 @@ def multi_tensor_sgd(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: Ten
 
 
 @torch.no_grad()
-def multi_tensor_lamb(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: TensorLists,
-                      lr: float, beta1: float, beta2: float, epsilon: float, step: int,
-                      bias_correction: int, weight_decay: float, grad_averaging: int, mode: int,
-                      global_grad_norm: torch.Tensor, max_grad_norm: float,
-                      use_nvlamb: Optional[bool] = None) -> None:
+def multi_tensor_lamb(
+    chunk_size: int,
+    noop_flag: torch.Tensor,
+    tensor_lists: TensorLists,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    epsilon: float,
+    step: int,
+    bias_correction: int,
+    weight_decay: float,
+    grad_averaging: int,
+    mode: int,
+    global_grad_norm: torch.Tensor,
+    max_grad_norm: float,
+    use_nvlamb: Optional[bool] = None,
+) -> None:
     """`[g, p, m, v]`: one LAMB step, in the kernel's two stages.
 
     Stage 1 divides the grads by `global_grad_norm / max_grad_norm` when the norm exceeds
@@ -231,10 +283,22 @@ def multi_tensor_lamb(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: Te
 
 
 @torch.no_grad()
-def multi_tensor_novograd(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: TensorLists,
-                          grad_norms: torch.Tensor, lr: float, beta1: float, beta2: float,
-                          epsilon: float, step: int, bias_correction: int, weight_decay: float,
-                          grad_averaging: int, mode: int, norm_type: int) -> None:
+def multi_tensor_novograd(
+    chunk_size: int,
+    noop_flag: torch.Tensor,
+    tensor_lists: TensorLists,
+    grad_norms: torch.Tensor,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    epsilon: float,
+    step: int,
+    bias_correction: int,
+    weight_decay: float,
+    grad_averaging: int,
+    mode: int,
+    norm_type: int,
+) -> None:
     """`[g, p, m]`: one NovoGrad step; `grad_norms` (float32, one per tensor) is blended in
     place with this step's per-tensor grad norms first: `sqrt(b2*n_old**2 + (1-b2)*n**2)` for
     `norm_type` 2, `b2*n_old + (1-b2)*n` for 0 (max-abs).
@@ -255,7 +319,7 @@ def multi_tensor_novograd(chunk_size: int, noop_flag: torch.Tensor, tensor_lists
         new = _norms(noop_flag, grads, True)[1].to(device)
         grad_norms.copy_((beta2 * grad_norms * grad_norms + (1 - beta2) * new * new).sqrt())
     if bias_correction == 1:
-        bc1, bc2 = 1 - beta1 ** step, math.sqrt(1 - beta2 ** step)
+        bc1, bc2 = 1 - beta1**step, math.sqrt(1 - beta2**step)
     else:
         bc1, bc2 = 1.0, 1.0
     beta3 = 1 - beta1 if grad_averaging == 1 else 1.0
@@ -277,10 +341,16 @@ def multi_tensor_novograd(chunk_size: int, noop_flag: torch.Tensor, tensor_lists
 
 
 @torch.no_grad()
-def update_scale_hysteresis(current_scale: torch.Tensor, growth_tracker: torch.Tensor,
-                            hysteresis_tracker: torch.Tensor, found_inf: torch.Tensor,
-                            growth_factor: float, backoff_factor: float, growth_interval: int,
-                            hysteresis: int) -> torch.Tensor:
+def update_scale_hysteresis(
+    current_scale: torch.Tensor,
+    growth_tracker: torch.Tensor,
+    hysteresis_tracker: torch.Tensor,
+    found_inf: torch.Tensor,
+    growth_factor: float,
+    backoff_factor: float,
+    growth_interval: int,
+    hysteresis: int,
+) -> torch.Tensor:
     """Apex's dynamic loss-scale update with hysteresis (`csrc/update_scale_hysteresis.cu`), on
     the device tensors in place (scale float32, trackers int32, all shape [1]); returns
     `current_scale`. Not a multi-tensor op: no chunk size or flag.

@@ -7,6 +7,7 @@ which is what this module calls. Code such as `apex_C.unflatten(flat, grads)` af
 allreduce of a flat buffer imports it directly; the `apex` alias makes `import apex_C` resolve
 here when no compiled `apex_C` is importable (see `amp_shim.alias`).
 """
+
 from __future__ import annotations
 
 from typing import Sequence

@@ -14,6 +14,7 @@ announces itself once per process tree, with one line on stderr.
 `run_command(argv, force)` is the programmatic form of the third: `amp-migrate run -- ...` calls
 it and exits with its return value.
 """
+
 from __future__ import annotations
 
 import os
@@ -175,8 +176,11 @@ def _replace_cwd_entry(path0: Optional[str]) -> None:
 
 def run_script(path: str, args: Sequence[str]) -> int:
     if not os.path.exists(path):
-        print("%s: can't open file %r: [Errno 2] No such file or directory"
-              % (sys.executable, os.path.abspath(path)), file=sys.stderr)
+        print(
+            "%s: can't open file %r: [Errno 2] No such file or directory"
+            % (sys.executable, os.path.abspath(path)),
+            file=sys.stderr,
+        )
         return 2
     if _is_importer_path(path):
         _replace_cwd_entry(None)  # a directory or zip with __main__.py: runpy puts it first
@@ -234,8 +238,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             _warn_without_hook()
         return run_module(argv[1], argv[2:])
     target = argv[0]
-    if (not os.path.exists(target) and not target.endswith((".py", ".pyw"))
-            and shutil.which(target) is not None):
+    if (
+        not os.path.exists(target)
+        and not target.endswith((".py", ".pyw"))
+        and shutil.which(target) is not None
+    ):
         return run_command(argv, force=force)  # `python -m amp_shim torchrun ...`
     if activate(force):
         # Only says something when the hook is missing: scripts that start Python children

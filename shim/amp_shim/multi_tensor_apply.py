@@ -10,6 +10,7 @@ dispatcher, always available: the shim ships `amp_C` itself (`amp_shim.amp_C`, i
     multi_tensor_applier(amp_C.multi_tensor_scale, overflow_buf, [src, dst], scale)
     norm, per_tensor = multi_tensor_applier(amp_C.multi_tensor_l2norm, overflow_buf, [tensors], True)
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
@@ -27,8 +28,13 @@ class MultiTensorApply(object):
     def check_avail(self) -> None:
         """Apex raised here without `amp_C`; the shim's applier needs no extension."""
 
-    def __call__(self, op: Callable, noop_flag_buffer: torch.Tensor,
-                 tensor_lists: Sequence[Sequence[torch.Tensor]], *args: Any) -> Any:
+    def __call__(
+        self,
+        op: Callable,
+        noop_flag_buffer: torch.Tensor,
+        tensor_lists: Sequence[Sequence[torch.Tensor]],
+        *args: Any,
+    ) -> Any:
         self.check_avail()
         return op(self.chunk_size, noop_flag_buffer, tensor_lists, *args)
 

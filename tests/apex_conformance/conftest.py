@@ -5,6 +5,7 @@ own, so once collection has selected any conformance test, the L0 directories st
 (one at a time beside the suite, or two at a time when nothing else was selected) and the
 conformance tests, moved to the end of the session, only wait for their results.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -12,9 +13,8 @@ import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
-
 import l0_runner as runner
+import pytest
 
 _HERE = Path(__file__).resolve().parent
 _futures: dict[str, Future] = {}
@@ -65,8 +65,10 @@ def pytest_unconfigure(config) -> None:
 @pytest.fixture(scope="session")
 def apex_l0_run():
     """directory -> its DirectoryRun, waiting for the background process to finish."""
+
     def get(directory: str) -> runner.DirectoryRun:
         if directory not in _futures:
             pytest.fail("the L0 run of %s was not started (collection did not select it)" % directory)
         return _futures[directory].result()
+
     return get

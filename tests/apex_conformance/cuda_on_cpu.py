@@ -18,6 +18,7 @@ What is not mapped stays honest: `torch.cuda.is_available()` is still False (so 
 its CPU engine by itself) and `torch.cuda.device_count()` is still 0, so tests that need two
 GPUs or a large GPU skip with upstream's own reason. With CUDA present the plugin does nothing.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,11 +26,41 @@ import functools
 
 import torch
 
-_TYPE_NAMES = ("FloatTensor", "HalfTensor", "DoubleTensor", "BFloat16Tensor", "IntTensor",
-               "LongTensor", "ShortTensor", "CharTensor", "ByteTensor", "BoolTensor")
-_FACTORIES = ("tensor", "as_tensor", "empty", "empty_strided", "zeros", "ones", "full", "rand",
-              "randn", "randint", "randperm", "arange", "linspace", "eye", "empty_like",
-              "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like")
+_TYPE_NAMES = (
+    "FloatTensor",
+    "HalfTensor",
+    "DoubleTensor",
+    "BFloat16Tensor",
+    "IntTensor",
+    "LongTensor",
+    "ShortTensor",
+    "CharTensor",
+    "ByteTensor",
+    "BoolTensor",
+)
+_FACTORIES = (
+    "tensor",
+    "as_tensor",
+    "empty",
+    "empty_strided",
+    "zeros",
+    "ones",
+    "full",
+    "rand",
+    "randn",
+    "randint",
+    "randperm",
+    "arange",
+    "linspace",
+    "eye",
+    "empty_like",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "rand_like",
+    "randn_like",
+    "randint_like",
+)
 
 
 def _cpu(device):
@@ -46,6 +77,7 @@ def _with_cpu_device(fn):
         if "device" in kwargs:
             kwargs["device"] = _cpu(kwargs["device"])
         return fn(*args, **kwargs)
+
     return wrapper
 
 
@@ -56,6 +88,7 @@ def _to_on_cpu(to):
         if "device" in kwargs:
             kwargs["device"] = _cpu(kwargs["device"])
         return to(self, *args, **kwargs)
+
     return wrapper
 
 
@@ -70,6 +103,7 @@ def _cpu_marks_host(cpu):
             moved = self.view_as(self)
         setattr(moved, _ON_HOST, True)
         return moved
+
     return wrapper
 
 
@@ -82,6 +116,7 @@ def _type_under_cuda_names(type_):
         if isinstance(dtype, str):
             dtype = dtype.replace("torch.cuda.", "torch.", 1)
         return type_(self, dtype, non_blocking, **kwargs)
+
     return wrapper
 
 

@@ -9,6 +9,7 @@ the runner rejects any other skip.
 
 Strict: an expected failure that starts passing fails the run, so this table cannot go stale.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,9 +28,11 @@ class Expected:
 
 EXPECTED: dict[str, Expected] = {
     "run_amp/test_multi_tensor_unscale_l2norm.py::TestMultiTensorUnscaleL2Norm::test_fuzz": Expected(
-        "skip", "upstream defect: compares amp_C's shape-[1] total norm with a 0-dim reference "
-                "(torch.testing.assert_close checks shapes), so it fails against Apex's own amp_C",
-        cpu_only=False),
+        "skip",
+        "upstream defect: compares amp_C's shape-[1] total norm with a 0-dim reference "
+        "(torch.testing.assert_close checks shapes), so it fails against Apex's own amp_C",
+        cpu_only=False,
+    ),
 }
 
 #: The reasons upstream's own skips give, and what each means on this machine.

@@ -6,6 +6,7 @@ Apex cannot answer instead. Each directory gets a fresh interpreter, as upstream
 each its own suite: the adapter patches torch for the whole process, and the tests leave
 process-wide state behind (default tensor type, cudnn flags, amp handles).
 """
+
 from __future__ import annotations
 
 import os
@@ -46,9 +47,23 @@ class DirectoryRun:
 
 def command(directory: str, junit: Path) -> list[str]:
     plugins = [arg for name in PLUGINS for arg in ("-p", name)]
-    return [sys.executable, "-m", "pytest", *plugins, "-p", "no:cacheprovider",
-            "--rootdir", str(L0), "-c", os.devnull, "-q", "-rfEsx", "--junitxml", str(junit),
-            directory]
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        *plugins,
+        "-p",
+        "no:cacheprovider",
+        "--rootdir",
+        str(L0),
+        "-c",
+        os.devnull,
+        "-q",
+        "-rfEsx",
+        "--junitxml",
+        str(junit),
+        directory,
+    ]
 
 
 def environment() -> dict[str, str]:
@@ -64,10 +79,17 @@ def environment() -> dict[str, str]:
 
 def start(directory: str, junit: Path) -> subprocess.Popen:
     if L0 is None:
-        raise FileNotFoundError("Apex's L0 tests are not here (looked in "
-                                + " and ".join(str(c) for c in CANDIDATES) + ")")
-    return subprocess.Popen(command(directory, junit), cwd=L0, env=environment(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        raise FileNotFoundError(
+            "Apex's L0 tests are not here (looked in " + " and ".join(str(c) for c in CANDIDATES) + ")"
+        )
+    return subprocess.Popen(
+        command(directory, junit),
+        cwd=L0,
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def finish(directory: str, process: subprocess.Popen, junit: Path) -> DirectoryRun:

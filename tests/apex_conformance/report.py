@@ -7,6 +7,7 @@ Runs the three L0 directories as the test suite does (l0_runner.py: unmodified t
 and replaces the text between `<!-- apex-conformance:start -->` and
 `<!-- apex-conformance:end -->` in README.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,7 @@ COMMAND = "OMP_NUM_THREADS=1 python tests/apex_conformance/report.py"
 def run_all() -> tuple[list[runner.DirectoryRun], float]:
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="apex-l0-") as tmp, ThreadPoolExecutor(2) as pool:
-        runs = list(pool.map(lambda d: runner.run_directory(d, Path(tmp) / f"{d}.xml"),
-                             runner.DIRECTORIES))
+        runs = list(pool.map(lambda d: runner.run_directory(d, Path(tmp) / f"{d}.xml"), runner.DIRECTORIES))
     return runs, time.perf_counter() - began
 
 
@@ -41,7 +41,9 @@ def _why_skipped(outcome: runner.Outcome) -> str:
     if outcome.message in UPSTREAM_SKIPS:
         return UPSTREAM_SKIPS[outcome.message]
     expected = EXPECTED.get(outcome.nodeid)
-    return "upstream defect" if expected and expected.reason.startswith("upstream defect") else outcome.message
+    return (
+        "upstream defect" if expected and expected.reason.startswith("upstream defect") else outcome.message
+    )
 
 
 def body(runs: list[runner.DirectoryRun], seconds: float) -> str:
@@ -60,9 +62,11 @@ def body(runs: list[runner.DirectoryRun], seconds: float) -> str:
         "|---|---|---|---|---|---|",
     ]
     for run in runs:
-        lines.append(f"| `{run.directory}` | {len(run.outcomes)} | {run.count('passed')} | "
-                     f"{run.count('xfailed')} | {run.count('skipped')} | "
-                     f"{run.count('failed') + run.count('error')} |")
+        lines.append(
+            f"| `{run.directory}` | {len(run.outcomes)} | {run.count('passed')} | "
+            f"{run.count('xfailed')} | {run.count('skipped')} | "
+            f"{run.count('failed') + run.count('error')} |"
+        )
     skips = Counter(_why_skipped(o) for o in outcomes if o.outcome == "skipped")
     if skips:
         lines += ["", "Skipped: " + ", ".join(f"{n} {why}" for why, n in skips.most_common()) + "."]
@@ -87,8 +91,9 @@ def main(argv=None) -> int:
     parser.add_argument("--print", action="store_true", help="print the figure, do not write README")
     args = parser.parse_args(argv)
     if runner.L0 is None:
-        raise SystemExit("Apex's L0 tests are not here (looked in "
-                         + " and ".join(str(c) for c in runner.CANDIDATES) + ")")
+        raise SystemExit(
+            "Apex's L0 tests are not here (looked in " + " and ".join(str(c) for c in runner.CANDIDATES) + ")"
+        )
     runs, seconds = run_all()
     text = body(runs, seconds)
     print(text)

@@ -5,19 +5,21 @@ the adapter (cuda_on_cpu.py). Every test must pass, fail as a strict expected fa
 documented reason, or skip for a reason upstream gives (hardware this machine lacks, a test
 disabled upstream) or for an upstream defect (expected_outcomes.py).
 """
+
 from __future__ import annotations
 
 import re
 
-import pytest
-
 import l0_runner as runner
+import pytest
 from expected_outcomes import EXPECTED, UPSTREAM_SKIPS
 
 pytestmark = pytest.mark.skipif(
-    runner.L0 is None, reason="Apex's L0 tests are not here (looked in "
-                              + " and ".join(str(c) for c in runner.CANDIDATES)
-                              + "); they are not part of the repository")
+    runner.L0 is None,
+    reason="Apex's L0 tests are not here (looked in "
+    + " and ".join(str(c) for c in runner.CANDIDATES)
+    + "); they are not part of the repository",
+)
 
 DIFFERENCES = runner.ROOT / "docs" / "differences.md"
 #: At least this many of the 92 tests pass on a CPU machine with the shim's own amp_C.
@@ -30,15 +32,21 @@ def _problems(run: runner.DirectoryRun) -> list[str]:
         expected = EXPECTED.get(o.nodeid)
         if o.outcome in ("failed", "error"):
             problems.append(f"{o.nodeid}: {o.outcome}\n{o.message[-1500:]}")
-        elif o.outcome == "skipped" and o.message not in UPSTREAM_SKIPS and not (
-                expected and expected.outcome == "skip" and o.message == expected.reason):
-            problems.append(f"{o.nodeid}: skipped for a reason that is neither hardware nor "
-                            f"upstream's: {o.message!r}")
+        elif (
+            o.outcome == "skipped"
+            and o.message not in UPSTREAM_SKIPS
+            and not (expected and expected.outcome == "skip" and o.message == expected.reason)
+        ):
+            problems.append(
+                f"{o.nodeid}: skipped for a reason that is neither hardware nor upstream's: {o.message!r}"
+            )
         elif o.outcome == "xfailed" and not (expected and expected.outcome == "xfail"):
             problems.append(f"{o.nodeid}: xfailed without an expectation: {o.message!r}")
         elif o.outcome == "xfailed" and not _cites_a_difference(expected.reason):
-            problems.append(f"{o.nodeid}: its expected failure cites no docs/differences.md row "
-                            f"that exists, and is not an adapter artefact: {expected.reason!r}")
+            problems.append(
+                f"{o.nodeid}: its expected failure cites no docs/differences.md row "
+                f"that exists, and is not an adapter artefact: {expected.reason!r}"
+            )
     return problems
 
 
@@ -67,4 +75,3 @@ def test_at_least_70_of_the_92_tests_pass_on_cpu(apex_l0_run):
     passed = sum(o.outcome == "passed" for o in outcomes)
     assert len(outcomes) == 92
     assert passed >= PASSING_FLOOR, f"{passed} of {len(outcomes)} pass"
-

@@ -1,6 +1,7 @@
 """Checkpoint conversion (`amp_migrate.checkpoints`): Apex formats to what migrated code loads,
 every other entry untouched, unsafe pickles refused unless asked for, and a resume across the
 migration that continues bit for bit."""
+
 from __future__ import annotations
 
 import os
@@ -22,15 +23,24 @@ APEX_STATE = OrderedDict([("loss_scaler0", {"loss_scale": 32768.0, "unskipped": 
 
 
 def checkpoint():
-    return {"model": {"w": torch.arange(4.0)}, "optimizer": {"state": {}, "param_groups": []},
-            "amp": APEX_STATE, "epoch": 3}
+    return {
+        "model": {"w": torch.arange(4.0)},
+        "optimizer": {"state": {}, "param_groups": []},
+        "amp": APEX_STATE,
+        "epoch": 3,
+    }
 
 
 def test_amp_entry_becomes_grad_scaler_state_and_nothing_else_changes():
     before = checkpoint()
     after, changes = convert(before)
-    assert after["amp"] == {"scale": 32768.0, "growth_factor": 2.0, "backoff_factor": 0.5,
-                            "growth_interval": 2000, "_growth_tracker": 17}
+    assert after["amp"] == {
+        "scale": 32768.0,
+        "growth_factor": 2.0,
+        "backoff_factor": 0.5,
+        "growth_interval": 2000,
+        "_growth_tracker": 17,
+    }
     assert torch.equal(after["model"]["w"], before["model"]["w"])
     assert after["epoch"] == 3 and after["optimizer"] == before["optimizer"]
     assert list(after) == list(before)
@@ -57,8 +67,12 @@ def test_a_file_that_is_just_amp_state_dict_converts_whole():
 
 
 def test_several_loss_scalers_are_refused_naming_the_options():
-    state = OrderedDict([("loss_scaler0", {"loss_scale": 8.0, "unskipped": 1}),
-                         ("loss_scaler1", {"loss_scale": 4.0, "unskipped": 2})])
+    state = OrderedDict(
+        [
+            ("loss_scaler0", {"loss_scale": 8.0, "unskipped": 1}),
+            ("loss_scaler1", {"loss_scale": 4.0, "unskipped": 2}),
+        ]
+    )
     with pytest.raises(CheckpointError, match="--index") as info:
         convert({"amp": state})
     assert "shim" in str(info.value)
@@ -93,10 +107,16 @@ def _adamw_run(steps, state=None):
 
 def fused_adam_layout(torch_state):
     """What FusedAdam saved: `step` once per param group, not per parameter (apex_api.md §10)."""
-    state = {"state": {k: {n: v.clone() for n, v in s.items() if n != "step"}
-                       for k, s in torch_state["state"].items()},
-             "param_groups": [{k: g[k] for k in ("lr", "betas", "eps", "weight_decay", "amsgrad", "params")}
-                              | {"bias_correction": True} for g in torch_state["param_groups"]]}
+    state = {
+        "state": {
+            k: {n: v.clone() for n, v in s.items() if n != "step"} for k, s in torch_state["state"].items()
+        },
+        "param_groups": [
+            {k: g[k] for k in ("lr", "betas", "eps", "weight_decay", "amsgrad", "params")}
+            | {"bias_correction": True}
+            for g in torch_state["param_groups"]
+        ],
+    }
     for group in state["param_groups"]:
         group["step"] = int(torch_state["state"][group["params"][0]]["step"].item())
     return state
@@ -106,13 +126,16 @@ def test_fused_adam_state_loads_into_torch_adamw_after_conversion():
     _, opt = _adamw_run(3)
     apex_state = fused_adam_layout(opt.state_dict())
     with pytest.raises(KeyError):
-        torch.optim.AdamW([torch.nn.Parameter(torch.zeros(3, 2)), torch.nn.Parameter(torch.zeros(2))]).load_state_dict(apex_state)
+        torch.optim.AdamW(
+            [torch.nn.Parameter(torch.zeros(3, 2)), torch.nn.Parameter(torch.zeros(2))]
+        ).load_state_dict(apex_state)
     after, changes = convert({"optimizer": apex_state})
     assert "2 parameter states" in changes[0].what
     assert fused_step_to_torch(after["optimizer"]) == 0  # already torch's layout
     assert all(group["fused"] is True for group in after["optimizer"]["param_groups"])
-    resumed = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(3, 2)), torch.nn.Parameter(torch.zeros(2))],
-                                fused=True)
+    resumed = torch.optim.AdamW(
+        [torch.nn.Parameter(torch.zeros(3, 2)), torch.nn.Parameter(torch.zeros(2))], fused=True
+    )
     resumed.load_state_dict(after["optimizer"])
     assert resumed.param_groups[0]["fused"] is True
     for k, s in opt.state_dict()["state"].items():
@@ -139,7 +162,9 @@ def test_unsafe_pickle_is_refused_unless_asked_for(tmp_path, monkeypatch):
         fake.setitem(sys.modules, "apex.amp", types.ModuleType("apex.amp"))
         fake.setitem(sys.modules, "apex.amp.scaler", module)
         fp16_optimizer_state = {
-            "loss_scaler": LossScaler(), "dynamic_loss_scale": True, "overflow": False,
+            "loss_scaler": LossScaler(),
+            "dynamic_loss_scale": True,
+            "overflow": False,
             "first_closure_call_this_step": True,
             "optimizer_state_dict": {"state": {}, "param_groups": [{"lr": 0.1, "params": [0]}]},
             "fp32_from_fp16": [[torch.ones(2)]],
@@ -166,9 +191,12 @@ def test_save_is_atomic_and_leaves_no_temp_files(tmp_path):
 
 # Resume across the migration ---------------------------------------------------------------
 
+
 def _run(args, cwd):
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    done = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -182,12 +210,29 @@ def test_shim_checkpoint_resumes_in_the_migrated_native_program_bit_for_bit(tmp_
     native_program.write_text(native.code)
     opts = ["--opt-level", level]
 
-    full = _run(["-m", "amp_shim", str(PROGRAM), *opts, "--steps", "8", "--save", str(tmp_path / "full.pt")], tmp_path)
-    _run(["-m", "amp_shim", str(PROGRAM), *opts, "--steps", "5", "--save", str(tmp_path / "half.pt")], tmp_path)
+    full = _run(
+        ["-m", "amp_shim", str(PROGRAM), *opts, "--steps", "8", "--save", str(tmp_path / "full.pt")], tmp_path
+    )
+    _run(
+        ["-m", "amp_shim", str(PROGRAM), *opts, "--steps", "5", "--save", str(tmp_path / "half.pt")], tmp_path
+    )
     converted, _ = convert(torch.load(tmp_path / "half.pt", weights_only=True))
     save_atomically(converted, tmp_path / "half_native.pt")
-    resumed = _run([str(native_program), *opts, "--start", "5", "--steps", "3",
-                    "--resume", str(tmp_path / "half_native.pt"), "--save", str(tmp_path / "resumed.pt")], tmp_path)
+    resumed = _run(
+        [
+            str(native_program),
+            *opts,
+            "--start",
+            "5",
+            "--steps",
+            "3",
+            "--resume",
+            str(tmp_path / "half_native.pt"),
+            "--save",
+            str(tmp_path / "resumed.pt"),
+        ],
+        tmp_path,
+    )
 
     assert resumed.splitlines() == [line for line in full.splitlines() if line.startswith("step")][5:]
     want = torch.load(tmp_path / "full.pt", weights_only=True)
@@ -205,6 +250,7 @@ def test_shim_checkpoint_resumes_in_the_migrated_native_program_bit_for_bit(tmp_
 
 
 # The command ---------------------------------------------------------------------------------
+
 
 def test_convert_checkpoint_command_writes_the_converted_file_and_says_what_changed(tmp_path):
     from click.testing import CliRunner
@@ -240,9 +286,16 @@ def test_convert_checkpoint_errors_exit_2_and_write_nothing(tmp_path):
     from amp_migrate.cli import main
 
     source, target = tmp_path / "old.pt", tmp_path / "new.pt"
-    state = OrderedDict([("loss_scaler0", {"loss_scale": 8.0, "unskipped": 1}),
-                         ("loss_scaler1", {"loss_scale": 4.0, "unskipped": 2})])
+    state = OrderedDict(
+        [
+            ("loss_scaler0", {"loss_scale": 8.0, "unskipped": 1}),
+            ("loss_scaler1", {"loss_scale": 4.0, "unskipped": 2}),
+        ]
+    )
     torch.save({"amp": state}, source)
     result = CliRunner().invoke(main, ["convert-checkpoint", str(source), str(target)])
     assert result.exit_code == 2 and "--index" in result.output and not target.exists()
-    assert CliRunner().invoke(main, ["convert-checkpoint", str(source), str(target), "--index", "0"]).exit_code == 0
+    assert (
+        CliRunner().invoke(main, ["convert-checkpoint", str(source), str(target), "--index", "0"]).exit_code
+        == 0
+    )

@@ -4,6 +4,7 @@ Every refusal is one line on stderr starting with `error:`, exit 2, no traceback
 at OUT: neither the file nor a temporary beside it. `--unsafe-load` is suggested only for a
 complete pickle that the safe loader refused. Files are created with the umask's mode.
 """
+
 from __future__ import annotations
 
 import errno
@@ -61,6 +62,7 @@ def refuse_file(tmp_path: Path, data: bytes, says: str, *extra: str) -> str:
 
 # -- files that are not checkpoints ---------------------------------------------------------------
 
+
 def test_a_text_file_is_refused_without_suggesting_unsafe_load(tmp_path):
     line = refuse_file(tmp_path, b"epoch: 3\nloss: 0.25\n", "neither a zip archive (torch.save) nor a pickle")
     assert "--unsafe-load" not in line
@@ -108,20 +110,29 @@ def test_nothing_but_the_error_line_reaches_the_user(tmp_path, first):
     torch about the protocol of what only looked like a pickle)."""
     source, target = tmp_path / "in.pt", tmp_path / "out.pt"
     source.write_bytes(first + random.Random(1).randbytes(2048))
-    done = subprocess.run([sys.executable, "-m", "amp_migrate.cli", "convert-checkpoint", str(source), str(target)],
-                          capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    done = subprocess.run(
+        [sys.executable, "-m", "amp_migrate.cli", "convert-checkpoint", str(source), str(target)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
     assert done.returncode == 2
-    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: ") and "Traceback" not in done.stderr
+    assert (
+        done.stderr.count("\n") == 1 and done.stderr.startswith("error: ") and "Traceback" not in done.stderr
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.pt"]
 
 
 # -- real pickles the safe loader refuses -----------------------------------------------------------
 
+
 @pytest.mark.parametrize("legacy", [False, True], ids=["zip", "legacy"])
 def test_a_real_pickle_with_python_objects_suggests_unsafe_load_and_converts_with_it(tmp_path, legacy):
     source, target = tmp_path / "in.pt", tmp_path / "out.pt"
-    source.write_bytes(checkpoint_bytes(good_checkpoint() | {"ratio": fractions.Fraction(1, 3)}, legacy=legacy))
+    source.write_bytes(
+        checkpoint_bytes(good_checkpoint() | {"ratio": fractions.Fraction(1, 3)}, legacy=legacy)
+    )
     line = assert_refused(convert(source, target), target, says="pass --unsafe-load", inputs={"in.pt"})
     if not legacy:
         assert "fractions.Fraction" in line  # what would be imported is named
@@ -133,46 +144,73 @@ def test_a_real_pickle_with_python_objects_suggests_unsafe_load_and_converts_wit
 
 # -- checkpoints whose Apex entries are malformed ----------------------------------------------------
 
-@pytest.mark.parametrize("amp", [
-    {"loss_scaler0": {"loss_scale": "big", "unskipped": 1}},
-    {"loss_scaler0": {"loss_scale": 1.0}},
-    {"loss_scaler0": {"loss_scale": 1.0, "unskipped": 0, "min_loss_scale": 1.0}},
-    {"loss_scaler0": None},
-    {"loss_scaler0": {"loss_scale": torch.tensor([1.0, 2.0]), "unskipped": 1}},
-    {"loss_scaler0": {"loss_scale": 1.0, "unskipped": -3}},
-], ids=["scale-text", "no-counter", "extra-key", "none", "scale-tensor", "negative-counter"])
+
+@pytest.mark.parametrize(
+    "amp",
+    [
+        {"loss_scaler0": {"loss_scale": "big", "unskipped": 1}},
+        {"loss_scaler0": {"loss_scale": 1.0}},
+        {"loss_scaler0": {"loss_scale": 1.0, "unskipped": 0, "min_loss_scale": 1.0}},
+        {"loss_scaler0": None},
+        {"loss_scaler0": {"loss_scale": torch.tensor([1.0, 2.0]), "unskipped": 1}},
+        {"loss_scaler0": {"loss_scale": 1.0, "unskipped": -3}},
+    ],
+    ids=["scale-text", "no-counter", "extra-key", "none", "scale-tensor", "negative-counter"],
+)
 def test_a_malformed_amp_state_is_refused_naming_the_entry(tmp_path, amp):
     line = refuse_file(tmp_path, checkpoint_bytes({"model": {}, "amp": amp}), "malformed Apex amp state")
     assert "in.pt['amp']" in line and "--index" not in line
 
 
 def test_a_file_that_is_a_malformed_amp_state_is_refused(tmp_path):
-    refuse_file(tmp_path, checkpoint_bytes({"loss_scaler0": {"loss_scale": []}}), "in.pt[]: malformed Apex amp state")
+    refuse_file(
+        tmp_path, checkpoint_bytes({"loss_scaler0": {"loss_scale": []}}), "in.pt[]: malformed Apex amp state"
+    )
 
 
 def fused_adam_state(**group) -> dict:
-    return {"state": {0: {"exp_avg": torch.zeros(2), "exp_avg_sq": torch.zeros(2)}},
-            "param_groups": [{"lr": 1e-3, "params": [0], "step": 5} | group]}
+    return {
+        "state": {0: {"exp_avg": torch.zeros(2), "exp_avg_sq": torch.zeros(2)}},
+        "param_groups": [{"lr": 1e-3, "params": [0], "step": 5} | group],
+    }
 
 
-@pytest.mark.parametrize("optimizer", [
-    fused_adam_state(step="five"),
-    fused_adam_state(step=torch.ones(3)),
-    fused_adam_state(step=-1),
-    fused_adam_state(params=0),
-    {"state": [], "param_groups": [{"params": [0], "step": 1}]},
-    {"state": {0: 5}, "param_groups": [{"params": [0], "step": 1}]},
-    {"state": {}, "param_groups": [None]},
-], ids=["step-text", "step-tensor", "step-negative", "params-int", "state-list", "param-state-int", "group-none"])
+@pytest.mark.parametrize(
+    "optimizer",
+    [
+        fused_adam_state(step="five"),
+        fused_adam_state(step=torch.ones(3)),
+        fused_adam_state(step=-1),
+        fused_adam_state(params=0),
+        {"state": [], "param_groups": [{"params": [0], "step": 1}]},
+        {"state": {0: 5}, "param_groups": [{"params": [0], "step": 1}]},
+        {"state": {}, "param_groups": [None]},
+    ],
+    ids=[
+        "step-text",
+        "step-tensor",
+        "step-negative",
+        "params-int",
+        "state-list",
+        "param-state-int",
+        "group-none",
+    ],
+)
 def test_a_malformed_fused_adam_state_is_refused_naming_the_entry(tmp_path, optimizer):
-    line = refuse_file(tmp_path, checkpoint_bytes({"optimizer": optimizer, "amp": APEX_STATE}),
-                       "malformed optimizer state")
+    line = refuse_file(
+        tmp_path, checkpoint_bytes({"optimizer": optimizer, "amp": APEX_STATE}), "malformed optimizer state"
+    )
     assert "in.pt['optimizer']" in line
 
 
 def test_a_malformed_fp16_optimizer_state_is_refused_naming_the_entry(tmp_path):
-    fp16 = {"loss_scaler": {}, "dynamic_loss_scale": False, "overflow": False,
-            "optimizer_state_dict": {"state": {}, "param_groups": []}, "fp32_from_fp16": torch.ones(2, 2)}
+    fp16 = {
+        "loss_scaler": {},
+        "dynamic_loss_scale": False,
+        "overflow": False,
+        "optimizer_state_dict": {"state": {}, "param_groups": []},
+        "fp32_from_fp16": torch.ones(2, 2),
+    }
     refuse_file(tmp_path, checkpoint_bytes({"optimizer": fp16}), "in.pt['optimizer']: malformed entry")
 
 
@@ -181,6 +219,7 @@ def test_a_checkpoint_that_is_no_dict_is_refused(tmp_path):
 
 
 # -- targets that cannot be written ---------------------------------------------------------------
+
 
 @pytest.fixture
 def source(tmp_path) -> Path:
@@ -199,11 +238,15 @@ def _denied_under(folder: Path, real):
     """`real` (an os function taking a path first), failing as a read-only folder makes it fail
     for paths inside `folder` (root writes anywhere, so the denial is simulated). A path relative
     to a folder descriptor (`dir_fd=`) is judged by the folder that descriptor holds open."""
+
     def denied(path, *args, dir_fd=None, **kwargs):
-        full = os.fspath(path) if dir_fd is None else os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+        full = (
+            os.fspath(path) if dir_fd is None else os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+        )
         if os.path.realpath(os.path.dirname(full)) == os.path.realpath(folder):
             raise PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
         return real(path, *args, **({} if dir_fd is None else {"dir_fd": dir_fd}), **kwargs)
+
     return denied
 
 
@@ -221,8 +264,15 @@ def test_a_read_only_target_file_is_not_replaced(tmp_path, source, monkeypatch):
     target.write_bytes(b"old")
     target.chmod(0o444)
     real_access = os.access
-    monkeypatch.setattr(os, "access", lambda path, mode, **kw: False if os.fspath(path) == os.fspath(target)
-                        and mode & os.W_OK else real_access(path, mode, **kw))
+    monkeypatch.setattr(
+        os,
+        "access",
+        lambda path, mode, **kw: (
+            False
+            if os.fspath(path) == os.fspath(target) and mode & os.W_OK
+            else real_access(path, mode, **kw)
+        ),
+    )
     result = convert(source, target)
     assert result.exit_code == 2 and result.stderr == f"error: {target}: is read-only; not replaced\n"
     assert target.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["in.pt", "out.pt"]
@@ -240,6 +290,7 @@ def _disk_full_after(nbytes: int, folder: Path, real_write):
         written = real_write(fd, bytes(data[: room[0]]))
         room[0] -= written
         return written
+
     return write
 
 
@@ -265,16 +316,19 @@ def test_a_full_disk_reported_at_fsync_leaves_no_partial_file(tmp_path, source, 
 
     def fsync(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
+
     monkeypatch.setattr(os, "fsync", fsync)
     assert_refused(convert(source, target), target, says="no space left on device", inputs={"in.pt"})
 
 
 # -- the mode of what is written ----------------------------------------------------------------
 
+
 @pytest.fixture
 def umask():
     def set_umask(mask: int) -> None:
         os.umask(mask)
+
     before = os.umask(0o022)
     yield set_umask
     os.umask(before)
@@ -301,6 +355,7 @@ def test_a_replaced_output_file_keeps_its_mode_as_under_torch_save(tmp_path, sou
 
 # -- arguments that name the wrong files ------------------------------------------------------------
 
+
 def test_a_missing_source_is_one_line(tmp_path):
     target = tmp_path / "out.pt"
     assert_refused(convert(tmp_path / "absent.pt", target), target, says="No such file", inputs=set())
@@ -308,8 +363,12 @@ def test_a_missing_source_is_one_line(tmp_path):
 
 def test_a_folder_as_source_or_target_is_one_line(tmp_path, source):
     (tmp_path / "dir").mkdir()
-    assert_refused(convert(tmp_path / "dir", tmp_path / "out.pt"), tmp_path / "out.pt",
-                   says="not a regular file", inputs={"in.pt", "dir"})
+    assert_refused(
+        convert(tmp_path / "dir", tmp_path / "out.pt"),
+        tmp_path / "out.pt",
+        says="not a regular file",
+        inputs={"in.pt", "dir"},
+    )
     result = convert(source, tmp_path / "dir")
     assert result.exit_code == 2 and result.stderr == f"error: {tmp_path / 'dir'}: is a folder\n"
 

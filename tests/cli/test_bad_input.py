@@ -1,5 +1,6 @@
 """A file that cannot be migrated is reported with its path and the reason, left byte for
 byte as it was, the run goes on with the other files, and the exit code is 2."""
+
 import os
 
 import pytest
@@ -57,8 +58,9 @@ def test_symlink_loop_is_reported(project):
     assert (project / "ok.py").read_text() == SHIM_OUTPUT
     result = run_cli(["--target", "shim", "--follow-symlinks", "."], project)
     assert result.exit_code == 2
-    assert ("loop.py: error: a symbolic link that cannot be followed: Too many levels of symbolic "
-            "links") in result.output
+    assert (
+        "loop.py: error: a symbolic link that cannot be followed: Too many levels of symbolic links"
+    ) in result.output
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")

@@ -1,5 +1,6 @@
 """The bundled legacy project that README's first command migrates: every Apex file changes,
 native where provable, the fp16_utils script on the shim, the notebook still valid."""
+
 import ast
 import json
 import shutil
@@ -19,8 +20,12 @@ def test_bundled_example_migrates_as_the_readme_shows(tmp_path):
     document = json.loads(result.stdout)
     assert result.exit_code == 0, result.stdout
     targets = {Path(f["path"]).name: f["target_used"] for f in document["files"] if f["written"]}
-    assert targets == {"explore.ipynb": "native", "finetune_fp16.py": "shim", "model.py": "native",
-                       "train.py": "native"}
+    assert targets == {
+        "explore.ipynb": "native",
+        "finetune_fp16.py": "shim",
+        "model.py": "native",
+        "train.py": "native",
+    }
     assert document["summary"]["files"] == 5
     nbformat.validate(nbformat.read(copy / "explore.ipynb", as_version=nbformat.NO_CONVERT))
     for path in copy.glob("*.py"):

@@ -1,6 +1,7 @@
 """Files Python reads and the codemod once mangled or refused: CR-only (old Mac) line breaks,
 which lost the final newline on a rewrite, and indentation that mixes tabs and spaces the
 way Python accepts and libcst's parser does not."""
+
 from .conftest import NATIVE_INPUT, SHIM_INPUT, SHIM_OUTPUT, run_cli, snapshot, write
 
 
@@ -17,8 +18,10 @@ def migrate(project, *args):
 def test_cr_files_keep_their_final_newline_or_its_absence(project):
     write(project / "a.py", cr(SHIM_INPUT))
     write(project / "b.py", cr(SHIM_INPUT.rstrip("\n")))
-    kept = {"kept.py": cr("# apex was here\nimport torch\nx = torch.ones(1)\n"),
-            "mixed.py": b"# apex was here\rimport torch\r\nx = 1\ny = 2\r"}
+    kept = {
+        "kept.py": cr("# apex was here\nimport torch\nx = torch.ones(1)\n"),
+        "mixed.py": b"# apex was here\rimport torch\r\nx = 1\ny = 2\r",
+    }
     for name, data in kept.items():
         write(project / name, data)
     migrate(project, "--target", "shim")
@@ -79,9 +82,10 @@ def test_diff_of_a_cr_file_is_readable_and_keeps_the_file(project):
 def test_diff_of_a_cr_file_without_final_newline_says_so(project):
     write(project / "a.py", cr(SHIM_INPUT.rstrip("\n")))
     result = migrate(project, "--diff", "--target", "shim")
-    assert ("-from apex import amp\n+from amp_shim import amp\n"
-            " model, optimizer = amp.initialize(model, optimizer)\n\\ No newline at end of file\n"
-            ) in result.output
+    assert (
+        "-from apex import amp\n+from amp_shim import amp\n"
+        " model, optimizer = amp.initialize(model, optimizer)\n\\ No newline at end of file\n"
+    ) in result.output
 
 
 # Python accepts these: `\t    ` is column 12 (and 5 counting a tab as one), deeper than the
@@ -91,7 +95,7 @@ TAB_MIXED = (
     "from apex import amp\n"
     "\n"
     "def train(model, optimizer, x):\n"
-    "    model, optimizer = amp.initialize(model, optimizer, opt_level=\"O1\")\n"
+    '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
     "    for step in range(3):\n"
     "\t    loss = model(x).sum()\n"
     "\t    with amp.scale_loss(loss, optimizer) as scaled:\n"
@@ -103,8 +107,10 @@ TAB_MIXED = (
 
 def spaced(text: str) -> str:
     """`text` with every line's leading tabs expanded, as Python counts them."""
-    return "".join(line[:len(line) - len(line.lstrip())].expandtabs(8) + line.lstrip()
-                   for line in text.splitlines(keepends=True))
+    return "".join(
+        line[: len(line) - len(line.lstrip())].expandtabs(8) + line.lstrip()
+        for line in text.splitlines(keepends=True)
+    )
 
 
 def test_tab_mixed_indentation_python_accepts_is_migrated_to_the_shim_as_it_was(project):
@@ -132,8 +138,10 @@ def test_tab_mixed_indentation_is_migrated_natively_keeping_its_spelling(project
 def test_same_depth_spelled_two_ways_keeps_both_spellings(project):
     # ` \t\t` and `\t \t` are both column 16 (3 counting tabs as one): one block to Python;
     # libcst renders the second like the first.
-    source = ("from apex import amp\nif amp:\n \t\tx = 1\n\t \ty = 2\n"
-              "model, optimizer = amp.initialize(model, optimizer)\n")
+    source = (
+        "from apex import amp\nif amp:\n \t\tx = 1\n\t \ty = 2\n"
+        "model, optimizer = amp.initialize(model, optimizer)\n"
+    )
     compile(source, "a.py", "exec")
     write(project / "a.py", source)
     migrate(project, "--target", "shim")
@@ -148,8 +156,9 @@ def test_indentation_that_cannot_be_kept_is_reported_at_its_line_not_as_a_syntax
     before = snapshot(project)
     result = run_cli(["--target", "shim", "train.py"], project)
     assert result.exit_code == 2, result.output
-    assert ("train.py:7:1: AMP004 the parser cannot read the tab-mixed indentation at line 7; "
-            "Python accepts it") in result.output
+    assert (
+        "train.py:7:1: AMP004 the parser cannot read the tab-mixed indentation at line 7; Python accepts it"
+    ) in result.output
     assert "expand -i -t 8" in result.output
     assert "syntax error" not in result.output
     assert snapshot(project) == before
@@ -164,15 +173,31 @@ def _tab_mixed_programs(count: int, seed: int = 18):
     import libcst as cst
 
     rng = random.Random(seed)
-    pool = sorted({"".join(p) for n in range(1, 5) for p in itertools.product(" \t", repeat=n)}
-                  | {" " * k for k in range(5, 13)} | {"\t" + " " * k for k in range(1, 9)})
+    pool = sorted(
+        {"".join(p) for n in range(1, 5) for p in itertools.product(" \t", repeat=n)}
+        | {" " * k for k in range(5, 13)}
+        | {"\t" + " " * k for k in range(1, 9)}
+    )
     pair = {w: (len(w.expandtabs(8)), len(w)) for w in pool}  # columns, counting a tab as 8 and as 1
-    body = ["x = 1", "y = amp", "loss = model(x).sum()", "z = (1,\n\t  2)", "s = '''a\n\t b'''",
-            "with amp.scale_loss(loss, optimizer) as scaled:", "if step:", "# note", ""]
+    body = [
+        "x = 1",
+        "y = amp",
+        "loss = model(x).sum()",
+        "z = (1,\n\t  2)",
+        "s = '''a\n\t b'''",
+        "with amp.scale_loss(loss, optimizer) as scaled:",
+        "if step:",
+        "# note",
+        "",
+    ]
     found = []
     while len(found) < count:
-        lines = ["import torch", "from apex import amp", "def train(model, optimizer, x, step):",
-                 "    model, optimizer = amp.initialize(model, optimizer)"]
+        lines = [
+            "import torch",
+            "from apex import amp",
+            "def train(model, optimizer, x, step):",
+            "    model, optimizer = amp.initialize(model, optimizer)",
+        ]
         stack, opens = ["    "], False
         for _ in range(rng.randint(3, 12)):
             if opens:
@@ -214,8 +239,11 @@ def test_tab_mixed_programs_python_accepts_migrate_keeping_their_indentation():
         # The twin indents every statement with spaces; continuation lines, blank lines and
         # comments keep their tabs.
         twin = tab_indents(text).text
-        assert all("\t" not in line[:len(line) - len(line.lstrip())]
-                   for line in twin.split("\n") if line.strip() not in ("", "# note", "2)", "b'''")), twin
+        assert all(
+            "\t" not in line[: len(line) - len(line.lstrip())]
+            for line in twin.split("\n")
+            if line.strip() not in ("", "# note", "2)", "b'''")
+        ), twin
         assert ast.dump(ast.parse(twin)) == ast.dump(ast.parse(text))
         auto, expected = migrate_source(text), migrate_source(twin)
         assert auto.changed and auto.target_used == expected.target_used, text
@@ -223,8 +251,9 @@ def test_tab_mixed_programs_python_accepts_migrate_keeping_their_indentation():
 
 
 def test_diagnostics_on_tab_indented_lines_point_at_the_files_columns(project):
-    source = TAB_MIXED.replace("\t    optimizer.step()\n",
-                               "\t    print(amp._amp_state.loss_scalers[0])\n\t    optimizer.step()\n")
+    source = TAB_MIXED.replace(
+        "\t    optimizer.step()\n", "\t    print(amp._amp_state.loss_scalers[0])\n\t    optimizer.step()\n"
+    )
     compile(source, "train.py", "exec")
     write(project / "train.py", source)
     result = run_cli(["--check", "--target", "auto", "train.py"], project)

@@ -1,5 +1,6 @@
 """`--diff` and `--check` write nothing; `--check` says through its exit code whether any file
 would change, for CI and pre-commit."""
+
 import re
 
 from .conftest import NO_APEX, SHIM_INPUT, SHIM_OUTPUT, run_cli, snapshot, write
@@ -12,7 +13,10 @@ def test_diff_prints_a_unified_diff_and_a_summary_and_writes_nothing(project):
     result = run_cli(["--diff", "--target", "shim", "."], project)
     assert result.exit_code == 0, result.output
     assert snapshot(project) == before
-    assert "--- a.py\n+++ a.py\n@@ -1,2 +1,2 @@\n-from apex import amp\n+from amp_shim import amp\n" in result.output
+    assert (
+        "--- a.py\n+++ a.py\n@@ -1,2 +1,2 @@\n-from apex import amp\n+from amp_shim import amp\n"
+        in result.output
+    )
     assert "Would migrate a.py (shim)" in result.output
     for row in ("Files scanned", "Mention Apex", "Would change", "shim fallback", "Diagnostics", "Time"):
         assert row in result.output

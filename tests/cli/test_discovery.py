@@ -1,6 +1,7 @@
 """Which files a run takes: folders recursively, `.py` and `.ipynb`, what git ignores left out
 (unless `--no-gitignore`), `--exclude`/`--include`, virtualenvs and build output skipped, and
 `[tool.amp-migrate]` settings from the nearest pyproject.toml."""
+
 import json
 import shutil
 import subprocess
@@ -32,7 +33,12 @@ def test_gitignored_files_are_skipped_inside_a_git_work_tree(project):
     assert check(project, ".") == ["keep.py", "sub/keep.py"]
     assert check(project, "sub") == ["sub/keep.py"]
     assert check(project, "--no-gitignore", ".") == [
-        "generated/gen.py", "keep.py", "sub/keep.py", "sub/local.py", "train_old.py"]
+        "generated/gen.py",
+        "keep.py",
+        "sub/keep.py",
+        "sub/local.py",
+        "train_old.py",
+    ]
     # A file named on the command line is taken even though git ignores it.
     assert check(project, "train_old.py") == ["train_old.py"]
 
@@ -53,8 +59,16 @@ def test_exclude_and_include_globs(project):
 
 def test_virtualenvs_site_packages_caches_and_build_output_are_skipped(project):
     write(project / "env" / "pyvenv.cfg", "home = /usr/bin\n")
-    for name in ("env/lib/x.py", ".venv/y.py", "lib/site-packages/apex_user.py", "__pycache__/z.py",
-                 "build/lib/b.py", ".git/hooks/h.py", "pkg.egg-info/e.py", "real.py"):
+    for name in (
+        "env/lib/x.py",
+        ".venv/y.py",
+        "lib/site-packages/apex_user.py",
+        "__pycache__/z.py",
+        "build/lib/b.py",
+        ".git/hooks/h.py",
+        "pkg.egg-info/e.py",
+        "real.py",
+    ):
         write(project / name, SHIM_INPUT)
     assert check(project, "--no-gitignore", ".") == ["real.py"]
     # Named on the command line, a file is taken wherever it is, unless --force-exclude.
@@ -70,8 +84,10 @@ def test_glob_matches_names_and_leading_paths():
 
 
 def test_pyproject_settings_apply_and_flags_override_them(project):
-    write(project / "pyproject.toml",
-          '[project]\nname = "x"\n\n[tool.amp-migrate]\ntarget = "shim"\nexclude = ["legacy"]\n')
+    write(
+        project / "pyproject.toml",
+        '[project]\nname = "x"\n\n[tool.amp-migrate]\ntarget = "shim"\nexclude = ["legacy"]\n',
+    )
     write(project / "src" / "a.py", SHIM_INPUT)
     write(project / "src" / "legacy" / "b.py", SHIM_INPUT)
     result = run_cli(["--format", "json", "src"], project)
@@ -80,8 +96,11 @@ def test_pyproject_settings_apply_and_flags_override_them(project):
     assert [f["path"] for f in document["files"]] == ["src/a.py"]
     assert (project / "src" / "a.py").read_text() == SHIM_OUTPUT
     assert (project / "src" / "legacy" / "b.py").read_text() == SHIM_INPUT
-    flagged = json.loads(run_cli(["--check", "--format", "json", "--target", "native", "b.py"],
-                                 project / "src" / "legacy").stdout)
+    flagged = json.loads(
+        run_cli(
+            ["--check", "--format", "json", "--target", "native", "b.py"], project / "src" / "legacy"
+        ).stdout
+    )
     assert flagged["options"]["target"] == "native"
 
 

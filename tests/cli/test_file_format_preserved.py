@@ -1,5 +1,6 @@
 """A rewritten file keeps its encoding (coding cookie, BOM), line endings, trailing-newline
 state and permission bits; only the migrated lines differ."""
+
 import os
 import stat
 

@@ -1,5 +1,6 @@
 """`amp-migrate PATH...` rewrites Apex-using files in place, leaves the others alone, and a
 second run has nothing left to do."""
+
 from amp_migrate import migrate_source
 
 from .conftest import NATIVE_INPUT, NO_APEX, SHIM_INPUT, SHIM_OUTPUT, run_cli, snapshot, write
@@ -48,8 +49,13 @@ def test_target_device_and_dtype_reach_the_codemod(project):
 
 def test_bad_option_values_and_missing_paths_are_usage_errors(project):
     write(project / "a.py", SHIM_INPUT)
-    for args in (["--target", "fast", "a.py"], ["--dtype", "float8", "a.py"], ["missing.py"],
-                 ["--device", "cu da", "a.py"], ["--jobs", "0", "a.py"]):
+    for args in (
+        ["--target", "fast", "a.py"],
+        ["--dtype", "float8", "a.py"],
+        ["missing.py"],
+        ["--device", "cu da", "a.py"],
+        ["--jobs", "0", "a.py"],
+    ):
         result = run_cli(args, project)
         assert result.exit_code == 2, (args, result.output)
         assert "Usage:" in result.output or "Error" in result.output

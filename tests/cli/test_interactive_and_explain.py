@@ -1,5 +1,6 @@
 """`--interactive` asks per file (and refuses without a terminal); `explain CODE` prints the
 code's documentation with its example."""
+
 from amp_migrate import cli
 
 from .conftest import SHIM_INPUT, SHIM_OUTPUT, run_cli, write
@@ -19,7 +20,11 @@ def test_interactive_applies_skips_and_quits(project, monkeypatch):
     result = run_cli(["-i", "--target", "shim", "."], project, input="y\nn\nq\n")
     assert result.exit_code == 0, result.output
     assert result.output.count("Apply this change?") == 3
-    assert [(project / n).read_text() == SHIM_OUTPUT for n in ("a.py", "b.py", "c.py")] == [True, False, False]
+    assert [(project / n).read_text() == SHIM_OUTPUT for n in ("a.py", "b.py", "c.py")] == [
+        True,
+        False,
+        False,
+    ]
     result = run_cli(["-i", "--target", "shim", "."], project, input="a\n")
     assert result.output.count("Apply this change?") == 1
     assert all((project / n).read_text() == SHIM_OUTPUT for n in ("a.py", "b.py", "c.py"))

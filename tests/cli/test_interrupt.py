@@ -1,4 +1,5 @@
 """Ctrl-C in the middle of a large run leaves every file either fully old or fully new."""
+
 import os
 import signal
 import subprocess
@@ -23,14 +24,22 @@ def test_sigint_mid_run_leaves_each_file_old_or_new(tmp_path):
         path.parent.mkdir(exist_ok=True)
         old[path] = TEMPLATES[i % len(TEMPLATES)].encode()
         path.write_bytes(old[path])
-    new = {text.encode(): migrate_source(text.replace("\r\n", "\n"), target="shim").code.replace(
-        "\n", "\r\n" if "\r\n" in text else "\n").encode() for text in TEMPLATES}
+    new = {
+        text.encode(): migrate_source(text.replace("\r\n", "\n"), target="shim")
+        .code.replace("\n", "\r\n" if "\r\n" in text else "\n")
+        .encode()
+        for text in TEMPLATES
+    }
     assert all(new[t] != t for t in new)
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "amp_migrate", "--target", "shim", "--jobs", "2", "."], cwd=tmp_path,
-        env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True)  # its own process group, as a terminal's Ctrl-C reaches it
+        [sys.executable, "-m", "amp_migrate", "--target", "shim", "--jobs", "2", "."],
+        cwd=tmp_path,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )  # its own process group, as a terminal's Ctrl-C reaches it
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
         if any(path.read_bytes() != data for path, data in old.items()):

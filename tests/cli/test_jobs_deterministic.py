@@ -1,4 +1,5 @@
 """The output is sorted by path and does not depend on the number of worker processes."""
+
 import json
 import re
 

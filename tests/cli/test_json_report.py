@@ -1,22 +1,10 @@
 """`--format json` prints one document, valid against the schema published in docs/cli.md."""
+
 import json
-import re
-from pathlib import Path
 
 import jsonschema
-import pytest
 
 from .conftest import NO_APEX, SHIM_INPUT, run_cli, write
-
-DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
-
-
-@pytest.fixture(scope="module")
-def schema():
-    text = DOC.read_text()
-    match = re.search(r"<!-- json-schema -->\n```json\n(.*?)\n```", text, re.S)
-    assert match, "docs/cli.md must hold the JSON schema after <!-- json-schema -->"
-    return json.loads(match.group(1))
 
 
 def test_json_document_matches_the_documented_schema(project, schema):

@@ -1,6 +1,7 @@
 """IPython lines in notebooks keep what they reference: `%time`/`%timeit` statements are
 migrated as code; any other IPython line that names something the native rewrite removes sends
 the notebook to the shim (AMP021 at its cell and line)."""
+
 import json
 
 import nbformat
@@ -13,11 +14,17 @@ from .test_notebooks import make_notebook
 
 SETUP = [
     ("code", "import torch\nfrom apex import amp"),
-    ("code", "model = torch.nn.Linear(4, 4)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-             "model, optimizer = amp.initialize(model, optimizer, opt_level=\"O1\")"),
-    ("code", "for step in range(3):\n    optimizer.zero_grad()\n    loss = model(torch.randn(2, 4)).sum()\n"
-             "    with amp.scale_loss(loss, optimizer) as scaled:\n        scaled.backward()\n"
-             "    optimizer.step()"),
+    (
+        "code",
+        "model = torch.nn.Linear(4, 4)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        'model, optimizer = amp.initialize(model, optimizer, opt_level="O1")',
+    ),
+    (
+        "code",
+        "for step in range(3):\n    optimizer.zero_grad()\n    loss = model(torch.randn(2, 4)).sum()\n"
+        "    with amp.scale_loss(loss, optimizer) as scaled:\n        scaled.backward()\n"
+        "    optimizer.step()",
+    ),
 ]
 
 
@@ -29,12 +36,15 @@ def migrate(project, last_cell: str, *args: str):
     return entry, [c.source for c in nb.cells]
 
 
-@pytest.mark.parametrize("line, migrated", [
-    ("%time print(amp.state_dict())", "%time print(scaler.state_dict())"),
-    ("%time state = amp.state_dict()  # for the log", "%time state = scaler.state_dict()  # for the log"),
-    ("%timeit -n 3 -r 1 amp.state_dict()", "%timeit -n 3 -r 1 scaler.state_dict()"),
-    ("if True:\n    %time print(amp.state_dict())", "if True:\n    %time print(scaler.state_dict())"),
-])
+@pytest.mark.parametrize(
+    "line, migrated",
+    [
+        ("%time print(amp.state_dict())", "%time print(scaler.state_dict())"),
+        ("%time state = amp.state_dict()  # for the log", "%time state = scaler.state_dict()  # for the log"),
+        ("%timeit -n 3 -r 1 amp.state_dict()", "%timeit -n 3 -r 1 scaler.state_dict()"),
+        ("if True:\n    %time print(amp.state_dict())", "if True:\n    %time print(scaler.state_dict())"),
+    ],
+)
 def test_time_magic_statements_are_migrated_as_code(project, line, migrated):
     entry, sources = migrate(project, line)
     assert entry["target_used"] == "native", entry
@@ -45,15 +55,18 @@ def test_time_magic_statements_are_migrated_as_code(project, line, migrated):
     assert snapshot(project) == again
 
 
-@pytest.mark.parametrize("line, name, col", [
-    ("!echo {amp.state_dict()}", "amp", 8),
-    ("files = !ls $amp", "amp", 14),
-    ("%store amp", "amp", 8),
-    ("amp.initialize?", "amp", 1),
-    ("%time x = 1; print(amp)", "amp", 20),  # two statements: not migrated as code
-    ("%timeit -n 1 -r 1 amp.state_dict() \\\n    if True else None", "amp", 19),  # continued
-    ("%timeit state = amp.state_dict()", "amp", 17),  # %timeit keeps no assignment
-])
+@pytest.mark.parametrize(
+    "line, name, col",
+    [
+        ("!echo {amp.state_dict()}", "amp", 8),
+        ("files = !ls $amp", "amp", 14),
+        ("%store amp", "amp", 8),
+        ("amp.initialize?", "amp", 1),
+        ("%time x = 1; print(amp)", "amp", 20),  # two statements: not migrated as code
+        ("%timeit -n 1 -r 1 amp.state_dict() \\\n    if True else None", "amp", 19),  # continued
+        ("%timeit state = amp.state_dict()", "amp", 17),  # %timeit keeps no assignment
+    ],
+)
 def test_ipython_lines_naming_a_removed_name_fall_back_at_their_cell_and_line(project, line, name, col):
     entry, sources = migrate(project, "x = 1\n" + line)
     assert entry["target_used"] == "shim"
@@ -85,10 +98,19 @@ def test_native_target_leaves_the_notebook_untouched_and_says_where(project):
     assert snapshot(project) == before
 
 
-@pytest.mark.parametrize("line", [
-    "!pip install apex", "%pip install apex", "%matplotlib inline", "%load_ext autoreload",
-    "print?", "%time model(torch.ones(1, 4))", "!echo {step}", "%env APEX_LOG=1",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "!pip install apex",
+        "%pip install apex",
+        "%matplotlib inline",
+        "%load_ext autoreload",
+        "print?",
+        "%time model(torch.ones(1, 4))",
+        "!echo {step}",
+        "%env APEX_LOG=1",
+    ],
+)
 def test_ipython_lines_that_name_nothing_removed_stay_native(project, line):
     entry, sources = migrate(project, line)
     assert entry["target_used"] == "native", entry
@@ -96,14 +118,17 @@ def test_ipython_lines_that_name_nothing_removed_stay_native(project, line):
     assert not [d for d in entry["diagnostics"] if d["code"] == "AMP021"]
 
 
-@pytest.mark.parametrize("piece", [
-    # the statement the marker sits on is no longer whole: it continues on the next line
-    "scaler.step(  # __amp_migrate_time_0__\n    optimizer)",
-    # the `%timeit` loop's body became two statements
-    "for __amp_migrate_timeit_0__ in __amp_migrate_repeat__: scaler.step(optimizer); scaler.update()",
-    # or an assignment, which `%timeit` would not keep
-    "for __amp_migrate_timeit_0__ in __amp_migrate_repeat__: scaler = torch.amp.GradScaler()",
-])
+@pytest.mark.parametrize(
+    "piece",
+    [
+        # the statement the marker sits on is no longer whole: it continues on the next line
+        "scaler.step(  # __amp_migrate_time_0__\n    optimizer)",
+        # the `%timeit` loop's body became two statements
+        "for __amp_migrate_timeit_0__ in __amp_migrate_repeat__: scaler.step(optimizer); scaler.update()",
+        # or an assignment, which `%timeit` would not keep
+        "for __amp_migrate_timeit_0__ in __amp_migrate_repeat__: scaler = torch.amp.GradScaler()",
+    ],
+)
 def test_a_timed_statement_that_is_not_one_statement_any_more_cannot_be_put_back(piece):
     prefix = "%timeit " if "timeit" in piece else "%time "
     assert _restore(piece, [_Masked(["..."], 1, prefix, "optimizer.step()")], set()) is None

@@ -1,5 +1,6 @@
 """Notebooks: code cells migrated together, IPython syntax kept, outputs and metadata kept,
 unchanged cells byte-identical, the result valid nbformat, diagnostics at cell and line."""
+
 import json
 
 import nbformat
@@ -10,11 +11,17 @@ CELLS = [
     ("markdown", "# Training\n\nWith Apex."),
     ("code", "%matplotlib inline\n!pip install apex\nimport torch\nfrom apex import amp"),
     ("code", "x = torch.randn(4, 4)\nprint(x.sum())"),
-    ("code", "model = torch.nn.Linear(4, 4)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-             "model, optimizer = amp.initialize(model, optimizer, opt_level=\"O1\")"),
-    ("code", "for step in range(3):\n    optimizer.zero_grad()\n    loss = model(x).sum()\n"
-             "    with amp.scale_loss(loss, optimizer) as scaled:\n        scaled.backward()\n"
-             "    optimizer.step()\n    %time pass\nloss"),
+    (
+        "code",
+        "model = torch.nn.Linear(4, 4)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        'model, optimizer = amp.initialize(model, optimizer, opt_level="O1")',
+    ),
+    (
+        "code",
+        "for step in range(3):\n    optimizer.zero_grad()\n    loss = model(x).sum()\n"
+        "    with amp.scale_loss(loss, optimizer) as scaled:\n        scaled.backward()\n"
+        "    optimizer.step()\n    %time pass\nloss",
+    ),
     ("code", "%%bash\necho apex"),
 ]
 
@@ -65,7 +72,9 @@ def test_notebook_round_trip(project):
     assert new == old
     old_nb = nbformat.reads(make_notebook(project / "again.ipynb"), as_version=nbformat.NO_CONVERT)
     for before, after in zip(old_nb.cells, nb.cells):
-        assert {k: v for k, v in before.items() if k != "source"} == {k: v for k, v in after.items() if k != "source"}
+        assert {k: v for k, v in before.items() if k != "source"} == {
+            k: v for k, v in after.items() if k != "source"
+        }
     sources = [c.source for c in nb.cells]
     assert sources[1].startswith("%matplotlib inline\n!pip install apex\nimport torch")
     assert "apex import" not in sources[1]
@@ -90,8 +99,11 @@ def test_notebook_layout_other_than_nbformats_is_kept(project):
 
 
 def test_notebook_diagnostics_point_at_cell_and_line(project):
-    cells = [("code", "import torch\nfrom apex import amp"), ("markdown", "text"),
-             ("code", "x = 1\nmodel, optimizer = amp.initialize(model, optimizer)")]
+    cells = [
+        ("code", "import torch\nfrom apex import amp"),
+        ("markdown", "text"),
+        ("code", "x = 1\nmodel, optimizer = amp.initialize(model, optimizer)"),
+    ]
     make_notebook(project / "nb.ipynb", cells)
     result = run_cli(["--format", "json", "--check", "nb.ipynb"], project)
     (entry,) = json.loads(result.stdout)["files"]
@@ -120,11 +132,19 @@ def test_syntax_error_in_a_cell_is_reported_at_that_cell(project):
 
 
 def test_rewrite_spanning_cells_falls_back_to_the_shim(project):
-    cells = [("code", "import torch\nfrom apex import amp\nmodel, opt = amp.initialize(model, opt)\nout = model(x)"),
-             ("code", "loss = out.sum()\nwith amp.scale_loss(loss, opt) as s:\n    s.backward()\nopt.step()")]
+    cells = [
+        (
+            "code",
+            "import torch\nfrom apex import amp\nmodel, opt = amp.initialize(model, opt)\nout = model(x)",
+        ),
+        ("code", "loss = out.sum()\nwith amp.scale_loss(loss, opt) as s:\n    s.backward()\nopt.step()"),
+    ]
     make_notebook(project / "span.ipynb", cells)
     native = run_cli(["--target", "native", "--check", "span.ipynb"], project)
-    assert native.exit_code == 2 and "span.ipynb: error: the native rewrite moves code across cells" in native.output
+    assert (
+        native.exit_code == 2
+        and "span.ipynb: error: the native rewrite moves code across cells" in native.output
+    )
     result = run_cli(["--format", "json", "span.ipynb"], project)
     (entry,) = json.loads(result.stdout)["files"]
     assert entry["target_used"] == "shim" and entry["written"]

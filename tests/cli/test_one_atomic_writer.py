@@ -6,6 +6,7 @@ words a failure its own way.
 A fault injected into the one writer's data step must reach both commands: each reports it,
 leaves its target as it was, and leaves no temporary file beside it. With a writer per command,
 the fault would reach only one of them."""
+
 from __future__ import annotations
 
 import ast
@@ -26,8 +27,10 @@ from amp_migrate.cli import main
 from .conftest import SHIM_INPUT, SHIM_OUTPUT, run_cli, write
 
 PACKAGE = Path(amp_migrate.__file__).resolve().parent
-APEX_CHECKPOINT = {"model": {"w": torch.arange(4.0)},
-                   "amp": OrderedDict([("loss_scaler0", {"loss_scale": 1024.0, "unskipped": 3})])}
+APEX_CHECKPOINT = {
+    "model": {"w": torch.arange(4.0)},
+    "amp": OrderedDict([("loss_scaler0", {"loss_scale": 1024.0, "unskipped": 3})]),
+}
 
 
 def _apex_checkpoint(path: Path) -> Path:
@@ -46,6 +49,7 @@ def writes(monkeypatch) -> list[str]:
     def counting(entry, *args, **kwargs):
         seen.append(entry.name)
         return real(entry, *args, **kwargs)
+
     monkeypatch.setattr(atomic_write, "_replace", counting)
     return seen
 
@@ -53,9 +57,11 @@ def writes(monkeypatch) -> list[str]:
 @pytest.fixture
 def full_disk(monkeypatch) -> None:
     """The one writer's data step writes a few bytes and then finds the disk full."""
+
     def write_some(fd, data):
         os.write(fd, bytes(memoryview(data)[:3]))
         raise OSError(errno.ENOSPC, "No space left on device")
+
     monkeypatch.setattr(atomic_write, "_write_all", write_some)
 
 
@@ -68,8 +74,9 @@ def test_the_in_place_rewrite_and_convert_checkpoint_both_write_through_the_one_
     assert writes == ["train.py"]
 
     target = tmp_path / "native.pt"
-    result = CliRunner().invoke(main, ["convert-checkpoint", str(_apex_checkpoint(tmp_path / "apex.pt")),
-                                       str(target)])
+    result = CliRunner().invoke(
+        main, ["convert-checkpoint", str(_apex_checkpoint(tmp_path / "apex.pt")), str(target)]
+    )
     assert result.exit_code == 0, result.output
     assert torch.load(target, weights_only=True)["amp"]["scale"] == 1024.0
     assert writes == ["train.py", "native.pt"]
@@ -85,7 +92,9 @@ def test_a_fault_in_the_one_writer_fails_the_in_place_rewrite_and_leaves_the_fil
 
 
 @pytest.mark.parametrize("existing", [False, True], ids=["new-target", "existing-target"])
-def test_a_fault_in_the_one_writer_fails_convert_checkpoint_and_leaves_the_target(tmp_path, full_disk, existing):
+def test_a_fault_in_the_one_writer_fails_convert_checkpoint_and_leaves_the_target(
+    tmp_path, full_disk, existing
+):
     source = _apex_checkpoint(tmp_path / "apex.pt")
     target = tmp_path / "native.pt"
     if existing:
@@ -93,7 +102,9 @@ def test_a_fault_in_the_one_writer_fails_convert_checkpoint_and_leaves_the_targe
     result = CliRunner().invoke(main, ["convert-checkpoint", str(source), str(target)])
     assert result.exit_code == 2
     assert result.stderr == f"error: {target}: cannot write (no space left on device); nothing written\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == (["apex.pt", "native.pt"] if existing else ["apex.pt"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == (
+        ["apex.pt", "native.pt"] if existing else ["apex.pt"]
+    )
     if existing:
         assert target.read_bytes() == b"old"
 
@@ -101,15 +112,23 @@ def test_a_fault_in_the_one_writer_fails_convert_checkpoint_and_leaves_the_targe
 def _renames_in(path: Path) -> list[int]:
     """Lines of `path` that call os.replace or os.rename: where a file is put in place."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    return [node.lineno for node in ast.walk(tree)
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr in {"replace", "rename"} and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == "os"]
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in {"replace", "rename"}
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "os"
+    ]
 
 
 def test_no_module_but_the_one_writer_renames_a_file_into_place():
-    renames = {str(path.relative_to(PACKAGE)): lines for path in sorted(PACKAGE.rglob("*.py"))
-               if (lines := _renames_in(path))}
+    renames = {
+        str(path.relative_to(PACKAGE)): lines
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (lines := _renames_in(path))
+    }
     assert list(renames) == ["atomic_write.py"], renames
 
 
@@ -124,6 +143,7 @@ def test_a_folder_swapped_for_a_symlink_after_it_was_opened_does_not_redirect_th
     def swap_folder(entry):
         folder.rename(moved)
         folder.symlink_to(outside, target_is_directory=True)
+
     atomic_write.replace_atomically(folder / "out.pt", b"new", may_create=True, check=swap_folder)
     assert list(outside.iterdir()) == []
     assert [p.name for p in moved.iterdir()] == ["out.pt"] and (moved / "out.pt").read_bytes() == b"new"

@@ -1,5 +1,6 @@
 """A run through the API leaves the calling process as it found it: the collector's thresholds
 and frozen set, and the SIGINT handler, so a long-running process can call it again and again."""
+
 from __future__ import annotations
 
 import gc

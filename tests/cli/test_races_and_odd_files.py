@@ -5,6 +5,7 @@ never hangs the run, and an unreadable folder or file is reported with exit 2.
 
 Races are made deterministic by a hook in `runner.write`, which the command line calls for
 each file between reading it (in `runner.process`) and replacing it."""
+
 import json
 import os
 import subprocess
@@ -18,7 +19,6 @@ from amp_migrate import runner
 from amp_migrate.source_file import SourceError, read_bytes
 
 from .conftest import SHIM_INPUT, SHIM_OUTPUT, run_cli, write
-from .test_json_report import schema  # noqa: F401  (the fixture)
 
 EDITED = SHIM_INPUT + "print('edited while the run was computing')\n"
 
@@ -58,7 +58,9 @@ def test_a_file_rewritten_with_the_same_bytes_during_the_run_is_still_migrated(p
     assert path.read_text() == SHIM_OUTPUT
 
 
-def test_a_file_swapped_for_a_symlink_during_the_run_is_not_written_through_it(tmp_path, project, monkeypatch):
+def test_a_file_swapped_for_a_symlink_during_the_run_is_not_written_through_it(
+    tmp_path, project, monkeypatch
+):
     outside = write(tmp_path / "outside" / "victim.py", SHIM_INPUT)  # the bytes that were read
     path = write(project / "a.py", SHIM_INPUT)
 
@@ -74,7 +76,9 @@ def test_a_file_swapped_for_a_symlink_during_the_run_is_not_written_through_it(t
     assert path.is_symlink()
 
 
-def test_a_folder_swapped_for_a_symlink_during_the_run_is_not_written_through_it(tmp_path, project, monkeypatch):
+def test_a_folder_swapped_for_a_symlink_during_the_run_is_not_written_through_it(
+    tmp_path, project, monkeypatch
+):
     outside = write(tmp_path / "outside" / "a.py", SHIM_INPUT)
     write(project / "pkg" / "a.py", SHIM_INPUT)
 
@@ -146,8 +150,14 @@ def test_a_fifo_named_py_is_reported_and_does_not_hang_the_run(project):
     for args in (["."], ["pipe.py", "a.py"]):
         write(project / "a.py", SHIM_INPUT)
         # The timeout only turns a hang into a failure; nothing here depends on timing.
-        proc = subprocess.run([sys.executable, "-m", "amp_migrate", "--target", "shim", *args],
-                              cwd=project, env=env, capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-m", "amp_migrate", "--target", "shim", *args],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert "pipe.py: error: not a regular file (a FIFO), not read" in proc.stdout
         assert (project / "a.py").read_text() == SHIM_OUTPUT

@@ -1,5 +1,6 @@
 """A file whose Apex names the shim lacks is an error where the file spells them: nothing is
 written, `--check` fails, the summary counts it, JSON says so."""
+
 import json
 import re
 
@@ -23,8 +24,13 @@ def test_check_fails_with_errors_at_the_lines_that_use_what_the_shim_lacks(proje
     assert result.exit_code == 2, result.output
     assert snapshot(project) == before
     lines = result.output.splitlines()
-    assert any(re.match(r"train\.py:3:33: AMP470 `apex\.optimizers\.FP16_Optimizer`", l) for l in lines), result.output
-    assert any(re.match(r"train\.py:5:27: AMP471 `FusedAdam\(\.\.\., max_grad_norm=\.\.\.\)`", l) for l in lines), result.output
+    assert any(
+        re.match(r"train\.py:3:33: AMP470 `apex\.optimizers\.FP16_Optimizer`", line) for line in lines
+    ), result.output
+    assert any(
+        re.match(r"train\.py:5:27: AMP471 `FusedAdam\(\.\.\., max_grad_norm=\.\.\.\)`", line)
+        for line in lines
+    ), result.output
     assert not any(":0:0:" in line for line in lines)
     (errors,) = [line for line in lines if line.startswith("Errors")]
     assert errors.split()[-1] == "1", errors

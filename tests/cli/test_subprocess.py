@@ -1,5 +1,6 @@
 """The installed command, run as a real process: routing of `amp-migrate PATH` to `migrate`,
 exit codes, and output."""
+
 import json
 import os
 import sys
@@ -55,6 +56,12 @@ def test_console_script(project):
     import subprocess
 
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([str(script), "--diff", "--target", "shim", "a.py"], cwd=project, env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [str(script), "--diff", "--target", "shim", "a.py"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0 and "+from amp_shim import amp" in proc.stdout

@@ -1,4 +1,5 @@
 """One gloo rank: gradients of torch DDP beside Apex DDP's predivide arithmetic (apex_api.md §11.1)."""
+
 import sys
 
 import torch
@@ -24,6 +25,7 @@ def _apex_hook(predivide, bucket):
         if predivide != world:
             reduced.mul_(predivide / world)
         return reduced
+
     return future.then(finish)
 
 
@@ -41,8 +43,12 @@ def main(rank, world, port, out):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        result = {"torch": _grads(rank), "apex_world": _grads(rank, float(world)),
-                  "apex_default": _grads(rank, 1.0), "apex_two": _grads(rank, 2.0)}
+        result = {
+            "torch": _grads(rank),
+            "apex_world": _grads(rank, float(world)),
+            "apex_default": _grads(rank, 1.0),
+            "apex_two": _grads(rank, 2.0),
+        }
         torch.save(result, f"{out}/rank{rank}.pt")
         dist.barrier()
     finally:

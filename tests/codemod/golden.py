@@ -10,6 +10,7 @@
 current output (`AMP_MIGRATE_GOLDEN_DIRS=initialize,scale_loss` limits the run to those
 folders); review the diff before committing it.
 """
+
 from __future__ import annotations
 
 import os
@@ -53,6 +54,8 @@ class Case:
 
 def cases() -> list[Case]:
     only = [d for d in os.environ.get("AMP_MIGRATE_GOLDEN_DIRS", "").split(",") if d]
-    return [Case(p) for p in sorted(ROOT.glob("*/*.py"))
-            if not p.name.endswith((".native.py", ".shim.py"))
-            and (not only or p.parent.name in only)]
+    return [
+        Case(p)
+        for p in sorted(ROOT.glob("*/*.py"))
+        if not p.name.endswith((".native.py", ".shim.py")) and (not only or p.parent.name in only)
+    ]

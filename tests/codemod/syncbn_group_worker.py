@@ -1,4 +1,5 @@
 """One gloo rank: Apex's create_syncbn_process_group (through the shim) beside torch's new_subgroups."""
+
 import sys
 
 import torch
@@ -25,8 +26,10 @@ def main(rank, world, port, out):
         for size in (1, 2, world):
             apex_group = create_syncbn_process_group(size)
             torch_group = dist.new_subgroups(size)[0]
-            result[size] = {"apex": (_members(apex_group), _group_sum(apex_group, rank)),
-                            "torch": (_members(torch_group), _group_sum(torch_group, rank))}
+            result[size] = {
+                "apex": (_members(apex_group), _group_sum(apex_group, rank)),
+                "torch": (_members(torch_group), _group_sum(torch_group, rank)),
+            }
         result[0] = create_syncbn_process_group(0)
         torch.save(result, f"{out}/rank{rank}.pt")
         dist.barrier()

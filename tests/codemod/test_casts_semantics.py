@@ -8,6 +8,7 @@ float functions compute in fp32 from fp16 inputs, half functions in fp16 from fp
 promote functions in the widest dtype of their inputs, and `disable_casts` bodies in fp32.
 Outside autocast nothing is cast.
 """
+
 from __future__ import annotations
 
 import sys
@@ -116,8 +117,12 @@ def test_non_tensor_and_sequence_arguments(migrated):
 
     wrapped = cast_inputs("cpu", torch.float16)(fn)
     with torch.autocast("cpu", dtype=F16):
-        wrapped([torch.ones(2), torch.ones(2, dtype=torch.float64), torch.ones(2, dtype=torch.int64)],
-                3, bias=torch.ones(2), name="x")
+        wrapped(
+            [torch.ones(2), torch.ones(2, dtype=torch.float64), torch.ones(2, dtype=torch.int64)],
+            3,
+            bias=torch.ones(2),
+            name="x",
+        )
     assert seen == {"xs": [F16, F16, torch.int64], "scale": 3, "bias": F16, "name": "x"}
 
 
@@ -132,7 +137,7 @@ def test_half_means_bfloat16_under_dtype_bfloat16(monkeypatch):
 
 def test_autograd_function_forward_runs_in_fp32_and_backpropagates(monkeypatch):
     result = migrate_source(AUTOGRAD_CASE.read_text(), target="native", device="cpu")
-    assert "@torch.amp.custom_fwd(device_type=\"cpu\", cast_inputs=torch.float32)" in result.code
+    assert '@torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)' in result.code
     migrated = _run(result.code, monkeypatch)
     x = torch.randn(3, 5, dtype=F16, requires_grad=True)
     with torch.autocast("cpu", dtype=F16):

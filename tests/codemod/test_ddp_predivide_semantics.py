@@ -1,5 +1,6 @@
 """AMP530 drops Apex DDP's `gradient_predivide_factor`: torch DDP's own reduction must be Apex's
 arithmetic with the factor equal to the world size, bit for bit, and any other factor the same mean."""
+
 import os
 import socket
 import subprocess
@@ -24,9 +25,16 @@ def ranks(request, tmp_path_factory):
     world, out = request.param, tmp_path_factory.mktemp("predivide")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     port = _free_port()
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(r), str(world), str(port), str(out)],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for r in range(world)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), str(r), str(world), str(port), str(out)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(world)
+    ]
     try:
         outputs = [p.communicate(timeout=120) for p in procs]
     finally:

@@ -1,4 +1,5 @@
 """docs/diagnostics.md is generated from the diagnostic registry and must match it."""
+
 from __future__ import annotations
 
 import re
@@ -12,7 +13,8 @@ from amp_migrate.diagnostics import CODES
 def test_diagnostics_page_is_up_to_date():
     assert docs.PATH.exists(), "docs/diagnostics.md is missing: run `python -m amp_migrate.docs`"
     assert docs.PATH.read_text(encoding="utf-8") == docs.render(), (
-        "docs/diagnostics.md is out of date: run `python -m amp_migrate.docs`")
+        "docs/diagnostics.md is out of date: run `python -m amp_migrate.docs`"
+    )
 
 
 @pytest.mark.parametrize("code", sorted(CODES))

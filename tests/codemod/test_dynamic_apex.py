@@ -1,6 +1,7 @@
 """Apex reached dynamically (a module name in a string, source text run by `exec`/`eval`, an
 attribute named at run time) is reported as AMP035 where it is, keeps the file's Apex names
 bound (the shim), and makes `--check` fail, even in a file whose only Apex it is."""
+
 from __future__ import annotations
 
 import json
@@ -18,37 +19,73 @@ from amp_migrate.runner import Job, process
 
 # (source, line, col of the call, what the message says was found)
 REPORTED = {
-    "import_module": ('import importlib\namp = importlib.import_module("apex.amp")\n', 2, 7,
-                      "imports `apex.amp` by name"),
-    "import_module_of_apex": ('import importlib\napex = importlib.import_module("apex")\n', 2, 8,
-                              "imports `apex` by name"),
+    "import_module": (
+        'import importlib\namp = importlib.import_module("apex.amp")\n',
+        2,
+        7,
+        "imports `apex.amp` by name",
+    ),
+    "import_module_of_apex": (
+        'import importlib\napex = importlib.import_module("apex")\n',
+        2,
+        8,
+        "imports `apex` by name",
+    ),
     "dunder_import": ('apex = __import__("apex")\n', 1, 8, "imports `apex` by name"),
-    "import_module_alias": ('from importlib import import_module as load\nopt = load("apex.optimizers")\n',
-                            2, 7, "imports `apex.optimizers` by name"),
-    "import_module_fstring": ('import importlib\nm = importlib.import_module(f"apex.{name}")\n', 2, 5,
-                              "imports `apex.<run-time part>` by name"),
-    "import_module_package": ('import importlib\nm = importlib.import_module(".amp", package="apex")\n',
-                              2, 5, "imports `apex.amp` by name"),
+    "import_module_alias": (
+        'from importlib import import_module as load\nopt = load("apex.optimizers")\n',
+        2,
+        7,
+        "imports `apex.optimizers` by name",
+    ),
+    "import_module_fstring": (
+        'import importlib\nm = importlib.import_module(f"apex.{name}")\n',
+        2,
+        5,
+        "imports `apex.<run-time part>` by name",
+    ),
+    "import_module_package": (
+        'import importlib\nm = importlib.import_module(".amp", package="apex")\n',
+        2,
+        5,
+        "imports `apex.amp` by name",
+    ),
     "exec": ('exec("from apex import amp")\n', 1, 1, "runs source text that names `apex`"),
     "eval": ('x = eval("apex.amp")\n', 1, 5, "runs source text that names `apex`"),
-    "compile": ('code = compile("import apex", "<apex>", "exec")\n', 1, 8,
-                "runs source text that names `apex`"),
-    "exec_names_an_apex_import": ('from apex import amp\nexec("amp.init()")\n', 2, 1,
-                                  "runs source text that names `amp`"),
-    "getattr_on_apex": ('import apex\nname = "amp"\nm = getattr(apex, name)\n', 3, 5,
-                        "reads an attribute of `apex` named at run time"),
-    "getattr_on_amp": ('from apex import amp\n\n\ndef f(name):\n    return getattr(amp, name)\n', 5, 12,
-                       "reads an attribute of `apex.amp` named at run time"),
+    "compile": (
+        'code = compile("import apex", "<apex>", "exec")\n',
+        1,
+        8,
+        "runs source text that names `apex`",
+    ),
+    "exec_names_an_apex_import": (
+        'from apex import amp\nexec("amp.init()")\n',
+        2,
+        1,
+        "runs source text that names `amp`",
+    ),
+    "getattr_on_apex": (
+        'import apex\nname = "amp"\nm = getattr(apex, name)\n',
+        3,
+        5,
+        "reads an attribute of `apex` named at run time",
+    ),
+    "getattr_on_amp": (
+        "from apex import amp\n\n\ndef f(name):\n    return getattr(amp, name)\n",
+        5,
+        12,
+        "reads an attribute of `apex.amp` named at run time",
+    ),
 }
 
 NOT_REPORTED = {
     "find_spec": 'import importlib.util\nHAS_APEX = importlib.util.find_spec("apex") is not None\n',
-    "import_module_of_a_variable": 'import importlib\nm = importlib.import_module(name)  # apex\n',
+    "import_module_of_a_variable": "import importlib\nm = importlib.import_module(name)  # apex\n",
     "re_compile": 'import re\nAPEX = re.compile(r"apex")\n',
     "eval_of_a_longer_word": 'x = eval("args.apex_level")\n',
     "import_module_of_another_package": 'import importlib\nm = importlib.import_module("apexx.amp")\n',
     "getattr_with_a_literal_name": 'import apex\nm = getattr(apex, "amp")\n',
-    "getattr_on_a_non_apex_object": 'import apex\nm = getattr(model, name)\n',
+    "getattr_on_a_non_apex_object": "import apex\nm = getattr(model, name)\n",
 }
 
 
@@ -71,8 +108,18 @@ def test_availability_checks_and_calls_that_do_not_name_apex_are_not_reported(ca
     assert "AMP035" not in {d.code for d in result.diagnostics}
 
 
-@pytest.mark.parametrize("case", ["exec", "eval", "compile", "import_module", "dunder_import",
-                                  "import_module_alias", "import_module_fstring"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "exec",
+        "eval",
+        "compile",
+        "import_module",
+        "dunder_import",
+        "import_module_alias",
+        "import_module_fstring",
+    ],
+)
 def test_a_file_whose_only_apex_is_dynamic_is_examined(case):
     """Every filter before the rules (the runner's text test, the parse's test of whether the
     code touches Apex, the cheap test that guards the second run) lets such a file through."""
@@ -83,8 +130,10 @@ def test_a_file_whose_only_apex_is_dynamic_is_examined(case):
 
 def test_dynamic_use_keeps_the_files_apex_names_bound_through_the_shim():
     """Native, `exec("amp.init()")` would run without the `amp` the rewrite removes."""
-    source = ('from apex import amp\n\nmodel, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
-              'exec("amp.register_half_function(torch, \'einsum\')")\n')
+    source = (
+        'from apex import amp\n\nmodel, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "exec(\"amp.register_half_function(torch, 'einsum')\")\n"
+    )
     result = migrate_source(source)
     assert result.target_used == "shim" and "from amp_shim import amp" in result.code
     assert [d.code for d in result.diagnostics if d.code == "AMP035"] == ["AMP035"]  # reported once
@@ -110,8 +159,9 @@ def _check(*args: str):
     return CliRunner().invoke(main, ["--check", *args], catch_exceptions=False)
 
 
-@pytest.mark.parametrize("case", ["exec", "eval", "import_module_alias", "import_module_fstring",
-                                  "import_module_package"])
+@pytest.mark.parametrize(
+    "case", ["exec", "eval", "import_module_alias", "import_module_fstring", "import_module_package"]
+)
 @pytest.mark.parametrize("target", ["auto", "shim"])
 def test_check_exits_1_for_a_file_whose_only_apex_is_dynamic(in_tmp, case, target):
     (in_tmp / "train.py").write_text(REPORTED[case][0])
@@ -127,8 +177,13 @@ def test_check_exits_0_for_an_availability_check_alone(in_tmp):
 
 
 def test_check_counts_a_notebook_that_imports_apex_by_name(in_tmp):
-    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
-            "source": ["import importlib\n", "amp = importlib.import_module(\"apex.amp\")\n"]}
+    cell = {
+        "cell_type": "code",
+        "metadata": {},
+        "outputs": [],
+        "execution_count": None,
+        "source": ["import importlib\n", 'amp = importlib.import_module("apex.amp")\n'],
+    }
     notebook = {"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     (in_tmp / "train.ipynb").write_text(json.dumps(notebook))
     result = _check("train.ipynb")

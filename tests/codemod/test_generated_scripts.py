@@ -1,6 +1,7 @@
 """Property test: random legacy training scripts, assembled from the patterns the rules
 support, always migrate natively to code that compiles, that a second run leaves alone, and
 that names no Apex object; their shim migration differs from the input only in import lines."""
+
 from __future__ import annotations
 
 import re
@@ -39,19 +40,26 @@ def scripts(draw) -> str:
     opt_list = [f"{owner}opt_a", f"{owner}opt_b"] if two_optimizers else [f"{owner}optimizer"]
     opts_expr = "[" + ", ".join(opt_list) + "]" if two_optimizers else opt_list[0]
     model = f"{owner}model"
-    init = (f"{model}, {opts_expr} = {amp}.initialize({'model'}, {opts}, opt_level={level})"
-            if layout != "class" else
-            f"self.model, {opts_expr} = {amp}.initialize(model, {opts}, opt_level={level})")
+    init = (
+        f"{model}, {opts_expr} = {amp}.initialize({'model'}, {opts}, opt_level={level})"
+        if layout != "class"
+        else f"self.model, {opts_expr} = {amp}.initialize(model, {opts}, opt_level={level})"
+    )
     steps = "\n".join(f"{o}.step()" for o in opt_list)
-    clip_lines = "".join(
-        f"torch.nn.utils.clip_grad_norm_({amp}.master_params({o}), 1.0)\n" for o in opt_list) if clip else ""
+    clip_lines = (
+        "".join(f"torch.nn.utils.clip_grad_norm_({amp}.master_params({o}), 1.0)\n" for o in opt_list)
+        if clip
+        else ""
+    )
     scale_kwargs = ", delay_unscale=not last" if delay_unscale else ""
     lines = [f"{o}.zero_grad()" for o in opt_list]
     lines += [f"out = {model}(x){comment}", f"{loss_name} = criterion(out, y)"]
     if accumulate:
         lines += [f"{loss_name} = {loss_name} / 4", "last = (i + 1) % 4 == 0"]
-    lines += [f"with {amp}.scale_loss({loss_name}, {opts_expr}{scale_kwargs}) as {scaled_name}:",
-              f"    {scaled_name}.backward()"]
+    lines += [
+        f"with {amp}.scale_loss({loss_name}, {opts_expr}{scale_kwargs}) as {scaled_name}:",
+        f"    {scaled_name}.backward()",
+    ]
     body = "\n".join(lines) + "\n"
     step_block = clip_lines + steps + "\n"
     if accumulate:
@@ -64,15 +72,22 @@ def scripts(draw) -> str:
     header = f"import torch\n{import_line}\n\n\n"
     if layout == "function":
         code = "def main(args, model, optimizer, opt_a, opt_b, data):\n" + textwrap.indent(
-            init + "\n" + loop + save, "    ")
+            init + "\n" + loop + save, "    "
+        )
     elif layout == "split":
-        code = ("def setup(args, model, optimizer, opt_a, opt_b):\n"
-                + textwrap.indent(init + f"\nreturn model, {opts_expr}\n", "    ")
-                + "\n\ndef train(model, optimizer, opt_a, opt_b, data):\n" + textwrap.indent(loop + save, "    "))
+        code = (
+            "def setup(args, model, optimizer, opt_a, opt_b):\n"
+            + textwrap.indent(init + f"\nreturn model, {opts_expr}\n", "    ")
+            + "\n\ndef train(model, optimizer, opt_a, opt_b, data):\n"
+            + textwrap.indent(loop + save, "    ")
+        )
     else:
-        code = ("class Trainer:\n    def __init__(self, args, model, optimizer, opt_a, opt_b):\n"
-                + textwrap.indent(init + "\n", " " * 8)
-                + "\n    def fit(self, data):\n" + textwrap.indent(loop + save, " " * 8))
+        code = (
+            "class Trainer:\n    def __init__(self, args, model, optimizer, opt_a, opt_b):\n"
+            + textwrap.indent(init + "\n", " " * 8)
+            + "\n    def fit(self, data):\n"
+            + textwrap.indent(loop + save, " " * 8)
+        )
     return header + code
 
 
@@ -81,8 +96,9 @@ def _split_runtime_level(script: str) -> bool:
     return "def setup(" in script and "opt_level=args.opt_level" in script
 
 
-SETTINGS = settings(max_examples=30, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @SETTINGS

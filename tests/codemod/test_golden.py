@@ -1,5 +1,6 @@
 """Every golden case, for both targets: the exact output, a second run that changes nothing,
 output that compiles, and `--target auto` choosing native exactly when native is possible."""
+
 from __future__ import annotations
 
 import functools

@@ -2,6 +2,7 @@
 region after it provably covers what Apex cast (plan_inference.py); each escape falls back with
 AMP150 naming it. A second `initialize` beside the training one is dropped only where Apex's
 rebuilt scalers were the first call's (AMP152)."""
+
 from __future__ import annotations
 
 import textwrap
@@ -22,53 +23,75 @@ def _codes(result) -> set[str]:
 
 
 ESCAPES = {
-    "wrapper returned": ("""
+    "wrapper returned": (
+        """
         def load(path):
             model = amp.initialize(torch.load(path), opt_level="O2")
             wrapped = torch.nn.DataParallel(model)
             return wrapped
-        """, "`wrapped` is returned"),
-    "kept by a container": ("""
+        """,
+        "`wrapped` is returned",
+    ),
+    "kept by a container": (
+        """
         def load(path, registry):
             model = torch.load(path)
             model = amp.initialize(model, opt_level="O2")
             registry.append(model)
-        """, "handed to `.append()`"),
-    "stored on an object": ("""
+        """,
+        "handed to `.append()`",
+    ),
+    "stored on an object": (
+        """
         def load(path, holder):
             model = torch.load(path)
             model = amp.initialize(model, opt_level="O3")
             holder.model = model
-        """, "is stored at line"),
-    "read by a closure": ("""
+        """,
+        "is stored at line",
+    ),
+    "read by a closure": (
+        """
         def serve(path):
             model = torch.load(path)
             model = amp.initialize(model, opt_level="O2")
             def predict(x):
                 return model(x)
             register(predict)
-        """, "nested function"),
-    "generator": ("""
+        """,
+        "nested function",
+    ),
+    "generator": (
+        """
         def predictions(path, batches):
             model = torch.load(path)
             model = amp.initialize(model, opt_level="O2")
             for x in batches:
                 yield model(x)
-        """, "generator"),
-    "backward in the region": ("""
+        """,
+        "generator",
+    ),
+    "backward in the region": (
+        """
         def tune(path, x):
             model = torch.load(path)
             model = amp.initialize(model, opt_level="O2")
             model(x).sum().backward()
-        """, "backward pass"),
-    "inside a loop": ("""
+        """,
+        "backward pass",
+    ),
+    "inside a loop": (
+        """
         def score_all(paths, x):
             for path in paths:
                 model = torch.load(path)
                 model = amp.initialize(model, opt_level="O2")
                 print(model(x))
-        """, "`for` statement"),
-    "O1 in a function called mid-script": ("""
+        """,
+        "`for` statement",
+    ),
+    "O1 in a function called mid-script": (
+        """
         def score(path, x):
             model = torch.load(path)
             model = amp.initialize(model, opt_level="O1")
@@ -77,7 +100,9 @@ ESCAPES = {
         if __name__ == "__main__":
             score("a.pt", torch.ones(2))
             print(torch.ones(2, 2) @ torch.ones(2, 2))
-        """, "runs after the region"),
+        """,
+        "runs after the region",
+    ),
 }
 
 
@@ -101,8 +126,10 @@ def test_o1_inference_as_the_scripts_last_step_covers_the_rest_of_the_script():
             score("a.pt", torch.ones(2))
         """)
     assert result.target_used == "native"
-    assert 'with torch.autocast("cuda", dtype=torch.float16):\n        logits = model(x)\n' \
-           '        return logits.softmax(-1) @ logits.t()' in result.code
+    assert (
+        'with torch.autocast("cuda", dtype=torch.float16):\n        logits = model(x)\n'
+        "        return logits.softmax(-1) @ logits.t()" in result.code
+    )
 
 
 def test_o0_inference_initialize_only_goes_away():
@@ -132,14 +159,19 @@ TRAIN = """
     """
 
 
-@pytest.mark.parametrize("between, level, ema_step, dropped", [
-    ("pass", "O1", "pass", True),
-    ("pass", "O2", "pass", False),  # other options: Apex's rebuilt scaler and casts differ
-    ("pass", "O1", "ema_optimizer.step()", False),  # the EMA optimizer is stepped
-    ("warm_up(model, optimizer)", "O1", "pass", False),  # code of this file runs in between
-], ids=["same-options", "other-options", "ema-stepped", "call-between"])
+@pytest.mark.parametrize(
+    "between, level, ema_step, dropped",
+    [
+        ("pass", "O1", "pass", True),
+        ("pass", "O2", "pass", False),  # other options: Apex's rebuilt scaler and casts differ
+        ("pass", "O1", "ema_optimizer.step()", False),  # the EMA optimizer is stepped
+        ("warm_up(model, optimizer)", "O1", "pass", False),  # code of this file runs in between
+    ],
+    ids=["same-options", "other-options", "ema-stepped", "call-between"],
+)
 def test_second_initialize_is_dropped_only_where_apex_rebuilt_the_same_unused_scaler(
-        between, level, ema_step, dropped):
+    between, level, ema_step, dropped
+):
     source = TRAIN.format(between=between, level=level, ema_step=ema_step)
     if "warm_up" in between:
         source = "\ndef warm_up(model, optimizer):\n    pass\n" + source

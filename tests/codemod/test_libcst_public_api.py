@@ -1,10 +1,10 @@
 """The codemod uses libcst's public API only, so a libcst release within the pinned major
 cannot break it through a renamed internal."""
+
 from __future__ import annotations
 
 import ast
 from pathlib import Path
-
 
 PACKAGE = Path(__file__).resolve().parents[2] / "amp_migrate"
 
@@ -17,7 +17,11 @@ def _private_libcst_imports(tree: ast.AST) -> list[str]:
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
         elif isinstance(node, ast.Import):
             names = [a.name for a in node.names]
-        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in ("cst", "libcst"):
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ("cst", "libcst")
+        ):
             names = [f"libcst.{node.attr}"]
         for name in names:
             parts = name.split(".")
@@ -33,4 +37,3 @@ def test_no_module_of_the_codemod_reaches_into_libcst_internals():
         if found:
             offenders[str(path.relative_to(PACKAGE.parent))] = found
     assert offenders == {}
-

@@ -8,6 +8,7 @@ code once the inserted characters are taken out, the same target, the same diagn
 same lines. One run per fixture and character class (every character of the class inserted in
 that run), so every fixture meets every character on every run.
 """
+
 from __future__ import annotations
 
 import ast
@@ -27,8 +28,9 @@ from amp_migrate.migrate import MigrationError, migrate_source
 from .golden import Case
 
 ROOT = Path(__file__).resolve().parents[2]
-INPUTS = sorted(p for p in (ROOT / "fixtures").rglob("*.py")
-                if not p.name.endswith((".native.py", ".shim.py")))
+INPUTS = sorted(
+    p for p in (ROOT / "fixtures").rglob("*.py") if not p.name.endswith((".native.py", ".shim.py"))
+)
 CLASSES = {
     "form-feed": "\x0c",  # also whitespace to Python, so it goes at line starts too
     "ascii-controls": "\x0b\x1c\x1d\x1e",
@@ -58,7 +60,13 @@ def _string_sites(text: str, tree: ast.Module, starts: list[int]) -> list[int]:
             strings.append(node.value)
         elif isinstance(node, ast.Call):
             func = node.func
-            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            name = (
+                func.id
+                if isinstance(func, ast.Name)
+                else func.attr
+                if isinstance(func, ast.Attribute)
+                else ""
+            )
             if name in _PRINTED:
                 strings.extend(a for a in node.args if isinstance(a, (ast.Constant, ast.JoinedStr)))
     sites = []
@@ -66,8 +74,8 @@ def _string_sites(text: str, tree: ast.Module, starts: list[int]) -> list[int]:
         if isinstance(node, ast.Constant) and not isinstance(node.value, str):
             continue
         line_start = starts[node.lineno - 1]
-        line = text[line_start:starts[node.lineno] if node.lineno < len(starts) else len(text)]
-        col = len(line.encode("utf-8")[:node.col_offset].decode("utf-8"))
+        line = text[line_start : starts[node.lineno] if node.lineno < len(starts) else len(text)]
+        col = len(line.encode("utf-8")[: node.col_offset].decode("utf-8"))
         quote = _PREFIX.match(line, col)
         if quote is not None:
             sites.append(line_start + quote.end())
@@ -99,8 +107,12 @@ def _sites(text: str) -> Optional[Sites]:
             in_strings.update(range(row + 1, end_row + 1))
         if token.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
             new_statement = True
-        elif new_statement and token.type not in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT,
-                                                  tokenize.DEDENT):
+        elif new_statement and token.type not in (
+            tokenize.NL,
+            tokenize.COMMENT,
+            tokenize.INDENT,
+            tokenize.DEDENT,
+        ):
             new_statement = False
             sites.statements.append((starts[row - 1], token.line[:col]))
     sites.inside.extend(_string_sites(text, tree, starts))
@@ -150,8 +162,12 @@ def _migration(text: str, target: str, options: dict):
         result = migrate_source(text, target=target, **options)
     except MigrationError as exc:
         return ("error", exc.line)
-    return (result.code, result.target_used, result.changed,
-            sorted((d.code, d.line, d.severity) for d in result.diagnostics))
+    return (
+        result.code,
+        result.target_used,
+        result.changed,
+        sorted((d.code, d.line, d.severity) for d in result.diagnostics),
+    )
 
 
 def _without(migration: tuple, characters: str) -> tuple:
@@ -182,9 +198,9 @@ def test_line_break_characters_in_comments_and_strings_change_no_migration(path:
             assert _sites(text) is None, "no place to insert a character"
             continue  # Python cannot read it either: nothing to compare
         for target in ("native", "shim"):
-            assert _without(_migration(mutated, target, options), characters) == \
-                _without(baseline[target], characters), (
-                f"{name} characters changed the {target} migration; mutated input:\n{mutated!r}")
+            assert _without(_migration(mutated, target, options), characters) == _without(
+                baseline[target], characters
+            ), f"{name} characters changed the {target} migration; mutated input:\n{mutated!r}"
 
 
 def test_mutations_put_every_character_where_python_ignores_it():

@@ -1,5 +1,6 @@
 """One line index: the codemod numbers lines as Python's parser does, and keeps form feeds
 that libcst cannot read where Python ignores them."""
+
 from __future__ import annotations
 
 import ast
@@ -15,7 +16,7 @@ NOT_BREAKS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 
 @pytest.mark.parametrize("char", list(NOT_BREAKS), ids=lambda c: f"U+{ord(c):04X}")
 def test_line_n_holds_the_statement_the_parser_puts_on_line_n(char):
-    text = f"a = 1  # x{char}y\r\nb = '{char}'\rc = 3\n\"\"\"{char}\n{char}\"\"\"\nd = 4"
+    text = f'a = 1  # x{char}y\r\nb = \'{char}\'\rc = 3\n"""{char}\n{char}"""\nd = 4'
     lines = split_lines(text)
     for stmt in ast.parse(text).body:
         assert lines[stmt.lineno - 1].lstrip().startswith(ast.get_source_segment(text, stmt)[:1])
@@ -77,8 +78,10 @@ def test_diagnostics_on_a_line_after_a_form_feed_count_it_as_a_column():
     text = f"from apex import amp\n{prefix}model, opt = amp.initialize(model, opt, loss_scale=128.0)\n"
     plain = text.replace(prefix, "")
     shifted = {(d.code, d.line, d.col) for d in migrate_source(text, target="native").diagnostics}
-    expected = {(d.code, d.line, d.col + (len(prefix) if d.line == 2 else 0))
-                for d in migrate_source(plain, target="native").diagnostics}
+    expected = {
+        (d.code, d.line, d.col + (len(prefix) if d.line == 2 else 0))
+        for d in migrate_source(plain, target="native").diagnostics
+    }
     assert shifted == expected and any(line == 2 for _, line, _ in shifted)
 
 

@@ -1,4 +1,5 @@
 """`migrate_source` as an API: its guarantees beyond any one rule."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,7 +8,7 @@ import amp_migrate.rules as rules
 from amp_migrate import MigrationError, migrate_source
 from amp_migrate.rules.base import Rule
 
-LOOP = '''\
+LOOP = """\
 from apex import amp
 
 model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
@@ -17,7 +18,7 @@ for x, y in data:
     with amp.scale_loss(loss, optimizer) as scaled_loss:
         scaled_loss.backward()
     optimizer.step()
-'''
+"""
 
 
 def test_file_without_apex_comes_back_identical_and_unparsed():
@@ -47,18 +48,21 @@ def test_result_reports_whether_and_how_the_code_changed(target):
     assert result.target_used == ("shim" if target == "shim" else "native")
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"target": "torch"}, "target must be one of"),
-    ({"dtype": "float32"}, "dtype must be one of"),
-    ({"device": "cuda:0"}, "device must be a device type"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"target": "torch"}, "target must be one of"),
+        ({"dtype": "float32"}, "dtype must be one of"),
+        ({"device": "cuda:0"}, "device must be a device type"),
+    ],
+)
 def test_bad_options_are_value_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         migrate_source(LOOP, **kwargs)
 
 
 def test_modern_syntax_parses_and_survives_byte_for_byte():
-    modern = '''\
+    modern = """\
 from apex import amp
 type Batch = tuple[int, int]
 
@@ -77,7 +81,7 @@ for x, y in data:
     with amp.scale_loss(loss, optimizer) as scaled_loss:
         scaled_loss.backward()
     optimizer.step()
-'''
+"""
     result = migrate_source(modern)
     assert result.target_used == "native"
     head = modern.split("\n\n\nmodel")[0].replace("from apex import amp\n", "")
@@ -94,10 +98,12 @@ def test_output_with_an_undefined_name_is_refused_and_the_input_kept(monkeypatch
 
         def leave_Module(self, original_node, updated_node):
             return updated_node.with_changes(
-                body=list(updated_node.body) + [cst.parse_statement("undefined_helper()\n")])
+                body=list(updated_node.body) + [cst.parse_statement("undefined_helper()\n")]
+            )
 
     monkeypatch.setattr(rules, "NATIVE_RULES", rules.NATIVE_RULES + [Sabotage])
     import amp_migrate.migrate as migrate
+
     monkeypatch.setattr(migrate, "NATIVE_RULES", rules.NATIVE_RULES)
     result = migrate_source(LOOP, target="native")
     assert result.code == LOOP and not result.changed
@@ -114,10 +120,10 @@ def test_output_that_a_second_run_would_change_is_refused(monkeypatch):
         MARKERS = ()
 
         def leave_Module(self, original_node, updated_node):
-            return updated_node.with_changes(
-                body=list(updated_node.body) + [cst.parse_statement("pass\n")])
+            return updated_node.with_changes(body=list(updated_node.body) + [cst.parse_statement("pass\n")])
 
     import amp_migrate.migrate as migrate
+
     monkeypatch.setattr(migrate, "NATIVE_RULES", rules.NATIVE_RULES + [Grows])
     # The output no longer touches Apex, so a real second run would return it as it is;
     # here it is made to look as if it still did, so that the rules run on it again.
@@ -139,20 +145,29 @@ def test_native_output_that_still_imports_apex_is_refused(monkeypatch):
 
         def leave_Module(self, original_node, updated_node):
             return updated_node.with_changes(
-                body=[cst.parse_statement("from apex import \\\n    amp\n")] + list(updated_node.body))
+                body=[cst.parse_statement("from apex import \\\n    amp\n")] + list(updated_node.body)
+            )
 
     import amp_migrate.migrate as migrate
+
     monkeypatch.setattr(migrate, "NATIVE_RULES", rules.NATIVE_RULES + [KeepsApex])
     result = migrate_source(LOOP, target="native")
     assert result.code == LOOP and not result.changed
     assert any(d.code == "AMP002" and "still imports `apex`" in d.message for d in result.diagnostics)
 
 
-@pytest.mark.parametrize("text", [
-    "import apex\n", "import os, apex.amp as a\n", "import os, \\\n    apex\n", "from apex import amp\n",
-    "from \\\napex.optimizers import FusedAdam\n", "x = 1; import apex.parallel\n",
-    "if True:\n    from apex.fp16_utils import *\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "import apex\n",
+        "import os, apex.amp as a\n",
+        "import os, \\\n    apex\n",
+        "from apex import amp\n",
+        "from \\\napex.optimizers import FusedAdam\n",
+        "x = 1; import apex.parallel\n",
+        "if True:\n    from apex.fp16_utils import *\n",
+    ],
+)
 def test_the_text_check_sees_every_apex_import_the_output_check_would(text):
     """A native output is parsed again only where the text may import Apex: the text test
     must hold wherever `output_imports_apex` would find an import."""
@@ -178,8 +193,11 @@ def test_output_without_apex_is_not_migrated_again(monkeypatch):
 
 
 def test_diagnostic_lines_point_into_the_original_file():
-    text = LOOP.replace('opt_level="O1")', 'opt_level="O1", num_losses=2)').replace(
-        "as scaled_loss", "as scaled_loss").replace("scale_loss(loss, optimizer)", "scale_loss(loss, optimizer, loss_id=1)")
+    text = (
+        LOOP.replace('opt_level="O1")', 'opt_level="O1", num_losses=2)')
+        .replace("as scaled_loss", "as scaled_loss")
+        .replace("scale_loss(loss, optimizer)", "scale_loss(loss, optimizer, loss_id=1)")
+    )
     result = migrate_source(text)
     lines = sorted(d.line for d in result.diagnostics if d.code == "AMP114")
     assert lines == [3, 7]

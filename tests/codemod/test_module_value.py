@@ -1,6 +1,7 @@
 """Apex's module handed around as a value (amp_migrate/carriers.py, rules/module_value.py): the
 value becomes the GradScaler only where every place it goes is visible; every other flow is
 refused with the place where it leaves."""
+
 from __future__ import annotations
 
 import ast
@@ -11,7 +12,7 @@ import pytest
 from amp_migrate import migrate_source
 from amp_migrate.carriers import find_carriers
 
-TRAIN = '''
+TRAIN = """
 def train(model, optimizer, inputs, amp):
     loss = model(inputs).sum()
     if amp is not None:
@@ -20,18 +21,23 @@ def train(model, optimizer, inputs, amp):
     else:
         loss.backward()
     optimizer.step()
-'''
+"""
 
 
 def _main(body: str, after: str = "    train(model, optimizer, inputs, amp)\n") -> str:
-    return TRAIN + textwrap.dedent('''
+    return (
+        TRAIN
+        + textwrap.dedent("""
     def main(level, model, optimizer, inputs):
         if level == "O1":
             from apex import amp
             model, optimizer = amp.initialize(model, optimizer, opt_level=level)
         else:
             amp = None
-    ''') + textwrap.indent(textwrap.dedent(body), "    ") + after
+    """)
+        + textwrap.indent(textwrap.dedent(body), "    ")
+        + after
+    )
 
 
 def _carriers(source: str):
@@ -45,14 +51,17 @@ def test_a_module_passed_to_a_function_of_the_file_gets_that_slot():
     assert found.bare_else and found.nones
 
 
-@pytest.mark.parametrize("body, line, why", [
-    ("args.amp = amp\n", 17, "`amp` is used in `args.amp = amp`"),
-    ("print(amp)\n", 17, "passed to `print`"),
-    ("handle = amp\n", 17, "`amp` is used in `handle = amp`"),
-    ("amp.register_half_function(torch, 'einsum')\n", 17, "`amp.register_half_function` is used"),
-    ("fn = lambda: amp\n", 17, "nested function"),
-    ("amp = amp or None\n", 17, "bound to something other than"),
-])
+@pytest.mark.parametrize(
+    "body, line, why",
+    [
+        ("args.amp = amp\n", 17, "`amp` is used in `args.amp = amp`"),
+        ("print(amp)\n", 17, "passed to `print`"),
+        ("handle = amp\n", 17, "`amp` is used in `handle = amp`"),
+        ("amp.register_half_function(torch, 'einsum')\n", 17, "`amp.register_half_function` is used"),
+        ("fn = lambda: amp\n", 17, "nested function"),
+        ("amp = amp or None\n", 17, "bound to something other than"),
+    ],
+)
 def test_a_value_that_leaves_what_the_file_shows_is_refused_where_it_leaves(body, line, why):
     found = _carriers(_main(body))
     (at_line, _), message = found.refusal
@@ -60,13 +69,15 @@ def test_a_value_that_leaves_what_the_file_shows_is_refused_where_it_leaves(body
 
 
 def test_a_call_of_the_receiving_function_without_the_module_is_refused():
-    source = _main("", after="    train(model, optimizer, inputs, amp)\n    train(model, optimizer, inputs, None)\n")
+    source = _main(
+        "", after="    train(model, optimizer, inputs, amp)\n    train(model, optimizer, inputs, None)\n"
+    )
     (line, col), message = _carriers(source).refusal
     assert (line, col) == (18, 5) and "called without Apex's module" in message
 
 
 def test_a_read_before_apex_is_set_up_is_refused():
-    source = TRAIN + textwrap.dedent('''
+    source = TRAIN + textwrap.dedent("""
     def main(level, model, optimizer, inputs):
         amp = None
         train(model, optimizer, inputs, amp)
@@ -74,13 +85,13 @@ def test_a_read_before_apex_is_set_up_is_refused():
             from apex import amp
             model, optimizer = amp.initialize(model, optimizer, opt_level=level)
         train(model, optimizer, inputs, amp)
-    ''')
+    """)
     (line, _), message = _carriers(source).refusal
     assert line == 13 and "before Apex is set up" in message
 
 
 def test_a_module_returned_by_a_provider_is_refused_at_the_return():
-    source = textwrap.dedent('''
+    source = textwrap.dedent("""
     def get_amp(fp16):
         if fp16:
             from apex import amp
@@ -88,14 +99,19 @@ def test_a_module_returned_by_a_provider_is_refused_at_the_return():
         else:
             amp = None
         return amp
-    ''')
+    """)
     (line, _), message = _carriers(source).refusal
     assert line == 8
 
 
 def test_native_output_tests_the_scaler_where_the_code_tested_the_module():
-    result = migrate_source(_main("", after="    train(model, optimizer, inputs, amp)\n"
-                                        "    return amp.state_dict() if amp else None\n"), target="auto")
+    result = migrate_source(
+        _main(
+            "",
+            after="    train(model, optimizer, inputs, amp)\n    return amp.state_dict() if amp else None\n",
+        ),
+        target="auto",
+    )
     assert result.target_used == "native"
     assert "def train(model, optimizer, inputs, scaler):" in result.code
     assert "return scaler.state_dict() if scaler.is_enabled() else None" in result.code
@@ -109,7 +125,7 @@ def test_a_refused_flow_sends_the_file_to_the_shim_with_the_place():
 
 
 def test_an_import_whose_block_does_not_initialize_is_refused():
-    source = TRAIN + textwrap.dedent('''
+    source = TRAIN + textwrap.dedent("""
     def main(level, fp16, model, optimizer, inputs):
         if level == "O1":
             from apex import amp
@@ -118,13 +134,13 @@ def test_an_import_whose_block_does_not_initialize_is_refused():
         if fp16:
             model, optimizer = amp.initialize(model, optimizer, opt_level=level)
         train(model, optimizer, inputs, amp)
-    ''')
+    """)
     (line, _), message = _carriers(source).refusal
     assert line == 13 and "does not run in the block that imports Apex" in message
 
 
 def test_an_import_in_a_loop_is_refused():
-    source = TRAIN + textwrap.dedent('''
+    source = TRAIN + textwrap.dedent("""
     def main(level, model, optimizer, folds):
         for inputs in folds:
             if level == "O1":
@@ -133,6 +149,6 @@ def test_an_import_in_a_loop_is_refused():
             else:
                 amp = None
             train(model, optimizer, inputs, amp)
-    ''')
+    """)
     (line, _), message = _carriers(source).refusal
     assert line == 14 and "inside a loop" in message

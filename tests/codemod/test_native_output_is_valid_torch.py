@@ -1,6 +1,7 @@
 """Native output only uses torch API that exists: every `torch.` dotted name in every native
 golden output resolves on the installed torch, and every `torch.amp.GradScaler(...)` and
 `torch.autocast(...)` call binds to the real signature."""
+
 from __future__ import annotations
 
 import inspect
@@ -14,8 +15,13 @@ from libcst.helpers import get_full_name_for_node
 from .golden import cases
 
 NATIVE_OUTPUTS = [c.expected("native") for c in cases() if c.expected("native").exists()]
-CHECKED_CALLS = {"torch.amp.GradScaler", "torch.autocast", "torch.amp.autocast",
-                 "torch.amp.custom_fwd", "torch.amp.custom_bwd"}
+CHECKED_CALLS = {
+    "torch.amp.GradScaler",
+    "torch.autocast",
+    "torch.amp.autocast",
+    "torch.amp.custom_fwd",
+    "torch.amp.custom_bwd",
+}
 
 
 def resolve(dotted: str):

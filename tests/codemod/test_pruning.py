@@ -1,4 +1,5 @@
 """Rules visit only statements that spell their words; that must never change a result."""
+
 import ast
 from pathlib import Path
 
@@ -9,8 +10,9 @@ from amp_migrate.migrate import migrate_source
 from amp_migrate.source_index import SourceIndex
 
 ROOT = Path(__file__).resolve().parents[2]
-INPUTS = sorted(p for p in (ROOT / "fixtures").rglob("*.py")
-                if not p.name.endswith((".native.py", ".shim.py")))
+INPUTS = sorted(
+    p for p in (ROOT / "fixtures").rglob("*.py") if not p.name.endswith((".native.py", ".shim.py"))
+)
 
 
 def _run(text: str, target: str):
@@ -26,7 +28,7 @@ def test_pruned_and_unpruned_runs_agree(path, monkeypatch):
     assert _run(text, "auto") == pruned
 
 
-SAMPLE = '''\
+SAMPLE = """\
 import torch
 from apex import amp
 
@@ -54,7 +56,7 @@ def train(model, optimizer, data):
         finally:
             optimizer.step(); print("stepped")
         if y: print(y)
-'''
+"""
 
 
 def _index(text: str) -> SourceIndex:
@@ -91,13 +93,17 @@ def test_index_skips_statements_that_spell_none_of_the_words():
     skipped = index.skipped({"amp"})
     kept = [e for e in index.statements if id(e.node) not in skipped]
     assert [_code(e.node).splitlines()[0] for e in kept] == [
-        "from apex import amp", "def train(model, optimizer, data):"]
+        "from apex import amp",
+        "def train(model, optimizer, data):",
+    ]
     train = kept[-1]
     inside = [_code(e.node).splitlines()[0] for e in train.children if id(e.node) in skipped]
     assert inside == []  # both statements of train's body spell `amp`
     loop = train.children[1]
     assert [_code(e.node).splitlines()[0] for e in loop.children if id(e.node) in skipped] == [
-        "if x is None:", "if y: print(y)"]
+        "if x is None:",
+        "if y: print(y)",
+    ]
 
 
 def test_unchanged_statements_keep_their_identity_through_the_rules(monkeypatch):
@@ -125,39 +131,56 @@ def test_unpairable_files_are_not_pruned():
     assert index.statements is None and index.skipped({"amp"}) == frozenset()
 
 
-@pytest.mark.parametrize("source, name, expected", [
-    ("def f(optimizer):\n    optimizer.step()\n", "optimizer", True),
-    ("def f():\n    optimizer = make()\n    optimizer.step()\n", "optimizer", True),
-    ("def f():\n    optimizer.step()\n", "optimizer", None),
-    ("def f():\n    global optimizer\n    optimizer = make()\n", "optimizer", False),
-    ("def f():\n    for optimizer in opts:\n        optimizer.step()\n", "optimizer", True),
-    ("def f():\n    def g(optimizer):\n        pass\n    optimizer.step()\n", "optimizer", None),
-    ("def f():\n    with make() as (a, optimizer):\n        pass\n", "optimizer", True),
-    ("def f():\n    import optimizer\n", "optimizer", True),
-    ("def f(*, k=1, **optimizer):\n    pass\n", "optimizer", True),
-])
+@pytest.mark.parametrize(
+    "source, name, expected",
+    [
+        ("def f(optimizer):\n    optimizer.step()\n", "optimizer", True),
+        ("def f():\n    optimizer = make()\n    optimizer.step()\n", "optimizer", True),
+        ("def f():\n    optimizer.step()\n", "optimizer", None),
+        ("def f():\n    global optimizer\n    optimizer = make()\n", "optimizer", False),
+        ("def f():\n    for optimizer in opts:\n        optimizer.step()\n", "optimizer", True),
+        ("def f():\n    def g(optimizer):\n        pass\n    optimizer.step()\n", "optimizer", None),
+        ("def f():\n    with make() as (a, optimizer):\n        pass\n", "optimizer", True),
+        ("def f():\n    import optimizer\n", "optimizer", True),
+        ("def f(*, k=1, **optimizer):\n    pass\n", "optimizer", True),
+    ],
+)
 def test_binding_scope_of_a_name_in_a_function(source, name, expected):
     from amp_migrate.rules.plan import binds_in_ast
+
     assert binds_in_ast(ast.parse(source).body[0], name) is expected
 
 
-TEXT_CASES = ["import apex\n", "import os, \\\n    apex\n", "from apex import amp\n",
-              "from \\\n  apex import amp\n", "x = torch.cuda.amp.autocast()\n",
-              "from torch.cuda import amp\n", "y = self.amp\n", "z = a.torch.amp\n",
-              "import torch.cuda.amp as tca\n", "from torch.cpu.amp import autocast\n"]
+TEXT_CASES = [
+    "import apex\n",
+    "import os, \\\n    apex\n",
+    "from apex import amp\n",
+    "from \\\n  apex import amp\n",
+    "x = torch.cuda.amp.autocast()\n",
+    "from torch.cuda import amp\n",
+    "y = self.amp\n",
+    "z = a.torch.amp\n",
+    "import torch.cuda.amp as tca\n",
+    "from torch.cpu.amp import autocast\n",
+]
 
 
-@pytest.mark.parametrize("text", TEXT_CASES + [
-    p.read_text() for p in sorted((ROOT / "fixtures").rglob("*.py"))], ids=lambda t: t[:30])
+@pytest.mark.parametrize(
+    "text",
+    TEXT_CASES + [p.read_text() for p in sorted((ROOT / "fixtures").rglob("*.py"))],
+    ids=lambda t: t[:30],
+)
 def test_text_check_never_misses_code_that_touches_apex(text):
     """A second run is skipped when the text check says no: it must be a superset."""
     from amp_migrate.migrate import may_touch_apex, touches_apex
+
     tree = ast.parse(text)
     assert may_touch_apex(text) or not touches_apex(tree)
 
 
 def test_text_check_lets_native_torch_amp_through():
     from amp_migrate.migrate import may_touch_apex
+
     assert not may_touch_apex("import torch\n# apex is gone\nscaler = torch.amp.GradScaler()\n")
 
 

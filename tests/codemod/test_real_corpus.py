@@ -6,6 +6,7 @@ No crash (the two files only Python 2 can parse are a located syntax error), no 
 final (migrating it again changes nothing); native output imports neither Apex nor the shim;
 shim output imports only what the installed `amp_shim` has.
 """
+
 from __future__ import annotations
 
 import ast
@@ -33,8 +34,11 @@ CORPUS = next((c for c in CANDIDATES if (c / "manifest.tsv").is_file()), None)
 TARGETS = ("auto", "shim")
 
 pytestmark = pytest.mark.skipif(
-    CORPUS is None, reason="the real-code corpus is not here (looked for manifest.tsv in "
-                           + " and ".join(str(c) for c in CANDIDATES) + "); it is not part of the repository")
+    CORPUS is None,
+    reason="the real-code corpus is not here (looked for manifest.tsv in "
+    + " and ".join(str(c) for c in CANDIDATES)
+    + "); it is not part of the repository",
+)
 
 
 def _rows() -> list[dict]:
@@ -68,8 +72,9 @@ def results(tmp_path_factory) -> dict[tuple[str, str], tuple[FileResult, Optiona
     """Every file under both targets, in as many processes as there are cores (a minute's work
     on one)."""
     scratch = tmp_path_factory.mktemp("corpus-again")
-    jobs = [(str(CORPUS / "files" / row["file_name"]), target, str(scratch))
-            for row in ROWS for target in TARGETS]
+    jobs = [
+        (str(CORPUS / "files" / row["file_name"]), target, str(scratch)) for row in ROWS for target in TARGETS
+    ]
     workers = max(1, min(4, len(os.sched_getaffinity(0))))
     with ProcessPoolExecutor(workers) as pool:
         done = list(pool.map(_run, jobs, chunksize=4))
@@ -172,7 +177,8 @@ def test_real_file_migrates_soundly_and_finally(results, row, target):
         assert _compiles(new) or not _compiles(old)
     assert again is not None and again.error is None and not again.changed, (
         "migrating the output again changed it",
-        [f.format(name) for f in (again.findings if again else ())])
+        [f.format(name) for f in (again.findings if again else ())],
+    )
     imported = [(module, obj) for source in after for module, obj in _imports(source)]
     if first.target_used == "native":
         assert not [m for m, _ in imported if _top(m) in ("apex", "amp_shim")], imported

@@ -1,5 +1,6 @@
 """A rebound Apex name: each read is Apex's only where the Apex import is the one binding that
 can reach it; where another binding can reach it too, the file falls back (AMP020) at that read."""
+
 from __future__ import annotations
 
 import textwrap
@@ -238,7 +239,9 @@ def test_closure_reads_see_every_binding_of_the_enclosing_function():
 
 
 def test_binder_answers_from_the_flow_when_a_name_is_rebound():
-    module = cst.parse_module("from apex import amp\namp.initialize(m, o)\namp = Helper()\namp.initialize(m, o)\n")
+    module = cst.parse_module(
+        "from apex import amp\namp.initialize(m, o)\namp = Helper()\namp.initialize(m, o)\n"
+    )
     binder = ApexBinder(module, lambda *a, **k: set())
     first, second = m.findall(module, m.Call(func=m.Attribute(attr=m.Name("initialize"))))
     assert binder.table is None

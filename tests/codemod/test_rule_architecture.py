@@ -5,6 +5,7 @@ modules, and a new rule is one module plus its fixtures.
 These checks are structural on purpose: a code emitted by a rule that does not declare it, or a
 rule that imports another, is caught here before a reader of docs/diagnostics.md is misled.
 """
+
 from __future__ import annotations
 
 import ast
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import amp_migrate
-from amp_migrate import docs, rules, shim_surface
+from amp_migrate import docs, rules
 from amp_migrate.binding import HANDLE, WRAPPED
 from amp_migrate.diagnostics import CODES, Code
 from amp_migrate.rules.base import Rule
@@ -36,26 +37,31 @@ NON_RULE_CODE_MODULES = docs.NON_RULE_CODE_MODULES
 BINDER_CLASSES = {HANDLE: "amp_shim.amp.handle.AmpHandle", WRAPPED: "amp_shim.amp.opt.OptimWrapper"}
 #: Names older Apex releases exported and the last one lost (so the shim has none); the rules
 #: still recognise them to report them (fp16_names.STAR lists them for `import *`).
-REMOVED_APEX_NAMES = frozenset({"apex.fp16_utils.FP16_Module", "apex.fp16_utils.fp32_to_fp16",
-                                "apex.fp16_utils.fp16_to_fp32"})
+REMOVED_APEX_NAMES = frozenset(
+    {"apex.fp16_utils.FP16_Module", "apex.fp16_utils.fp32_to_fp16", "apex.fp16_utils.fp16_to_fp32"}
+)
 DOC_SECTIONS = ("What it does", "Why", "Fix safety", "Example", "Soundness")
 
 
 def _all_rule_package_modules() -> list:
     docs.register_all_codes()
-    return [importlib.import_module(f"{RULES_PACKAGE}.{info.name}")
-            for info in pkgutil.iter_modules(rules.__path__)]
+    return [
+        importlib.import_module(f"{RULES_PACKAGE}.{info.name}")
+        for info in pkgutil.iter_modules(rules.__path__)
+    ]
 
 
 RULE_MODULES = sorted({rule.__module__ for rule in rules.ALL_RULES})
-HELPER_MODULES = sorted(module.__name__ for module in _all_rule_package_modules()
-                        if module.__name__ not in RULE_MODULES)
+HELPER_MODULES = sorted(
+    module.__name__ for module in _all_rule_package_modules() if module.__name__ not in RULE_MODULES
+)
 
 
 def _defining_module(code: Code) -> str:
     for name, module in sys.modules.items():
-        if name.startswith("amp_migrate") and any(value is code for value in vars(module).values()
-                                                   if isinstance(value, Code)):
+        if name.startswith("amp_migrate") and any(
+            value is code for value in vars(module).values() if isinstance(value, Code)
+        ):
             if code in _own_codes(module):
                 return name
     raise AssertionError(f"{code.code} is defined nowhere")
@@ -66,8 +72,11 @@ def _own_codes(module) -> list[Code]:
     tree = ast.parse(inspect.getsource(module))
     defined = []
     for node in tree.body:
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
-                and getattr(node.value.func, "id", None) == "define":
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and getattr(node.value.func, "id", None) == "define"
+        ):
             defined.append(node.value.args[0].value)
     # A code in the source but not registered: the file changed after it was imported.
     return [CODES[code] for code in defined if code in CODES]
@@ -81,8 +90,12 @@ def _codes_referenced(module) -> set[str]:
     """Every diagnostic code a module's source names (a module-level Code read by name)."""
     tree = ast.parse(inspect.getsource(module))
     names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
-    names |= {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-              for alias in node.names}
+    names |= {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
     return {value.code for name, value in vars(module).items() if name in names and isinstance(value, Code)}
 
 
@@ -109,10 +122,16 @@ def _relative_imports(module) -> set[str]:
 def test_every_rule_class_in_the_rules_package_is_registered():
     """A rule class that no list names would never run: each concrete Rule subclass (one that
     declares what it emits or handles) is in NATIVE_RULES or SHIM_RULES."""
-    concrete = {cls for module in _all_rule_package_modules() for cls in vars(module).values()
-                if inspect.isclass(cls) and issubclass(cls, Rule) and cls is not Rule
-                and cls.__module__ == module.__name__
-                and ("EMITS" in vars(cls) or "HANDLES" in vars(cls))}
+    concrete = {
+        cls
+        for module in _all_rule_package_modules()
+        for cls in vars(module).values()
+        if inspect.isclass(cls)
+        and issubclass(cls, Rule)
+        and cls is not Rule
+        and cls.__module__ == module.__name__
+        and ("EMITS" in vars(cls) or "HANDLES" in vars(cls))
+    }
     assert concrete == set(rules.ALL_RULES)
 
 
@@ -128,8 +147,11 @@ def test_every_rule_declares_handles_and_emits_on_its_own_class(rule):
 # -- codes belong to rules ---------------------------------------------------------------------
 def test_every_code_defined_under_rules_is_emitted_by_some_rule():
     docs.register_all_codes()
-    unclaimed = sorted(code for code, entry in CODES.items()
-                       if not rules.emitters(code) and _defining_module(entry) not in NON_RULE_CODE_MODULES)
+    unclaimed = sorted(
+        code
+        for code, entry in CODES.items()
+        if not rules.emitters(code) and _defining_module(entry) not in NON_RULE_CODE_MODULES
+    )
     assert not unclaimed, f"codes no rule declares in EMITS: {unclaimed}"
 
 
@@ -160,15 +182,19 @@ def test_a_rule_module_names_only_codes_its_rules_declare(module_name):
 @pytest.mark.parametrize("module_name", HELPER_MODULES, ids=lambda m: m.rsplit(".", 1)[-1])
 def test_a_code_a_helper_reports_is_declared_by_a_rule_that_imports_the_helper(module_name):
     module = importlib.import_module(module_name)
-    users = [rule for rule in rules.ALL_RULES if module_name in _relative_imports(sys.modules[rule.__module__])]
+    users = [
+        rule for rule in rules.ALL_RULES if module_name in _relative_imports(sys.modules[rule.__module__])
+    ]
     for code in _codes_referenced(module) & {c.code for c in _own_codes(module)}:
         assert any(code in {c.code for c in rule.EMITS} for rule in users), (
-            f"{code} ({module_name}) is declared by none of the rules that import it")
+            f"{code} ({module_name}) is declared by none of the rules that import it"
+        )
 
 
 def _reported_codes_by_rule() -> dict[type, set[str]]:
     """Every (rule, code) that `Rule.report` sees while every golden input is migrated."""
     from amp_migrate import migrate_source
+
     seen: dict[type, set[str]] = {}
     original = Rule.report
 
@@ -228,7 +254,7 @@ def _method_of_binder_class(name: str) -> bool:
     for binder, shim_class in BINDER_CLASSES.items():
         if name.startswith(binder + "."):
             module, cls = shim_class.rsplit(".", 1)
-            return hasattr(getattr(importlib.import_module(module), cls), name[len(binder) + 1:])
+            return hasattr(getattr(importlib.import_module(module), cls), name[len(binder) + 1 :])
     return False
 
 
@@ -258,8 +284,10 @@ def test_every_handled_name_is_real(name):
     else:
         assert name == "apex" or name.startswith("apex."), name
         assert _shim_has(name) != (name in REMOVED_APEX_NAMES), (
-            f"{name}: in amp_shim and in REMOVED_APEX_NAMES" if name in REMOVED_APEX_NAMES
-            else f"{name} has no counterpart in amp_shim")
+            f"{name}: in amp_shim and in REMOVED_APEX_NAMES"
+            if name in REMOVED_APEX_NAMES
+            else f"{name} has no counterpart in amp_shim"
+        )
 
 
 # -- modules -----------------------------------------------------------------------------------
@@ -287,13 +315,20 @@ def _functions(path: Path):
 
 
 def test_no_function_in_the_package_is_over_sixty_lines():
-    long = sorted((str(path.relative_to(PACKAGE)), name, length)
-                  for path in PACKAGE.rglob("*.py") for name, length in _functions(path)
-                  if length > MAX_FUNCTION_LINES)
+    long = sorted(
+        (str(path.relative_to(PACKAGE)), name, length)
+        for path in PACKAGE.rglob("*.py")
+        for name, length in _functions(path)
+        if length > MAX_FUNCTION_LINES
+    )
     assert [entry for entry in long if entry[:2] not in OVERSIZED] == []
 
 
 def test_the_oversized_allow_list_holds_only_functions_still_oversized():
-    long = {(str(path.relative_to(PACKAGE)), name)
-            for path in PACKAGE.rglob("*.py") for name, length in _functions(path) if length > MAX_FUNCTION_LINES}
+    long = {
+        (str(path.relative_to(PACKAGE)), name)
+        for path in PACKAGE.rglob("*.py")
+        for name, length in _functions(path)
+        if length > MAX_FUNCTION_LINES
+    }
     assert OVERSIZED <= long, f"split already; drop from OVERSIZED: {sorted(OVERSIZED - long)}"

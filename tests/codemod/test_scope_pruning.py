@@ -1,5 +1,6 @@
 """Scope questions answered from part of a file, and imports judged unused without scope
 analysis, must give what the whole-file analysis gives (`AMP_MIGRATE_NO_PRUNE=1`)."""
+
 import ast
 
 import libcst as cst
@@ -12,7 +13,7 @@ from amp_migrate.source_index import SourceIndex
 # Each program puts a deprecated torch.cuda.amp name where only a whole-file scope analysis
 # would seem to know what it means.
 PROGRAMS = {
-    "torch_rebound_as_parameter": '''\
+    "torch_rebound_as_parameter": """\
 import torch
 
 
@@ -24,8 +25,8 @@ def plain(model, x):
 def shadowed(torch, x):
     with torch.cuda.amp.autocast():
         return x
-''',
-    "import_in_function_and_global_rebinding": '''\
+""",
+    "import_in_function_and_global_rebinding": """\
 import torch
 
 
@@ -37,8 +38,8 @@ def build():
 def reset():
     global GradScaler
     GradScaler = None
-''',
-    "global_torch_assigned_in_function": '''\
+""",
+    "global_torch_assigned_in_function": """\
 import torch
 
 
@@ -50,8 +51,8 @@ def swap():
 def step(x):
     with torch.cuda.amp.autocast(True):
         return x
-''',
-    "class_named_torch": '''\
+""",
+    "class_named_torch": """\
 import torch
 
 
@@ -63,8 +64,8 @@ class torch:
 def step(x):
     with torch.cuda.amp.autocast():
         return x
-''',
-    "method_named_amp": '''\
+""",
+    "method_named_amp": """\
 from torch.cuda.amp import autocast as cast
 
 
@@ -75,12 +76,12 @@ class Trainer:
     def step(self, x):
         with self.amp():
             return x
-''',
-    "read_before_import": '''\
+""",
+    "read_before_import": """\
 scaler = GradScaler()
 from torch.cuda.amp import GradScaler
 other = GradScaler(init_scale=2.0)
-''',
+""",
     "import_used_in_string_annotation": '''\
 from torch.cuda.amp import GradScaler
 
@@ -93,7 +94,7 @@ def make() -> "GradScaler":
 def keep(scaler: "GradScaler"):
     return scaler
 ''',
-    "import_exported_by_all": '''\
+    "import_exported_by_all": """\
 from torch.cuda.amp import autocast
 
 __all__ = ["autocast", "run"]
@@ -102,7 +103,7 @@ __all__ = ["autocast", "run"]
 def run(x):
     with autocast():
         return x
-''',
+""",
     "import_named_only_in_docstrings_and_messages": '''\
 """Uses autocast from torch.cuda.amp."""
 from torch.cuda.amp import autocast
@@ -147,13 +148,16 @@ def test_docstrings_and_attribute_names_are_no_use_of_an_import():
     assert may_read_names(module, frozenset({"amp"}), index) is False
 
 
-@pytest.mark.parametrize("text", [
-    "def f(s: 'amp.X'): pass\n",
-    "__all__ = ['other']\n",
-    "from typing import cast\ny = cast('amp', 1)\n",
-    "f(amp=1)\n",
-    "del amp\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "def f(s: 'amp.X'): pass\n",
+        "__all__ = ['other']\n",
+        "from typing import cast\ny = cast('amp', 1)\n",
+        "f(amp=1)\n",
+        "del amp\n",
+    ],
+)
 def test_what_scope_analysis_may_read_as_a_use(text):
     module, index = _tree(text)
     assert may_read_names(module, frozenset({"amp"}), index)
@@ -170,7 +174,9 @@ def test_dropped_statements_leave_the_kept_nodes_themselves():
 
 
 def test_names_bound_by_imports_of_a_package_start_its_qualified_names():
-    _, index = _tree("import torch.cuda as tc\nfrom torch.cuda.amp import autocast as ac\nfrom os import path\n")
+    _, index = _tree(
+        "import torch.cuda as tc\nfrom torch.cuda.amp import autocast as ac\nfrom os import path\n"
+    )
     assert index.root_words("torch") == {"torch", "tc", "ac"}
     assert index.qualifying("amp") == {"amp", "ac"}
     _, index = _tree("class torch: pass\ndef amp(): pass\n")

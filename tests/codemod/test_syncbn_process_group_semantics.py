@@ -1,5 +1,6 @@
 """AMP531 rewrites Apex's `create_syncbn_process_group(n)` to `torch.distributed.new_subgroups(n)[0]`:
 each rank must land in the same group of consecutive ranks, and reduce over it the same way."""
+
 import os
 import socket
 import subprocess
@@ -26,9 +27,16 @@ def ranks(tmp_path_factory):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SHIM), env.get("PYTHONPATH")]))
     port = _free_port()
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(r), str(WORLD), str(port), str(out)],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for r in range(WORLD)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), str(r), str(WORLD), str(port), str(out)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(WORLD)
+    ]
     try:
         outputs = [p.communicate(timeout=120) for p in procs]
     finally:

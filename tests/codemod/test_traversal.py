@@ -2,23 +2,24 @@
 order where order matters: a rule visit calls the same handlers on the same nodes in the same
 order as `tree.visit(rule)` and builds the same tree, and `walk_ast` yields every node
 `ast.walk` does but the `Load`/`Store`/`Del` markers."""
+
 import ast
 from pathlib import Path
 
 import libcst as cst
 import pytest
+from libcst.codemod import CodemodContext
 
+from amp_migrate.options import Options
 from amp_migrate.rules import base
 from amp_migrate.rules.base import FileState, Rule, visit_module
-from amp_migrate.options import Options
 from amp_migrate.source_index import walk_ast
-from libcst.codemod import CodemodContext
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 # Inputs of every shape the golden tests hold (not their expected outputs).
 SOURCES = sorted(p for p in FIXTURES.rglob("*.py") if not p.name.endswith((".native.py", ".shim.py")))[::7]
 
-SAMPLE = '''\
+SAMPLE = """\
 import torch as T
 from apex import amp
 
@@ -37,7 +38,7 @@ async def run(model: "T.nn.Module", *args, opt=None, **kw) -> None:
     except* ValueError as e:
         raise
     return {**kw, "k": (yield)}
-'''
+"""
 
 
 class _Recorder(Rule):
@@ -88,8 +89,11 @@ def _run(module: cst.Module, through_libcst: bool):
     return kept, result
 
 
-@pytest.mark.parametrize("text", [SAMPLE] + [p.read_text(encoding="utf-8") for p in SOURCES],
-                         ids=["sample"] + [str(p.relative_to(FIXTURES)) for p in SOURCES])
+@pytest.mark.parametrize(
+    "text",
+    [SAMPLE] + [p.read_text(encoding="utf-8") for p in SOURCES],
+    ids=["sample"] + [str(p.relative_to(FIXTURES)) for p in SOURCES],
+)
 def test_rule_visit_calls_handlers_in_libcsts_order_and_builds_its_tree(text):
     module = cst.parse_module(text)
     fast_log, fast = _run(module, through_libcst=False)
@@ -107,24 +111,41 @@ def test_unchanged_subtrees_keep_their_identity():
 
 
 def test_every_node_type_has_a_visit_order_read_from_libcst():
-    missing = [name for name, kind in vars(cst).items()
-               if isinstance(kind, type) and issubclass(kind, cst.CSTNode) and not kind.__abstractmethods__
-               and base._visit_order(kind) is None]
+    missing = [
+        name
+        for name, kind in vars(cst).items()
+        if isinstance(kind, type)
+        and issubclass(kind, cst.CSTNode)
+        and not kind.__abstractmethods__
+        and base._visit_order(kind) is None
+    ]
     assert missing == []
 
 
-@pytest.mark.parametrize("text", [SAMPLE] + [p.read_text(encoding="utf-8") for p in SOURCES],
-                         ids=["sample"] + [str(p.relative_to(FIXTURES)) for p in SOURCES])
+@pytest.mark.parametrize(
+    "text",
+    [SAMPLE] + [p.read_text(encoding="utf-8") for p in SOURCES],
+    ids=["sample"] + [str(p.relative_to(FIXTURES)) for p in SOURCES],
+)
 def test_walk_ast_yields_what_ast_walk_yields_but_context_markers(text):
     tree = ast.parse(text)
     expected = sorted(id(n) for n in ast.walk(tree) if not isinstance(n, ast.expr_context))
     assert sorted(id(n) for n in walk_ast(tree)) == expected
 
 
-@pytest.mark.parametrize("provider", ["PositionProvider", "ScopeProvider", "QualifiedNameProvider",
-                                      "ParentNodeProvider", "ExpressionContextProvider"])
+@pytest.mark.parametrize(
+    "provider",
+    [
+        "PositionProvider",
+        "ScopeProvider",
+        "QualifiedNameProvider",
+        "ParentNodeProvider",
+        "ExpressionContextProvider",
+    ],
+)
 def test_fast_metadata_wrapper_resolves_what_libcst_resolves(provider):
     import libcst.metadata as meta
+
     from amp_migrate.rules.base import FastMetadataWrapper
 
     key = getattr(meta, provider)
@@ -146,8 +167,15 @@ def test_fast_metadata_wrapper_resolves_what_libcst_resolves(provider):
         if callable(value):  # libcst's LazyValue
             value = value()
         if key is meta.ScopeProvider:
-            return None if value is None else (type(value).__name__, sorted(value._assignments),
-                                               sorted(a.node.value for a in value.accesses if isinstance(a.node, cst.Name)))
+            return (
+                None
+                if value is None
+                else (
+                    type(value).__name__,
+                    sorted(value._assignments),
+                    sorted(a.node.value for a in value.accesses if isinstance(a.node, cst.Name)),
+                )
+            )
         if key is meta.QualifiedNameProvider:
             return sorted((q.name, q.source.name) for q in value)
         if key is meta.ParentNodeProvider:
@@ -160,6 +188,7 @@ def test_fast_metadata_wrapper_resolves_what_libcst_resolves(provider):
 @pytest.mark.parametrize("kind", ["With", "ImportFrom", "If", "FunctionDef", "Try", "Assign", "Return"])
 def test_find_statements_finds_what_matchers_find_in_the_same_order(kind):
     import libcst.matchers as m
+
     from amp_migrate.rules.base import find_statements
 
     for text in [SAMPLE] + [p.read_text(encoding="utf-8") for p in SOURCES]:
@@ -170,8 +199,12 @@ def test_find_statements_finds_what_matchers_find_in_the_same_order(kind):
 
 
 def test_classes_without_matcher_search_have_no_matcher_decorators():
-    from libcst.matchers._visitors import (_gather_constructed_leave_funcs, _gather_constructed_visit_funcs,
-                                           _gather_matchers)
+    from libcst.matchers._visitors import (
+        _gather_constructed_leave_funcs,
+        _gather_constructed_visit_funcs,
+        _gather_matchers,
+    )
+
     import amp_migrate.rules  # noqa: F401 - defines every rule module's classes
     from amp_migrate.rules.base import WithoutMatcherSearch
 
@@ -184,5 +217,8 @@ def test_classes_without_matcher_search_have_no_matcher_decorators():
     assert found
     for cls in found:
         instance = cls.__new__(cls)
-        assert (_gather_matchers(instance), _gather_constructed_visit_funcs(instance),
-                _gather_constructed_leave_funcs(instance)) == ({}, {}, {}), cls
+        assert (
+            _gather_matchers(instance),
+            _gather_constructed_visit_funcs(instance),
+            _gather_constructed_leave_funcs(instance),
+        ) == ({}, {}, {}), cls

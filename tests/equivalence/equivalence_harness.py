@@ -21,6 +21,7 @@ final parameters from outside the program. `compare` checks a pair of runs again
 expectation: "exact" (O0, O1, bf16: the shim's O1 is the native recipe) or a measured tolerance
 (O2/O3, where native keeps fp32 weights; the bounds are documented in docs/differences.md).
 """
+
 from __future__ import annotations
 
 import json
@@ -133,8 +134,10 @@ def _migrate_tree(case: Case, target: str) -> dict[str, str]:
     try:
         from amp_migrate.project import migrate_project
     except ImportError:  # no project pass: each file alone
-        results = {name: migrate_source(text, target=target, device="cpu", dtype=case.dtype)
-                   for name, text in files.items()}
+        results = {
+            name: migrate_source(text, target=target, device="cpu", dtype=case.dtype)
+            for name, text in files.items()
+        }
     else:
         results = migrate_project(files, target=target, device="cpu", dtype=case.dtype)
     fell_back = [d for r in results.values() if r.changed and r.target_used != target for d in r.diagnostics]
@@ -151,6 +154,7 @@ def _migrate(case: Case, target: str) -> str:
 
     if case.program.endswith(".ipynb"):  # the migrated cells, as a script (notebook_programs.py)
         from notebook_programs import migrated
+
         code, used, findings = migrated(case.path, target, "cpu", case.dtype)
         if used != target:
             raise MigrationFellBack([f.diagnostic for f in findings])
@@ -174,8 +178,14 @@ def _zygote() -> subprocess.Popen:
     """This thread's fork server (tests/equivalence/forkserver.py), started on first use."""
     proc = getattr(_zygotes, "proc", None)
     if proc is None or proc.poll() is not None:
-        proc = subprocess.Popen([sys.executable, str(FORKSERVER)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, env=_env(), text=True, bufsize=1)
+        proc = subprocess.Popen(
+            [sys.executable, str(FORKSERVER)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=_env(),
+            text=True,
+            bufsize=1,
+        )
         _zygotes.proc = proc
         _all_zygotes.append(proc)
     return proc
@@ -200,8 +210,15 @@ def launch(argv, *, shim: bool, env: dict, cwd: Path, fresh: bool = False) -> tu
         proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT)
         return proc.returncode, proc.stdout, proc.stderr
     out, err = Path(cwd) / "stdout.txt", Path(cwd) / "stderr.txt"
-    job = {"argv": [str(a) for a in argv], "shim": shim, "env": env, "cwd": str(cwd),
-           "stdout": str(out), "stderr": str(err), "timeout": RUN_TIMEOUT}
+    job = {
+        "argv": [str(a) for a in argv],
+        "shim": shim,
+        "env": env,
+        "cwd": str(cwd),
+        "stdout": str(out),
+        "stderr": str(err),
+        "timeout": RUN_TIMEOUT,
+    }
     zygote = _zygote()
     zygote.stdin.write(json.dumps(job) + "\n")
     zygote.stdin.flush()
@@ -241,6 +258,7 @@ def run(case: Case, mode: str, base: Path, fresh: bool = False) -> dict:
         source = case.path
         if case.program.endswith(".ipynb"):
             from notebook_programs import cell_sources, script
+
             source = workdir / (case.path.stem + ".py")
             source.write_text(script(cell_sources(case.path.read_bytes())))
     else:
@@ -316,7 +334,6 @@ def _same_tensor(p, q) -> bool:
 
 def compare_exact(case: Case, ref: dict, other: dict, scales: str = "equal") -> list:
     """Every difference between two runs that must be identical; [] when they are."""
-    import torch
 
     problems = []
     if len(ref["losses"]) != len(other["losses"]):
@@ -384,10 +401,11 @@ def compare_static_overflow(shim: dict, native: dict) -> list:
     if not native_skips:
         return problems + ["no step with non-finite gradients: nothing tells the two runs apart"]
     k = native_skips[0][0]
-    for i, (a, b) in enumerate(zip(shim["losses"][:k + 1], native["losses"][:k + 1])):
+    for i, (a, b) in enumerate(zip(shim["losses"][: k + 1], native["losses"][: k + 1])):
         if len(a) != len(b) or not all(_same_float(x, y) for x, y in zip(a, b)):
             problems.append(f"loss at iteration {i} (before the overflow at {k}): {a} vs {b}")
             break
+
     def before(record):
         return sorted(tuple(s) for s in record["steps"] if s[0] < k)
 
@@ -400,9 +418,11 @@ def compare_static_overflow(shim: dict, native: dict) -> list:
         problems.append(f"the shim's static scale changed: {sorted({s[0] for s in shim['scales']})}")
     if native["scales"][:k] != shim["scales"][:k]:
         problems.append("native scales differ before the overflow")
-    after = [s[0] for s in native["scales"][k + 1:]]
+    after = [s[0] for s in native["scales"][k + 1 :]]
     if not after or after[0] != static / 2 or max(after) > static / 2:
-        problems.append(f"native scales after the overflow {after[:3]}...: not halved to {static / 2} for good")
+        problems.append(
+            f"native scales after the overflow {after[:3]}...: not halved to {static / 2} for good"
+        )
     if all(torch.isfinite(p).all() for ps in shim["params"] for p in ps):
         problems.append("the shim's parameters are finite: Apex applied no non-finite step")
     if not all(torch.isfinite(p).all() for ps in native["params"] for p in ps):

@@ -13,6 +13,7 @@ behind `python -m amp_shim argv...`; without, it runs argv[0] as `__main__` (`py
 The zygote answers with one JSON line, {"rc": exit status}. tests/equivalence checks that a
 forked run and a fresh-interpreter run of the same program record identical results.
 """
+
 import json
 import os
 import runpy

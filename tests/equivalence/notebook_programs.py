@@ -5,6 +5,7 @@ IPython runs them: `%time STMT` runs STMT once in the user namespace, `%timeit -
 runs it N*R times, `!cmd` and `%matplotlib` do nothing a training run can see. Any other
 IPython line is refused, so that a notebook program cannot silently mean something else here.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,11 @@ _INERT = re.compile(r"^([ \t]*)(?:!|%matplotlib\b|%pip\b)")
 def cell_sources(data: bytes) -> list[str]:
     """The code cells' sources of a notebook file's bytes."""
     cells = json.loads(data.decode("utf-8"))["cells"]
-    return ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-            for c in cells if c.get("cell_type") == "code"]
+    return [
+        "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+        for c in cells
+        if c.get("cell_type") == "code"
+    ]
 
 
 def script(sources: list[str]) -> str:
@@ -30,8 +34,9 @@ def script(sources: list[str]) -> str:
             if m := _TIME.match(line):
                 lines.append(m.group(1) + m.group(2))
             elif m := _TIMEIT.match(line):
-                lines.append(f"{m.group(1)}for _timeit_run in range({int(m.group(2)) * int(m.group(3))}): "
-                             f"{m.group(4)}")
+                lines.append(
+                    f"{m.group(1)}for _timeit_run in range({int(m.group(2)) * int(m.group(3))}): {m.group(4)}"
+                )
             elif m := _INERT.match(line):
                 lines.append(m.group(1) + "pass")
             elif re.match(r"^[ \t]*(?:[%!]|.*\?[ \t]*$)", line):

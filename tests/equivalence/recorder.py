@@ -23,6 +23,7 @@ reports to the harness; the recorder watches it through hooks installed before i
 was imported. `--mode shim` expects the shim: either the `apex` alias (`python -m amp_shim
 recorder.py ...`) or code that imports `amp_shim` itself (the codemod's `--target shim` output).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,9 @@ import re
 import runpy
 import sys
 
-LOSS = re.compile(r"\b[Ll]oss(?!_scale)(?:_\w+)?\s*[:=]?\s+([-+]?(?:inf|nan|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?))\b")
+LOSS = re.compile(
+    r"\b[Ll]oss(?!_scale)(?:_\w+)?\s*[:=]?\s+([-+]?(?:inf|nan|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?))\b"
+)
 BLOCKED = ("apex", "amp_shim")
 
 
@@ -44,8 +47,9 @@ class _Blocker(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname.split(".")[0] in BLOCKED:
-            raise ModuleNotFoundError(f"No module named {fullname!r} (blocked by the recorder)",
-                                      name=fullname)
+            raise ModuleNotFoundError(
+                f"No module named {fullname!r} (blocked by the recorder)", name=fullname
+            )
         return None
 
 
@@ -76,6 +80,7 @@ class Recorder:
         if self.mode == "native":
             return [float(s.get_scale()) for s in self.grad_scalers]
         from amp_shim.amp._amp_state import _amp_state
+
         scales = [float(s.loss_scale()) for s in getattr(_amp_state, "loss_scalers", [])]
         for wrapper in self.optim_wrappers:
             scales.extend(float(s.loss_scale()) for s in wrapper._loss_scaler)
@@ -157,8 +162,10 @@ class Recorder:
 
     # -- the result ---------------------------------------------------------------------------
     def final_params(self):
-        return [[p.detach().float().cpu().clone() for group in o.param_groups for p in group["params"]]
-                for o in self.optimizers]
+        return [
+            [p.detach().float().cpu().clone() for group in o.param_groups for p in group["params"]]
+            for o in self.optimizers
+        ]
 
 
 class _Tee(io.TextIOBase):
@@ -203,8 +210,10 @@ def main(argv=None) -> int:
     import importlib.util
 
     # Whether a real Apex could be imported here at all (the alias, if any, is not a real Apex).
-    apex_installed = not any(name.split(".")[0] in BLOCKED for name in sys.modules) and \
-        importlib.util.find_spec("apex") is not None
+    apex_installed = (
+        not any(name.split(".")[0] in BLOCKED for name in sys.modules)
+        and importlib.util.find_spec("apex") is not None
+    )
     if ns.mode == "native":
         assert not any(name.split(".")[0] in BLOCKED for name in sys.modules), "shim already imported"
         sys.meta_path.insert(0, _Blocker())
@@ -230,17 +239,20 @@ def main(argv=None) -> int:
     torch.save(recorder.final_params(), params_path)
     imported = sorted({name.split(".")[0] for name in sys.modules} & set(BLOCKED))
     with open(ns.result, "w") as f:
-        json.dump({
-            "mode": ns.mode,
-            "exit_code": exit_code,
-            "losses": [_finite(v) for v in recorder.losses],
-            "scales": recorder.scales,
-            "steps": recorder.steps,
-            "num_optimizers": len(recorder.optimizers),
-            "params": params_path,
-            "imported": imported,
-            "apex_installed": apex_installed,
-        }, f)
+        json.dump(
+            {
+                "mode": ns.mode,
+                "exit_code": exit_code,
+                "losses": [_finite(v) for v in recorder.losses],
+                "scales": recorder.scales,
+                "steps": recorder.steps,
+                "num_optimizers": len(recorder.optimizers),
+                "params": params_path,
+                "imported": imported,
+                "apex_installed": apex_installed,
+            },
+            f,
+        )
     if ns.mode == "native" and imported:
         print(f"recorder: native run imported {imported}", file=sys.stderr)
         return 3

@@ -4,8 +4,8 @@ The recorder reads loss scales from Apex's amp state, which FP16_Optimizer's own
 part of, so the cases compare scales as "own"; the programs print their final scale instead,
 and these tests compare that line and the skipped steps between the shim and native runs.
 """
-import pytest
 
+import pytest
 from equivalence_cases import BY_ID
 from equivalence_harness import skipped
 

@@ -11,16 +11,24 @@ fp32 masters start from the fp32 weights: they are the native run's weights), an
 the documented tolerance at O3 and for fp16_utils (docs/differences.md), (c) equals (a) bit for
 bit.
 """
+
 import math
 import shutil
 import subprocess
 import sys
 
 import pytest
-
 from equivalence_cases import CASES
-from equivalence_harness import (ROOT, MigrationFellBack, compare_exact, compare_tolerance, migrate,
-                                 relative_gaps, run, skipped)
+from equivalence_harness import (
+    ROOT,
+    MigrationFellBack,
+    compare_exact,
+    compare_tolerance,
+    migrate,
+    relative_gaps,
+    run,
+    skipped,
+)
 
 EXACT = [c for c in CASES if c.expect == "exact"]
 TOLERANCE = [c for c in CASES if c.expect == "tolerance"]
@@ -30,15 +38,19 @@ def _param(case):
     marks = ()
     if case.native_xfail:
         marks = pytest.mark.xfail(
-            raises=MigrationFellBack, strict=True,
-            reason=f"codemod falls back to the shim for this program ({case.native_xfail}); see the report")
+            raises=MigrationFellBack,
+            strict=True,
+            reason=f"codemod falls back to the shim for this program ({case.native_xfail}); see the report",
+        )
     return pytest.param(case, id=case.id, marks=marks)
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES])
 def test_legacy_program_trains_unchanged_through_the_shim(equivalence_runner, case):
     shim = equivalence_runner.get(case, "shim")
-    assert ("apex" in shim["imported"]) != case.apex_unused, "the program did not import apex through the alias"
+    assert ("apex" in shim["imported"]) != case.apex_unused, (
+        "the program did not import apex through the alias"
+    )
     assert "running with the Apex-compatible shim" in shim["stderr"]
     assert len(shim["losses"]) >= 20
     assert all(o < shim["num_optimizers"] for _, o in shim["steps"]) and shim["steps"]
@@ -87,9 +99,25 @@ def test_cli_native_migration_is_the_migrate_source_output_the_harness_runs(tmp_
     case = next(c for c in CASES if c.id == "convnet-O1")
     copy = tmp_path / case.program
     shutil.copy(case.path, copy)
-    proc = subprocess.run([sys.executable, "-m", "amp_migrate", "migrate", "--target", "native",
-                           "--device", "cpu", "-q", "--no-color", str(copy)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "amp_migrate",
+            "migrate",
+            "--target",
+            "native",
+            "--device",
+            "cpu",
+            "-q",
+            "--no-color",
+            str(copy),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert copy.read_text() == migrate(case, "native")
 
@@ -116,7 +144,9 @@ def test_fork_server_records_what_a_fresh_interpreter_records(equivalence_runner
     assert fresh["imported"] == forked["imported"]
 
 
-def test_the_exact_comparison_catches_one_ulp_in_a_loss_or_a_parameter_and_one_skipped_step(equivalence_runner):
+def test_the_exact_comparison_catches_one_ulp_in_a_loss_or_a_parameter_and_one_skipped_step(
+    equivalence_runner,
+):
     import copy
 
     import torch

@@ -4,15 +4,18 @@ The harness compares what the recorder sees (losses, steps, the scalers' scales,
 these tests also compare what the programs themselves log and save, and check the one documented
 difference of a static loss scale (AMP111) instead of waiving it.
 """
+
 import re
 
 import pytest
-
 from equivalence_cases import BY_ID
 from equivalence_harness import compare_static_overflow, skipped
 
-LOGGED = re.compile(r"^(?:epoch \d+ iter \d+ loss \S+ scale \S+|epoch \d+ iter \d+: amp loss scale \S+"
-                    r"|saved checkpoint_\d+\.pt .*)$", re.M)
+LOGGED = re.compile(
+    r"^(?:epoch \d+ iter \d+ loss \S+ scale \S+|epoch \d+ iter \d+: amp loss scale \S+"
+    r"|saved checkpoint_\d+\.pt .*)$",
+    re.M,
+)
 
 
 def _logged(record: dict) -> list[str]:

@@ -1,6 +1,7 @@
 """Fixtures for the kernel tests: the host-emulation library, built once per session and cached
 by a hash of the sources (in pytest's temporary root, which outlives one session), and a
 backend that makes `amp_shim.engine.cuda` launch through it."""
+
 from __future__ import annotations
 
 import contextlib

@@ -6,6 +6,7 @@ into a shared library, cached by a hash of the sources, the flags and the compil
 CPU tensors, so `engine/cuda.py` (tables, argument passing) and `engine/ops.py` (dispatch) run
 exactly as on a GPU, with the emulated kernels in place of CuPy's.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -25,7 +26,16 @@ EMULATE = KERNELS / "emulate"
 
 CXX = os.environ.get("CXX", "g++")
 # No fast math, no FMA contraction: host float ops round exactly as the kernels' __fmul_rn etc.
-BASE_FLAGS = ["-std=c++20", "-fPIC", "-pthread", "-ffp-contract=off", "-fno-fast-math", "-Wall", "-Wextra", "-Werror"]
+BASE_FLAGS = [
+    "-std=c++20",
+    "-fPIC",
+    "-pthread",
+    "-ffp-contract=off",
+    "-fno-fast-math",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+]
 
 
 def compiler() -> Optional[str]:
@@ -48,7 +58,9 @@ def _key(flags: Sequence[str], extra: str = "") -> str:
     return digest.hexdigest()[:20]
 
 
-def build(cache_dir: Path, output_name: str, flags: Sequence[str], sources: Sequence[Path], extra_key: str = "") -> Path:
+def build(
+    cache_dir: Path, output_name: str, flags: Sequence[str], sources: Sequence[Path], extra_key: str = ""
+) -> Path:
     """Compile `sources` with `flags` into cache_dir/<output_name with the hash>, unless built."""
     key = _key(list(flags) + [str(s) for s in sources], extra_key)
     stem, dot, suffix = output_name.partition(".")
@@ -65,7 +77,9 @@ def build(cache_dir: Path, output_name: str, flags: Sequence[str], sources: Sequ
 
 
 def build_library(cache_dir: Path, *, optimize: str = "-O2") -> Path:
-    return build(cache_dir, "libamp_emu.so", BASE_FLAGS + [optimize, "-shared"], [EMULATE / "host_launch.cpp"])
+    return build(
+        cache_dir, "libamp_emu.so", BASE_FLAGS + [optimize, "-shared"], [EMULATE / "host_launch.cpp"]
+    )
 
 
 class Library:
@@ -74,12 +88,26 @@ class Library:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.lib = ctypes.CDLL(str(path))
-        self.lib.amp_emu_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p)]
+        self.lib.amp_emu_launch.argtypes = [
+            ctypes.c_char_p,
+            ctypes.c_uint,
+            ctypes.c_uint,
+            ctypes.POINTER(ctypes.c_void_p),
+        ]
         self.lib.amp_emu_launch.restype = ctypes.c_int
         self.lib.amp_emu_kernels.restype = ctypes.c_char_p
-        self.lib.amp_emu_kernel_arg_sizes.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+        self.lib.amp_emu_kernel_arg_sizes.argtypes = [
+            ctypes.c_char_p,
+            ctypes.POINTER(ctypes.c_int),
+            ctypes.c_int,
+        ]
         self.lib.amp_emu_kernel_arg_sizes.restype = ctypes.c_int
-        for name in ("amp_emu_half_to_float", "amp_emu_bf16_to_float", "amp_emu_half_from_float", "amp_emu_bf16_from_float"):
+        for name in (
+            "amp_emu_half_to_float",
+            "amp_emu_bf16_to_float",
+            "amp_emu_half_from_float",
+            "amp_emu_bf16_from_float",
+        ):
             getattr(self.lib, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
             getattr(self.lib, name).restype = None
 
@@ -99,7 +127,9 @@ class Library:
         expected = self.arg_sizes(name)
         if passed != expected:  # on a GPU this would be a silently corrupt launch
             raise TypeError("%s takes arguments of %s bytes, was passed %s" % (name, expected, passed))
-        array = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
+        array = (ctypes.c_void_p * max(len(values), 1))(
+            *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values]
+        )
         rc = self.lib.amp_emu_launch(name.encode(), grid, block, array)
         if rc != 0:
             raise RuntimeError("amp_emu_launch(%r, grid=%d, block=%d) returned %d" % (name, grid, block, rc))
@@ -136,8 +166,15 @@ def _ctype(value: Any) -> Any:
 class EmulatedBackend:
     """An `engine.cuda` backend that runs the emulated kernels on CPU tensors."""
 
-    def __init__(self, library: Library, *, chunk_size: int = 64, block_size: int = 32,
-                 final_block_size: int = 32, max_grid: int = 65535) -> None:
+    def __init__(
+        self,
+        library: Library,
+        *,
+        chunk_size: int = 64,
+        block_size: int = 32,
+        final_block_size: int = 32,
+        max_grid: int = 65535,
+    ) -> None:
         self.library = library
         self.chunk_size = chunk_size
         self.block_size = block_size

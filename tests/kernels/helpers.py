@@ -1,4 +1,5 @@
 """Run an engine op on the torch path and on the emulated kernels, from identical inputs."""
+
 from __future__ import annotations
 
 import contextlib

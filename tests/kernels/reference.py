@@ -2,6 +2,7 @@
 one: the norm kernels' summation order (kernels/norm.cu), reproduced with float32 torch ops,
 and test data with the values that matter (inf, NaN, subnormals, max finite, overflow on
 unscaling)."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -12,6 +13,7 @@ FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 
 # -- bit-exact comparison -----------------------------------------------------------------------
+
 
 def bits(t: torch.Tensor) -> torch.Tensor:
     view = {4: torch.int32, 2: torch.int16, 8: torch.int64, 1: torch.uint8}[t.element_size()]
@@ -35,25 +37,47 @@ def assert_same_bits(actual: torch.Tensor, expected: torch.Tensor, what: str = "
         where = (a != e).nonzero()[:5].flatten().tolist()
         raise AssertionError(
             "%s: %d of %d elements differ, e.g. %s vs %s"
-            % (what, int((a != e).sum()), a.numel(), actual[keep][where].tolist(), expected[keep][where].tolist())
+            % (
+                what,
+                int((a != e).sum()),
+                a.numel(),
+                actual[keep][where].tolist(),
+                expected[keep][where].tolist(),
+            )
         )
 
 
 # -- test data ----------------------------------------------------------------------------------
 
+
 def special_values(dtype: torch.dtype) -> list[float]:
     info = torch.finfo(dtype)
     tiny_sub = info.smallest_normal * info.eps  # the smallest subnormal
     return [
-        float("inf"), float("-inf"), float("nan"), 0.0, -0.0,
-        info.max, -info.max, info.smallest_normal, -info.smallest_normal,
-        tiny_sub, -tiny_sub, tiny_sub * 3, info.smallest_normal / 2,
-        1.0, -1.0, 0.5, 3.0, info.max / 2,
+        float("inf"),
+        float("-inf"),
+        float("nan"),
+        0.0,
+        -0.0,
+        info.max,
+        -info.max,
+        info.smallest_normal,
+        -info.smallest_normal,
+        tiny_sub,
+        -tiny_sub,
+        tiny_sub * 3,
+        info.smallest_normal / 2,
+        1.0,
+        -1.0,
+        0.5,
+        3.0,
+        info.max / 2,
     ]
 
 
-def make_grad(numel: int, dtype: torch.dtype, generator: torch.Generator, *, specials: bool = True,
-              finite: bool = False) -> torch.Tensor:
+def make_grad(
+    numel: int, dtype: torch.dtype, generator: torch.Generator, *, specials: bool = True, finite: bool = False
+) -> torch.Tensor:
     """Normal values at several magnitudes, with special values sprinkled in."""
     base = torch.randn(numel, generator=generator, dtype=torch.float64)
     mags = torch.tensor([1e-6, 1e-3, 1.0, 1e3, 3e4], dtype=torch.float64)
@@ -76,11 +100,12 @@ def make_grad(numel: int, dtype: torch.dtype, generator: torch.Generator, *, spe
 
 # -- the norm kernels' summation order ---------------------------------------------------------
 
+
 def _thread_sums(squares: torch.Tensor, block: int) -> torch.Tensor:
     """Thread t's sequential float32 sum of squares[t], squares[t + block], ... (from 0.0f)."""
     acc = torch.zeros(block, dtype=torch.float32)
     for start in range(0, squares.numel(), block):
-        row = squares[start:start + block]
+        row = squares[start : start + block]
         acc[: row.numel()] = acc[: row.numel()] + row
     return acc
 
@@ -96,19 +121,21 @@ def _block_sum(values: torch.Tensor) -> torch.Tensor:
         s[: b - p] = s[: b - p] + s[p:b]
     h = p // 2
     while h > 0:
-        s[:h] = s[:h] + s[h:2 * h]
+        s[:h] = s[:h] + s[h : 2 * h]
         h //= 2
     return s[0].clone()
 
 
-def kernel_order_norm(values: Sequence[torch.Tensor], chunk: int, block: int, final_block: int) -> torch.Tensor:
+def kernel_order_norm(
+    values: Sequence[torch.Tensor], chunk: int, block: int, final_block: int
+) -> torch.Tensor:
     """sqrt of the sum of squares of `values` (float32, one per tensor), summed exactly as
     amp_mt_*_norm + amp_norm_finalize do for that chunk size and those block sizes."""
     partials = []
     for v in values:
         v = v.reshape(-1).to(torch.float32)
         for start in range(0, v.numel(), chunk):
-            piece = v[start:start + chunk]
+            piece = v[start : start + chunk]
             partials.append(_block_sum(_thread_sums(piece * piece, block)))
     partial = torch.stack(partials) if partials else torch.zeros(0, dtype=torch.float32)
     total = _block_sum(_thread_sums(partial, final_block))

@@ -1,6 +1,7 @@
 """bench/kernels_bytes.py's accounting (exact parameter counts, bytes per scenario, the README
 table is its current output) and bench/kernels_gpu.py's argument parsing; on a machine without
 a GPU kernels_gpu.py measures nothing and says so."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -67,17 +68,34 @@ def test_gpu_benchmark_parses_its_arguments():
     args = kg.parse_args([])
     assert args.models == ["resnet50", "bert-large"] and args.ops == list(kg.OPS)
     assert (args.iters, args.warmup, args.device, args.grad_dtype) == (50, 10, "cuda:0", "float32")
-    args = kg.parse_args(["--model", "bert-large", "--ops", "clip, update", "--iters", "3", "--warmup", "0",
-                          "--grad-dtype", "bfloat16", "--device", "cuda:1"])
+    args = kg.parse_args(
+        [
+            "--model",
+            "bert-large",
+            "--ops",
+            "clip, update",
+            "--iters",
+            "3",
+            "--warmup",
+            "0",
+            "--grad-dtype",
+            "bfloat16",
+            "--device",
+            "cuda:1",
+        ]
+    )
     assert args.models == ["bert-large"] and args.ops == ["clip", "update"]
     assert (args.iters, args.warmup, args.grad_dtype, args.device) == (3, 0, "bfloat16", "cuda:1")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--ops", "unscale,bogus"], "unknown op(s): bogus"),
-    (["--iters", "0"], "--iters must be >= 1"),
-    (["--model", "gpt"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--ops", "unscale,bogus"], "unknown op(s): bogus"),
+        (["--iters", "0"], "--iters must be >= 1"),
+        (["--model", "gpt"], "invalid choice"),
+    ],
+)
 def test_gpu_benchmark_rejects_bad_arguments(capsys, argv, message):
     with pytest.raises(SystemExit) as info:
         kg.parse_args(argv)

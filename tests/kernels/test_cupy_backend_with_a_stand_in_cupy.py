@@ -4,6 +4,7 @@ tested NVRTC options, before any launch; a compile failure makes `auto` warn and
 and `cupy` raise with the compiler's message; a launch selects the device, runs on torch's
 current stream and passes the arguments as given (the stand-in kernel runs the host emulation,
 so the numbers are checked too)."""
+
 from __future__ import annotations
 
 import sys
@@ -50,11 +51,14 @@ class FakeCupy(types.ModuleType):
 
             def get_function(self, name):
                 if fake.fail_compile:
-                    raise RuntimeError("nvrtc: error: identifier \"boom\" is undefined")
+                    raise RuntimeError('nvrtc: error: identifier "boom" is undefined')
 
                 def kernel(grid, block, args):
-                    fake.events.append(("launch", name, grid, block, fake.current["device"], fake.current["stream"]))
+                    fake.events.append(
+                        ("launch", name, grid, block, fake.current["device"], fake.current["stream"])
+                    )
                     fake.emu.launch(name, grid[0], block[0], args)
+
                 return kernel
 
         self.cuda = types.SimpleNamespace(Device=Device, ExternalStream=ExternalStream)
@@ -70,6 +74,7 @@ def fake_cupy(emu, monkeypatch):
         fake = FakeCupy(emu, **kw)
         monkeypatch.setitem(sys.modules, "cupy", fake)
         return fake
+
     return install
 
 
@@ -102,7 +107,9 @@ def test_a_compile_failure_falls_back_in_auto_and_raises_in_cupy_mode(fake_cupy,
 
 def test_launch_uses_the_device_and_torchs_current_stream_and_passes_the_arguments(fake_cupy, monkeypatch):
     fake = fake_cupy()
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=0xABC))
+    monkeypatch.setattr(
+        torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=0xABC)
+    )
     backend = cuda.CupyBackend()
     device = torch.device("cuda", 3)
     assert backend.accepts(device)
@@ -112,9 +119,20 @@ def test_launch_uses_the_device_and_torchs_current_stream_and_passes_the_argumen
     backend.to_device = lambda host, dev: host
     with cuda.use_backend(backend):
         table, n, nchunks = cuda._table(device, [grads], [cuda._meta(g) for g in grads])
-        backend.launch(device, "amp_mt_unscale", 1, 32,
-                       [cuda._ptr(table), cuda._i32(n), cuda._i64(nchunks), cuda._i64(backend.chunk_size),
-                        cuda._ptr(inv), cuda._ptr(found)])
+        backend.launch(
+            device,
+            "amp_mt_unscale",
+            1,
+            32,
+            [
+                cuda._ptr(table),
+                cuda._i32(n),
+                cuda._i64(nchunks),
+                cuda._i64(backend.chunk_size),
+                cuda._ptr(inv),
+                cuda._ptr(found),
+            ],
+        )
     assert ("launch", "amp_mt_unscale", (1,), (32,), 3, 0xABC) in fake.events
     assert grads[0].tolist() == [1.0, -2.0, float("inf")] and grads[1].tolist() == [0.5]
     assert found.item() == 1.0

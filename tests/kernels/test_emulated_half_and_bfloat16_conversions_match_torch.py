@@ -3,11 +3,11 @@ exactly as torch does: widening on all 65,536 bit patterns of each type, and nar
 (round to nearest even, subnormals, overflow to inf) on every value those patterns widen to,
 on the points halfway between neighbours (the ties), just off them, and on random floats.
 NaN stays NaN (payloads are not compared: see reference.assert_same_bits)."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
 from reference import assert_same_bits
 
 TYPES = {"half": torch.float16, "bf16": torch.bfloat16}
@@ -32,11 +32,32 @@ def _narrowing_inputs(dtype: torch.dtype) -> torch.Tensor:
     mids = mids.float()
     up = torch.nextafter(mids, torch.full_like(mids, float("inf")))
     down = torch.nextafter(mids, torch.full_like(mids, float("-inf")))
-    rnd = torch.randn(200_000, generator=torch.Generator().manual_seed(0)) * torch.logspace(-45, 38, 200_000).float()
+    rnd = (
+        torch.randn(200_000, generator=torch.Generator().manual_seed(0))
+        * torch.logspace(-45, 38, 200_000).float()
+    )
     info = torch.finfo(dtype)
-    edges = torch.tensor([info.max, -info.max, float("inf"), float("-inf"), float("nan"), 0.0, -0.0,
-                          3.0e38, 1.0e-45, -1.0e-45, 65519.0, 65520.0, 65536.0, 5.9604645e-08,
-                          2.9802322e-08, 2.9802326e-08, 1.0e-40])
+    edges = torch.tensor(
+        [
+            info.max,
+            -info.max,
+            float("inf"),
+            float("-inf"),
+            float("nan"),
+            0.0,
+            -0.0,
+            3.0e38,
+            1.0e-45,
+            -1.0e-45,
+            65519.0,
+            65520.0,
+            65536.0,
+            5.9604645e-08,
+            2.9802322e-08,
+            2.9802326e-08,
+            1.0e-40,
+        ]
+    )
     return torch.cat([widened, mids, up, down, rnd, edges])
 
 

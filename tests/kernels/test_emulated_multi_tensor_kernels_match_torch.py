@@ -5,14 +5,15 @@ over tensor counts 0..many, sizes 0, 1 and around chunk boundaries, fp32/fp16/bf
 list), inf/-inf/NaN/subnormal/max-finite inputs, unscaling that overflows or underflows, and
 several chunk/block/grid shapes (non-power-of-two blocks, blocks larger than a chunk, a grid
 smaller than the chunk count)."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
-from amp_shim.engine import ops
 from helpers import flatten, run_both
 from reference import FLOATS, assert_same_bits, make_grad
+
+from amp_shim.engine import ops
 
 # (chunk_size, block_size, max_grid)
 CONFIGS = [(64, 32, 65535), (16, 96, 2), (128, 64, 1), (32, 1, 3)]

@@ -12,20 +12,26 @@ What is compared, and how:
   * the clip: bit for bit against the torch path of `clip_scale_`, which is
     torch.nn.utils.clip_grad_norm_'s coefficient and multiply, given the same norm.
 """
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
-
-from amp_shim.engine import ops
 from helpers import kernels_env, run_both
 from reference import FLOATS, assert_same_bits, float64_norm, kernel_order_norm, make_grad
 
+from amp_shim.engine import ops
+
 # (chunk_size, block_size, final_block_size, max_grid)
 CONFIGS = [(64, 32, 32, 65535), (16, 96, 7, 2), (128, 64, 128, 1), (33, 1, 1, 5)]
-IDS = ["chunk64-block32-final32", "chunk16-block96-final7-grid2", "chunk128-block64-final128-grid1", "chunk33-block1-final1"]
+IDS = [
+    "chunk64-block32-final32",
+    "chunk16-block96-final7-grid2",
+    "chunk128-block64-final128-grid1",
+    "chunk33-block1-final1",
+]
 MIXES = {"fp32": [torch.float32], "fp16": [torch.float16], "bf16": [torch.bfloat16], "mixed": list(FLOATS)}
 
 
@@ -38,7 +44,9 @@ def _finite_grads(chunk, dtypes, seed):
     sizes = [0, 1, chunk - 1, chunk, chunk + 1, 3 * chunk + 2, 40]
     # Finite, and at most 1e4 in magnitude: the sums of squares are float32 (as in Apex's
     # multi_tensor_l2norm and torch's CUDA norm), so a norm past ~1.8e19 would overflow to inf.
-    return [make_grad(n, dtypes[i % len(dtypes)], g, finite=True).clamp_(-1e4, 1e4) for i, n in enumerate(sizes)]
+    return [
+        make_grad(n, dtypes[i % len(dtypes)], g, finite=True).clamp_(-1e4, 1e4) for i, n in enumerate(sizes)
+    ]
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=IDS)
@@ -48,7 +56,9 @@ def test_unscale_and_norm_writes_torch_grads_and_the_kernel_order_norm(emulated,
     for inv in (2.0**-12, 1.0, 0.3):
         grads = _finite_grads(chunk, MIXES[mix], seed=int(inv * 1000))
         inputs = (grads, torch.zeros(1), torch.tensor(inv))
-        t_in, t_norm, k_in, k_norm, backend = run_both(emulated, _config(config), ops.unscale_and_norm_, inputs)
+        t_in, t_norm, k_in, k_norm, backend = run_both(
+            emulated, _config(config), ops.unscale_and_norm_, inputs
+        )
         for i, (a, b) in enumerate(zip(k_in[0], t_in[0])):
             assert_same_bits(a, b, "grad %d" % i)
         assert k_in[1].item() == t_in[1].item() == 0.0
@@ -111,7 +121,7 @@ def test_clip_scale_matches_clip_grad_norm_given_the_same_norm(emulated, mix, ma
     grads = _finite_grads(64, MIXES[mix], seed=6)
     norm = torch.tensor(float64_norm(grads), dtype=torch.float32)
     for inv in (None, torch.tensor(2.0**-7), torch.tensor(0.3)):
-        run = lambda gs, n: ops.clip_scale_(gs, n, max_norm, inv_scale=inv)  # noqa: E731
+        run = lambda gs, n, inv=inv: ops.clip_scale_(gs, n, max_norm, inv_scale=inv)  # noqa: E731
         t_in, _, k_in, _, backend = run_both(emulated, _config(CONFIGS[1]), run, (grads, norm))
         for a, b in zip(k_in[0], t_in[0]):
             assert_same_bits(a, b, "clip inv=%r" % inv)
@@ -140,7 +150,11 @@ def test_three_pass_unscale_and_clip_matches_torch_given_its_norm(emulated, mix)
         k_grads = [g.clone() for g in grads]
         found = torch.zeros(1)
         norm = ops.unscale_clip_(k_grads, found, inv, 0.05)
-    assert [n for n, _, _ in backend.launches] == ["amp_mt_scaled_norm", "amp_norm_finalize", "amp_mt_clip_scale"]
+    assert [n for n, _, _ in backend.launches] == [
+        "amp_mt_scaled_norm",
+        "amp_norm_finalize",
+        "amp_mt_clip_scale",
+    ]
     unscaled = [g.float() * inv for g in grads]
     assert_same_bits(norm, kernel_order_norm(unscaled, chunk, block, final), "norm")
     with kernels_env("torch"):
@@ -155,4 +169,6 @@ def test_three_pass_unscale_and_clip_matches_torch_given_its_norm(emulated, mix)
         ops.unscale_(five, torch.zeros(1), inv)
         ops.clip_scale_(five, ops._total_norm(five, torch.device("cpu")), 0.05)
     for a, b in zip(k_grads, five):
-        torch.testing.assert_close(a.float(), b.float(), rtol=2e-2 if a.dtype != torch.float32 else 1e-5, atol=1e-30)
+        torch.testing.assert_close(
+            a.float(), b.float(), rtol=2e-2 if a.dtype != torch.float32 else 1e-5, atol=1e-30
+        )

@@ -3,16 +3,17 @@ sequence as the engine's torch path (ops.update_scale_, Apex's update_scale() of
 apex_api.md §4.3): halving floored at min_loss_scale (None and 0: no floor), doubling after the
 window capped at max_loss_scale, static scalers that only count, a counter loaded above the
 window, and Apex's own documented sequence (max=1024, min=256, window 3)."""
+
 from __future__ import annotations
 
 import random
 
 import pytest
 import torch
+from helpers import kernels_env
 
 from amp_shim.engine import ops
 from amp_shim.engine.loss_scaler import DeviceLossScaler
-from helpers import kernels_env
 
 SETTINGS = [
     dict(dynamic=True, min_loss_scale=None, max_loss_scale=2.0**24, scale_window=3),
@@ -51,8 +52,9 @@ def test_update_sequence_matches_the_torch_path(emulated, settings):
 
 def test_apex_documented_sequence_on_the_device_scaler(emulated):
     with emulated():
-        scaler = DeviceLossScaler("dynamic", init_scale=2.0**16, max_loss_scale=1024.0,
-                                  min_loss_scale=256, scale_window=3)
+        scaler = DeviceLossScaler(
+            "dynamic", init_scale=2.0**16, max_loss_scale=1024.0, min_loss_scale=256, scale_window=3
+        )
         seen = []
         for overflow in (True, True, True, True):
             scaler.found_inf.fill_(1.0 if overflow else 0.0)

@@ -5,6 +5,7 @@ the text and options that engine/cuda.py hands CuPy's RawModule; every kernel is
 its module (each kernel holds all its fp32/fp16/bf16 instantiations, selected per tensor at run
 time); no FMA is emitted; a compile error fails with NVRTC's log. Also with nvcc when it is on
 PATH. Skipped, with the reason, only when those packages or nvcc are missing."""
+
 from __future__ import annotations
 
 import re
@@ -36,7 +37,9 @@ def nvrtc_compile(source: str, name: str, arch: str, options=None) -> bytes:
     try:
         nvrtc.compileProgram(program, opts)
     except nvrtc.NVRTCError as exc:
-        raise CompileError("NVRTC failed on %s for %s (%s):\n%s" % (name, arch, exc, nvrtc.getProgramLog(program)))
+        raise CompileError(
+            "NVRTC failed on %s for %s (%s):\n%s" % (name, arch, exc, nvrtc.getProgramLog(program))
+        ) from exc
     return nvrtc.getCUBIN(program) if arch.startswith("sm_") else nvrtc.getPTX(program)
 
 
@@ -72,7 +75,9 @@ def test_every_kernel_is_in_the_emulation_and_launchable_by_name(emu):
 
 
 def test_a_compile_error_fails_with_nvrtcs_log(headers):
-    broken = kernels.assemble_source("unscale.cu").replace("const float inv = *inv_scale;", "const float inv = *inv_scal;", 1)
+    broken = kernels.assemble_source("unscale.cu").replace(
+        "const float inv = *inv_scale;", "const float inv = *inv_scal;", 1
+    )
     with pytest.raises(CompileError) as info:
         nvrtc_compile(broken, "unscale.cu", "sm_80")
     assert 'identifier "inv_scal" is undefined' in str(info.value)
@@ -93,19 +98,34 @@ NVCC = shutil.which("nvcc")
 @pytest.mark.parametrize("source", sorted(kernels.KERNEL_SOURCES))
 def test_source_compiles_with_nvcc(tmp_path, source):
     out = tmp_path / (source + ".fatbin")
-    cmd = [NVCC, "-std=c++17", "--fmad=false", "-fatbin", "-I", str(Path(kernels.__file__).parent),
-           "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
-           "-gencode", "arch=compute_80,code=compute_80",
-           str(Path(kernels.__file__).parent / source), "-o", str(out)]
+    cmd = [
+        NVCC,
+        "-std=c++17",
+        "--fmad=false",
+        "-fatbin",
+        "-I",
+        str(Path(kernels.__file__).parent),
+        "-gencode",
+        "arch=compute_80,code=sm_80",
+        "-gencode",
+        "arch=compute_90,code=sm_90",
+        "-gencode",
+        "arch=compute_80,code=compute_80",
+        str(Path(kernels.__file__).parent / source),
+        "-o",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, "nvcc failed on %s:\n%s%s" % (source, proc.stdout, proc.stderr)
     assert out.stat().st_size > 0
 
 
 FORBIDDEN = {
-    r"__shfl": "warp shuffles", r"__ballot|__any_sync|__all_sync|__activemask": "warp votes",
+    r"__shfl": "warp shuffles",
+    r"__ballot|__any_sync|__all_sync|__activemask": "warp votes",
     r"\bhalf2\b|__half2\b|\bfloat[234]\b|\bint[234]\b": "vector types",
-    r"cooperative_groups": "cooperative groups", r"extern\s+__shared__": "dynamic shared memory",
+    r"cooperative_groups": "cooperative groups",
+    r"extern\s+__shared__": "dynamic shared memory",
     r"__expf|__logf|__sinf|__cosf|__fdividef|__powf|__frsqrt_rn|rsqrtf": "fast-math intrinsics",
     r"threadIdx\.[yz]|blockIdx\.[yz]|blockDim\.[yz]|gridDim\.[yz]": "2D/3D launches",
 }
@@ -118,4 +138,7 @@ def test_kernels_use_nothing_the_host_emulation_does_not_model():
     for path in sorted(Path(kernels.__file__).parent.glob("*.cu*")):
         code = re.sub(r"//[^\n]*", "", path.read_text(encoding="utf-8"))  # comments may name them
         for pattern, what in FORBIDDEN.items():
-            assert not re.search(pattern, code), "%s uses %s, which the emulation does not model" % (path.name, what)
+            assert not re.search(pattern, code), "%s uses %s, which the emulation does not model" % (
+                path.name,
+                what,
+            )

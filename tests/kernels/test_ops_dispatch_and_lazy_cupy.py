@@ -1,10 +1,11 @@
 """How engine/ops.py picks a path, and that CuPy is never imported eagerly:
-  * `import amp_shim, amp_shim.amp` (and a whole CPU training step) leaves CuPy unimported;
-  * AMP_SHIM_KERNELS=auto runs torch ops on CPU tensors (never touching CuPy), =torch always
-    torch ops, =cupy raises a clear error without a GPU, and a bad value a ValueError;
-  * with a backend that accepts the tensors, auto runs the kernels, but falls back to torch for
-    tensors they do not take (float64, non-contiguous), which =cupy refuses with the reason;
-  * the table cache re-uses a table for the same tensors and never mixes up different ones."""
+* `import amp_shim, amp_shim.amp` (and a whole CPU training step) leaves CuPy unimported;
+* AMP_SHIM_KERNELS=auto runs torch ops on CPU tensors (never touching CuPy), =torch always
+  torch ops, =cupy raises a clear error without a GPU, and a bad value a ValueError;
+* with a backend that accepts the tensors, auto runs the kernels, but falls back to torch for
+  tensors they do not take (float64, non-contiguous), which =cupy refuses with the reason;
+* the table cache re-uses a table for the same tensors and never mixes up different ones."""
+
 from __future__ import annotations
 
 import json
@@ -13,17 +14,22 @@ import sys
 
 import pytest
 import torch
-
-from amp_shim.engine import cuda, ops
 from helpers import kernels_env
 from reference import assert_same_bits
+
+from amp_shim.engine import cuda, ops
 
 
 def _in_subprocess(code: str, env=None) -> dict:
     import os
 
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, **(env or {})))
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, **(env or {})),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -61,8 +67,11 @@ def test_forced_cupy_without_a_gpu_raises_a_clear_error(monkeypatch):
     pytest.importorskip("cupy")
     monkeypatch.setenv("AMP_SHIM_KERNELS", "cupy")
     with cuda.use_backend(cuda.CupyBackend()):
-        with pytest.raises(cuda.KernelsUnavailableError, match=r"AMP_SHIM_KERNELS=cupy, but the CUDA kernels cannot run: "
-                           r"CuPy is installed but finds no usable CUDA device \(cupy.is_available\(\) is False\)"):
+        with pytest.raises(
+            cuda.KernelsUnavailableError,
+            match=r"AMP_SHIM_KERNELS=cupy, but the CUDA kernels cannot run: "
+            r"CuPy is installed but finds no usable CUDA device \(cupy.is_available\(\) is False\)",
+        ):
             ops.unscale_([torch.ones(2)], torch.zeros(1), torch.tensor(1.0))
 
 
@@ -70,7 +79,9 @@ def test_forced_cupy_without_cupy_says_how_to_install_it(monkeypatch):
     monkeypatch.setenv("AMP_SHIM_KERNELS", "cupy")
     monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy -> ImportError
     with cuda.use_backend(cuda.CupyBackend()):
-        with pytest.raises(cuda.KernelsUnavailableError, match=r"CuPy is not importable .*pip install 'amp-migrate\[cuda\]'"):
+        with pytest.raises(
+            cuda.KernelsUnavailableError, match=r"CuPy is not importable .*pip install 'amp-migrate\[cuda\]'"
+        ):
             ops.copy_([torch.ones(2)], [torch.zeros(2)])
 
 
@@ -135,5 +146,7 @@ def test_a_launch_with_arguments_of_the_wrong_size_is_refused(emu):
 
     # amp_mt_copy(const long long* table, int n, long long nchunks, long long chunk_size)
     assert emu.arg_sizes("amp_mt_copy") == [8, 4, 8, 8]
-    with pytest.raises(TypeError, match=r"amp_mt_copy takes arguments of \[8, 4, 8, 8\] bytes, was passed \[8, 4, 8, 4\]"):
+    with pytest.raises(
+        TypeError, match=r"amp_mt_copy takes arguments of \[8, 4, 8, 8\] bytes, was passed \[8, 4, 8, 4\]"
+    ):
         emu.launch("amp_mt_copy", 1, 1, [numpy.uint64(0), numpy.int32(0), numpy.int64(0), numpy.int32(64)])

@@ -2,15 +2,15 @@
 final reduction) nor in the other multi-tensor kernels, with one std::thread per CUDA thread
 and __syncthreads as a std::barrier; and, as a control, it does report the race in a block sum
 whose __syncthreads were removed (so a clean run means something)."""
+
 from __future__ import annotations
 
 import os
 import subprocess
 from pathlib import Path
 
-import pytest
-
 import emulation
+import pytest
 
 DRIVER = Path(__file__).resolve().parent / "tsan_driver.cpp"
 
@@ -19,7 +19,11 @@ DRIVER = Path(__file__).resolve().parent / "tsan_driver.cpp"
 def tsan_driver(kernel_cache_dir) -> Path:
     if emulation.compiler() is None:
         pytest.skip("no C++ compiler (%s)" % emulation.CXX)
-    flags = [f for f in emulation.BASE_FLAGS if f not in ("-fPIC", "-Werror")] + ["-O1", "-g", "-fsanitize=thread"]
+    flags = [f for f in emulation.BASE_FLAGS if f not in ("-fPIC", "-Werror")] + [
+        "-O1",
+        "-g",
+        "-fsanitize=thread",
+    ]
     try:
         return emulation.build(kernel_cache_dir, "tsan_driver", flags, [DRIVER], extra_key=DRIVER.read_text())
     except RuntimeError as exc:

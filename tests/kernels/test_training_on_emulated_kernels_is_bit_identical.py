@@ -3,19 +3,21 @@ accumulation and overflow) running on the emulated kernels through ops.py give t
 losses, loss scales, skip decisions and parameters, bit for bit, as on the torch path, launch
 the kernels for every per-tensor op and for the scale update, and still cost at most one host
 sync per iteration."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import kernels_env
+from reference import assert_same_bits
 from torch import nn
 
 from amp_shim import amp
 from amp_shim.amp._amp_state import _amp_state
 from amp_shim.engine.host_syncs import CountHostSyncs
-from helpers import kernels_env
-from reference import assert_same_bits
 from shim_state import reset_amp_state
+
 
 class Net(nn.Module):
     def __init__(self):
@@ -61,13 +63,17 @@ def _train(level, steps=6, accumulate=2, **kwargs):
     return record, params, masters, syncs
 
 
-@pytest.mark.parametrize("level, kwargs", [
-    ("O1", {}),
-    ("O2", {}),
-    ("O2", {"loss_scale": 1.0}),
-    ("O2", {"loss_scale": 128.0}),
-    ("O1", {"min_loss_scale": 2.0**15, "max_loss_scale": 2.0**17}),
-], ids=["O1", "O2", "O2-static-1", "O2-static-128", "O1-min-max"])
+@pytest.mark.parametrize(
+    "level, kwargs",
+    [
+        ("O1", {}),
+        ("O2", {}),
+        ("O2", {"loss_scale": 1.0}),
+        ("O2", {"loss_scale": 128.0}),
+        ("O1", {"min_loss_scale": 2.0**15, "max_loss_scale": 2.0**17}),
+    ],
+    ids=["O1", "O2", "O2-static-1", "O2-static-128", "O1-min-max"],
+)
 def test_training_matches_the_torch_path_bit_for_bit(emulated, level, kwargs):
     with kernels_env("torch"):
         expected = _train(level, **kwargs)

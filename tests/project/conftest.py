@@ -1,4 +1,5 @@
 """Project fixtures copied into a temporary folder, and the command line run on them."""
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,7 @@ def run_json(root: Path, *args: str) -> dict:
     old = os.getcwd()
     os.chdir(root)
     try:
-        result = CliRunner().invoke(main, ["--format", "json", "-j", "1", *args, "."],
-                                    catch_exceptions=False)
+        result = CliRunner().invoke(main, ["--format", "json", "-j", "1", *args, "."], catch_exceptions=False)
     finally:
         os.chdir(old)
     document = json.loads(result.stdout)
@@ -51,8 +51,11 @@ def sources(root: Path) -> dict[str, str]:
 
 
 def _diagnostics(results) -> str:
-    return "".join(f"{path}: {' '.join(d.code for d in r.diagnostics)}\n"
-                   for path, r in sorted(results.items()) if r.diagnostics)
+    return "".join(
+        f"{path}: {' '.join(d.code for d in r.diagnostics)}\n"
+        for path, r in sorted(results.items())
+        if r.diagnostics
+    )
 
 
 def assert_project_golden(name: str) -> None:

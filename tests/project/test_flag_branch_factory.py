@@ -24,7 +24,7 @@ def test_a_flag_branch_in_the_factory_is_its_body_and_the_group_goes_native():
     assert factory.target_used == trainer.target_used == "native"
     assert "AMP158" in {d.code for d in factory.diagnostics}
     assert "else:" not in factory.code.split("def _setup_amp")[1]  # the warning branch is gone
-    assert "scaler = torch.amp.GradScaler(\"cuda\", enabled=bool(amp_level and optimizer)" in factory.code
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=bool(amp_level and optimizer)' in factory.code
     assert "_amp_optim.scaler.scale(loss).backward()" in trainer.code
 
 
@@ -33,5 +33,7 @@ def test_a_trainer_switch_of_its_own_keeps_the_group_on_the_shim_located_at_its_
     assert {r.target_used for r in results.values() if r.changed} == {"shim"}
     (reason,) = [d for d in results["speechkit/trainer.py"].diagnostics if d.code == "AMP222"]
     assert reason.line == 23
-    assert "`self.amp_level` may be false while the GradScaler speechkit/optim.py builds is enabled: it is " \
-           "set at line 17, from `__init__`'s parameter `amp_level`" in reason.message
+    assert (
+        "`self.amp_level` may be false while the GradScaler speechkit/optim.py builds is enabled: it is "
+        "set at line 17, from `__init__`'s parameter `amp_level`" in reason.message
+    )

@@ -1,5 +1,6 @@
 """A function that scales the loss it is given puts autocast in its callers (AMP207); a caller
 in another module of the tree cannot get it, so there the file uses the shim (AMP206)."""
+
 from amp_migrate import migrate_source
 from amp_migrate.project import migrate_project
 

@@ -1,4 +1,5 @@
 """`migrate_project`: the in-memory form the equivalence harness and the corpus bench use."""
+
 from amp_migrate import migrate_source
 from amp_migrate.project import migrate_project
 

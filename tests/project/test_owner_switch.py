@@ -14,8 +14,12 @@ from amp_migrate.project.share import owner_switch
 
 from .conftest import PROJECTS, assert_project_golden, sources
 
-TREES = ("flag_guarded_builder", "builder_shared_by_two_scripts", "builder_args_rebound",
-         "builder_called_where_the_trainer_runs")
+TREES = (
+    "flag_guarded_builder",
+    "builder_shared_by_two_scripts",
+    "builder_args_rebound",
+    "builder_called_where_the_trainer_runs",
+)
 TRAINER, BUILDER = "train_contrastive.py", "simclr_like/builder.py"
 
 
@@ -73,9 +77,11 @@ def test_a_script_with_run_time_options_hands_the_fitter_its_amp_switch_beside_t
 
 def test_options_fixed_to_a_scaled_level_keep_autocast_following_the_scaler():
     files = sources(PROJECTS / "config_options_fitter")
-    files["kaggle/train.py"] = files["kaggle/train.py"].replace(
-        "opt_level=fitter.config.opt_level,\n", 'opt_level="O1",\n').replace(
-        "loss_scale=fitter.config.loss_scale, ", "")
+    files["kaggle/train.py"] = (
+        files["kaggle/train.py"]
+        .replace("opt_level=fitter.config.opt_level,\n", 'opt_level="O1",\n')
+        .replace("loss_scale=fitter.config.loss_scale, ", "")
+    )
     fitter = migrate_project(files)["kaggle/tools/fitter.py"]
     assert "enabled=scaler.is_enabled()" in fitter.code and "amp_enabled" not in fitter.code
 

@@ -1,6 +1,7 @@
 """`amp-migrate PATH` on trees whose files share Apex objects: each group ends on one target,
 the files moved to the shim say which file and line moved them, and no tree ends half native
 and half Apex."""
+
 import pytest
 
 from amp_migrate import migrate_source
@@ -15,9 +16,17 @@ def assert_groups_on_one_target(root, before):
     """Every group of the original tree is all native or all shim on disk."""
     after = sources(root)
     for group in find_groups(build_index(before)):
-        marks = {("shim" if SHIM_MARK in after[p] else "native" if NATIVE_MARK in after[p]
-                  or "apex" not in after[p] else "apex")
-                 for p in group.members if after[p] != before[p] or "apex" in after[p]}
+        marks = {
+            (
+                "shim"
+                if SHIM_MARK in after[p]
+                else "native"
+                if NATIVE_MARK in after[p] or "apex" not in after[p]
+                else "apex"
+            )
+            for p in group.members
+            if after[p] != before[p] or "apex" in after[p]
+        }
         assert len(marks - {"apex"} if "shim" in marks else marks) <= 1, (group.members, marks)
         assert not ("native" in marks and ("shim" in marks or "apex" in marks)), (group.members, marks)
 
@@ -93,7 +102,9 @@ def test_a_run_time_import_of_apex_keeps_the_module_it_imports_on_the_shim(tree)
     document = run_json(root, "--check")
     files = document["by_path"]
     backend, steps = files["backend.py"], files["steps.py"]
-    assert [(d["code"], d["line"]) for d in backend["diagnostics"] if d["code"] == "AMP032"] == [("AMP032", 11)]
+    assert [(d["code"], d["line"]) for d in backend["diagnostics"] if d["code"] == "AMP032"] == [
+        ("AMP032", 11)
+    ]
     assert steps["target_used"] == "shim"
     (moved,) = [d for d in steps["diagnostics"] if d["code"] == "AMP030"]
     assert "backend.py:11 does: it imports 'apex.amp' at run time" in moved["message"]

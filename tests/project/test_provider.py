@@ -20,7 +20,10 @@ def test_a_provider_group_migrates_to_its_golden_output(name):
 def test_every_caller_and_the_provider_go_native_together():
     results = migrate_project(sources(PROJECTS / "amp_provider_native"))
     assert {p: r.target_used for p, r in results.items() if r.changed} == {
-        "textcls/train.py": "native", "textcls/distill.py": "native", "textcls/utils/amp_utils.py": "native"}
+        "textcls/train.py": "native",
+        "textcls/distill.py": "native",
+        "textcls/utils/amp_utils.py": "native",
+    }
     assert "def load_amp" not in results["textcls/utils/amp_utils.py"].code
     assert 'scaler = torch.amp.GradScaler("cuda", enabled=args.half)' in results["textcls/distill.py"].code
     assert "load_amp" not in results["textcls/train.py"].code
@@ -30,8 +33,10 @@ def test_the_command_line_migrates_the_group_natively(tree):
     root = tree("amp_provider_native")
     document = run_json(root)
     files = document["by_path"]
-    assert {files[p]["target_used"] for p in ("textcls/train.py", "textcls/distill.py",
-                                              "textcls/utils/amp_utils.py")} == {"native"}
+    assert {
+        files[p]["target_used"]
+        for p in ("textcls/train.py", "textcls/distill.py", "textcls/utils/amp_utils.py")
+    } == {"native"}
     assert "apex" not in (root / "textcls" / "utils" / "amp_utils.py").read_text()
     again = run_json(root, "--check")
     assert again["exit"] == 0
@@ -45,7 +50,7 @@ def test_the_command_line_says_why_a_stored_value_keeps_the_group_on_the_shim(tr
     assert [(d["code"], d["line"]) for d in model["diagnostics"]] == [("AMP031", 11), ("AMP163", 11)]
 
 
-PROVIDER = '''import torch
+PROVIDER = """import torch
 
 
 def get_amp(fp16):
@@ -54,8 +59,8 @@ def get_amp(fp16):
     else:
         amp = None
     return amp
-'''
-CALLER = '''import torch
+"""
+CALLER = """import torch
 
 from lib.amp_utils import get_amp
 
@@ -71,13 +76,17 @@ def train(model, optimizer, x, fp16=False):
     else:
         loss.backward()
     optimizer.step()
-'''
+"""
 IMPORT = "        from apex import amp\n"
 
 
 def _run(body=IMPORT, guard="fp16 and amp", between=""):
-    return migrate_project({"lib/amp_utils.py": PROVIDER.format(body=body.rstrip("\n")),
-                            "train.py": CALLER.format(guard=guard, between=between)})
+    return migrate_project(
+        {
+            "lib/amp_utils.py": PROVIDER.format(body=body.rstrip("\n")),
+            "train.py": CALLER.format(guard=guard, between=between),
+        }
+    )
 
 
 def _codes(result):
@@ -88,15 +97,28 @@ def _codes(result):
 def test_a_guard_equal_to_the_providers_condition_goes_native(guard):
     results = _run(guard=guard)
     assert results["train.py"].target_used == results["lib/amp_utils.py"].target_used == "native"
-    assert 'scaler = torch.amp.GradScaler("cuda", enabled=fp16)\n' in results["train.py"].code and "get_amp" not in results["train.py"].code
+    assert (
+        'scaler = torch.amp.GradScaler("cuda", enabled=fp16)\n' in results["train.py"].code
+        and "get_amp" not in results["train.py"].code
+    )
 
 
-@pytest.mark.parametrize("body, at, why", [
-    (IMPORT + "        amp.register_half_function(torch, \"einsum\")\n", 7, "also runs `amp.register_half_function"),
-    ("        try:\n            from apex import amp\n        except ImportError:\n            amp = None\n", 8,
-     "does more than raise when Apex is missing"),
-    ("        print('apex')\n" + IMPORT, 6, "also runs `print('apex')`"),
-])
+@pytest.mark.parametrize(
+    "body, at, why",
+    [
+        (
+            IMPORT + '        amp.register_half_function(torch, "einsum")\n',
+            7,
+            "also runs `amp.register_half_function",
+        ),
+        (
+            "        try:\n            from apex import amp\n        except ImportError:\n            amp = None\n",
+            8,
+            "does more than raise when Apex is missing",
+        ),
+        ("        print('apex')\n" + IMPORT, 6, "also runs `print('apex')`"),
+    ],
+)
 def test_a_provider_that_does_more_keeps_the_group_on_the_shim_and_says_where(body, at, why):
     results = _run(body=body)
     provider, caller = results["lib/amp_utils.py"], results["train.py"]
@@ -107,12 +129,15 @@ def test_a_provider_that_does_more_keeps_the_group_on_the_shim_and_says_where(bo
     assert there.line == 7 and f"lib/amp_utils.py:{at}" in there.message and "AMP031" in _codes(caller)
 
 
-@pytest.mark.parametrize("guard, between, why", [
-    ("amp and x is not None", "", "is not the provider's condition"),
-    ("fp16", "    fp16 = not fp16\n", "rebinds what the provider's condition reads"),
-    ("amp", "    print(amp)\n", "read before Apex is set up"),
-    ("amp", "    reset(fp16)\n", "may change what the provider's condition read"),
-])
+@pytest.mark.parametrize(
+    "guard, between, why",
+    [
+        ("amp and x is not None", "", "is not the provider's condition"),
+        ("fp16", "    fp16 = not fp16\n", "rebinds what the provider's condition reads"),
+        ("amp", "    print(amp)\n", "read before Apex is set up"),
+        ("amp", "    reset(fp16)\n", "may change what the provider's condition read"),
+    ],
+)
 def test_a_caller_whose_value_cannot_be_followed_keeps_the_group_on_the_shim(guard, between, why):
     results = _run(guard=guard, between=between)
     assert results["lib/amp_utils.py"].target_used == "shim" and not results["train.py"].changed
@@ -121,16 +146,20 @@ def test_a_caller_whose_value_cannot_be_followed_keeps_the_group_on_the_shim(gua
 
 
 def test_a_provider_named_by_a_module_that_does_not_call_it_stays_on_the_shim():
-    files = {"lib/amp_utils.py": PROVIDER.format(body=IMPORT.rstrip("\n")),
-             "train.py": CALLER.format(guard="amp", between=""),
-             "lib/__init__.py": "from .amp_utils import get_amp\n"}
+    files = {
+        "lib/amp_utils.py": PROVIDER.format(body=IMPORT.rstrip("\n")),
+        "train.py": CALLER.format(guard="amp", between=""),
+        "lib/__init__.py": "from .amp_utils import get_amp\n",
+    }
     results = migrate_project(files)
     assert results["lib/amp_utils.py"].target_used == "shim"
-    assert any(d.code == "AMP162" and "lib/__init__.py names it" in d.message
-               for d in results["lib/amp_utils.py"].diagnostics)
+    assert any(
+        d.code == "AMP162" and "lib/__init__.py names it" in d.message
+        for d in results["lib/amp_utils.py"].diagnostics
+    )
 
 
-SHAPED_CALLER = '''import torch
+SHAPED_CALLER = """import torch
 
 from lib.amp_utils import {imported}
 
@@ -142,21 +171,47 @@ def train(model, optimizer, x, fp16=False):
     with amp.scale_loss(loss, optimizer) as scaled:
         scaled.backward()
     optimizer.step()
-'''
+"""
 ALWAYS = "def get_amp():\n    from apex import amp\n    return amp\n"
-RETURNED_INSIDE = "def get_amp(on=True):\n    if on:\n        from apex import amp\n        return amp\n    return None\n"
+RETURNED_INSIDE = (
+    "def get_amp(on=True):\n    if on:\n        from apex import amp\n        return amp\n    return None\n"
+)
 
 
-@pytest.mark.parametrize("provider, imported, call, guard, enabled", [
-    (ALWAYS, "get_amp", "get_amp()", "", 'GradScaler("cuda")\n'),
-    (RETURNED_INSIDE, "get_amp", "get_amp(fp16)", "if amp:\n        ", 'GradScaler("cuda", enabled=fp16)\n'),
-    (RETURNED_INSIDE, "get_amp", "get_amp()", "if amp:\n        ", 'GradScaler("cuda")\n'),  # the default, True
-    (RETURNED_INSIDE, "get_amp as amp_or_none", "amp_or_none(on=fp16)", "if amp is not None:\n        ",
-     'GradScaler("cuda", enabled=fp16)\n'),
-])
+@pytest.mark.parametrize(
+    "provider, imported, call, guard, enabled",
+    [
+        (ALWAYS, "get_amp", "get_amp()", "", 'GradScaler("cuda")\n'),
+        (
+            RETURNED_INSIDE,
+            "get_amp",
+            "get_amp(fp16)",
+            "if amp:\n        ",
+            'GradScaler("cuda", enabled=fp16)\n',
+        ),
+        (
+            RETURNED_INSIDE,
+            "get_amp",
+            "get_amp()",
+            "if amp:\n        ",
+            'GradScaler("cuda")\n',
+        ),  # the default, True
+        (
+            RETURNED_INSIDE,
+            "get_amp as amp_or_none",
+            "amp_or_none(on=fp16)",
+            "if amp is not None:\n        ",
+            'GradScaler("cuda", enabled=fp16)\n',
+        ),
+    ],
+)
 def test_provider_shapes_and_an_aliased_import_go_native(provider, imported, call, guard, enabled):
-    results = migrate_project({"lib/amp_utils.py": provider, "train.py": SHAPED_CALLER.format(
-        imported=imported, call=call, guard=guard)})
+    results = migrate_project(
+        {
+            "lib/amp_utils.py": provider,
+            "train.py": SHAPED_CALLER.format(imported=imported, call=call, guard=guard),
+        }
+    )
     code = results["train.py"].code
     assert results["train.py"].target_used == results["lib/amp_utils.py"].target_used == "native"
     assert f"    scaler = torch.amp.{enabled}" in code

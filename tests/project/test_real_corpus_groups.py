@@ -2,6 +2,7 @@
 pairs.tsv lists as sharing Apex between modules, laid out in memory at its manifest paths,
 lands in one group when both files touch amp state, and the project pass leaves no group of
 those repositories half native."""
+
 from __future__ import annotations
 
 import csv
@@ -32,13 +33,22 @@ PAIRS = _table("pairs.tsv")
 
 @lru_cache(maxsize=None)
 def repository(repo: str) -> dict[str, str]:
-    return {row["path"]: (CORPUS / "files" / name).read_text(encoding="utf-8", errors="replace")
-            for name, row in ROWS.items() if row["repo"] == repo and name.endswith(".py")}
+    return {
+        row["path"]: (CORPUS / "files" / name).read_text(encoding="utf-8", errors="replace")
+        for name, row in ROWS.items()
+        if row["repo"] == repo and name.endswith(".py")
+    }
 
 
 def _touches_state(facts) -> bool:
-    return bool(facts.initialize or facts.fp16_optimizers or facts.providers or facts.uses
-                or facts.foreign or facts.provided)
+    return bool(
+        facts.initialize
+        or facts.fp16_optimizers
+        or facts.providers
+        or facts.uses
+        or facts.foreign
+        or facts.provided
+    )
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=lambda p: p["file_a"].split("__")[1])

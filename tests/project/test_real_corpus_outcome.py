@@ -1,6 +1,7 @@
 """bench/real_corpus.py counts a file as an error only for a defect of amp-migrate; input a
 careful person would refuse too (not Python 3, Apex modules the shim's release lacks) is
 "refused", with the reason its diagnostic states."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from amp_migrate.diagnostics import Diagnostic, Severity
-from amp_migrate.file_result import Finding, FileResult
+from amp_migrate.file_result import FileResult, Finding
 from amp_migrate.options import Options
 from amp_migrate.runner import Job, process
 
@@ -77,7 +78,9 @@ def test_input_that_is_not_python3_is_refused_not_an_error(tmp_path, text):
     assert "not valid Python 3" in reason and "AMP001" in reason
 
 
-@pytest.mark.parametrize("text", [REPARAMETERIZED, OLD_FP16_OPTIMIZER], ids=["reparameterization", "old-fp16-optimizer"])
+@pytest.mark.parametrize(
+    "text", [REPARAMETERIZED, OLD_FP16_OPTIMIZER], ids=["reparameterization", "old-fp16-optimizer"]
+)
 def test_apex_modules_the_shims_release_lacks_are_refused_with_the_name(tmp_path, text):
     result, data = _run(tmp_path, text)
     kind, reason = rc.outcome(result, data)
@@ -92,14 +95,34 @@ def test_a_parse_error_on_valid_python_is_our_error():
     assert rc.outcome(result, b"x = 1\n")[0] == "error"
 
 
-@pytest.mark.parametrize("result", [
-    FileResult("train.py", "python", scanned=True, error="internal error, please report it: KeyError: 'x'"),
-    FileResult("train.py", "python", scanned=True, findings=(
-        Finding(Diagnostic("AMP002", Severity.ERROR, 1, 1, "a second run would change the output", False)),)),
-    FileResult("train.py", "python", scanned=True, findings=(
-        Finding(Diagnostic("AMP470", Severity.ERROR, 2, 1, "`apex.contrib` is missing", False)),
-        Finding(Diagnostic("AMP002", Severity.ERROR, 1, 1, "the output does not compile", False)))),
-], ids=["internal-error", "verification-failed", "refusal-beside-a-defect"])
+@pytest.mark.parametrize(
+    "result",
+    [
+        FileResult(
+            "train.py", "python", scanned=True, error="internal error, please report it: KeyError: 'x'"
+        ),
+        FileResult(
+            "train.py",
+            "python",
+            scanned=True,
+            findings=(
+                Finding(
+                    Diagnostic("AMP002", Severity.ERROR, 1, 1, "a second run would change the output", False)
+                ),
+            ),
+        ),
+        FileResult(
+            "train.py",
+            "python",
+            scanned=True,
+            findings=(
+                Finding(Diagnostic("AMP470", Severity.ERROR, 2, 1, "`apex.contrib` is missing", False)),
+                Finding(Diagnostic("AMP002", Severity.ERROR, 1, 1, "the output does not compile", False)),
+            ),
+        ),
+    ],
+    ids=["internal-error", "verification-failed", "refusal-beside-a-defect"],
+)
 def test_defects_are_errors(result):
     kind, reason = rc.outcome(result, b"from apex import amp\n")
     assert kind == "error"
@@ -128,5 +151,7 @@ def test_a_defect_overrides_the_outcome_in_the_table_entry():
     row = {"file_name": "o__r__train.py", "repo": "o/r", "path": "train.py", "lines": "3"}
     fine = FileResult("train.py", "python", changed=True, target_used="native", new_bytes=b"x = 1\n")
     assert rc._entry(row, fine, b"x = 0\n")["outcome"] == "native"
-    entry = rc._entry(row, fine, b"x = 0\n", "train.py: the native output is not idempotent: a second run changes it")
+    entry = rc._entry(
+        row, fine, b"x = 0\n", "train.py: the native output is not idempotent: a second run changes it"
+    )
     assert entry["outcome"] == "error" and entry["reason"].startswith("o__r__train.py")

@@ -39,7 +39,8 @@ def test_the_guard_passed_by_keyword_is_the_loops_switch():
     assert {results[p].target_used for p in (ENGINE, PRETRAIN, SCORE)} == {"native"}
     engine = results[ENGINE].code
     assert "scaler.scale(loss).backward()" in engine and "loss.backward()" not in engine.replace(
-        "scaler.scale(loss).backward()", "")
+        "scaler.scale(loss).backward()", ""
+    )
     assert "    _amp_engine.scaler = scaler\n" in results[PRETRAIN].code
 
 
@@ -55,14 +56,17 @@ def test_the_inference_program_steps_aside_and_says_so():
 def test_an_inference_program_imported_by_the_trainer_competes_and_says_why():
     results = migrate_project(sources(PROJECTS / "inference_owner_in_training_process"))
     (reason,) = [d for d in results[ENGINE].diagnostics if d.code == "AMP102"]
-    assert "caption/score.py only prepares models for inference, but caption/pretrain.py imports it" \
+    assert (
+        "caption/score.py only prepares models for inference, but caption/pretrain.py imports it"
         in reason.message
+    )
 
 
 def test_an_inference_program_that_calls_the_scaling_function_competes():
     files = sources(PROJECTS / "switch_argument_trainer")
-    files[SCORE] = files[SCORE].replace("from caption.engine import move_batch",
-                                        "from caption.engine import move_batch, run_epochs")
+    files[SCORE] = files[SCORE].replace(
+        "from caption.engine import move_batch", "from caption.engine import move_batch, run_epochs"
+    )
     results = migrate_project(files)
     assert results[ENGINE].target_used == "shim"
     (reason,) = [d for d in results[ENGINE].diagnostics if d.code == "AMP102"]
@@ -72,10 +76,12 @@ def test_an_inference_program_that_calls_the_scaling_function_competes():
 def test_a_keyword_none_optimizer_is_inference_only_and_a_list_of_one_is_not():
     files = sources(PROJECTS / "switch_argument_trainer")
     index = _index(files)
-    none = files[SCORE].replace('amp.initialize(model, opt_level="O1")',
-                                'amp.initialize(model, optimizers=None, opt_level="O1")')
-    listed = files[SCORE].replace('amp.initialize(model, opt_level="O1")',
-                                  'amp.initialize(model, [opt], opt_level="O1")')
+    none = files[SCORE].replace(
+        'amp.initialize(model, opt_level="O1")', 'amp.initialize(model, optimizers=None, opt_level="O1")'
+    )
+    listed = files[SCORE].replace(
+        'amp.initialize(model, opt_level="O1")', 'amp.initialize(model, [opt], opt_level="O1")'
+    )
     assert inference_only(index, none, SCORE) and not inference_only(index, listed, SCORE)
 
 
@@ -91,26 +97,44 @@ CALL = "    run_epochs(model, optimizer, scheduler, loader, opts.epochs, log,\n"
 def test_a_positional_prefix_of_the_guard_reaches_the_users_attribute_test():
     files = sources(PROJECTS / "switch_argument_trainer")
     files = _pretrain_with(files, "half=opts.mixed.enabled, ", "")
-    files = _pretrain_with(files, "accumulate=opts.accumulate)", "accumulate=opts.accumulate, mixed=opts.mixed)")
-    files[ENGINE] = files[ENGINE].replace("half=False, max_norm=0.0, accumulate=1)",
-                                          "max_norm=0.0, accumulate=1, mixed=None)")
+    files = _pretrain_with(
+        files, "accumulate=opts.accumulate)", "accumulate=opts.accumulate, mixed=opts.mixed)"
+    )
+    files[ENGINE] = files[ENGINE].replace(
+        "half=False, max_norm=0.0, accumulate=1)", "max_norm=0.0, accumulate=1, mixed=None)"
+    )
     files[ENGINE] = files[ENGINE].replace("if half:", "if mixed.enabled:")
     assert entry_switch(_index(files), files, PRETRAIN, ENGINE) == (("run_epochs", "mixed", ("enabled",)),)
     assert migrate_project(files)[ENGINE].target_used == "native"
-    files = _pretrain_with(files, CALL + "               max_norm=opts.clip, accumulate=opts.accumulate, mixed=opts.mixed)",
-                           CALL + "               opts.clip, opts.accumulate, opts.mixed)")
+    files = _pretrain_with(
+        files,
+        CALL + "               max_norm=opts.clip, accumulate=opts.accumulate, mixed=opts.mixed)",
+        CALL + "               opts.clip, opts.accumulate, opts.mixed)",
+    )
     assert entry_switch(_index(files), files, PRETRAIN, ENGINE) == (("run_epochs", "mixed", ("enabled",)),)
 
 
-@pytest.mark.parametrize("change, why", [
-    (("    if opts.mixed.enabled:\n", "    run_epochs(model, optimizer, scheduler, loader, 1, log, half=opts.mixed.enabled)\n"
-      "    if opts.mixed.enabled:\n"),
-     "caption/pretrain.py also calls it at line 13, not after that test in `pretrain`"),
-    (("    return model\n", "    opts.mixed.enabled = False\n    return model\n"),
-     "it may change after that test (rebound or stored into in caption/pretrain.py)"),
-    (("    return model\n", "    log(run_epochs)\n    return model\n"),
-     "caption/pretrain.py names `run_epochs` other than by calling it"),
-])
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        (
+            (
+                "    if opts.mixed.enabled:\n",
+                "    run_epochs(model, optimizer, scheduler, loader, 1, log, half=opts.mixed.enabled)\n"
+                "    if opts.mixed.enabled:\n",
+            ),
+            "caption/pretrain.py also calls it at line 13, not after that test in `pretrain`",
+        ),
+        (
+            ("    return model\n", "    opts.mixed.enabled = False\n    return model\n"),
+            "it may change after that test (rebound or stored into in caption/pretrain.py)",
+        ),
+        (
+            ("    return model\n", "    log(run_epochs)\n    return model\n"),
+            "caption/pretrain.py names `run_epochs` other than by calling it",
+        ),
+    ],
+)
 def test_an_owner_side_doubt_keeps_the_shim_with_amp154(change, why):
     files = _pretrain_with(sources(PROJECTS / "switch_argument_trainer"), *change)
     assert entry_switch(_index(files), files, PRETRAIN, ENGINE) == ()
@@ -120,13 +144,22 @@ def test_an_owner_side_doubt_keeps_the_shim_with_amp154(change, why):
     assert note.line == 13 and note.message.endswith(why), note.message
 
 
-@pytest.mark.parametrize("old, new, why", [
-    ("            step += 1\n", "            step += 1\n            half = half and step > 1\n",
-     "`run_epochs` rebinds `half`"),
-    ("def move_batch(batch, device):\n", "def warm_up(model, optimizer, loader, log):\n"
-     "    run_epochs(model, optimizer, None, loader, 1, log)\n\n\ndef move_batch(batch, device):\n",
-     "caption/engine.py itself names `run_epochs` (a call there may pass another value)"),
-])
+@pytest.mark.parametrize(
+    "old, new, why",
+    [
+        (
+            "            step += 1\n",
+            "            step += 1\n            half = half and step > 1\n",
+            "`run_epochs` rebinds `half`",
+        ),
+        (
+            "def move_batch(batch, device):\n",
+            "def warm_up(model, optimizer, loader, log):\n"
+            "    run_epochs(model, optimizer, None, loader, 1, log)\n\n\ndef move_batch(batch, device):\n",
+            "caption/engine.py itself names `run_epochs` (a call there may pass another value)",
+        ),
+    ],
+)
 def test_a_user_side_doubt_keeps_the_shim_with_amp154(old, new, why):
     files = sources(PROJECTS / "switch_argument_trainer")
     files[ENGINE] = files[ENGINE].replace(old, new)
@@ -142,7 +175,9 @@ def test_the_command_line_hands_the_switch_over_and_notes_the_inference_program(
     document = run_json(tree("switch_argument_trainer"), "--check")
     files = document["by_path"]
     assert "AMP153" in codes(files["tools/score.py"])
-    assert not [c for p in (ENGINE, PRETRAIN, SCORE) for c in codes(files[p]) if c in ("AMP030", "AMP102", "AMP220")]
+    assert not [
+        c for p in (ENGINE, PRETRAIN, SCORE) for c in codes(files[p]) if c in ("AMP030", "AMP102", "AMP220")
+    ]
 
 
 def test_an_inference_script_run_one_at_a_time_still_sets_the_attribute_and_the_switch_follows_the_trainer():

@@ -4,6 +4,7 @@ also saves a checkpoint after N steps; `resume` (a fresh process) continues each
 Each configuration is an Apex-style loop: O-level, num_losses, an early overflow storm (the
 scale starts at 2**20) and a short growth window, so the saved scaler state is mid-window.
 """
+
 import itertools
 import os
 import sys
@@ -71,7 +72,12 @@ def start(level, num_losses):
 
 
 def final_state(model, opt, losses):
-    return {"model": model.state_dict(), "optimizer": opt.state_dict(), "amp": amp.state_dict(), "losses": losses}
+    return {
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "amp": amp.state_dict(),
+        "losses": losses,
+    }
 
 
 def finish(level):
@@ -91,8 +97,10 @@ def train(out_dir):
 
         model, opt = start(level, num_losses)
         train_steps(model, opt, num_losses, range(N))
-        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "amp": amp.state_dict()},
-                   os.path.join(out_dir, f"{level}-{num_losses}.pt"))
+        torch.save(
+            {"model": model.state_dict(), "optimizer": opt.state_dict(), "amp": amp.state_dict()},
+            os.path.join(out_dir, f"{level}-{num_losses}.pt"),
+        )
         finish(level)
     torch.save(results, os.path.join(out_dir, "uninterrupted.pt"))
 

@@ -15,6 +15,7 @@ arguments that install the shim's comm hook (Apex's fp32 all-reduce with a pre-d
 Used by tests/shim/test_ddp_teardown.py and
 bench/ddp_teardown_stress.py, which count the runs that do not exit cleanly.
 """
+
 import os
 import socket
 import sys
@@ -48,8 +49,7 @@ def _lower_gloo_threads() -> None:
 
 def _train(rank: int, world: int, port: int) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     if LATE_GLOO:
         _lower_gloo_threads()
     torch.manual_seed(0)
@@ -97,8 +97,9 @@ def _hook_then_exit(port: int) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     if LATE_GLOO:
         _lower_gloo_threads()
-    model = DistributedDataParallel(nn.Linear(3, 2), allreduce_always_fp32=True,
-                                    gradient_predivide_factor=2.0)
+    model = DistributedDataParallel(
+        nn.Linear(3, 2), allreduce_always_fp32=True, gradient_predivide_factor=2.0
+    )
     [(hook, state)] = model._comm_hooks
     hook(state, _Bucket(torch.ones(30_000_000, dtype=torch.float16)))
     print("hook called; exiting", flush=True)

@@ -5,6 +5,7 @@ OUT/CASE.rank<RANK>.pt; the test compares the ranks' files with single-process r
 Every rank derives the whole job's data from shared seeds, so it can also compute what
 the other ranks did.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,7 +24,7 @@ SPLIT = (3, 5)  # uneven per-rank batches: the global statistics must weight the
 
 def _slice(t, rank):
     start = sum(SPLIT[:rank])
-    return t[start:start + SPLIT[rank]]
+    return t[start : start + SPLIT[rank]]
 
 
 # -- SyncBatchNorm -------------------------------------------------------------------------
@@ -34,8 +35,9 @@ def _syncbn_run(rank, make_input, grad_shape=None, z_shape=None, **bn_kwargs):
     x = make_input(g)
     grad_out = torch.randn(x.shape, generator=g)
     z = torch.randn(z_shape, generator=g) if z_shape else None
-    bn = SyncBatchNorm(x.shape[-1] if bn_kwargs.get("channel_last") and x.dim() > 2 else x.shape[1],
-                       **bn_kwargs)
+    bn = SyncBatchNorm(
+        x.shape[-1] if bn_kwargs.get("channel_last") and x.dim() > 2 else x.shape[1], **bn_kwargs
+    )
     with torch.no_grad():
         bn.weight.copy_(torch.rand(bn.weight.shape, generator=g) + 0.5)
         bn.bias.copy_(torch.randn(bn.bias.shape, generator=g))
@@ -47,9 +49,13 @@ def _syncbn_run(rank, make_input, grad_shape=None, z_shape=None, **bn_kwargs):
         (out * _slice(grad_out, rank)).sum().backward()
         result["outputs"].append(out.detach())
         result.setdefault("x_grads", []).append(xs.grad)
-    result.update(weight_grad=bn.weight.grad, bias_grad=bn.bias.grad,
-                  running_mean=bn.running_mean.clone(), running_var=bn.running_var.clone(),
-                  num_batches_tracked=bn.num_batches_tracked.clone())
+    result.update(
+        weight_grad=bn.weight.grad,
+        bias_grad=bn.bias.grad,
+        running_mean=bn.running_mean.clone(),
+        running_var=bn.running_var.clone(),
+        num_batches_tracked=bn.num_batches_tracked.clone(),
+    )
     bn.eval()
     result["eval_output"] = bn(_slice(x, rank)).detach()
     return result
@@ -62,8 +68,12 @@ def case_syncbn(rank, world):
         "nc": _syncbn_run(rank, lambda g: torch.randn(n, 6, generator=g)),
         "ncl_cumulative": _syncbn_run(rank, lambda g: torch.randn(n, 3, 7, generator=g), momentum=None),
         "channel_last_z_relu": _syncbn_run(
-            rank, lambda g: torch.randn(n, 3, 5, 4, generator=g), z_shape=(n, 3, 5, 4),
-            channel_last=True, fuse_relu=True),
+            rank,
+            lambda g: torch.randn(n, 3, 5, 4, generator=g),
+            z_shape=(n, 3, 5, 4),
+            channel_last=True,
+            fuse_relu=True,
+        ),
     }
 
 
@@ -102,9 +112,13 @@ def _overflow_run(rank, opt_level):
     with contextlib.redirect_stdout(stdout), counter:
         iteration(poison=(rank == 1))
     skipped = all(torch.equal(a, b) for a, b in zip(before, params()))
-    return {"clean_syncs": clean_syncs, "overflow_syncs": list(counter.calls),
-            "printed": stdout.getvalue(), "skipped": skipped,
-            "scale": amp._amp_state.loss_scalers[0].loss_scale()}
+    return {
+        "clean_syncs": clean_syncs,
+        "overflow_syncs": list(counter.calls),
+        "printed": stdout.getvalue(),
+        "skipped": skipped,
+        "scale": amp._amp_state.loss_scalers[0].loss_scale(),
+    }
 
 
 def case_overflow(rank, world):
@@ -158,8 +172,7 @@ def case_ddp(rank, world):
     result["default"] = grads
     result["delay_allreduce"] = _ddp_grads(rank, delay_allreduce=True, message_size=1)[0]
     result["sum"] = _ddp_grads(rank, gradient_average=False)[0]
-    result["predivide"] = _ddp_grads(rank, gradient_predivide_factor=4.0,
-                                     allreduce_always_fp32=True)[0]
+    result["predivide"] = _ddp_grads(rank, gradient_predivide_factor=4.0, allreduce_always_fp32=True)[0]
 
     # disable_allreduce(): this backward stays local; enable_allreduce(): the next is averaged.
     from amp_shim.parallel import DistributedDataParallel
@@ -192,8 +205,7 @@ def case_ddp(rank, world):
 def main(argv):
     case, rank, world, port, out = argv[1], int(argv[2]), int(argv[3]), int(argv[4]), argv[5]
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         result = globals()["case_" + case](rank, world)
         torch.save(result, f"{out}/{case}.rank{rank}.pt")

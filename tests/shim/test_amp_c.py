@@ -1,6 +1,7 @@
 """`amp_shim.amp_C` (Apex's `amp_C` under the alias) and `amp_shim.apex_C`: each entry point,
 driven through `multi_tensor_applier` with Apex's argument order, against a plain torch
 reference (values, and the overflow flag: raised by a non-finite input, never cleared)."""
+
 import pytest
 import torch
 
@@ -175,12 +176,13 @@ def test_adam_matches_torch_adam_l2_mode_0_and_adamw_mode_1(dtype, mode, torch_c
     opt = torch_cls(ref, lr=1e-2, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1)
     buf = flag()
     # fp16 moments are stored rounded, so the fp32 reference is only exact for the first step.
-    for step in ((1, 2, 3) if dtype == torch.float32 else (1,)):
+    for step in (1, 2, 3) if dtype == torch.float32 else (1,):
         for r, g in zip(ref, gs):
             r.grad = g.float().clone()
         opt.step()
-        multi_tensor_applier(amp_C.multi_tensor_adam, buf, [gs, ps, ms, vs],
-                             1e-2, 0.8, 0.95, 1e-6, step, mode, 1, 0.1)
+        multi_tensor_applier(
+            amp_C.multi_tensor_adam, buf, [gs, ps, ms, vs], 1e-2, 0.8, 0.95, 1e-6, step, mode, 1, 0.1
+        )
     for p, r in zip(ps, ref):
         close(p, r.detach(), dtype)
     for m, r in zip(ms, ref):
@@ -191,27 +193,42 @@ def test_adam_matches_torch_adam_l2_mode_0_and_adamw_mode_1(dtype, mode, torch_c
 def test_adam_without_bias_correction_uses_the_raw_moments():
     p, g = torch.tensor([1.0]), torch.tensor([0.5])
     m, v = torch.zeros(1), torch.zeros(1)
-    multi_tensor_applier(amp_C.multi_tensor_adam, flag(), [[g], [p], [m], [v]],
-                         0.1, 0.9, 0.99, 0.0, 1, 1, 0, 0.0)
+    multi_tensor_applier(
+        amp_C.multi_tensor_adam, flag(), [[g], [p], [m], [v]], 0.1, 0.9, 0.99, 0.0, 1, 1, 0, 0.0
+    )
     m_ref, v_ref = 0.1 * 0.5, 0.01 * 0.25
-    torch.testing.assert_close(p, torch.tensor([1.0 - 0.1 * m_ref / v_ref ** 0.5]))
+    torch.testing.assert_close(p, torch.tensor([1.0 - 0.1 * m_ref / v_ref**0.5]))
 
 
-@pytest.mark.parametrize("momentum,dampening,nesterov,wd", [
-    (0.0, 0.0, False, 0.0), (0.9, 0.0, False, 0.01), (0.9, 0.1, False, 0.01), (0.9, 0.0, True, 0.05)])
+@pytest.mark.parametrize(
+    "momentum,dampening,nesterov,wd",
+    [(0.0, 0.0, False, 0.0), (0.9, 0.0, False, 0.01), (0.9, 0.1, False, 0.01), (0.9, 0.0, True, 0.05)],
+)
 def test_sgd_matches_torch_sgd_with_first_run_starting_the_momentum(momentum, dampening, nesterov, wd):
     ps, gs = params_and_grads(torch.float32)
     bufs = [torch.zeros_like(p) for p in ps]
     ref = [p.clone().requires_grad_() for p in ps]
-    opt = torch.optim.SGD(ref, lr=0.1, momentum=momentum, dampening=dampening, nesterov=nesterov,
-                          weight_decay=wd)
+    opt = torch.optim.SGD(
+        ref, lr=0.1, momentum=momentum, dampening=dampening, nesterov=nesterov, weight_decay=wd
+    )
     buf = flag()
     for i in range(3):
         for r, g in zip(ref, gs):
             r.grad = g.clone()
         opt.step()
-        multi_tensor_applier(amp_C.multi_tensor_sgd, buf, [gs, ps, bufs],
-                             wd, momentum, dampening, 0.1, nesterov, i == 0, False, 1.0)
+        multi_tensor_applier(
+            amp_C.multi_tensor_sgd,
+            buf,
+            [gs, ps, bufs],
+            wd,
+            momentum,
+            dampening,
+            0.1,
+            nesterov,
+            i == 0,
+            False,
+            1.0,
+        )
     for p, r in zip(ps, ref):
         torch.testing.assert_close(p, r.detach())
 
@@ -220,8 +237,19 @@ def test_sgd_unscales_grads_and_writes_the_fp16_model_copy_from_the_fp32_master(
     master = [torch.tensor([1.0, 2.0])]
     grads16 = [torch.tensor([512.0, -1024.0], dtype=torch.float16)]
     mom, model = [torch.zeros(2)], [torch.zeros(2, dtype=torch.float16)]
-    multi_tensor_applier(amp_C.multi_tensor_sgd, flag(), [grads16, master, mom, model],
-                         0.0, 0.9, 0.0, 0.5, False, True, False, 1 / 512)
+    multi_tensor_applier(
+        amp_C.multi_tensor_sgd,
+        flag(),
+        [grads16, master, mom, model],
+        0.0,
+        0.9,
+        0.0,
+        0.5,
+        False,
+        True,
+        False,
+        1 / 512,
+    )
     assert master[0].tolist() == [0.5, 3.0] and mom[0].tolist() == [1.0, -2.0]
     assert model[0].dtype == torch.float16 and model[0].tolist() == [0.5, 3.0]
 
@@ -230,8 +258,19 @@ def test_sgd_does_nothing_when_the_flag_is_already_raised():
     p, g, mom = torch.tensor([1.0]), torch.tensor([1.0]), torch.tensor([5.0])
     model = torch.tensor([1.0], dtype=torch.float16)
     raised = torch.ones(1, dtype=torch.int)
-    multi_tensor_applier(amp_C.multi_tensor_sgd, raised, [[g], [p], [mom], [model]],
-                         0.1, 0.9, 0.0, 0.5, False, False, False, 1.0)
+    multi_tensor_applier(
+        amp_C.multi_tensor_sgd,
+        raised,
+        [[g], [p], [mom], [model]],
+        0.1,
+        0.9,
+        0.0,
+        0.5,
+        False,
+        False,
+        False,
+        1.0,
+    )
     assert p.item() == 1.0 and mom.item() == 5.0 and model.item() == 1.0 and raised.item() == 1
 
 
@@ -242,7 +281,7 @@ def reference_lamb(p, g, m, v, *, lr, b1, b2, eps, step, wd, mode, clip):
         g = g + wd * p
     m = b1 * m + (1 - b1) * g
     v = b2 * v + (1 - b2) * g * g
-    update = (m / (1 - b1 ** step)) / ((v / (1 - b2 ** step)).sqrt() + eps)
+    update = (m / (1 - b1**step)) / ((v / (1 - b2**step)).sqrt() + eps)
     if mode == 1:
         update = update + wd * p
     ratio = p.norm() / update.norm() if wd != 0 else torch.tensor(1.0)
@@ -254,12 +293,41 @@ def reference_lamb(p, g, m, v, *, lr, b1, b2, eps, step, wd, mode, clip):
 def test_lamb_matches_the_reference_and_leaves_the_update_in_the_grads(mode, global_norm, max_norm):
     ps, gs = params_and_grads(torch.float32)
     ms, vs = [torch.rand_like(p) * 0.1 for p in ps], [torch.rand_like(p) * 0.1 for p in ps]
-    expected = [reference_lamb(p, g, m, v, lr=0.01, b1=0.9, b2=0.99, eps=1e-6, step=3, wd=0.01,
-                               mode=mode, clip=max(global_norm / max_norm, 1.0))
-                for p, g, m, v in zip(ps, gs, ms, vs)]
+    expected = [
+        reference_lamb(
+            p,
+            g,
+            m,
+            v,
+            lr=0.01,
+            b1=0.9,
+            b2=0.99,
+            eps=1e-6,
+            step=3,
+            wd=0.01,
+            mode=mode,
+            clip=max(global_norm / max_norm, 1.0),
+        )
+        for p, g, m, v in zip(ps, gs, ms, vs)
+    ]
     buf = flag()
-    multi_tensor_applier(amp_C.multi_tensor_lamb, buf, [gs, ps, ms, vs], 0.01, 0.9, 0.99, 1e-6, 3,
-                         1, 0.01, 1, mode, torch.tensor([global_norm]), max_norm, False)
+    multi_tensor_applier(
+        amp_C.multi_tensor_lamb,
+        buf,
+        [gs, ps, ms, vs],
+        0.01,
+        0.9,
+        0.99,
+        1e-6,
+        3,
+        1,
+        0.01,
+        1,
+        mode,
+        torch.tensor([global_norm]),
+        max_norm,
+        False,
+    )
     for (p_ref, u_ref, m_ref, v_ref), p, g, m, v in zip(expected, ps, gs, ms, vs):
         torch.testing.assert_close(p, p_ref)
         torch.testing.assert_close(g, u_ref)
@@ -272,9 +340,25 @@ def test_lamb_applies_the_trust_ratio_without_decay_only_with_nvlamb():
     def run(use_nvlamb):
         p, g = [torch.full((4,), 3.0)], [torch.full((4,), 1.0)]
         m, v = [torch.zeros(4)], [torch.zeros(4)]
-        multi_tensor_applier(amp_C.multi_tensor_lamb, flag(), [g, p, m, v], 0.1, 0.9, 0.99, 0.0, 1,
-                             1, 0.0, 1, 1, torch.tensor([1.0]), 1.0, use_nvlamb)
+        multi_tensor_applier(
+            amp_C.multi_tensor_lamb,
+            flag(),
+            [g, p, m, v],
+            0.1,
+            0.9,
+            0.99,
+            0.0,
+            1,
+            1,
+            0.0,
+            1,
+            1,
+            torch.tensor([1.0]),
+            1.0,
+            use_nvlamb,
+        )
         return p[0]
+
     # The update is 1 everywhere, so |p|/|update| = 3: plain lr without nvlamb, 3x lr with it.
     torch.testing.assert_close(run(False), torch.full((4,), 3.0 - 0.1))
     torch.testing.assert_close(run(True), torch.full((4,), 3.0 - 0.3))
@@ -284,9 +368,23 @@ def test_lamb_raises_the_flag_for_a_non_finite_grad():
     ps, gs = params_and_grads(torch.float32)
     gs[0][0] = INF
     buf = flag()
-    multi_tensor_applier(amp_C.multi_tensor_lamb, buf, [gs, ps, [torch.zeros_like(p) for p in ps],
-                         [torch.zeros_like(p) for p in ps]], 0.01, 0.9, 0.99, 1e-6, 1, 1, 0.01, 1, 1,
-                         torch.tensor([1.0]), 1.0, False)
+    multi_tensor_applier(
+        amp_C.multi_tensor_lamb,
+        buf,
+        [gs, ps, [torch.zeros_like(p) for p in ps], [torch.zeros_like(p) for p in ps]],
+        0.01,
+        0.9,
+        0.99,
+        1e-6,
+        1,
+        1,
+        0.01,
+        1,
+        1,
+        torch.tensor([1.0]),
+        1.0,
+        False,
+    )
     assert buf.item() == 1
 
 
@@ -300,8 +398,22 @@ def test_novograd_blends_the_layer_norms_and_steps_as_the_reference(dtype, mode,
     norms = old.clone()
     b1, b2, lr, eps, wd, step = 0.95, 0.98, 0.01, 1e-8, 0.001, 2
     buf = flag()
-    multi_tensor_applier(amp_C.multi_tensor_novograd, buf, [gs, ps, ms], norms, lr, b1, b2, eps, step,
-                         1, wd, 1, mode, norm_type)
+    multi_tensor_applier(
+        amp_C.multi_tensor_novograd,
+        buf,
+        [gs, ps, ms],
+        norms,
+        lr,
+        b1,
+        b2,
+        eps,
+        step,
+        1,
+        wd,
+        1,
+        mode,
+        norm_type,
+    )
     for i, (p0, g) in enumerate(zip(params_and_grads(dtype)[0], gs)):
         g32, p32 = g.double(), p0.double()
         if norm_type == 2:
@@ -309,8 +421,8 @@ def test_novograd_blends_the_layer_norms_and_steps_as_the_reference(dtype, mode,
         else:
             n = b2 * old[i].double() + (1 - b2) * g32.abs().max()
         close(norms[i], n, torch.float32)
-        denom = n / (1 - b2 ** step) ** 0.5 + eps
-        bc1 = 1 - b1 ** step
+        denom = n / (1 - b2**step) ** 0.5 + eps
+        bc1 = 1 - b1**step
         if mode == 0:
             m = (1 - b1) * (g32 / denom + wd * p32)
             p = p32 - lr * m / bc1
@@ -326,8 +438,22 @@ def test_novograd_raises_the_flag_for_a_non_finite_grad():
     ps, gs = params_and_grads(torch.float32)
     gs[1][7] = NAN
     buf = flag()
-    multi_tensor_applier(amp_C.multi_tensor_novograd, buf, [gs, ps, [torch.zeros_like(p) for p in ps]],
-                         torch.ones(2), 0.01, 0.9, 0.98, 1e-8, 1, 1, 0.0, 1, 1, 2)
+    multi_tensor_applier(
+        amp_C.multi_tensor_novograd,
+        buf,
+        [gs, ps, [torch.zeros_like(p) for p in ps]],
+        torch.ones(2),
+        0.01,
+        0.9,
+        0.98,
+        1e-8,
+        1,
+        1,
+        0.0,
+        1,
+        1,
+        2,
+    )
     assert buf.item() == 1
 
 
@@ -369,20 +495,30 @@ def reference_hysteresis(scale, growth, hyst, found, gf, bf, interval, hysteresi
 
 
 def hysteresis_state(scale, growth, hyst):
-    return (torch.tensor([scale], dtype=torch.float32), torch.tensor([growth], dtype=torch.int32),
-            torch.tensor([hyst], dtype=torch.int32))
+    return (
+        torch.tensor([scale], dtype=torch.float32),
+        torch.tensor([growth], dtype=torch.int32),
+        torch.tensor([hyst], dtype=torch.int32),
+    )
 
 
 def test_update_scale_hysteresis_follows_the_kernel_over_a_random_overflow_pattern():
     gen = torch.Generator().manual_seed(5)
-    state, ref = hysteresis_state(2.0 ** 20, 0, 3), (2.0 ** 20, 0, 3)
+    state, ref = hysteresis_state(2.0**20, 0, 3), (2.0**20, 0, 3)
     seen = set()
     for i in range(400):
         found = float(torch.rand(1, generator=gen) < 0.3)
         out = amp_C.update_scale_hysteresis(*state, torch.tensor([found]), 2.0, 0.5, 4, 3)
         new_ref = reference_hysteresis(*ref, found, 2.0, 0.5, 4, 3)
-        seen.add("grew" if new_ref[0] > ref[0] else "backed off" if new_ref[0] < ref[0] else
-                 "held" if found else "counted")
+        seen.add(
+            "grew"
+            if new_ref[0] > ref[0]
+            else "backed off"
+            if new_ref[0] < ref[0]
+            else "held"
+            if found
+            else "counted"
+        )
         ref = new_ref
         assert out is state[0]
         assert tuple(t.item() for t in state) == ref, i
@@ -390,12 +526,12 @@ def test_update_scale_hysteresis_follows_the_kernel_over_a_random_overflow_patte
 
 
 def test_update_scale_hysteresis_flushes_a_subnormal_backoff_to_zero():
-    state = hysteresis_state(2.0 ** -120, 5, 1)
-    amp_C.update_scale_hysteresis(*state, torch.tensor([1.0]), 2.0, 2.0 ** -10, 100, 1)
+    state = hysteresis_state(2.0**-120, 5, 1)
+    amp_C.update_scale_hysteresis(*state, torch.tensor([1.0]), 2.0, 2.0**-10, 100, 1)
     assert tuple(t.item() for t in state) == (0.0, 0, 0)
 
 
 def test_update_scale_hysteresis_does_not_grow_past_float32():
-    state = hysteresis_state(2.0 ** 127, 0, 2)
+    state = hysteresis_state(2.0**127, 0, 2)
     amp_C.update_scale_hysteresis(*state, torch.tensor([0.0]), 2.0, 0.5, 1, 2)
-    assert tuple(t.item() for t in state) == (2.0 ** 127, 0, 2)
+    assert tuple(t.item() for t in state) == (2.0**127, 0, 2)

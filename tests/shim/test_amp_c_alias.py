@@ -2,6 +2,7 @@
 that sees `multi_tensor_applier.available` and then imports `amp_C` (as Apex's own LAMB test's
 reference optimizer does) runs. A compiled `amp_C` that is importable is not shadowed, unless
 the alias is forced."""
+
 import os
 import subprocess
 import sys
@@ -25,8 +26,9 @@ PROBE = textwrap.dedent("""
 def run(code, cwd, **env_extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("AMP_SHIM_ALIAS")}
     env.update(OMP_NUM_THREADS="1", **env_extra)
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_amp_c_imports_and_runs_through_the_applier_under_the_alias(tmp_path):
@@ -57,6 +59,7 @@ def test_uninstalling_the_alias_forgets_the_extension_modules():
     assert alias.install(force=True)
     try:
         import amp_C  # noqa: F401
+
         assert sys.modules["amp_C"].__name__ == "amp_shim.amp_C"
     finally:
         alias.uninstall()

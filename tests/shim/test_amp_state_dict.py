@@ -1,4 +1,5 @@
 """`amp.state_dict()` / `amp.load_state_dict()`: Apex's checkpoint format and load quirks (apex_api.md §5)."""
+
 from __future__ import annotations
 
 import re
@@ -13,6 +14,7 @@ from amp_shim.amp.scaler import LossScaler
 
 pytestmark = pytest.mark.filterwarnings("ignore::amp_shim._deprecation.DeprecatedFeatureWarning")
 
+
 def _scalers(*specs):
     _amp_state.loss_scalers = [LossScaler(spec) for spec in specs]
     return _amp_state.loss_scalers
@@ -23,6 +25,7 @@ def _state(scaler):
 
 
 # Format ---------------------------------------------------------------------------------------
+
 
 def test_state_dict_is_an_ordered_dict_of_scale_and_unskipped_per_loss():
     s0, s1 = _scalers("dynamic", 128.0)
@@ -85,6 +88,7 @@ def test_state_dict_after_initialize_has_one_entry_per_loss():
 
 # Load ------------------------------------------------------------------------------------------
 
+
 def test_round_trip_restores_scale_and_counter(capsys):
     s0, s1 = _scalers("dynamic", "dynamic")
     s0._loss_scale, s0._unskipped = 1024.0, 17
@@ -120,7 +124,9 @@ def test_load_with_fewer_entries_warns_and_loads_what_is_there(capsys):
     s0, s1 = _scalers("dynamic", "dynamic")
     s1._loss_scale = 16.0
     amp.load_state_dict({"loss_scaler0": {"loss_scale": 2.0, "unskipped": 9}})
-    assert capsys.readouterr().out == "Warning: state_dict contains 1 entries, while 2 loss_scalers are used\n"
+    assert (
+        capsys.readouterr().out == "Warning: state_dict contains 1 entries, while 2 loss_scalers are used\n"
+    )
     assert _state(s0) == (2.0, 9)
     assert _state(s1) == (16.0, 0)
 
@@ -160,7 +166,9 @@ def test_unexpected_keys_raise_after_the_valid_entries_were_applied(capsys):
     assert _state(s0) == (256.0, 4)
     assert _state(s1) == (512.0, 6)
     # The unexpected keys count toward the entry total in the size warning.
-    assert capsys.readouterr().out == "Warning: state_dict contains 4 entries, while 2 loss_scalers are used\n"
+    assert (
+        capsys.readouterr().out == "Warning: state_dict contains 4 entries, while 2 loss_scalers are used\n"
+    )
 
 
 def test_single_unexpected_key_message():

@@ -1,4 +1,5 @@
 """Legacy code that says `from apex import amp` runs unchanged through `python -m amp_shim`."""
+
 import os
 import re
 import subprocess
@@ -86,13 +87,13 @@ def test_importing_a_submodule_by_its_apex_name_keeps_the_amp_state_object(insta
 
 
 def test_alias_covers_apex_module_layout(installed_alias):
-    from apex.amp.handle import AmpHandle, NoOpHandle  # noqa: F401
-    from apex.amp.opt import OptimWrapper  # noqa: F401
+    from apex.amp import half_function, init, register_half_function  # noqa: F401
     from apex.amp.frontend import O1, Properties, opt_levels  # noqa: F401
+    from apex.amp.handle import AmpHandle, NoOpHandle  # noqa: F401
     from apex.amp.lists import functional_overrides, tensor_overrides, torch_overrides  # noqa: F401
+    from apex.amp.opt import OptimWrapper  # noqa: F401
     from apex.amp.scaler import LossScaler, master_params  # noqa: F401
     from apex.multi_tensor_apply import multi_tensor_applier
-    from apex.amp import init, register_half_function, half_function  # noqa: F401
 
     assert multi_tensor_applier.chunk_size == 2048 * 32
     with pytest.raises(ImportError):
@@ -119,7 +120,8 @@ def test_env_setting_reads_the_variable():
 
 def test_the_start_up_hook_is_installed_in_this_interpreter():
     assert launch.hook_installed(), (
-        "amp_shim_alias.pth is missing from site-packages: reinstall (pip install -e .)")
+        "amp_shim_alias.pth is missing from site-packages: reinstall (pip install -e .)"
+    )
 
 
 # -- child processes ------------------------------------------------------------------------------
@@ -130,8 +132,9 @@ def clean_env(**extra):
 
 
 def run_clean(args, cwd, **extra):
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=clean_env(**extra),
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=clean_env(**extra), capture_output=True, text=True, timeout=120
+    )
 
 
 def write(path, source):
@@ -140,7 +143,9 @@ def write(path, source):
 
 
 def test_subprocesses_of_a_legacy_script_get_the_alias_and_the_line_appears_once(tmp_path):
-    script = write(tmp_path / "parent.py", """
+    script = write(
+        tmp_path / "parent.py",
+        """
         import subprocess, sys
         import apex
         child = subprocess.run([sys.executable, "-c", "import apex; print(apex.__name__)"],
@@ -150,7 +155,8 @@ def test_subprocesses_of_a_legacy_script_get_the_alias_and_the_line_appears_once
         clean = {k: v for k, v in __import__("os").environ.items() if not k.startswith("AMP_SHIM")}
         bare = subprocess.run([sys.executable, "-c", "import apex"], env=clean, capture_output=True)
         print("bare child rc", bare.returncode)
-    """)
+    """,
+    )
     proc = run_clean(["-m", "amp_shim", str(script)], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["parent amp_shim child amp_shim", "bare child rc 1"]
@@ -158,7 +164,9 @@ def test_subprocesses_of_a_legacy_script_get_the_alias_and_the_line_appears_once
 
 
 def test_multiprocessing_spawn_workers_get_the_alias(tmp_path):
-    script = write(tmp_path / "spawner.py", """
+    script = write(
+        tmp_path / "spawner.py",
+        """
         import multiprocessing as mp
 
         def worker(_):
@@ -168,7 +176,8 @@ def test_multiprocessing_spawn_workers_get_the_alias(tmp_path):
         if __name__ == "__main__":
             with mp.get_context("spawn").Pool(1) as pool:
                 print(pool.map(worker, [0]))
-    """)
+    """,
+    )
     proc = run_clean(["-m", "amp_shim", str(script)], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "['amp_shim']"
@@ -176,8 +185,10 @@ def test_multiprocessing_spawn_workers_get_the_alias(tmp_path):
 
 
 def test_the_variable_alone_aliases_a_plain_python_process_and_announces_once(tmp_path):
-    code = ("import subprocess, sys, apex; print(apex.__name__); "
-            "subprocess.run([sys.executable, '-c', 'import apex'], check=True)")
+    code = (
+        "import subprocess, sys, apex; print(apex.__name__); "
+        "subprocess.run([sys.executable, '-c', 'import apex'], check=True)"
+    )
     proc = run_clean(["-c", code], tmp_path, AMP_SHIM_ALIAS="1")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "amp_shim"
@@ -210,7 +221,9 @@ def test_script_runs_as_if_run_directly_path_and_traceback(tmp_path):
     pkg_dir = tmp_path / "proj"
     pkg_dir.mkdir()
     write(pkg_dir / "helper.py", "VALUE = 42\n")
-    script = write(pkg_dir / "train.py", """
+    script = write(
+        pkg_dir / "train.py",
+        """
         import sys, os
         import helper  # found through sys.path[0] == the script's directory
         assert sys.path[0] == os.path.dirname(os.path.realpath(__file__)), sys.path[:2]
@@ -220,7 +233,8 @@ def test_script_runs_as_if_run_directly_path_and_traceback(tmp_path):
             raise ValueError("boom")
 
         fail()
-    """)
+    """,
+    )
     proc = run_clean(["-m", "amp_shim", str(script), "--lr", "1"], tmp_path)
     assert proc.returncode == 1
     lines = proc.stderr.splitlines()
@@ -238,11 +252,14 @@ def test_exit_codes_and_missing_scripts_behave_as_python_does(tmp_path):
 
 
 def test_module_mode_runs_a_module_as_main(tmp_path):
-    write(tmp_path / "legacy_mod.py", """
+    write(
+        tmp_path / "legacy_mod.py",
+        """
         import sys
         from apex import amp
         print(__name__, sys.argv[0].endswith("legacy_mod.py"), sys.argv[1:], amp.__name__)
-    """)
+    """,
+    )
     proc = run_clean(["-m", "amp_shim", "-m", "legacy_mod", "a", "b"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "__main__ True ['a', 'b'] amp_shim.amp"

@@ -1,5 +1,6 @@
 """Acceptance: save `{model, optimizer, amp}` after N steps, restore in a fresh process, train M
 more; the result equals N+M uninterrupted steps bit for bit, at every O-level and num_losses."""
+
 import math
 import os
 import subprocess
@@ -24,8 +25,10 @@ def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("ckpt")
     run("train", out)
     run("resume", out)
-    return (torch.load(out / "uninterrupted.pt", weights_only=False),
-            torch.load(out / "resumed.pt", weights_only=False))
+    return (
+        torch.load(out / "uninterrupted.pt", weights_only=False),
+        torch.load(out / "resumed.pt", weights_only=False),
+    )
 
 
 def assert_same(a, b, where=""):
@@ -51,7 +54,7 @@ def test_resume_in_fresh_process_continues_bit_for_bit(results, level, num_losse
     uninterrupted, resumed = results
     want, got = uninterrupted[(level, num_losses)], resumed[(level, num_losses)]
     per_step = num_losses
-    assert_same(want["losses"][N * per_step:], got["losses"], "losses")
+    assert_same(want["losses"][N * per_step :], got["losses"], "losses")
     assert_same(want["model"], got["model"], "model")
     assert_same(want["optimizer"], got["optimizer"], "optimizer")
     assert_same(want["amp"], got["amp"], "amp")

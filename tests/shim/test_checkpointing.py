@@ -8,6 +8,7 @@ Apex's test could not check `amp.state_dict()` in the same script (its FIXME): a
 `initialize` rebuilds the scalers. Like Apex, the original and the restored run use disjoint
 `loss_id`s of one amp state; unlike Apex, the restored half is loaded from the checkpoint, so
 the scale state is part of what must match."""
+
 from __future__ import annotations
 
 import copy
@@ -78,34 +79,46 @@ def test_restored_model_trains_on_bit_for_bit_with_the_original(opt_level, amp_b
     torch.manual_seed(2319)
     model = MyModel()
     optimizer = optim.SGD(model.parameters(), lr=LR)
-    model, optimizer = amp.initialize(model, optimizer, opt_level=opt_level,
-                                      num_losses=2 * num_losses, verbosity=0)
+    model, optimizer = amp.initialize(
+        model, optimizer, opt_level=opt_level, num_losses=2 * num_losses, verbosity=0
+    )
     original_ids, restored_ids = range(num_losses), range(num_losses, 2 * num_losses)
     compared = 0
     for epoch in range(EPOCHS):
         x = torch.randn(4, 3, 8, 8)
         output = train_step(model, optimizer, x, original_ids)
         if epoch == RESTORE_AFTER - 1:
-            checkpoint = copy.deepcopy({"model": model.state_dict(),
-                                        "optimizer": optimizer.state_dict(),
-                                        "amp": amp.state_dict()})
-            assert all(t.dtype == torch.float32 for k, t in checkpoint["model"].items()
-                       if not k.endswith("num_batches_tracked")), checkpoint["model"]
+            checkpoint = copy.deepcopy(
+                {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "amp": amp.state_dict()}
+            )
+            assert all(
+                t.dtype == torch.float32
+                for k, t in checkpoint["model"].items()
+                if not k.endswith("num_batches_tracked")
+            ), checkpoint["model"]
             scalers_before = list(_amp_state.loss_scalers)
             restore_model = MyModel()
             restore_optimizer = optim.SGD(restore_model.parameters(), lr=LR)
             if amp_before_load:
                 deactivate_o1()
                 restore_model, restore_optimizer = amp.initialize(
-                    restore_model, restore_optimizer, opt_level=opt_level,
-                    num_losses=2 * num_losses, verbosity=0)
+                    restore_model,
+                    restore_optimizer,
+                    opt_level=opt_level,
+                    num_losses=2 * num_losses,
+                    verbosity=0,
+                )
             restore_model.load_state_dict(checkpoint["model"])
             restore_optimizer.load_state_dict(checkpoint["optimizer"])
             if not amp_before_load:
                 deactivate_o1()
                 restore_model, restore_optimizer = amp.initialize(
-                    restore_model, restore_optimizer, opt_level=opt_level,
-                    num_losses=2 * num_losses, verbosity=0)
+                    restore_model,
+                    restore_optimizer,
+                    opt_level=opt_level,
+                    num_losses=2 * num_losses,
+                    verbosity=0,
+                )
             assert all(a is not b for a, b in zip(scalers_before, _amp_state.loss_scalers))
             amp.load_state_dict(both_halves(checkpoint["amp"], num_losses))
         elif epoch >= RESTORE_AFTER:
@@ -127,8 +140,9 @@ def test_forced_overflows_halve_each_loss_scale_as_often_as_they_occur(opt_level
     torch.manual_seed(0)
     model = MyModel()
     optimizer = optim.SGD(model.parameters(), lr=LR)
-    model, optimizer = amp.initialize(model, optimizer, opt_level=opt_level,
-                                      num_losses=num_losses, verbosity=0)
+    model, optimizer = amp.initialize(
+        model, optimizer, opt_level=opt_level, num_losses=num_losses, verbosity=0
+    )
     if _amp_state.opt_properties.loss_scale != "dynamic":
         assert opt_level in ("O0", "O3")
         return

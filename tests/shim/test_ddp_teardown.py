@@ -15,6 +15,7 @@ The unit tests pin both deterministically (a stand-in all-reduce whose future no
 weak references to what it was handed); the program runs check a real two-rank script end to
 end (a 30-run stress lives in bench/ddp_teardown_stress.py).
 """
+
 from __future__ import annotations
 
 import gc
@@ -86,8 +87,9 @@ def handed(monkeypatch):
 @pytest.fixture
 def apex_hook(single_rank_group, handed):
     """The comm hook and state that Apex's DDP arguments install."""
-    model = DistributedDataParallel(torch.nn.Linear(3, 2), allreduce_always_fp32=True,
-                                    gradient_predivide_factor=2.0)
+    model = DistributedDataParallel(
+        torch.nn.Linear(3, 2), allreduce_always_fp32=True, gradient_predivide_factor=2.0
+    )
     [(hook, state)] = model._comm_hooks
     return hook, state
 
@@ -144,12 +146,16 @@ def test_syncbatchnorm_keeps_the_statistics_it_handed_to_the_group(handed, monke
 def _run_program(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1", AMP_SHIM_ALIAS="1", PYTHONFAULTHANDLER="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "shim"), env.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, str(PROGRAM), *args], env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(PROGRAM), *args], env=env, capture_output=True, text=True, timeout=300
+    )
 
 
-@pytest.mark.parametrize("args, attempt", [(("--apex-hook",), 1), (("--apex-hook",), 2), ((), 1)],
-                         ids=["apex-hook-1", "apex-hook-2", "apex-default"])
+@pytest.mark.parametrize(
+    "args, attempt",
+    [(("--apex-hook",), 1), (("--apex-hook",), 2), ((), 1)],
+    ids=["apex-hook-1", "apex-hook-2", "apex-default"],
+)
 def test_a_two_rank_apex_ddp_script_without_teardown_exits_cleanly(args, attempt):
     run = _run_program(*args)
 

@@ -1,5 +1,6 @@
 """`apex.fp16_utils` (apex_api.md §9): FP16_Optimizer trains a half model on CPU with Apex's
 messages, skip rule and checkpoint format; the helpers and the legacy scalers behave as Apex's."""
+
 from __future__ import annotations
 
 import io
@@ -110,9 +111,13 @@ def test_masters_are_eager_fp32_copies_swapped_into_the_groups_with_the_state_mo
 
 def test_rejects_params_other_than_float_and_half_with_apex_message():
     model = nn.Linear(2, 2).double()
-    with pytest.raises(TypeError, match=re.escape(
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
             "Wrapped parameters must be either torch.cuda.FloatTensor or torch.cuda.HalfTensor. "
-            "Received torch.DoubleTensor")):
+            "Received torch.DoubleTensor"
+        ),
+    ):
         FP16_Optimizer(torch.optim.SGD(model.parameters(), lr=0.1), verbose=False)
 
 
@@ -122,8 +127,11 @@ def test_uses_amp_loss_scaler_static_by_default_and_dynamic_with_dynamic_loss_ar
     assert static.loss_scale == 1.0 and static.dynamic_loss_scale is False
     _, dynamic = _wrapped(dynamic_loss_scale=True)
     assert dynamic.loss_scale == 2.0**16 and dynamic.loss_scaler.scale_window == 2000
-    _, custom = _wrapped(dynamic_loss_scale=True, static_loss_scale=4.0,
-                         dynamic_loss_args={"init_scale": 2**8, "scale_window": 3, "scale_factor": 10.0})
+    _, custom = _wrapped(
+        dynamic_loss_scale=True,
+        static_loss_scale=4.0,
+        dynamic_loss_args={"init_scale": 2**8, "scale_window": 3, "scale_factor": 10.0},
+    )
     assert custom.loss_scale == 256.0  # dynamic overrides static; scale_factor is ignored (x2)
     m, opt = _wrapped(dynamic_loss_scale=True, dynamic_loss_args={"init_scale": 2**8, "scale_window": 3})
     for _ in range(3):
@@ -214,8 +222,9 @@ def test_clip_master_grads_clips_the_fp32_params_and_returns_the_total_norm():
     expected = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
     norm = opt.clip_master_grads(0.5)
     torch.testing.assert_close(norm, expected)
-    after = torch.linalg.vector_norm(torch.stack(
-        [torch.linalg.vector_norm(p.grad) for g in opt.param_groups for p in g["params"]]))
+    after = torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(p.grad) for g in opt.param_groups for p in g["params"]])
+    )
     torch.testing.assert_close(after, torch.tensor(0.5), rtol=1e-4, atol=0)
 
 
@@ -268,8 +277,14 @@ def test_pickling_the_wrapper_is_refused_as_in_apex():
 def test_state_dict_has_apex_keys_with_the_loss_scaler_object_and_the_fp32_masters():
     _, opt = _wrapped(dynamic_loss_scale=True)
     sd = opt.state_dict()
-    assert set(sd) == {"loss_scaler", "dynamic_loss_scale", "overflow", "first_closure_call_this_step",
-                       "optimizer_state_dict", "fp32_from_fp16"}
+    assert set(sd) == {
+        "loss_scaler",
+        "dynamic_loss_scale",
+        "overflow",
+        "first_closure_call_this_step",
+        "optimizer_state_dict",
+        "fp32_from_fp16",
+    }
     assert sd["loss_scaler"] is opt.loss_scaler
     assert sd["dynamic_loss_scale"] is True and sd["overflow"] is False
     assert sd["fp32_from_fp16"] is opt.fp32_from_fp16_groups
@@ -278,8 +293,11 @@ def test_state_dict_has_apex_keys_with_the_loss_scaler_object_and_the_fp32_maste
 
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_state_dict_round_trips_through_torch_save_and_resumes_bit_for_bit(dynamic):
-    kwargs = dict(dynamic_loss_scale=dynamic, static_loss_scale=64.0,
-                  dynamic_loss_args={"init_scale": 2.0**10, "scale_window": 3})
+    kwargs = dict(
+        dynamic_loss_scale=dynamic,
+        static_loss_scale=64.0,
+        dynamic_loss_args={"init_scale": 2.0**10, "scale_window": 3},
+    )
     model, opt = _wrapped(**kwargs)
     for _ in range(4):
         _iteration(model, opt)
@@ -306,11 +324,18 @@ def test_loads_a_checkpoint_whose_loss_scaler_was_pickled_by_apex():
     plain attributes; the optimizer rebuilds a working scaler from them."""
     model, opt = _wrapped(dynamic_loss_scale=True)
     apex_scaler = object.__new__(AmpLossScaler)
-    apex_scaler.__dict__.update({
-        "_loss_scale": 1024.0, "dynamic": True, "_max_loss_scale": 2.0**24, "_min_loss_scale": None,
-        "_scale_seq_len": 2000, "_unskipped": 7, "_has_overflow": False,
-        "_overflow_buf": torch.zeros(1, dtype=torch.int32),
-    })
+    apex_scaler.__dict__.update(
+        {
+            "_loss_scale": 1024.0,
+            "dynamic": True,
+            "_max_loss_scale": 2.0**24,
+            "_min_loss_scale": None,
+            "_scale_seq_len": 2000,
+            "_unskipped": 7,
+            "_has_overflow": False,
+            "_overflow_buf": torch.zeros(1, dtype=torch.int32),
+        }
+    )
     sd = opt.state_dict()
     sd["loss_scaler"] = apex_scaler
     opt.load_state_dict(sd)
@@ -340,7 +365,9 @@ def test_fp16model_casts_positional_inputs_prefixes_keys_with_network_and_warns(
 
 
 def test_bn_convert_float_only_touches_affine_batchnorm_and_returns_the_module():
-    net = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.BatchNorm2d(2)), nn.BatchNorm1d(2, affine=False)).half()
+    net = nn.Sequential(
+        nn.Linear(2, 2), nn.Sequential(nn.BatchNorm2d(2)), nn.BatchNorm1d(2, affine=False)
+    ).half()
     assert BN_convert_float(net) is net
     assert net[0].weight.dtype == torch.float16
     assert net[1][0].weight.dtype == torch.float32
@@ -409,10 +436,22 @@ def test_to_python_float_and_clip_grad_norm_are_apex_aliases():
 def test_star_import_exports_apex_names():
     namespace = {}
     exec("from amp_shim.fp16_utils import *", namespace)
-    assert {"BN_convert_float", "network_to_half", "prep_param_lists", "model_grads_to_master_grads",
-            "master_params_to_model_params", "tofp16", "to_python_float", "clip_grad_norm",
-            "convert_module", "convert_network", "FP16Model", "FP16_Optimizer", "LossScaler",
-            "DynamicLossScaler"} <= set(namespace)
+    assert {
+        "BN_convert_float",
+        "network_to_half",
+        "prep_param_lists",
+        "model_grads_to_master_grads",
+        "master_params_to_model_params",
+        "tofp16",
+        "to_python_float",
+        "clip_grad_norm",
+        "convert_module",
+        "convert_network",
+        "FP16Model",
+        "FP16_Optimizer",
+        "LossScaler",
+        "DynamicLossScaler",
+    } <= set(namespace)
 
 
 # Legacy scalers (§9.3) ---------------------------------------------------------------------------
@@ -458,8 +497,14 @@ def test_legacy_dynamic_loss_scaler_detects_inf_and_nan_grads():
 # The legacy program ------------------------------------------------------------------------------
 def _run_legacy(tmp_path, *args):
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "amp_shim", str(LEGACY), *args], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "amp_shim", str(LEGACY), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _losses(stdout):
@@ -478,8 +523,9 @@ def test_legacy_fp16_optimizer_script_runs_unchanged_and_the_loss_falls(tmp_path
 
 def test_legacy_script_with_dynamic_scaling_skips_overflows_and_saves_a_checkpoint(tmp_path):
     ckpt = tmp_path / "ckpt.pt"
-    proc = _run_legacy(tmp_path, "--steps", "40", "--dynamic-loss-scale", "--init-scale", "1e9",
-                       "--checkpoint", str(ckpt))
+    proc = _run_legacy(
+        tmp_path, "--steps", "40", "--dynamic-loss-scale", "--init-scale", "1e9", "--checkpoint", str(ckpt)
+    )
     assert proc.returncode == 0, proc.stderr
     # init 1e9 is capped at max_loss_scale 2**24 and halved on each overflow
     assert "Gradient overflow.  Skipping step, reducing loss scale to 8388608.0" in proc.stdout

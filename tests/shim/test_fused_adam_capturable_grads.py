@@ -4,6 +4,7 @@ unscaled by the GradScaler's scale, plus `weight_decay * p` in L2 mode (adam_w_m
 rounded to the grad's dtype; after an overflow the kernel returns at once, so the scaled grad
 stays. Apex's own test (test_adam.py, testGradScalerCapturableMaster) compares these grads with
 torch.optim.Adam's, which GradScaler unscales in place."""
+
 from __future__ import annotations
 
 import warnings
@@ -13,7 +14,7 @@ import torch
 
 from amp_shim.optimizers import FusedAdam
 
-SCALE = 2.0 ** 11
+SCALE = 2.0**11
 
 
 def _params(dtype):
@@ -79,12 +80,16 @@ def test_capturable_master_weights_grads_match_torch_adam_under_grad_scaler_as_a
 def test_capturable_fused_adam_in_l2_mode_writes_back_grad_plus_decay_times_pre_step_weight(master_weights):
     dtype = torch.float16
     params = _params(dtype)
-    opt = FusedAdam(params, lr=1e-3, weight_decay=0.1, adam_w_mode=False, capturable=True,
-                    master_weights=master_weights)
+    opt = FusedAdam(
+        params, lr=1e-3, weight_decay=0.1, adam_w_mode=False, capturable=True, master_weights=master_weights
+    )
     scaler = torch.amp.GradScaler("cpu", init_scale=SCALE)
     for i in range(3):
-        weights = ([m.clone() for m in opt.param_groups_master[0]] if master_weights
-                   else [p.detach().float() for p in params])
+        weights = (
+            [m.clone() for m in opt.param_groups_master[0]]
+            if master_weights
+            else [p.detach().float() for p in params]
+        )
         _scaled_backward(params, _directions(params, i), scaler)
         scaled = [p.grad.clone() for p in params]
         _step(opt, scaler)

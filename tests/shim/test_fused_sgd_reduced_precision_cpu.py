@@ -5,6 +5,7 @@ tensor of 16 or more elements almost unchanged (8 of 1000 elements moved); the s
 those params to torch's `sgd` without the fused kernel, bit for bit `torch.optim.SGD` with its
 CPU default (what Apex's own FusedSGD test compares with), and within rounding of the update
 computed in float64. `wd_after_momentum`, which torch lacks, follows Apex's kernel formula."""
+
 from __future__ import annotations
 
 import pytest
@@ -30,8 +31,9 @@ def _start(n: int, dtype: torch.dtype) -> torch.Tensor:
     return torch.randn(n, generator=torch.Generator().manual_seed(3)).to(dtype)
 
 
-def _float64_reference(p0, grads, lr, momentum=0.0, dampening=0.0, weight_decay=0.0,
-                       nesterov=False, wd_after_momentum=False):
+def _float64_reference(
+    p0, grads, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, wd_after_momentum=False
+):
     """The SGD update in float64 (torch's rule; Apex's with wd_after_momentum), no rounding."""
     p, buf = p0.double(), None
     for g in grads:
@@ -81,7 +83,7 @@ def test_fused_sgd_on_reduced_precision_cpu_params_moves_every_element_as_the_fl
     ulp = torch.finfo(dtype).eps * (want.abs() + p0.double().abs() + 1.0)
     assert bool(((got.double() - want).abs() <= 2 * STEPS * ulp).all())
     # the upstream defect left >= 16-element tensors nearly unchanged
-    moved = (want.to(dtype) != p0)
+    moved = want.to(dtype) != p0
     assert moved.sum() > n // 2 and bool((got != p0)[moved].float().mean() > 0.95)
 
 

@@ -2,6 +2,7 @@
 model handling (apex_api.md §2.4, §2.5).
 
 Exact messages are matched in full: legacy test suites and log scrapers match on them."""
+
 from __future__ import annotations
 
 import collections
@@ -41,6 +42,7 @@ SCALE_LOSS_UNINITIALIZED = (
 
 
 # §2.4 validation errors ------------------------------------------------------------------------
+
 
 def test_optimizers_given_as_a_tuple_is_a_type_error():
     model, opt = _model_and_optimizer()
@@ -176,8 +178,11 @@ def test_float64_param_outside_the_model_fails_at_o2_lazy_init():
     extra = nn.Parameter(torch.ones(2, dtype=torch.float64))
     opt = torch.optim.SGD([{"params": model.parameters()}, {"params": [extra]}], lr=0.1)
     model, opt = amp.initialize(model, opt, opt_level="O2", verbosity=0)
-    with _exactly(TypeError, "Optimizer's parameters must be either torch.cuda.FloatTensor or "
-                             "torch.cuda.HalfTensor. Received torch.DoubleTensor"):
+    with _exactly(
+        TypeError,
+        "Optimizer's parameters must be either torch.cuda.FloatTensor or "
+        "torch.cuda.HalfTensor. Received torch.DoubleTensor",
+    ):
         opt.zero_grad()
 
 
@@ -190,6 +195,7 @@ def test_scale_loss_before_initialize_raises_apex_message():
 
 
 # §2.5 return shapes ----------------------------------------------------------------------------
+
 
 def test_module_without_optimizers_returns_the_module():
     model = nn.Linear(2, 2)
@@ -247,6 +253,7 @@ def test_list_and_list_return_both_same_lists():
 
 # O2/O3 model casting ---------------------------------------------------------------------------
 
+
 class BNNet(nn.Module):
     def __init__(self):
         super().__init__()
@@ -262,8 +269,12 @@ def test_o2_keeps_affine_batchnorm_fp32_and_casts_non_affine_batchnorm():
     net = BNNet()
     amp.initialize(net, opt_level="O2", verbosity=0)
     assert net.fc.weight.dtype == torch.float16 and net.fc.bias.dtype == torch.float16
-    for t in (net.bn_affine.weight, net.bn_affine.bias, net.bn_affine.running_mean,
-              net.bn_affine.running_var):
+    for t in (
+        net.bn_affine.weight,
+        net.bn_affine.bias,
+        net.bn_affine.running_mean,
+        net.bn_affine.running_var,
+    ):
         assert t.dtype == torch.float32
     assert net.bn_plain.running_mean.dtype == torch.float16
     assert net.bn_plain.running_var.dtype == torch.float16
@@ -274,8 +285,7 @@ def test_o2_keeps_affine_batchnorm_fp32_and_casts_non_affine_batchnorm():
 def test_o3_default_casts_batchnorm_too():
     net = BNNet()
     amp.initialize(net, opt_level="O3", verbosity=0)
-    for t in (net.fc.weight, net.bn_affine.weight, net.bn_affine.running_mean,
-              net.bn_plain.running_var):
+    for t in (net.fc.weight, net.bn_affine.weight, net.bn_affine.running_mean, net.bn_plain.running_var):
         assert t.dtype == torch.float16
     assert net.bn_affine.num_batches_tracked.dtype == torch.int64
 
@@ -395,8 +405,9 @@ def test_o1_without_cast_model_outputs_does_not_patch_forward():
 
 def test_cast_model_type_false_with_cast_model_outputs_patches_only_outputs():
     model = Recorder(out=torch.ones(2))
-    amp.initialize(model, opt_level="O2", cast_model_type=False, cast_model_outputs=torch.float16,
-                   verbosity=0)
+    amp.initialize(
+        model, opt_level="O2", cast_model_type=False, cast_model_outputs=torch.float16, verbosity=0
+    )
     x = torch.ones(2)
     assert model(x).dtype == torch.float16
     assert model.seen_args[0] is x
@@ -404,6 +415,7 @@ def test_cast_model_type_false_with_cast_model_outputs_patches_only_outputs():
 
 
 # applier semantics -----------------------------------------------------------------------------
+
 
 def _half(t):
     return init_mod.to_type(torch.float16, t)
@@ -466,8 +478,12 @@ def test_applier_returns_non_iterables_unchanged():
 
 def test_applier_semantics_hold_through_the_patched_forward():
     arr = np.zeros(2)
-    out_value = OrderedDict([("pair", Pair(torch.ones(1, dtype=torch.float16), "k")),
-                             ("items", [torch.ones(1, dtype=torch.float16)])])
+    out_value = OrderedDict(
+        [
+            ("pair", Pair(torch.ones(1, dtype=torch.float16), "k")),
+            ("items", [torch.ones(1, dtype=torch.float16)]),
+        ]
+    )
     model = Recorder(out=out_value)
     amp.initialize(model, opt_level="O2", verbosity=0)
     out = model({"x": torch.ones(1)}, Batch(torch.ones(1)), Pair(torch.ones(1), arr), "s")
@@ -482,6 +498,7 @@ def test_applier_semantics_hold_through_the_patched_forward():
 
 
 # state_dict and the optimizer-state recast -----------------------------------------------------
+
 
 @pytest.mark.parametrize("level", ["O2", "O3"])
 def test_model_state_dict_after_o2_o3_is_all_fp32(level):

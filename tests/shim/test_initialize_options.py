@@ -1,4 +1,5 @@
 """`amp.initialize` option handling, validation messages and printout (apex_api.md §1, §2.2-§2.3, §2.7-§2.8)."""
+
 from __future__ import annotations
 
 import re
@@ -14,6 +15,7 @@ from amp_shim.amp._amp_state import _amp_state
 from amp_shim.amp.frontend import O0, O1, O2, O3, Properties, opt_levels
 
 pytestmark = pytest.mark.filterwarnings("ignore::amp_shim._deprecation.DeprecatedFeatureWarning")
+
 
 def _model_and_optimizer():
     model = torch.nn.Linear(4, 3)
@@ -59,6 +61,7 @@ def _raises_exactly(exc_type, message):
 
 
 # The property object and the O-level table (§2.2) ---------------------------------------------
+
 
 def test_fresh_properties_hold_apex_start_values_in_apex_order():
     assert list(Properties().options.items()) == [
@@ -147,7 +150,7 @@ def test_every_level_has_a_longer_description():
 
 def test_unknown_property_read_raises_attribute_error_naming_the_class():
     with _raises_exactly(AttributeError, "'Properties' object has no attribute 'fused_optimizer'"):
-        Properties().fused_optimizer
+        _ = Properties().fused_optimizer
 
 
 def test_unknown_property_write_is_silently_dropped_as_in_apex():
@@ -170,6 +173,7 @@ def test_update_options_dict_rejects_unknown_options():
 
 
 # Validation under the selected opt_level (§2.3 step 6) ----------------------------------------
+
 
 def test_o1_rejects_a_half_cast_model_type():
     with _raises_exactly(RuntimeError, CAST_MODEL_TYPE_O1.format("torch.float16")):
@@ -221,7 +225,9 @@ def test_o1_rejects_master_weights_even_false(value):
         _properties_at("O1").master_weights = value
 
 
-@pytest.mark.parametrize("value, expected", [("True", True), ("False", False), (True, True), (False, False), (None, None)])
+@pytest.mark.parametrize(
+    "value, expected", [("True", True), ("False", False), (True, True), (False, False), (None, None)]
+)
 def test_keep_batchnorm_fp32_strings_become_bools(value, expected):
     props = _properties_at("O2")
     props.keep_batchnorm_fp32 = value
@@ -264,10 +270,18 @@ def test_hard_override_prints_the_message_and_keeps_the_value(capsys):
     props.opt_level = "O3"
     props.patch_torch_functions = True
     assert capsys.readouterr().out == (
-        "Warning:  " + MASTER_WEIGHTS_O1 + "\n"
-        + "Warning:  " + CAST_MODEL_TYPE_O1.format("torch.float16") + "\n"
-        + "Warning:  " + KEEP_BN_O1.format("True") + "\n"
-        + "Warning:  " + PATCH_NOT_O1 + "\n"
+        "Warning:  "
+        + MASTER_WEIGHTS_O1
+        + "\n"
+        + "Warning:  "
+        + CAST_MODEL_TYPE_O1.format("torch.float16")
+        + "\n"
+        + "Warning:  "
+        + KEEP_BN_O1.format("True")
+        + "\n"
+        + "Warning:  "
+        + PATCH_NOT_O1
+        + "\n"
     )
     assert props.master_weights is True
     assert props.cast_model_type is torch.float16
@@ -283,10 +297,15 @@ def test_hard_override_does_not_silence_the_keep_batchnorm_fp32_assertion():
 
 # The same checks through initialize (§2.3) -----------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "overrides, exc_type, message",
     [
-        ({"opt_level": "O1", "cast_model_type": torch.float16}, RuntimeError, CAST_MODEL_TYPE_O1.format("torch.float16")),
+        (
+            {"opt_level": "O1", "cast_model_type": torch.float16},
+            RuntimeError,
+            CAST_MODEL_TYPE_O1.format("torch.float16"),
+        ),
         ({"opt_level": "O2", "patch_torch_functions": True}, RuntimeError, PATCH_NOT_O1),
         ({"opt_level": "O0", "patch_torch_functions": True}, RuntimeError, PATCH_NOT_O1),
         ({"opt_level": "O1", "keep_batchnorm_fp32": "False"}, RuntimeError, KEEP_BN_O1.format("False")),
@@ -324,8 +343,12 @@ def test_unknown_opt_level_prints_nothing_and_stores_no_loss_scale_limits(capsys
 def test_loss_scale_limits_are_stored_before_overrides_are_checked():
     with pytest.raises(RuntimeError):
         amp.initialize(
-            torch.nn.Linear(2, 2), opt_level="O1", master_weights=True, verbosity=0,
-            min_loss_scale=0.25, max_loss_scale=2.0**20,
+            torch.nn.Linear(2, 2),
+            opt_level="O1",
+            master_weights=True,
+            verbosity=0,
+            min_loss_scale=0.25,
+            max_loss_scale=2.0**20,
         )
     assert _amp_state.min_loss_scale == 0.25
     assert _amp_state.max_loss_scale == 2.0**20
@@ -341,28 +364,48 @@ def test_hard_override_warnings_print_in_apex_override_order(capsys):
     _amp_state.hard_override = True
     model, optimizer = _model_and_optimizer()
     amp.initialize(
-        model, optimizer, opt_level="O1",
-        loss_scale="128", master_weights=True, keep_batchnorm_fp32=True, cast_model_type=torch.float16,
+        model,
+        optimizer,
+        opt_level="O1",
+        loss_scale="128",
+        master_weights=True,
+        keep_batchnorm_fp32=True,
+        cast_model_type=torch.float16,
     )
     out = capsys.readouterr().out
     between = out.split("Processing user overrides (additional kwargs that are not None)...\n")[1]
     between = between.split("After processing overrides, optimization options are:\n")[0]
     assert between == (
-        "Warning:  " + CAST_MODEL_TYPE_O1.format("torch.float16") + "\n"
-        + "Warning:  " + KEEP_BN_O1.format("True") + "\n"
-        + "Warning:  " + MASTER_WEIGHTS_O1 + "\n"
+        "Warning:  "
+        + CAST_MODEL_TYPE_O1.format("torch.float16")
+        + "\n"
+        + "Warning:  "
+        + KEEP_BN_O1.format("True")
+        + "\n"
+        + "Warning:  "
+        + MASTER_WEIGHTS_O1
+        + "\n"
     )
     props = _amp_state.opt_properties
     assert (props.cast_model_type, props.keep_batchnorm_fp32, props.master_weights, props.loss_scale) == (
-        torch.float16, True, True, 128.0,
+        torch.float16,
+        True,
+        True,
+        128.0,
     )
 
 
 def test_initialize_stores_the_checked_properties_and_limits_in_amp_state():
     model, optimizer = _model_and_optimizer()
     amp.initialize(
-        model, optimizer, opt_level="O0", loss_scale="dynamic", verbosity=0,
-        min_loss_scale=2.0, max_loss_scale=2.0**10, num_losses=3,
+        model,
+        optimizer,
+        opt_level="O0",
+        loss_scale="dynamic",
+        verbosity=0,
+        min_loss_scale=2.0,
+        max_loss_scale=2.0**10,
+        num_losses=3,
     )
     props = _amp_state.opt_properties
     assert isinstance(props, Properties)
@@ -470,8 +513,9 @@ def test_printout_of_default_call_is_o1(capsys):
         (
             "O1",
             {"loss_scale": 128, "cast_model_type": torch.float32},
-            O1_TABLE.replace("cast_model_type        : None\n", "cast_model_type        : torch.float32\n")
-            .replace("loss_scale             : dynamic\n", "loss_scale             : 128.0\n"),
+            O1_TABLE.replace(
+                "cast_model_type        : None\n", "cast_model_type        : torch.float32\n"
+            ).replace("loss_scale             : dynamic\n", "loss_scale             : 128.0\n"),
         ),
         (
             "O2",
@@ -483,8 +527,9 @@ def test_printout_of_default_call_is_o1(capsys):
         (
             "O3",
             {"keep_batchnorm_fp32": "True", "cast_model_type": False},
-            O3_TABLE.replace("keep_batchnorm_fp32    : False\n", "keep_batchnorm_fp32    : True\n")
-            .replace("cast_model_type        : torch.float16\n", "cast_model_type        : False\n"),
+            O3_TABLE.replace("keep_batchnorm_fp32    : False\n", "keep_batchnorm_fp32    : True\n").replace(
+                "cast_model_type        : torch.float16\n", "cast_model_type        : False\n"
+            ),
         ),
     ],
 )
@@ -512,6 +557,7 @@ def test_verbosity_zero_does_not_hide_hard_override_warnings(capsys):
 
 
 # Deprecation warning (§1) -------------------------------------------------------------------------
+
 
 def test_deprecated_feature_warning_is_a_future_warning():
     assert issubclass(DeprecatedFeatureWarning, FutureWarning)
@@ -541,6 +587,7 @@ def test_deprecated_warning_warns_when_not_distributed():
 
 # enabled=False pass-through (§2.8) ----------------------------------------------------------------
 
+
 def test_disabled_returns_the_model_alone_when_no_optimizer(capsys):
     model = torch.nn.Linear(2, 2)
     assert amp.initialize(model, enabled=False, opt_level="O2") is model
@@ -569,7 +616,10 @@ def test_disabled_keeps_containers_exactly_as_passed():
 
 def test_disabled_skips_every_check():
     not_a_model = "anything"
-    assert amp.initialize(not_a_model, enabled=False, opt_level="bogus", keep_batchnorm_fp32="yes") is not_a_model
+    assert (
+        amp.initialize(not_a_model, enabled=False, opt_level="bogus", keep_batchnorm_fp32="yes")
+        is not_a_model
+    )
     with torch.backends.cudnn.flags(enabled=False):
         assert amp.initialize(not_a_model, enabled=False) is not_a_model
 
@@ -584,6 +634,16 @@ def test_disabled_leaves_disabled_properties_and_stores_verbosity():
 
 
 def test_frontend_exposes_apex_names():
-    for name in ("Properties", "O0", "O1", "O2", "O3", "opt_levels", "initialize", "state_dict", "load_state_dict"):
+    for name in (
+        "Properties",
+        "O0",
+        "O1",
+        "O2",
+        "O3",
+        "opt_levels",
+        "initialize",
+        "state_dict",
+        "load_state_dict",
+    ):
         assert hasattr(frontend, name)
     assert amp.initialize is frontend.initialize

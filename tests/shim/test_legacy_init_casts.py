@@ -1,6 +1,7 @@
 """The old API's `amp.init()` follows Apex's own O1 lists where autocast's differ (on the CPU:
 softmax, group_norm, pow, sum, `.cpu()` in float32; RNN cells and RNNs in half; in-place fp32
 ops on half raise), while O1 `amp.initialize` stays autocast alone, its native recipe."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,7 +20,7 @@ FP32_LIST_OPS = {
     "nn.Softmax": lambda x: nn.Softmax(dim=1)(x),
     "GroupNorm": lambda x: nn.GroupNorm(2, 8).to(x.device)(x),
     "pow": lambda x: x.pow(2),
-    "**": lambda x: x ** 2.0,
+    "**": lambda x: x**2.0,
     "sum": lambda x: x.sum(),
     "torch.exp": lambda x: torch.exp(x),
     "cpu": lambda x: x.cpu(),
@@ -40,8 +41,10 @@ def init(device):
 
 def _inputs(device, requires_grad=True):
     base = torch.randn(4, 8, device=device)
-    return [base.clone().requires_grad_(requires_grad),
-            base.to(shim_dtype(device)).requires_grad_(requires_grad)]
+    return [
+        base.clone().requires_grad_(requires_grad),
+        base.to(shim_dtype(device)).requires_grad_(requires_grad),
+    ]
 
 
 @pytest.mark.parametrize("op", list(FP32_LIST_OPS), ids=list(FP32_LIST_OPS))
@@ -119,8 +122,7 @@ def test_o1_initialize_stays_autocast_alone():
     """O1's native migration is torch.autocast; the Apex lists would break that identity."""
     softmax = F.softmax
     model = nn.Linear(8, 8)
-    model, _ = amp.initialize(model, torch.optim.SGD(model.parameters(), lr=0.1), opt_level="O1",
-                              verbosity=0)
+    model, _ = amp.initialize(model, torch.optim.SGD(model.parameters(), lr=0.1), opt_level="O1", verbosity=0)
     half = torch.randn(4, 8).to(shim_dtype("cpu"))
     with torch.autocast("cpu", dtype=shim_dtype("cpu")):
         native = F.softmax(half, dim=1).dtype

@@ -5,6 +5,7 @@ The DDP program runs under real torchrun (2 processes, gloo on 127.0.0.1), launc
 script as plain `python script.py`, through AMP_SHIM_ALIAS and the start-up hook) and
 `torchrun ... -m amp_shim script.py` (each worker installs the alias itself).
 """
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,9 @@ def _env():
 
 
 def _run(args, cwd, timeout=60):
-    proc = subprocess.run([sys.executable, *args], cwd=cwd, env=_env(), capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -43,11 +45,27 @@ def _free_port() -> int:
 
 # -- ImageNet-style, DDP over 2 ranks ------------------------------------------------------------
 def _torchrun(tmp_path, launch, *script_args):
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
-                "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-                "--master-port", str(_free_port()), "--tee", "3"]
-    script = [str(PROGRAMS / "imagenet_style_ddp.py"), "--save-params", str(tmp_path / "params"),
-              *script_args]
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(_free_port()),
+        "--tee",
+        "3",
+    ]
+    script = [
+        str(PROGRAMS / "imagenet_style_ddp.py"),
+        "--save-params",
+        str(tmp_path / "params"),
+        *script_args,
+    ]
     if launch == "alias-env":  # the alias travels to the workers, which run `python script.py`
         args = ["-m", "amp_shim", "--", *torchrun, *script]
     else:  # each worker is `python -m amp_shim script.py`
@@ -66,14 +84,30 @@ def _losses(lines):
     return [float(v) for v in re.findall(r"Loss (\S+)", "\n".join(lines))]
 
 
-@pytest.mark.parametrize("launch, amp_args", [
-    ("alias-env", ["--opt-level", "O1"]),
-    ("torchrun-m-amp_shim", ["--opt-level", "O2", "--keep-batchnorm-fp32", "True", "--loss-scale", "dynamic"]),
-], ids=["O1-amp_shim-wraps-torchrun", "O2-string-overrides-torchrun-runs-amp_shim"])
+@pytest.mark.parametrize(
+    "launch, amp_args",
+    [
+        ("alias-env", ["--opt-level", "O1"]),
+        (
+            "torchrun-m-amp_shim",
+            ["--opt-level", "O2", "--keep-batchnorm-fp32", "True", "--loss-scale", "dynamic"],
+        ),
+    ],
+    ids=["O1-amp_shim-wraps-torchrun", "O2-string-overrides-torchrun-runs-amp_shim"],
+)
 def test_imagenet_style_ddp_trains_on_two_ranks_and_an_inf_on_one_rank_skips_both(tmp_path, launch, amp_args):
     per_rank, (rank0, rank1) = _torchrun(
-        tmp_path, launch, *amp_args, "--sync_bn", "--steps", "20", "--inject-inf-step", "5",
-        "--inject-inf-rank", "1")
+        tmp_path,
+        launch,
+        *amp_args,
+        "--sync_bn",
+        "--steps",
+        "20",
+        "--inject-inf-step",
+        "5",
+        "--inject-inf-rank",
+        "1",
+    )
     # trains: the (all-reduced) loss falls
     losses = _losses(per_rank[0])
     assert len(losses) == 20 and losses[5] == float("inf")
@@ -81,8 +115,9 @@ def test_imagenet_style_ddp_trains_on_two_ranks_and_an_inf_on_one_rank_skips_bot
     # the inf on rank 1 skips step 5 on both ranks, each printing Apex's message once
     for r in (0, 1):
         assert [line for line in per_rank[r] if "Gradient overflow" in line] == [SKIP.format(0, 32768.0)]
-        assert (f"rank {r} amp state: OrderedDict([('loss_scaler0', "
-                "{'loss_scale': 32768.0, 'unskipped': 14})])") in per_rank[r]
+        assert (
+            f"rank {r} amp state: OrderedDict([('loss_scaler0', {{'loss_scale': 32768.0, 'unskipped': 14}})])"
+        ) in per_rank[r]
     # ranks end identical: parameters and (SyncBatchNorm) running statistics
     assert list(rank0) == list(rank1) and list(rank0)[0].startswith("module.")
     for key in rank0:
@@ -91,8 +126,20 @@ def test_imagenet_style_ddp_trains_on_two_ranks_and_an_inf_on_one_rank_skips_bot
 
 
 def test_imagenet_style_ddp_runs_as_a_single_process_too(tmp_path):
-    proc = _run(["-m", "amp_shim", str(PROGRAMS / "imagenet_style_ddp.py"), "--opt-level", "O1",
-                 "--steps", "12", "--loss-scale", "128.0"], tmp_path)
+    proc = _run(
+        [
+            "-m",
+            "amp_shim",
+            str(PROGRAMS / "imagenet_style_ddp.py"),
+            "--opt-level",
+            "O1",
+            "--steps",
+            "12",
+            "--loss-scale",
+            "128.0",
+        ],
+        tmp_path,
+    )
     losses = _losses(proc.stdout.splitlines())
     assert len(losses) == 12 and losses[-1] < losses[0]
     assert "{'loss_scale': 128.0, 'unskipped': 12}" in proc.stdout
@@ -105,10 +152,19 @@ def _dcgan(tmp_path, *args):
     for line in proc.stdout.splitlines():  # a skip message prints at the step of its iteration
         if line.startswith("Gradient overflow"):
             pending.append(line)
-        m = re.match(r"\[(\d+)/\d+\] Loss_D: (\S+) Loss_G: (\S+) D\(x\): (\S+) D\(G\(z\)\): (\S+) / (\S+)", line)
+        m = re.match(
+            r"\[(\d+)/\d+\] Loss_D: (\S+) Loss_G: (\S+) D\(x\): (\S+) D\(G\(z\)\): (\S+) / (\S+)", line
+        )
         if m:
-            iterations.append({"line": line, "skips": pending, "loss_d": float(m.group(2)),
-                               "d_x": m.group(4), "d_g_z": (m.group(5), m.group(6))})
+            iterations.append(
+                {
+                    "line": line,
+                    "skips": pending,
+                    "loss_d": float(m.group(2)),
+                    "d_x": m.group(4),
+                    "d_g_z": (m.group(5), m.group(6)),
+                }
+            )
             pending = []
     state = eval(re.search(r"amp state: (\{.*\})", proc.stdout).group(1))
     distance = [float(v) for v in re.search(r"distance to real: (\S+) -> (\S+)", proc.stdout).groups()]

@@ -1,6 +1,7 @@
 """O2 master weights (apex_api.md §6): lazy fp32 masters swapped into the param groups, the
 patched `step`/`zero_grad`/`add_param_group`, grads unscaled into the masters, and the O2
 checkpoint round trip (docs/differences.md row 6: the fp32 masters are saved and restored)."""
+
 from __future__ import annotations
 
 import copy
@@ -78,6 +79,7 @@ def _fp16_params(model):
 
 
 # Lazy init --------------------------------------------------------------------------------------
+
 
 def test_param_groups_still_hold_the_fp16_model_params_right_after_initialize():
     model, opt = _o2(Net())
@@ -177,6 +179,7 @@ def test_master_params_yields_the_masters_after_lazy_init():
 
 # Patched step ------------------------------------------------------------------------------------
 
+
 def test_after_step_the_fp16_model_equals_master_half_and_master_grads_are_none():
     model, opt = _o2(Net())
     opt.zero_grad()
@@ -213,6 +216,7 @@ def test_step_with_a_closure_is_refused(how):
 
 # Patched zero_grad -------------------------------------------------------------------------------
 
+
 def test_patched_zero_grad_zeroes_model_grads_in_place_and_drops_master_grads():
     model, opt = _o2(Net())
     loss = torch.nn.functional.mse_loss(model(X), Y)
@@ -230,6 +234,7 @@ def test_patched_zero_grad_zeroes_model_grads_in_place_and_drops_master_grads():
 
 
 # Patched add_param_group ------------------------------------------------------------------------
+
 
 def test_o2_add_param_group_with_a_tensor_adds_an_fp32_master():
     model, opt = _o2(Net())
@@ -303,6 +308,7 @@ def test_o0_add_param_group_with_a_tensor_and_a_list_extends_the_stash():
 
 # Grads: fp16 model grads stay scaled, masters hold the unscaled sum ------------------------------
 
+
 def test_fp16_model_grads_stay_scaled_and_master_grads_are_unscaled():
     model, opt = _o2(Weighted(), scale=8.0)
     x = torch.tensor([1.0, -2.0, 0.5])
@@ -334,6 +340,7 @@ def test_two_scale_loss_calls_accumulate_into_the_master_grads():
 
 # Checkpoint round trip --------------------------------------------------------------------------
 
+
 def _trained_o2():
     model, opt = _o2(Net(seed=1), lr=0.01)
     for _ in range(3):
@@ -350,13 +357,14 @@ def _checkpoint(model, opt):
 def test_o2_model_state_dict_holds_the_exact_fp32_masters():
     model, opt, masters = _trained_o2()
     sd = model.state_dict()
-    for (name, param), master in zip(model.named_parameters(), masters):
+    for (name, _param), master in zip(model.named_parameters(), masters):
         assert sd[name].dtype == torch.float32
         assert torch.equal(sd[name], master), name
 
 
-@pytest.mark.parametrize("order", ["model_then_optimizer", "optimizer_then_model",
-                                   "zero_grad_then_model_then_optimizer"])
+@pytest.mark.parametrize(
+    "order", ["model_then_optimizer", "optimizer_then_model", "zero_grad_then_model_then_optimizer"]
+)
 def test_o2_checkpoint_round_trip_restores_the_exact_masters(order):
     model, opt, masters = _trained_o2()
     model_sd, opt_sd = _checkpoint(model, opt)
@@ -412,14 +420,20 @@ def test_bert_style_manual_master_restore_pattern_works():
 
 # Internals real code touches (§15) ---------------------------------------------------------------
 
+
 def test_amp_stash_internals_used_in_the_wild_exist():
     model, opt = _o2(Net())
     stash = opt._amp_stash
     assert stash.lazy_init_called is False
     assert stash.params_have_scaled_gradients is False
     assert stash.already_patched is False
-    for name in ("_lazy_init_maybe_master_weights", "_amp_lazy_init", "_prepare_amp_backward",
-                 "_post_amp_backward", "_master_params_to_model_params"):
+    for name in (
+        "_lazy_init_maybe_master_weights",
+        "_amp_lazy_init",
+        "_prepare_amp_backward",
+        "_post_amp_backward",
+        "_master_params_to_model_params",
+    ):
         assert callable(getattr(opt, name)), name
     opt._amp_lazy_init()
     assert stash.lazy_init_called is True

@@ -4,6 +4,7 @@ Apex users save models with `torch.save(model)` and copy them for EMA or evaluat
 shim attaches to a model (O1's forward hooks, O2/O3's casting forward, the output cast of
 `cast_model_outputs`) must survive that round trip and behave in the copy as on the original.
 """
+
 from __future__ import annotations
 
 import copy

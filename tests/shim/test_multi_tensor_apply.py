@@ -1,5 +1,6 @@
 """`apex.multi_tensor_apply.multi_tensor_applier`: Apex's dispatcher, always available in the
 shim (the kernels it drives are `amp_shim.amp_C`, tested in test_amp_c.py)."""
+
 from amp_shim.multi_tensor_apply import MultiTensorApply, multi_tensor_applier
 
 

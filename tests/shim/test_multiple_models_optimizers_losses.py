@@ -2,6 +2,7 @@
 the behaviour Apex's own `test_multiple_models_optimizers_losses.py` checks (apex_api.md §12):
 which steps are skipped after an overflow, the unscaled grads, `amp.master_params` agreeing
 with the model params, and final params equal to a run without amp."""
+
 from __future__ import annotations
 
 import itertools
@@ -37,22 +38,34 @@ class Scenario:
     def build(self):
         models = [MyModel(i + 1) for i in range(self.n_models)]
         optimizers = [
-            torch.optim.SGD([{"params": models[m].parameters(), "lr": lr} for m, lr in groups],
-                            momentum=momentum)
+            torch.optim.SGD(
+                [{"params": models[m].parameters(), "lr": lr} for m, lr in groups], momentum=momentum
+            )
             for groups, momentum in self.groups
         ]
         return models, optimizers
 
 
 SCENARIOS = [
-    Scenario("2models2losses1optimizer", 2, ((((0, 0.25), (1, 0.5)), 0.125),),
-             (((0,), (0,)), ((1,), (0,)))),
-    Scenario("3models2losses1optimizer", 3, ((((0, 0.25), (1, 0.5), (2, 0.125)), 0.125),),
-             (((0, 2), (0,)), ((1, 2), (0,)))),
-    Scenario("2models2losses2optimizers", 2, ((((0, 0.25),), 0.125), (((1, 0.5),), 0.25)),
-             (((0,), (0,)), ((1,), (1,)))),
-    Scenario("3models2losses2optimizers", 3, ((((0, 0.25), (1, 1.0)), 0.5), (((2, 0.5),), 0.25)),
-             (((0, 1), (0,)), ((2, 1), (0, 1)))),
+    Scenario("2models2losses1optimizer", 2, ((((0, 0.25), (1, 0.5)), 0.125),), (((0,), (0,)), ((1,), (0,)))),
+    Scenario(
+        "3models2losses1optimizer",
+        3,
+        ((((0, 0.25), (1, 0.5), (2, 0.125)), 0.125),),
+        (((0, 2), (0,)), ((1, 2), (0,))),
+    ),
+    Scenario(
+        "2models2losses2optimizers",
+        2,
+        ((((0, 0.25),), 0.125), (((1, 0.5),), 0.25)),
+        (((0,), (0,)), ((1,), (1,))),
+    ),
+    Scenario(
+        "3models2losses2optimizers",
+        3,
+        ((((0, 0.25), (1, 1.0)), 0.5), (((2, 0.5),), 0.25)),
+        (((0, 1), (0,)), ((2, 1), (0, 1))),
+    ),
 ]
 
 X = torch.ones(2, dtype=torch.float32)
@@ -92,12 +105,20 @@ def cases():
                         for target in scenario.losses[backward][0]:
                             injections.append((it, backward, loc, target))
                 for inject in injections:
-                    yield pytest.param(scenario, opt_level, how_to_zero, multiple, inject,
-                                       id=f"{scenario.name}-{opt_level}-{how_to_zero}-{'multi' if multiple else 'shared'}-{inject}")
+                    yield pytest.param(
+                        scenario,
+                        opt_level,
+                        how_to_zero,
+                        multiple,
+                        inject,
+                        id=f"{scenario.name}-{opt_level}-{how_to_zero}-{'multi' if multiple else 'shared'}-{inject}",
+                    )
 
 
 @pytest.mark.parametrize("scenario,opt_level,how_to_zero,multiple,inject", list(cases()))
-def test_overflow_skips_exactly_the_optimizers_of_that_loss(scenario, opt_level, how_to_zero, multiple, inject):
+def test_overflow_skips_exactly_the_optimizers_of_that_loss(
+    scenario, opt_level, how_to_zero, multiple, inject
+):
     iters = 3 if inject else 2
     skipped = {}
     if inject:
@@ -107,8 +128,14 @@ def test_overflow_skips_exactly_the_optimizers_of_that_loss(scenario, opt_level,
 
     models, optimizers = scenario.build()
     _amp_state.allow_incoming_model_not_fp32 = True
-    models, optimizers = amp.initialize(models, optimizers, opt_level=opt_level, verbosity=0,
-                                        cast_model_type=False, num_losses=2 if multiple else 1)
+    models, optimizers = amp.initialize(
+        models,
+        optimizers,
+        opt_level=opt_level,
+        verbosity=0,
+        cast_model_type=False,
+        num_losses=2 if multiple else 1,
+    )
     _amp_state.allow_incoming_model_not_fp32 = False
     _amp_state.loss_scalers[0]._loss_scale = 4.0
     if multiple:
@@ -129,8 +156,9 @@ def test_overflow_skips_exactly_the_optimizers_of_that_loss(scenario, opt_level,
                 opt.zero_grad()
         for b, (indices, opt_indices) in enumerate(scenario.losses):
             opts = [optimizers[k] for k in opt_indices]
-            with amp.scale_loss(loss_of(models, indices), opts if len(opts) > 1 else opts[0],
-                                loss_id=loss_ids[b]) as scaled_loss:
+            with amp.scale_loss(
+                loss_of(models, indices), opts if len(opts) > 1 else opts[0], loss_id=loss_ids[b]
+            ) as scaled_loss:
                 scaled_loss.backward()
                 if inject and i == inject[0] and b == inject[1]:
                     target = models[inject[3]]

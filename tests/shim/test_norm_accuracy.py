@@ -6,6 +6,7 @@ rounding. FusedNovoGrad's per-layer norms, FusedLAMB's global grad norm, the eng
 norm and `amp_C.multi_tensor_l2norm` all go through `engine.ops.l2_norms`; each is checked here
 on a large layer against a float64 reference (Apex's novograd test saw ~1.5e-3 differences
 before)."""
+
 import torch
 
 from amp_shim.engine import ops

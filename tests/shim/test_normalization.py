@@ -1,5 +1,6 @@
 """`amp_shim.normalization` (apex_api.md §11.3): Apex's fused norms are torch's LayerNorm/RMSNorm
 with Apex's arguments, defaults, output dtypes and checkpoint keys."""
+
 from __future__ import annotations
 
 import pytest
@@ -17,14 +18,23 @@ def _x(*shape, dtype=torch.float32):
 
 
 def test_apex_normalization_exports_apexs_four_modules():
-    assert normalization.__all__ == ["FusedLayerNorm", "FusedRMSNorm", "MixedFusedLayerNorm",
-                                     "MixedFusedRMSNorm"]
+    assert normalization.__all__ == [
+        "FusedLayerNorm",
+        "FusedRMSNorm",
+        "MixedFusedLayerNorm",
+        "MixedFusedRMSNorm",
+    ]
 
 
-@pytest.mark.parametrize("shape, kwargs", [
-    (8, {}), ([4, 8], {"eps": 1e-3}), (torch.Size([8]), {"elementwise_affine": False}),
-    (8, {"memory_efficient": True}),
-])
+@pytest.mark.parametrize(
+    "shape, kwargs",
+    [
+        (8, {}),
+        ([4, 8], {"eps": 1e-3}),
+        (torch.Size([8]), {"elementwise_affine": False}),
+        (8, {"memory_efficient": True}),
+    ],
+)
 def test_fused_layer_norm_equals_torch_layer_norm_forward_and_backward(shape, kwargs):
     torch.manual_seed(1)
     apex_kwargs = dict(kwargs)
@@ -45,8 +55,9 @@ def test_fused_layer_norm_equals_torch_layer_norm_forward_and_backward(shape, kw
         assert torch.equal(p.grad, q.grad)
 
 
-@pytest.mark.parametrize("shape, kwargs", [(8, {}), ([4, 8], {"eps": 1e-3}),
-                                           (8, {"elementwise_affine": False})])
+@pytest.mark.parametrize(
+    "shape, kwargs", [(8, {}), ([4, 8], {"eps": 1e-3}), (8, {"elementwise_affine": False})]
+)
 def test_fused_rms_norm_equals_torch_rms_norm_with_apexs_eps(shape, kwargs):
     ours = FusedRMSNorm(shape, **kwargs)
     ref = nn.RMSNorm(shape, **{"eps": 1e-5, **kwargs})
@@ -110,12 +121,15 @@ def test_mixed_fused_norms_reject_elementwise_affine_false_and_warn_on_the_argum
     MixedFusedLayerNorm(8, some_megatron_flag=True)  # other keywords are ignored, as in Apex
 
 
-@pytest.mark.parametrize("ours, theirs", [
-    (lambda: FusedLayerNorm([2, 4]), lambda: nn.LayerNorm([2, 4])),
-    (lambda: MixedFusedLayerNorm(4), lambda: nn.LayerNorm(4)),
-    (lambda: FusedRMSNorm(4), lambda: nn.RMSNorm(4)),
-    (lambda: MixedFusedRMSNorm(4), lambda: nn.RMSNorm(4)),
-])
+@pytest.mark.parametrize(
+    "ours, theirs",
+    [
+        (lambda: FusedLayerNorm([2, 4]), lambda: nn.LayerNorm([2, 4])),
+        (lambda: MixedFusedLayerNorm(4), lambda: nn.LayerNorm(4)),
+        (lambda: FusedRMSNorm(4), lambda: nn.RMSNorm(4)),
+        (lambda: MixedFusedRMSNorm(4), lambda: nn.RMSNorm(4)),
+    ],
+)
 def test_checkpoints_load_both_ways_with_torch_norms(ours, theirs):
     a, b = ours(), theirs()
     with torch.no_grad():

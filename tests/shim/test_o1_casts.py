@@ -6,7 +6,10 @@ the device (float16 unless AMP_SHIM_DTYPE=bfloat16). Where autocast on a device 
 dtype than Apex's lists (softmax, pow, sum, `.cpu()`, ... on CPU), the test asserts the shim's
 documented behaviour and says which docs/differences.md row lists it.
 """
+
 from __future__ import annotations
+
+import functools
 
 import pytest
 import torch
@@ -43,8 +46,7 @@ def half(device):
 def inputs(device, requires_grad=True):
     """The same data as a float and as a half tensor (Apex ran every check with both)."""
     base = torch.randn(4, 8, device=device)
-    return [base.clone().requires_grad_(requires_grad),
-            base.to(half(device)).requires_grad_(requires_grad)]
+    return [base.clone().requires_grad_(requires_grad), base.to(half(device)).requires_grad_(requires_grad)]
 
 
 # Ops whose dtype under autocast on CPU differs from Apex O1's (docs/differences.md row 2 and
@@ -55,11 +57,17 @@ def apex_float_or_input(device, x):
 
 # -- test_basic_casts ---------------------------------------------------------------------------
 class TestBasicCasts:
-    @pytest.mark.parametrize("make", [
-        lambda d: nn.Linear(8, 5).to(d),
-        lambda d: (lambda x, w=torch.randn(5, 8, device=d): F.linear(x, w)),
-    ], ids=["nn.Linear", "F.linear"])
-    def test_linear_outputs_half_for_half_and_float_inputs_with_grads_in_the_input_dtype(self, o1, device, make):
+    @pytest.mark.parametrize(
+        "make",
+        [
+            lambda d: nn.Linear(8, 5).to(d),
+            lambda d: functools.partial(F.linear, weight=torch.randn(5, 8, device=d)),
+        ],
+        ids=["nn.Linear", "F.linear"],
+    )
+    def test_linear_outputs_half_for_half_and_float_inputs_with_grads_in_the_input_dtype(
+        self, o1, device, make
+    ):
         fn = make(device)
         for x in inputs(device):
             out = fn(x)
@@ -80,23 +88,31 @@ class TestBasicCasts:
         for x in inputs(device):
             assert nn.MSELoss()(x, x.detach().clone()).dtype == FLOAT
 
-    @pytest.mark.parametrize("op", [
-        lambda x: F.softmax(x, dim=1),
-        lambda x: nn.GroupNorm(2, 8).to(x.device)(x),
-        lambda x: x.pow(2),
-        lambda x: x ** 2,
-        lambda x: x.sum(),
-    ], ids=["softmax", "GroupNorm", "pow", "**", "sum"])
+    @pytest.mark.parametrize(
+        "op",
+        [
+            lambda x: F.softmax(x, dim=1),
+            lambda x: nn.GroupNorm(2, 8).to(x.device)(x),
+            lambda x: x.pow(2),
+            lambda x: x**2,
+            lambda x: x.sum(),
+        ],
+        ids=["softmax", "GroupNorm", "pow", "**", "sum"],
+    )
     def test_apex_fp32_list_ops_follow_autocast_on_the_device(self, o1, device, op):
         """Apex: float. CUDA autocast: float. CPU autocast: the input dtype (rows 2 and 33)."""
         for x in inputs(device):
             assert op(x).dtype == apex_float_or_input(device, x)
 
-    @pytest.mark.parametrize("make", [
-        lambda d: nn.ReLU(),
-        lambda d: nn.BatchNorm1d(8).to(d),
-        lambda d: nn.BatchNorm1d(8).to(d).eval(),
-    ], ids=["ReLU", "BatchNorm-train", "BatchNorm-eval"])
+    @pytest.mark.parametrize(
+        "make",
+        [
+            lambda d: nn.ReLU(),
+            lambda d: nn.BatchNorm1d(8).to(d),
+            lambda d: nn.BatchNorm1d(8).to(d).eval(),
+        ],
+        ids=["ReLU", "BatchNorm-train", "BatchNorm-eval"],
+    )
     def test_relu_and_batchnorm_match_the_input_dtype(self, o1, device, make):
         fn = make(device)
         for x in inputs(device):
@@ -137,8 +153,11 @@ class TestBasicCasts:
 
 # -- test_promotion -----------------------------------------------------------------------------
 class TestPromotion:
-    @pytest.mark.parametrize("op", [torch.atan2, lambda a, b: a.atan2(b), torch.mul, lambda a, b: a.mul(b)],
-                             ids=["torch.atan2", "Tensor.atan2", "torch.mul", "Tensor.mul"])
+    @pytest.mark.parametrize(
+        "op",
+        [torch.atan2, lambda a, b: a.atan2(b), torch.mul, lambda a, b: a.mul(b)],
+        ids=["torch.atan2", "Tensor.atan2", "torch.mul", "Tensor.mul"],
+    )
     def test_binary_ops_output_the_widest_input_type(self, o1, device, op):
         xf, xh = inputs(device)
         assert op(xf, xf).dtype == FLOAT
@@ -210,8 +229,9 @@ def test_cast_cache_gives_correct_grads_across_train_eval_no_grad_train(device, 
 
     _amp_state.allow_incoming_model_not_fp32 = True
     model = module_cls(dtype, device)
-    model, optimizer = amp.initialize(model, torch.optim.SGD(model.parameters(), lr=0.0),
-                                      opt_level="O1", verbosity=0)
+    model, optimizer = amp.initialize(
+        model, torch.optim.SGD(model.parameters(), lr=0.0), opt_level="O1", verbosity=0
+    )
     _amp_state.loss_scalers[0]._loss_scale = 4.0
 
     def train_step():
@@ -258,7 +278,7 @@ def test_rnn_module_outputs_half_and_gru_keeps_float_on_cpu(o1, device, layers, 
     rnn_out, _ = nn.RNN(8, 6, num_layers=layers, bidirectional=bidirectional)(x)
     gru_out, _ = nn.GRU(8, 6, num_layers=layers, bidirectional=bidirectional)(x)
     assert rnn_out.dtype == half(device)  # as Apex
-    assert gru_out.dtype == FLOAT         # Apex: HALF
+    assert gru_out.dtype == FLOAT  # Apex: HALF
 
 
 def test_lstm_on_cpu_runs_under_bfloat16_o1(monkeypatch):

@@ -1,5 +1,6 @@
 """Acceptance: a loop written against the shim at O1 is torch's native autocast + GradScaler
 recipe, step for step and bit for bit (CPU, float16)."""
+
 import copy
 
 import pytest
@@ -78,7 +79,7 @@ def test_o1_matches_autocast_and_grad_scaler_exactly(optimizer, clip):
         shim_model, make_opt(shim_model.parameters()), batches(40, blow_up), clip, growth_interval=7
     )
 
-    assert [l.dtype for l in shim_losses] == [l.dtype for l in ref_losses]
+    assert [loss.dtype for loss in shim_losses] == [loss.dtype for loss in ref_losses]
     for i, (a, b) in enumerate(zip(shim_losses, ref_losses)):
         assert torch.equal(a, b) or (a.isnan() and b.isnan()) or (a.isinf() and b.isinf()), i
     assert shim_scales == ref_scales
@@ -95,7 +96,9 @@ def test_o1_with_amp_shim_dtype_bfloat16_matches_the_bfloat16_recipe(monkeypatch
     ref_losses, ref_scales = run_native(
         ref_model, torch.optim.SGD(ref_model.parameters(), lr=0.05), batches(12), dtype=torch.bfloat16
     )
-    shim_losses, shim_scales = run_shim(shim_model, torch.optim.SGD(shim_model.parameters(), lr=0.05), batches(12))
+    shim_losses, shim_scales = run_shim(
+        shim_model, torch.optim.SGD(shim_model.parameters(), lr=0.05), batches(12)
+    )
     assert all(torch.equal(a, b) for a, b in zip(shim_losses, ref_losses))
     assert shim_scales == ref_scales
     assert all(torch.equal(p, q) for p, q in zip(shim_model.parameters(), ref_model.parameters()))

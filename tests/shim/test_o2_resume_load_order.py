@@ -6,6 +6,7 @@ fp32 values pass through initialize's cast to fp16; Apex then builds the masters
 momentum/Adam moments) from the fp16 copies, so training resumes from rounded values. The shim
 builds the masters and their optimizer state from the fp32 values held just before the cast
 (docs/differences.md row 6). Reference: the same training without the interruption."""
+
 from __future__ import annotations
 
 import copy
@@ -76,8 +77,9 @@ def _uninterrupted(make_opt):
     checkpoint = None
     for i in range(N + M):
         if i == N:
-            checkpoint = copy.deepcopy({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                                        "amp": amp.state_dict()})
+            checkpoint = copy.deepcopy(
+                {"model": model.state_dict(), "optimizer": opt.state_dict(), "amp": amp.state_dict()}
+            )
             losses = []
         losses.append(_step(model, opt, i))
     return checkpoint, _snapshot(model, opt, losses)
@@ -114,9 +116,13 @@ def _assert_same(a, b, where=""):
         assert a == b, where
 
 
-@pytest.mark.parametrize("load_before_initialize", [True, False], ids=["load_then_initialize", "initialize_then_load"])
+@pytest.mark.parametrize(
+    "load_before_initialize", [True, False], ids=["load_then_initialize", "initialize_then_load"]
+)
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_o2_resume_is_bit_for_bit_whichever_side_of_initialize_the_checkpoint_is_loaded(name, load_before_initialize):
+def test_o2_resume_is_bit_for_bit_whichever_side_of_initialize_the_checkpoint_is_loaded(
+    name, load_before_initialize
+):
     checkpoint, want = _uninterrupted(OPTIMIZERS[name])
     got = _resumed(OPTIMIZERS[name], checkpoint, load_before_initialize)
     _assert_same(want, got)

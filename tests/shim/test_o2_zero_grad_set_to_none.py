@@ -4,6 +4,7 @@ Apex's patched `zero_grad(self)` takes no arguments (TypeError on `set_to_none`,
 it zeroes the model grads in place (fp16 params and fp32 params without a master) and sets the
 fp32 master grads to None. The shim keeps that for `zero_grad()` and `set_to_none=False`, and
 with `set_to_none=True` sets the model grads to None too; training continues identically."""
+
 from __future__ import annotations
 
 import pytest
@@ -63,8 +64,11 @@ def test_o2_zero_grad_set_to_none_true_clears_model_and_master_grads():
     assert all(m.grad is None for m in amp.master_params(opt))
 
 
-@pytest.mark.parametrize("args,kwargs", [((), {}), ((), {"set_to_none": False}), ((False,), {})],
-                         ids=["no_args", "set_to_none_false", "positional_false"])
+@pytest.mark.parametrize(
+    "args,kwargs",
+    [((), {}), ((), {"set_to_none": False}), ((False,), {})],
+    ids=["no_args", "set_to_none_false", "positional_false"],
+)
 def test_o2_zero_grad_without_set_to_none_is_apexs_zero_in_place(args, kwargs):
     model, opt = _o2()
     opt.zero_grad()

@@ -2,6 +2,7 @@
 the torch.optim optimizer with `fused=True` that the codemod migrates them to; FusedLAMB and
 FusedNovoGrad follow their published update rules (references written out below); state
 dicts keep Apex's format and load torch's where it can be continued."""
+
 from __future__ import annotations
 
 import io
@@ -56,37 +57,49 @@ def _close(a, b, atol=1e-6):
 # Exact match with torch.optim (fused=True) -------------------------------------------------------
 EXACT = {
     "adam_defaults_are_adamw_without_decay": (
-        lambda p: FusedAdam(p), lambda p: torch.optim.AdamW(p, weight_decay=0.0, fused=True)),
+        lambda p: FusedAdam(p),
+        lambda p: torch.optim.AdamW(p, weight_decay=0.0, fused=True),
+    ),
     "adamw_weight_decay": (
         lambda p: FusedAdam(p, lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1),
-        lambda p: torch.optim.AdamW(p, lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1, fused=True)),
+        lambda p: torch.optim.AdamW(p, lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1, fused=True),
+    ),
     "adam_l2_mode": (
         lambda p: FusedAdam(p, lr=1e-2, weight_decay=0.1, adam_w_mode=False),
-        lambda p: torch.optim.Adam(p, lr=1e-2, weight_decay=0.1, fused=True)),
-    "sgd_plain": (
-        lambda p: FusedSGD(p, lr=0.1), lambda p: torch.optim.SGD(p, lr=0.1, fused=True)),
+        lambda p: torch.optim.Adam(p, lr=1e-2, weight_decay=0.1, fused=True),
+    ),
+    "sgd_plain": (lambda p: FusedSGD(p, lr=0.1), lambda p: torch.optim.SGD(p, lr=0.1, fused=True)),
     "sgd_momentum_dampening_decay": (
         lambda p: FusedSGD(p, lr=0.1, momentum=0.9, dampening=0.1, weight_decay=1e-2),
-        lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, dampening=0.1, weight_decay=1e-2, fused=True)),
+        lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, dampening=0.1, weight_decay=1e-2, fused=True),
+    ),
     "sgd_nesterov": (
         lambda p: FusedSGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-2),
-        lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-2, fused=True)),
-    "adagrad_defaults": (
-        lambda p: FusedAdagrad(p), lambda p: torch.optim.Adagrad(p, fused=True)),
+        lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-2, fused=True),
+    ),
+    "adagrad_defaults": (lambda p: FusedAdagrad(p), lambda p: torch.optim.Adagrad(p, fused=True)),
     "adagrad_decay_eps": (
         lambda p: FusedAdagrad(p, lr=0.05, eps=1e-6, weight_decay=0.1),
-        lambda p: torch.optim.Adagrad(p, lr=0.05, eps=1e-6, weight_decay=0.1, fused=True)),
+        lambda p: torch.optim.Adagrad(p, lr=0.05, eps=1e-6, weight_decay=0.1, fused=True),
+    ),
 }
 
 
 # torch's CPU fused SGD does not update fp16 tensors of 16+ elements; the shim's FusedSGD runs
 # Apex's kernel formula for them instead (tests/shim/test_fused_sgd_reduced_precision_cpu.py).
-EXACT_CASES = [(case, dtype) for case in sorted(EXACT) for dtype in (torch.float32, torch.float16)
-               if not (case.startswith("sgd") and dtype == torch.float16)]
+EXACT_CASES = [
+    (case, dtype)
+    for case in sorted(EXACT)
+    for dtype in (torch.float32, torch.float16)
+    if not (case.startswith("sgd") and dtype == torch.float16)
+]
 
 
-@pytest.mark.parametrize("case,dtype", EXACT_CASES,
-                         ids=["{}-{}".format(c, "fp32" if d == torch.float32 else "fp16") for c, d in EXACT_CASES])
+@pytest.mark.parametrize(
+    "case,dtype",
+    EXACT_CASES,
+    ids=["{}-{}".format(c, "fp32" if d == torch.float32 else "fp16") for c, d in EXACT_CASES],
+)
 def test_matches_torch_fused_optimizer_bit_for_bit(case, dtype):
     shim, native = EXACT[case]
     a, _ = _train(shim, dtype=dtype)
@@ -153,13 +166,16 @@ def test_fused_sgd_validates_like_apex():
         FusedSGD(p, lr=0.1, momentum=0.9, dampening=0.1, nesterov=True)
 
 
-@pytest.mark.parametrize("make, default_none", [
-    (lambda p, **k: FusedAdam(p, **k), True),
-    (lambda p, **k: FusedLAMB(p, **k), True),
-    (lambda p, **k: FusedNovoGrad(p, **k), True),
-    (lambda p, **k: FusedAdagrad(p, **k), True),
-    (lambda p, **k: FusedSGD(p, lr=0.1, **k), False),  # FusedSGD zeroes by default
-])
+@pytest.mark.parametrize(
+    "make, default_none",
+    [
+        (lambda p, **k: FusedAdam(p, **k), True),
+        (lambda p, **k: FusedLAMB(p, **k), True),
+        (lambda p, **k: FusedNovoGrad(p, **k), True),
+        (lambda p, **k: FusedAdagrad(p, **k), True),
+        (lambda p, **k: FusedSGD(p, lr=0.1, **k), False),  # FusedSGD zeroes by default
+    ],
+)
 def test_zero_grad_follows_set_grad_none(make, default_none):
     for set_grad_none in (None, True, False):
         params = _params()
@@ -201,15 +217,19 @@ def _ref_adam_no_bias_correction(params, steps, lr, wd, adam_w_mode, betas=(0.9,
 
 @pytest.mark.parametrize("adam_w_mode", [True, False])
 def test_fused_adam_without_bias_correction_follows_apex_kernel(adam_w_mode):
-    a, _ = _train(lambda p: FusedAdam(p, lr=1e-2, weight_decay=0.1, bias_correction=False,
-                                      adam_w_mode=adam_w_mode), steps=20)
+    a, _ = _train(
+        lambda p: FusedAdam(p, lr=1e-2, weight_decay=0.1, bias_correction=False, adam_w_mode=adam_w_mode),
+        steps=20,
+    )
     b = _ref_adam_no_bias_correction(_params(), 20, 1e-2, 0.1, adam_w_mode)
     _close(a, b)
 
 
 def test_fused_sgd_with_weight_decay_after_momentum_follows_apex_kernel():
-    a, _ = _train(lambda p: FusedSGD(p, lr=0.1, momentum=0.9, weight_decay=0.1, nesterov=True,
-                                     wd_after_momentum=True), steps=20)
+    a, _ = _train(
+        lambda p: FusedSGD(p, lr=0.1, momentum=0.9, weight_decay=0.1, nesterov=True, wd_after_momentum=True),
+        steps=20,
+    )
     params = _params()
     bufs = [None] * len(params)
     with torch.no_grad():
@@ -236,9 +256,20 @@ def test_fused_adagrad_decoupled_mode_follows_apex_kernel():
 
 
 # LAMB -------------------------------------------------------------------------------------------
-def ref_lamb(params, steps, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
-             adam_w_mode=True, grad_averaging=True, bias_correction=True, max_grad_norm=1.0,
-             use_nvlamb=False, grad_scale=1.0):
+def ref_lamb(
+    params,
+    steps,
+    lr=1e-3,
+    betas=(0.9, 0.999),
+    eps=1e-6,
+    weight_decay=0.01,
+    adam_w_mode=True,
+    grad_averaging=True,
+    bias_correction=True,
+    max_grad_norm=1.0,
+    use_nvlamb=False,
+    grad_scale=1.0,
+):
     """LAMB (You et al. 2019) as Apex applies it, written out per parameter (cf. Apex's RefLAMB)."""
     beta1, beta2 = betas
     m = [torch.zeros_like(p) for p in params]
@@ -248,8 +279,8 @@ def ref_lamb(params, steps, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=
             _set_grads(params, step - 1, grad_scale)
             global_norm = math.sqrt(sum(float((p.grad.double() ** 2).sum()) for p in params))
             clip = global_norm / max_grad_norm if global_norm > max_grad_norm else 1.0
-            bc1 = 1 - beta1 ** step if bias_correction else 1.0
-            bc2 = 1 - beta2 ** step if bias_correction else 1.0
+            bc1 = 1 - beta1**step if bias_correction else 1.0
+            bc2 = 1 - beta2**step if bias_correction else 1.0
             for p, mi, vi in zip(params, m, v):
                 g = p.grad / clip
                 if not adam_w_mode:
@@ -299,8 +330,11 @@ def test_fused_lamb_clips_the_global_grad_norm_over_fp16_and_fp32_params():
 
 
 def test_fused_mixed_precision_lamb_steps_fp32_masters_of_bf16_params():
-    a, opt = _train(lambda p: FusedMixedPrecisionLamb(p, lr=1e-2, reduced_precision_dtype=torch.bfloat16),
-                    steps=10, dtype=torch.bfloat16)
+    a, opt = _train(
+        lambda p: FusedMixedPrecisionLamb(p, lr=1e-2, reduced_precision_dtype=torch.bfloat16),
+        steps=10,
+        dtype=torch.bfloat16,
+    )
     # FusedLAMB on fp32 params that start from the same bf16 values and get the same bf16 grads
     b = [p.detach().float().requires_grad_() for p in _params(torch.bfloat16)]
     ref = FusedLAMB(b, lr=1e-2)
@@ -317,9 +351,19 @@ def test_fused_mixed_precision_lamb_steps_fp32_masters_of_bf16_params():
 
 
 # NovoGrad ---------------------------------------------------------------------------------------
-def ref_novograd(params, steps, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                 reg_inside_moment=False, grad_averaging=True, norm_type=2, init_zero=False,
-                 bias_correction=True):
+def ref_novograd(
+    params,
+    steps,
+    lr=1e-3,
+    betas=(0.9, 0.999),
+    eps=1e-8,
+    weight_decay=0.0,
+    reg_inside_moment=False,
+    grad_averaging=True,
+    norm_type=2,
+    init_zero=False,
+    bias_correction=True,
+):
     """NovoGrad (Ginsburg et al. 2019) as Apex applies it: a per-layer second moment of the grad
     norm, written out per parameter (cf. the Novograd reference in Apex's tests)."""
     beta1, beta2 = betas
@@ -328,8 +372,8 @@ def ref_novograd(params, steps, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_de
     with torch.no_grad():
         for step in range(1, steps + 1):
             _set_grads(params, step - 1)
-            bc1 = 1 - beta1 ** step if bias_correction else 1.0
-            bc2 = math.sqrt(1 - beta2 ** step) if bias_correction else 1.0
+            bc1 = 1 - beta1**step if bias_correction else 1.0
+            bc2 = math.sqrt(1 - beta2**step) if bias_correction else 1.0
             for j, p in enumerate(params):
                 g = p.grad
                 n = g.abs().max().item() if norm_type == 0 else g.norm().item()
@@ -338,7 +382,7 @@ def ref_novograd(params, steps, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_de
                 if norm_type == 0:
                     v[j] = beta2 * v[j] + (1 - beta2) * n
                 else:
-                    v[j] = math.sqrt(beta2 * v[j] ** 2 + (1 - beta2) * n ** 2)
+                    v[j] = math.sqrt(beta2 * v[j] ** 2 + (1 - beta2) * n**2)
                 denom = v[j] / bc2 + eps
                 b3 = (1 - beta1) if grad_averaging else 1.0
                 if reg_inside_moment:
@@ -352,8 +396,15 @@ def ref_novograd(params, steps, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_de
 
 NOVOGRAD_OPTIONS = {
     "defaults": {},
-    "apex_test_options": dict(betas=(0.95, 0), weight_decay=0, grad_averaging=False,
-                              bias_correction=False, reg_inside_moment=True, norm_type=2, init_zero=False),
+    "apex_test_options": dict(
+        betas=(0.95, 0),
+        weight_decay=0,
+        grad_averaging=False,
+        bias_correction=False,
+        reg_inside_moment=True,
+        norm_type=2,
+        init_zero=False,
+    ),
     "decay_outside_moment": dict(lr=1e-2, weight_decay=0.1),
     "decay_inside_moment_init_zero": dict(lr=1e-2, weight_decay=0.1, reg_inside_moment=True, init_zero=True),
     "inf_norm": dict(lr=1e-2, norm_type=0, betas=(0.8, 0.5)),
@@ -425,12 +476,21 @@ def test_torch_adamw_cannot_load_a_fused_adam_state_dict_the_step_count_trap():
         native.load_state_dict(opt.state_dict())
 
 
-@pytest.mark.parametrize("shim, native", [
-    (lambda p: FusedAdam(p, lr=1e-2, weight_decay=0.1),
-     lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1, fused=True)),
-    (lambda p: FusedAdagrad(p, lr=0.05), lambda p: torch.optim.Adagrad(p, lr=0.05, fused=True)),
-    (lambda p: FusedSGD(p, lr=0.1, momentum=0.9), lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, fused=True)),
-], ids=["adam", "adagrad", "sgd"])
+@pytest.mark.parametrize(
+    "shim, native",
+    [
+        (
+            lambda p: FusedAdam(p, lr=1e-2, weight_decay=0.1),
+            lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1, fused=True),
+        ),
+        (lambda p: FusedAdagrad(p, lr=0.05), lambda p: torch.optim.Adagrad(p, lr=0.05, fused=True)),
+        (
+            lambda p: FusedSGD(p, lr=0.1, momentum=0.9),
+            lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, fused=True),
+        ),
+    ],
+    ids=["adam", "adagrad", "sgd"],
+)
 def test_loads_a_torch_state_dict_and_continues_exactly_as_torch(shim, native):
     params, opt = _train(native, steps=3)
     saved_params = [p.detach().clone() for p in params]
@@ -448,8 +508,9 @@ def test_loads_a_torch_state_dict_and_continues_exactly_as_torch(shim, native):
 
 def test_fused_sgd_state_dict_loads_into_torch_sgd():
     params, opt = _train(RESUMABLE["sgd"], steps=3)
-    native = torch.optim.SGD([p.detach().clone().requires_grad_() for p in params], lr=0.1, momentum=0.9,
-                             fused=True)
+    native = torch.optim.SGD(
+        [p.detach().clone().requires_grad_() for p in params], lr=0.1, momentum=0.9, fused=True
+    )
     native.load_state_dict(_roundtrip(opt.state_dict()))
     # torch takes the group options from the checkpoint, whose Apex groups have no `fused` key
     assert native.param_groups[0]["fused"] is False
@@ -466,8 +527,11 @@ def test_a_torch_state_dict_whose_param_steps_differ_is_refused_with_a_clear_err
     native.step()
     params[1].grad = None  # the second param misses a step: torch counts per param
     native.step()
-    with pytest.raises(ValueError, match=r"param group 0 were stepped different numbers of times \(\[1, 2\]\); "
-                                         r"FusedAdam keeps one step count per param group"):
+    with pytest.raises(
+        ValueError,
+        match=r"param group 0 were stepped different numbers of times \(\[1, 2\]\); "
+        r"FusedAdam keeps one step count per param group",
+    ):
         FusedAdam(_params()).load_state_dict(native.state_dict())
 
 
@@ -483,8 +547,14 @@ def test_an_amsgrad_state_dict_is_refused_with_a_clear_error():
 def test_apex_names_are_exported():
     import amp_shim.optimizers as optimizers
 
-    assert set(optimizers.__all__) == {"FusedSGD", "FusedAdam", "FusedNovoGrad", "FusedLAMB",
-                                       "FusedAdagrad", "FusedMixedPrecisionLamb"}
+    assert set(optimizers.__all__) == {
+        "FusedSGD",
+        "FusedAdam",
+        "FusedNovoGrad",
+        "FusedLAMB",
+        "FusedAdagrad",
+        "FusedMixedPrecisionLamb",
+    }
     assert all(issubclass(getattr(optimizers, n), torch.optim.Optimizer) for n in optimizers.__all__)
 
 

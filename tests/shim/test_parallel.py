@@ -3,6 +3,7 @@
 Multi-rank behaviour runs in 2 gloo processes on 127.0.0.1 (tests/shim/parallel_workers.py);
 the references are single-process computations over the ranks' concatenated batches.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,8 +41,13 @@ def run_ranks(case: str, out: Path, world: int = 2, timeout: float = 60) -> list
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "shim"), env.get("PYTHONPATH")]))
     port = free_port()
     procs = [
-        subprocess.Popen([sys.executable, str(WORKER), case, str(rank), str(world), str(port), str(out)],
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, str(WORKER), case, str(rank), str(world), str(port), str(out)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for rank in range(world)
     ]
     try:
@@ -89,8 +95,13 @@ def _reference_bn(make_input, z_shape=None, channel_last=False, fuse_relu=False,
         (out * grad_out).sum().backward()
         ref["outputs"].append(out.detach())
         ref["x_grads"].append(xs.grad)
-    ref.update(weight_grad=bn.weight.grad, bias_grad=bn.bias.grad, running_mean=bn.running_mean,
-               running_var=bn.running_var, num_batches_tracked=bn.num_batches_tracked)
+    ref.update(
+        weight_grad=bn.weight.grad,
+        bias_grad=bn.bias.grad,
+        running_mean=bn.running_mean,
+        running_var=bn.running_var,
+        num_batches_tracked=bn.num_batches_tracked,
+    )
     bn.eval()
     out = bn(to_cf(x).reshape(x.shape[0], bn.num_features, -1)).reshape(to_cf(x).shape)
     ref["eval_output"] = from_cf(F.relu(out) if fuse_relu else out).detach()
@@ -106,15 +117,22 @@ def syncbn_ranks(tmp_path_factory):
     return run_ranks("syncbn", tmp_path_factory.mktemp("syncbn"))
 
 
-@pytest.mark.parametrize("name, make_input, kwargs", [
-    ("nchw", lambda g: torch.randn(8, 4, 3, 5, generator=g), {}),
-    ("nc", lambda g: torch.randn(8, 6, generator=g), {}),
-    ("ncl_cumulative", lambda g: torch.randn(8, 3, 7, generator=g), {"momentum": None}),
-    ("channel_last_z_relu", lambda g: torch.randn(8, 3, 5, 4, generator=g),
-     {"z_shape": (8, 3, 5, 4), "channel_last": True, "fuse_relu": True}),
-])
+@pytest.mark.parametrize(
+    "name, make_input, kwargs",
+    [
+        ("nchw", lambda g: torch.randn(8, 4, 3, 5, generator=g), {}),
+        ("nc", lambda g: torch.randn(8, 6, generator=g), {}),
+        ("ncl_cumulative", lambda g: torch.randn(8, 3, 7, generator=g), {"momentum": None}),
+        (
+            "channel_last_z_relu",
+            lambda g: torch.randn(8, 3, 5, 4, generator=g),
+            {"z_shape": (8, 3, 5, 4), "channel_last": True, "fuse_relu": True},
+        ),
+    ],
+)
 def test_syncbatchnorm_over_two_uneven_ranks_equals_batchnorm_over_the_concatenated_batch(
-        syncbn_ranks, name, make_input, kwargs):
+    syncbn_ranks, name, make_input, kwargs
+):
     ref = _reference_bn(make_input, **kwargs)
     ranks = [r[name] for r in syncbn_ranks]
     close = dict(rtol=1e-5, atol=1e-5)
@@ -149,15 +167,20 @@ def test_syncbatchnorm_returns_the_input_dtype_and_computes_in_fp32():
     bn = SyncBatchNorm(3)
     x = torch.randn(4, 3, 2, 2)
     assert bn(x.half()).dtype == torch.float16
-    torch.testing.assert_close(bn(x.half()).float(), nn.BatchNorm2d(3)(x.half().float()),
-                               rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(
+        bn(x.half()).float(), nn.BatchNorm2d(3)(x.half().float()), rtol=1e-3, atol=1e-3
+    )
 
 
 def test_convert_syncbn_model_replaces_batchnorms_and_keeps_their_state():
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4), nn.ReLU(),
-                          nn.Sequential(nn.BatchNorm1d(4, momentum=0.3, eps=1e-3)),
-                          nn.InstanceNorm2d(4, affine=True))
+    model = nn.Sequential(
+        nn.Conv2d(3, 4, 1),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.Sequential(nn.BatchNorm1d(4, momentum=0.3, eps=1e-3)),
+        nn.InstanceNorm2d(4, affine=True),
+    )
     with torch.no_grad():
         model[1].weight.uniform_(), model[1].running_mean.uniform_()
         model[1].num_batches_tracked.fill_(7)
@@ -180,12 +203,20 @@ def test_convert_syncbn_model_converts_a_bare_batchnorm():
 
 
 def test_apex_parallel_exports_apexs_names():
-    for name in ("DistributedDataParallel", "Reducer", "SyncBatchNorm", "LARC",
-                 "convert_syncbn_model", "create_syncbn_process_group", "ReduceOp"):
+    for name in (
+        "DistributedDataParallel",
+        "Reducer",
+        "SyncBatchNorm",
+        "LARC",
+        "convert_syncbn_model",
+        "create_syncbn_process_group",
+        "ReduceOp",
+    ):
         assert hasattr(parallel, name), name
     assert amp_shim.parallel is parallel
     from amp_shim.parallel.optimized_sync_batchnorm import SyncBatchNorm as Optimized
     from amp_shim.parallel.sync_batchnorm import SyncBatchNorm as Fallback
+
     assert Optimized is Fallback is SyncBatchNorm
     assert issubclass(SyncBatchNorm, nn.modules.batchnorm._BatchNorm)
 
@@ -262,16 +293,27 @@ def test_ddp_accepts_apexs_arguments_and_warns_once_for_those_torch_lacks(single
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = parallel.DistributedDataParallel(
-            nn.Linear(2, 2), message_size=2**20, delay_allreduce=True, retain_allreduce_buffers=True,
-            allreduce_always_fp32=True, gradient_average=True, gradient_predivide_factor=2.0,
-            gradient_average_split_factor=None, prof=True)
-        parallel.DistributedDataParallel(nn.Linear(2, 2), retain_allreduce_buffers=True, prof=True,
-                                         num_allreduce_streams=2)
+            nn.Linear(2, 2),
+            message_size=2**20,
+            delay_allreduce=True,
+            retain_allreduce_buffers=True,
+            allreduce_always_fp32=True,
+            gradient_average=True,
+            gradient_predivide_factor=2.0,
+            gradient_average_split_factor=None,
+            prof=True,
+        )
+        parallel.DistributedDataParallel(
+            nn.Linear(2, 2), retain_allreduce_buffers=True, prof=True, num_allreduce_streams=2
+        )
     assert isinstance(model, torch.nn.parallel.DistributedDataParallel)
     assert model.delay_allreduce and model.gradient_predivide_factor == 2.0
     assert model.bucket_bytes_cap == 2**20 * 4
-    ignored = [str(w.message) for w in caught if issubclass(w.category, UserWarning)
-               and "has no equivalent" in str(w.message)]
+    ignored = [
+        str(w.message)
+        for w in caught
+        if issubclass(w.category, UserWarning) and "has no equivalent" in str(w.message)
+    ]
     assert len(ignored) == 3, ignored  # retain_allreduce_buffers, prof, num_allreduce_streams
     assert any("retain_allreduce_buffers=True" in m for m in ignored)
     deprecated = [w for w in caught if issubclass(w.category, DeprecatedFeatureWarning)]
@@ -280,11 +322,14 @@ def test_ddp_accepts_apexs_arguments_and_warns_once_for_those_torch_lacks(single
     out.sum().backward()  # the comm hook runs on a 1-rank group
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"shared_param": True}, "shared_param is no longer supported"),
-    ({"delay_allreduce": True, "num_allreduce_streams": 2}, "may only be used if delay_allreduce=False"),
-    ({"delay_allreduce": True, "allreduce_trigger_params": []}, "only valid if delay_allreduce=False"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"shared_param": True}, "shared_param is no longer supported"),
+        ({"delay_allreduce": True, "num_allreduce_streams": 2}, "may only be used if delay_allreduce=False"),
+        ({"delay_allreduce": True, "allreduce_trigger_params": []}, "only valid if delay_allreduce=False"),
+    ],
+)
 def test_ddp_keeps_apexs_argument_errors(single_rank_group, kwargs, message):
     with pytest.raises(ValueError, match=message):
         parallel.DistributedDataParallel(nn.Linear(2, 2), **kwargs)
@@ -309,8 +354,12 @@ def _larc_reference(params, grads, lr, wd, trust, clip, eps):
 @pytest.mark.parametrize("wd", [0.0, 1e-2])
 def test_larc_rescales_grads_by_the_local_lr_then_steps_without_weight_decay(clip, wd):
     torch.manual_seed(0)
-    params = [nn.Parameter(torch.randn(5, 3)), nn.Parameter(torch.zeros(4)),
-              nn.Parameter(torch.randn(3) * 100), nn.Parameter(torch.randn(2))]
+    params = [
+        nn.Parameter(torch.randn(5, 3)),
+        nn.Parameter(torch.zeros(4)),
+        nn.Parameter(torch.randn(3) * 100),
+        nn.Parameter(torch.randn(2)),
+    ]
     grads = [torch.randn(5, 3), torch.randn(4), torch.randn(3) * 1e-3, torch.zeros(2)]
     for p, g in zip(params, grads):
         p.grad = g.clone()

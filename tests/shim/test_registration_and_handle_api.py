@@ -1,5 +1,6 @@
 """Apex's cast registry, cast decorators, banned functions (apex_api.md §7.1) and the old handle
 API (`amp.init()`, `AmpHandle`, `NoOpHandle`, `wrap_optimizer`; §8) on the shim's O1."""
+
 from __future__ import annotations
 
 import types
@@ -82,8 +83,12 @@ def test_registered_function_casts_list_arguments_and_leaves_other_arguments_alo
     mod.f = lambda xs, k, flag=None: [x.dtype for x in xs] + [k.dtype, flag]
     amp.register_half_function(mod, "f")
     o1()
-    assert mod.f([torch.ones(2), torch.ones(2)], torch.ones(2, dtype=torch.long), flag="x") == \
-        [HALF, HALF, torch.long, "x"]
+    assert mod.f([torch.ones(2), torch.ones(2)], torch.ones(2, dtype=torch.long), flag="x") == [
+        HALF,
+        HALF,
+        torch.long,
+        "x",
+    ]
 
 
 def test_registered_function_is_a_pass_through_inside_disable_casts_and_scale_loss(lib):
@@ -103,7 +108,7 @@ def test_registration_after_initialize_waits_for_the_next_o1_activation(lib):
     amp.register_float_function(lib, "one")
     original = lib.one
     assert lib.one is original  # no effect now, as in Apex
-    o1()                       # a later activation consumes it
+    o1()  # a later activation consumes it
     assert lib.one is not original
 
 
@@ -135,11 +140,13 @@ def test_registration_emits_no_deprecation_warning(lib, recwarn):
 # -- decorators ---------------------------------------------------------------------------------
 def test_decorators_warn_at_decoration_and_act_only_while_o1_is_on():
     with pytest.warns(DeprecatedFeatureWarning, match="apex.amp is deprecated"):
+
         @amp.float_function
         def to_float(x):
             return x
 
     with pytest.warns(DeprecatedFeatureWarning):
+
         @amp.half_function
         def to_half(x):
             return x
@@ -164,7 +171,9 @@ def test_promote_function_decorator_promotes_mixed_inputs():
 def test_binary_cross_entropy_on_half_raises_under_o1_even_inside_disable_casts():
     o1()
     x = torch.rand(3, dtype=HALF)
-    with pytest.raises(NotImplementedError, match="amp does not work out-of-the-box with `F.binary_cross_entropy`"):
+    with pytest.raises(
+        NotImplementedError, match="amp does not work out-of-the-box with `F.binary_cross_entropy`"
+    ):
         F.binary_cross_entropy(x, x)
     with amp.disable_casts(), pytest.raises(NotImplementedError):
         nn.BCELoss()(x, x)
@@ -215,7 +224,8 @@ def test_handle_scale_loss_raises_the_old_api_error_on_entry():
     assert str(info.value) == (
         "The old Amp API is no longer supported.  Please move to the new API, documented here:  "
         "https://nvidia.github.io/apex/amp.html.  Transition guide:  "
-        "https://nvidia.github.io/apex/amp.html#transition-guide-for-old-api-users")
+        "https://nvidia.github.io/apex/amp.html#transition-guide-for-old-api-users"
+    )
     assert str(info.value) == OLD_API_MESSAGE
 
 
@@ -300,7 +310,9 @@ def test_wrapped_optimizer_refuses_closures_and_forwards_the_optimizer_api():
     w, b, _ = make_problem()
     inner = torch.optim.SGD([w, b], lr=0.1)
     optimizer = amp.init().wrap_optimizer(inner)
-    with pytest.raises(NotImplementedError, match="^The `closure` argument is unsupported by the amp optimizer wrapper.$"):
+    with pytest.raises(
+        NotImplementedError, match="^The `closure` argument is unsupported by the amp optimizer wrapper.$"
+    ):
         optimizer.step(lambda: 0.0)
     assert optimizer.param_groups is inner.param_groups
     assert optimizer.state_dict() == inner.state_dict()

@@ -2,6 +2,7 @@
 through `amp.initialize`: fast and full paths, grad stashing, `delay_unscale`,
 `delay_overflow_check`, static and dynamic scalers, the skipped step, exceptions in the body,
 O1's autocast around the body, and the number of host syncs per iteration."""
+
 from __future__ import annotations
 
 import re
@@ -12,8 +13,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from amp_shim import amp
-from amp_shim.engine.host_syncs import SYNC_METHODS, CountHostSyncs
 from amp_shim.amp._amp_state import _amp_state
+from amp_shim.engine.host_syncs import SYNC_METHODS, CountHostSyncs
 
 SKIP_MSG = "Gradient overflow.  Skipping step, loss scaler {} reducing loss scale to {}"
 INF = float("inf")
@@ -34,8 +35,7 @@ class Weighted(nn.Module):
 def _init(level="O1", model=None, momentum=0.0, **kwargs):
     model = model if model is not None else Weighted()
     opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=momentum)
-    model, opt = amp.initialize(model, opt, opt_level=level, verbosity=kwargs.pop("verbosity", 0),
-                                **kwargs)
+    model, opt = amp.initialize(model, opt, opt_level=level, verbosity=kwargs.pop("verbosity", 0), **kwargs)
     return model, opt
 
 
@@ -54,6 +54,7 @@ def _skip_lines(text):
 
 
 # Fast path ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("level", ["O0", "O3"])
 def test_fast_path_yields_loss_float_for_o0_and_o3_defaults(level):
@@ -85,6 +86,7 @@ def test_fast_path_leaves_grads_and_scaler_counters_alone(level):
 
 
 # Full path ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("level, expected_scale", [("O1", 65536.0), ("O2", 65536.0)])
 def test_full_path_yields_fp32_loss_times_the_scale(level, expected_scale):
@@ -129,6 +131,7 @@ def test_accumulation_without_delay_unscale_counts_every_pass():
 
 
 # delay_unscale / delay_overflow_check ------------------------------------------------------------
+
 
 def test_delay_unscale_accumulates_scaled_grads_and_the_last_pass_unscales_the_sum_once():
     model, opt = _init("O1")
@@ -182,6 +185,7 @@ def test_delay_overflow_check_keeps_the_flag_until_a_manual_update_scale(capsys)
 
 # Static scaler -----------------------------------------------------------------------------------
 
+
 def test_static_loss_scale_never_skips_and_applies_inf_grads(capsys):
     model, opt = _init("O1", loss_scale=128.0)
     _backward(model, opt, torch.tensor([INF, 1.0, 1.0]))
@@ -203,8 +207,10 @@ def test_static_scaler_counts_every_exit_and_keeps_its_scale():
 
 # Dynamic scaler through initialize ---------------------------------------------------------------
 
-@pytest.mark.parametrize("max_loss_scale, start", [(2.0**24, 65536.0), (2.0**20, 65536.0),
-                                                   (1024.0, 1024.0), (2.0**16, 65536.0)])
+
+@pytest.mark.parametrize(
+    "max_loss_scale, start", [(2.0**24, 65536.0), (2.0**20, 65536.0), (1024.0, 1024.0), (2.0**16, 65536.0)]
+)
 def test_dynamic_scale_starts_at_min_of_max_loss_scale_and_2_to_16(max_loss_scale, start):
     _init("O1", max_loss_scale=max_loss_scale)
     assert _scaler().loss_scale() == start
@@ -226,7 +232,10 @@ def test_dynamic_scale_floor_cap_and_doubling_sequence(capsys):
         assert torch.equal(model.w.detach(), w_before)  # skipped
     assert seen == [(512.0, 0), (256.0, 0), (256.0, 0)]
     assert _skip_lines(capsys.readouterr().out) == [
-        SKIP_MSG.format(0, 512.0), SKIP_MSG.format(0, 256.0), SKIP_MSG.format(0, 256.0)]
+        SKIP_MSG.format(0, 512.0),
+        SKIP_MSG.format(0, 256.0),
+        SKIP_MSG.format(0, 256.0),
+    ]
     seen = []
     for _ in range(9):
         opt.zero_grad()
@@ -235,8 +244,17 @@ def test_dynamic_scale_floor_cap_and_doubling_sequence(capsys):
         w_before = model.w.detach().clone()
         opt.step()
         assert not torch.equal(model.w.detach(), w_before)  # real steps
-    assert seen == [(256.0, 1), (256.0, 2), (512.0, 0), (512.0, 1), (512.0, 2), (1024.0, 0),
-                    (1024.0, 1), (1024.0, 2), (1024.0, 0)]
+    assert seen == [
+        (256.0, 1),
+        (256.0, 2),
+        (512.0, 0),
+        (512.0, 1),
+        (512.0, 2),
+        (1024.0, 0),
+        (1024.0, 1),
+        (1024.0, 2),
+        (1024.0, 0),
+    ]
     assert _skip_lines(capsys.readouterr().out) == []
 
 
@@ -284,8 +302,10 @@ def test_closure_passed_to_a_skipped_step_is_refused_and_the_skip_stays_armed(ca
     model, opt = _init("O1", verbosity=1)
     _backward(model, opt, torch.tensor([INF, 1.0, 1.0]))
     capsys.readouterr()
-    with pytest.raises(RuntimeError, match="^" + re.escape(
-            "Currently, Amp does not support closure use with optimizers.") + "$"):
+    with pytest.raises(
+        RuntimeError,
+        match="^" + re.escape("Currently, Amp does not support closure use with optimizers.") + "$",
+    ):
         opt.step(lambda: 0.0)
     w0 = model.w.detach().clone()
     opt.step()
@@ -346,6 +366,7 @@ def test_disabled_amp_yields_the_raw_loss_object():
 
 # Exceptions in the body (docs/differences.md row 5) ----------------------------------------------
 
+
 def test_exception_in_the_body_restores_pre_block_grads_and_leaves_the_scaler():
     model, opt = _init("O1")
     g_w = torch.tensor([0.25, 0.5, -1.0])
@@ -385,6 +406,7 @@ def test_exception_in_the_body_leaves_o2_master_grads_unchanged():
 
 # O1 autocast around the body --------------------------------------------------------------------
 
+
 def test_o1_casts_are_off_inside_the_body_and_back_on_after():
     model, opt = _init("O1")
     assert torch.is_autocast_enabled("cpu")
@@ -410,6 +432,7 @@ def test_o1_autocast_cache_is_cleared_at_scale_loss_exit(loss_scale):
 
 
 # Host syncs per iteration (DESIGN.md §3: at most one, the skip decision) ------------------------
+
 
 def _mlp():
     torch.manual_seed(0)

@@ -8,6 +8,7 @@ against the host path (`_step_supports_amp_scaling` switched off, the path every
 takes): parameters, O2 masters, optimizer state with its step counts, the loss scales and
 counters, and Apex's messages, with the same loss id and scale, in order.
 """
+
 from __future__ import annotations
 
 import re
@@ -77,10 +78,14 @@ def _counted(fn):
 def _snapshot(model, opt):
     """Everything a skipped step must leave alone, as plain values."""
     sd = opt.state_dict()
-    state = {k: {n: (v.clone() if isinstance(v, torch.Tensor) else v) for n, v in s.items()}
-             for k, s in sd["state"].items()}
-    groups = [{k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in g.items()}
-              for g in sd["param_groups"]]
+    state = {
+        k: {n: (v.clone() if isinstance(v, torch.Tensor) else v) for n, v in s.items()}
+        for k, s in sd["state"].items()
+    }
+    groups = [
+        {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in g.items()}
+        for g in sd["param_groups"]
+    ]
     return {
         "model": [p.detach().clone() for p in model.parameters()],
         "stepped": [p.detach().clone() for g in opt.param_groups for p in g["params"]],
@@ -118,6 +123,7 @@ def _assert_identical(a, b):
 
 # 0 host syncs ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 @pytest.mark.parametrize("level", ["O1", "O2"])
 def test_fused_optimizer_iterations_take_no_host_sync_even_when_they_overflow(level, name, capsys):
@@ -128,7 +134,10 @@ def test_fused_optimizer_iterations_take_no_host_sync_even_when_they_overflow(le
     calls = _counted(lambda: [_iteration(model, opt, i + 1, o) for i, o in enumerate(overflows)])
     assert calls == []
     assert _skip_lines(capsys.readouterr().out) == [
-        SKIP_MSG.format(0, 32768.0), SKIP_MSG.format(0, 16384.0), SKIP_MSG.format(0, 8192.0)]
+        SKIP_MSG.format(0, 32768.0),
+        SKIP_MSG.format(0, 16384.0),
+        SKIP_MSG.format(0, 8192.0),
+    ]
 
 
 @pytest.mark.parametrize("level", ["O1", "O2"])
@@ -166,7 +175,7 @@ def test_device_skip_leaves_params_state_and_scale_bit_identical_to_the_host_pat
         capsys.readouterr()
         snapshots, syncs = [], 0
         for i in range(14):
-            calls = _counted(lambda: _iteration(model, opt, i, overflow=i in OVERFLOWS))
+            calls = _counted(lambda i=i: _iteration(model, opt, i, overflow=i in OVERFLOWS))
             syncs += len(calls)
             snapshots.append(_snapshot(model, opt))
         return snapshots, _skip_lines(capsys.readouterr().out), syncs
@@ -208,6 +217,7 @@ def test_device_skip_under_o2_clears_the_master_grads_and_keeps_model_and_master
 
 # The message ------------------------------------------------------------------------------------
 
+
 def test_device_skip_message_names_the_loss_that_overflowed_and_its_reduced_scale(capsys):
     model, opt = _init("O1", OPTIMIZERS["torch_adamw_fused"], num_losses=2)
     _iteration(model, opt, 0)
@@ -225,8 +235,7 @@ def test_device_skip_message_names_the_loss_that_overflowed_and_its_reduced_scal
 
     calls = _counted(lambda: (two_losses(1, 1), two_losses(2, None), two_losses(3, 0)))
     assert calls == []
-    assert _skip_lines(capsys.readouterr().out) == [
-        SKIP_MSG.format(1, 32768.0), SKIP_MSG.format(0, 32768.0)]
+    assert _skip_lines(capsys.readouterr().out) == [SKIP_MSG.format(1, 32768.0), SKIP_MSG.format(0, 32768.0)]
 
 
 def test_device_skip_message_respects_verbosity_zero(capsys):
@@ -292,14 +301,13 @@ def test_a_host_path_step_prints_in_flight_device_messages_first(in_flight, caps
     model = _mlp()
     fused = torch.optim.AdamW(model[0].parameters(), lr=1e-2, fused=True)
     plain = torch.optim.SGD(model[2].parameters(), lr=0.05, momentum=0.9)
-    model, (fused, plain) = amp.initialize(model, [fused, plain], opt_level="O1", num_losses=2,
-                                           verbosity=1)
+    model, (fused, plain) = amp.initialize(model, [fused, plain], opt_level="O1", num_losses=2, verbosity=1)
 
     def iteration(i, overflow_in=None):
         fused.zero_grad()
         plain.zero_grad()
         out = model(torch.randn(4, 8, generator=torch.Generator().manual_seed(i))).float()
-        for loss_id, opt in ((0, fused), (1, plain)):
+        for loss_id in (0, 1):
             loss = out.pow(2).mean()
             if loss_id == overflow_in:
                 loss = loss * INF
@@ -329,14 +337,17 @@ def test_messages_still_in_flight_are_printed_at_exit(in_flight, capsys):
 
 # Closures ---------------------------------------------------------------------------------------
 
+
 def test_closure_with_a_fused_optimizer_is_refused_on_a_skip_and_the_skip_stays_armed(capsys):
     model, opt = _init("O1", OPTIMIZERS["torch_adamw_fused"])
     _iteration(model, opt, 0)
     with amp.scale_loss(model(torch.full((1, 8), INF)).float().sum(), opt) as scaled:
         scaled.backward()
     capsys.readouterr()
-    with pytest.raises(RuntimeError, match="^" + re.escape(
-            "Currently, Amp does not support closure use with optimizers.") + "$"):
+    with pytest.raises(
+        RuntimeError,
+        match="^" + re.escape("Currently, Amp does not support closure use with optimizers.") + "$",
+    ):
         opt.step(lambda: 0.0)
     before = [p.detach().clone() for p in model.parameters()]
     assert _counted(opt.step) == []  # the skip is still armed, now taken on the device
@@ -357,10 +368,17 @@ def test_closure_with_a_fused_optimizer_without_overflow_runs_as_before():
 
 # FusedSGD under torch.amp.GradScaler ------------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs", [dict(momentum=0.9, nesterov=True), dict(momentum=0.9, dampening=0.1),
-                                    dict(momentum=0.9, wd_after_momentum=True, weight_decay=0.01),
-                                    dict(momentum=0.0)],
-                         ids=["nesterov", "dampening", "wd_after_momentum", "no_momentum"])
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(momentum=0.9, nesterov=True),
+        dict(momentum=0.9, dampening=0.1),
+        dict(momentum=0.9, wd_after_momentum=True, weight_decay=0.01),
+        dict(momentum=0.0),
+    ],
+    ids=["nesterov", "dampening", "wd_after_momentum", "no_momentum"],
+)
 def test_fused_sgd_under_grad_scaler_skips_exactly_like_the_unscale_then_skip_path(kwargs):
     def run(amp_scaling):
         torch.manual_seed(0)
@@ -376,8 +394,13 @@ def test_fused_sgd_under_grad_scaler_skips_exactly_like_the_unscale_then_skip_pa
             scaled = scaler.scale(loss * (INF if i in (0, 3) else 1.0))
             scaled.backward()
             syncs.append(len(_counted(lambda: (scaler.step(opt), scaler.update()))))
-            states.append({k: v["momentum_buffer"].clone() for k, v in opt.state_dict()["state"].items()
-                           if "momentum_buffer" in v})
+            states.append(
+                {
+                    k: v["momentum_buffer"].clone()
+                    for k, v in opt.state_dict()["state"].items()
+                    if "momentum_buffer" in v
+                }
+            )
         return [p.detach() for p in params], states, scaler.get_scale(), syncs
 
     a, states_a, scale_a, syncs_a = run(True)

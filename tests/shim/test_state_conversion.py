@@ -4,6 +4,7 @@ The conversion must be lossless (values and types), a GradScaler loaded from it 
 same scale sequence as the shim's Apex scaler, and whatever one side cannot represent must be
 refused with a message that says why and what to do instead.
 """
+
 from __future__ import annotations
 
 import math
@@ -60,7 +61,13 @@ counters = st.integers(min_value=0, max_value=2**31 - 1)
 def test_apex_state_round_trips_through_grad_scaler_format_exactly(scale, unskipped):
     apex_state = _apex(float(scale), unskipped)
     torch_state = apex_to_grad_scaler(apex_state)
-    assert list(torch_state) == ["scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"]
+    assert list(torch_state) == [
+        "scale",
+        "growth_factor",
+        "backoff_factor",
+        "growth_interval",
+        "_growth_tracker",
+    ]
     assert _same_float(torch_state["scale"], float(scale))
     assert type(torch_state["_growth_tracker"]) is int and torch_state["_growth_tracker"] == unskipped
     back = grad_scaler_to_apex(torch_state)
@@ -304,14 +311,18 @@ def test_malformed_apex_entry_is_refused(entry, pattern):
 
 @pytest.mark.parametrize("scale", [1e-303, 0.1, 2.0**128, 65536.0 + 2.0**-20])
 def test_apex_scale_that_float32_would_round_is_refused_not_rounded(scale):
-    with pytest.raises(ScalerStateError, match=re.escape(repr(scale)) + " is not exactly representable in float32"):
+    with pytest.raises(
+        ScalerStateError, match=re.escape(repr(scale)) + " is not exactly representable in float32"
+    ):
         apex_to_grad_scaler(_apex(scale, 0))
 
 
 def test_empty_grad_scaler_state_from_a_disabled_scaler_is_refused():
     disabled = torch.amp.GradScaler("cpu", enabled=False).state_dict()
     assert disabled == {}
-    with pytest.raises(ScalerStateError, match=r"empty.*disabled GradScaler \(enabled=False\).*no loss scale"):
+    with pytest.raises(
+        ScalerStateError, match=r"empty.*disabled GradScaler \(enabled=False\).*no loss scale"
+    ):
         grad_scaler_to_apex(disabled)
 
 
@@ -345,7 +356,10 @@ def test_real_grad_scaler_with_custom_growth_interval_is_refused():
 @pytest.mark.parametrize(
     "state, pattern",
     [
-        ({"scale": 1.0, "_growth_tracker": 0}, r"missing: 'growth_factor', 'backoff_factor', 'growth_interval'"),
+        (
+            {"scale": 1.0, "_growth_tracker": 0},
+            r"missing: 'growth_factor', 'backoff_factor', 'growth_interval'",
+        ),
         ({**_grad_scaler(1.0, 0), "_per_optimizer_states": {}}, r"unexpected: '_per_optimizer_states'"),
         (_grad_scaler(math.nan, 0), r"'scale' must be a finite, non-negative number"),
         (_grad_scaler(1.0, 2.5), r"'_growth_tracker' must be an int"),
@@ -378,6 +392,14 @@ def test_format_predicates_tell_apex_and_grad_scaler_states_apart():
 
     assert is_apex_scaler_state(apex_state) and not is_grad_scaler_state(apex_state)
     assert is_grad_scaler_state(torch_state) and not is_apex_scaler_state(torch_state)
-    for other in ({}, model_state, {"loss_scaler0": 1.0}, {"loss_scaler0": {"loss_scale": 1.0}}, None, "x", [1]):
+    for other in (
+        {},
+        model_state,
+        {"loss_scaler0": 1.0},
+        {"loss_scaler0": {"loss_scale": 1.0}},
+        None,
+        "x",
+        [1],
+    ):
         assert not is_apex_scaler_state(other)
         assert not is_grad_scaler_state(other)

@@ -1,4 +1,5 @@
 """`apex.amp` on torch.amp: Apex's mixed-precision API, unchanged for its callers."""
+
 from ._amp_state import _amp_state, master_params
 from .amp import (
     float_function,

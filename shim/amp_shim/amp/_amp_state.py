@@ -4,6 +4,7 @@ Real code reaches into this object (`_amp_state.loss_scalers[0]._loss_scale = 2*
 `_amp_state.opt_properties.master_weights`), so it stays a plain attribute bag with Apex's
 names rather than a typed config object.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterator

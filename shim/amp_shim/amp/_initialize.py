@@ -3,6 +3,7 @@
 Apex demanded CUDA models; the shim takes the device from the models' parameters, so the same
 legacy script runs on CPU (autocast "cpu") and on GPUs (autocast "cuda").
 """
+
 from __future__ import annotations
 
 import functools
@@ -37,7 +38,7 @@ def models_device(models: list[torch.nn.Module]) -> torch.device:
 def to_type(dtype: torch.dtype, t: Any, *, warn_not_on: torch.device | None = None) -> Any:
     if isinstance(t, torch.Tensor):
         if warn_not_on is not None and warn_not_on.type == "cuda" and not t.is_cuda:
-            warnings.warn("An input tensor was not cuda.")
+            warnings.warn("An input tensor was not cuda.", stacklevel=1)
         if t.is_floating_point():
             return t.to(dtype)
         return t
@@ -104,7 +105,9 @@ def check_models(models: list) -> None:
         parallel_type = None
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
             parallel_type = "torch.nn.parallel.DistributedDataParallel"
-        if type(model).__name__ == "DistributedDataParallel" and type(model).__module__.startswith(("apex.", "amp_shim.")):
+        if type(model).__name__ == "DistributedDataParallel" and type(model).__module__.startswith(
+            ("apex.", "amp_shim.")
+        ):
             parallel_type = "apex.parallel.DistributedDataParallel"
         if isinstance(model, torch.nn.parallel.DataParallel):
             parallel_type = "torch.nn.parallel.DataParallel"
@@ -166,8 +169,12 @@ class CastingForward:
     module whose own `forward` is this object.
     """
 
-    def __init__(self, forward: Callable[..., Any], input_caster: Callable[[Any], Any] | None,
-                 output_caster: Callable[[Any], Any]) -> None:
+    def __init__(
+        self,
+        forward: Callable[..., Any],
+        input_caster: Callable[[Any], Any] | None,
+        output_caster: Callable[[Any], Any],
+    ) -> None:
         if isinstance(forward, types.MethodType):
             self.function, self.bound_to = forward.__func__, forward.__self__
         else:
@@ -263,8 +270,7 @@ def _initialize(models, optimizers, properties, num_losses: int = 1, cast_model_
     ]
 
     if properties.patch_torch_functions:
-        _activate_o1(models, device, verbose=(_amp_state.verbosity == 2),
-                     loss_scale=properties.loss_scale)
+        _activate_o1(models, device, verbose=(_amp_state.verbosity == 2), loss_scale=properties.loss_scale)
 
     if optimizers_was_list:
         return (models, optimizers) if models_was_list else (models[0], optimizers)

@@ -12,6 +12,7 @@ Values are keyed by the model param (the cast replaces `param.data`, the Paramet
 value held is the pre-cast tensor itself, which the cast no longer references, so remembering
 costs no copy. Values loaded after `initialize` (the state-dict hook) replace them.
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Optional
@@ -25,8 +26,11 @@ pending_master_state: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
 def _float32_state(state: dict) -> dict:
-    return {k: v for k, v in state.items()
-            if isinstance(v, torch.Tensor) and v.dtype == torch.float32 and k != "step"}
+    return {
+        k: v
+        for k, v in state.items()
+        if isinstance(v, torch.Tensor) and v.dtype == torch.float32 and k != "step"
+    }
 
 
 def remember_before_cast(models: Iterable[torch.nn.Module], optimizers: Iterable) -> None:

@@ -21,6 +21,7 @@ The step then takes one of two paths:
   absent, as the host path does (torch's kernels would create it, or leave SGD's first momentum
   buffer uninitialised). docs/differences.md, row 42.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -222,8 +223,10 @@ def restore_stashed_grads(optimizer) -> None:
     stash = optimizer._amp_stash
     pairs = []
     if hasattr(stash, "all_fp32_params"):
-        pairs += [(stash.all_fp16_params, stash.all_fp16_grad_stash),
-                  (stash.all_fp32_params, stash.all_fp32_grad_stash)]
+        pairs += [
+            (stash.all_fp16_params, stash.all_fp16_grad_stash),
+            (stash.all_fp32_params, stash.all_fp32_grad_stash),
+        ]
     if hasattr(stash, "all_fp32_from_fp32_params"):
         pairs.append((stash.all_fp32_from_fp32_params, stash.all_fp32_from_fp32_grad_stash))
         for param in stash.all_fp16_params:
@@ -364,6 +367,7 @@ def _patch_step(optimizer, properties) -> None:
     inner = optimizer.step  # the bound original
 
     if properties.master_weights:
+
         def real_step(self, closure=None):
             if closure is not None:
                 raise RuntimeError(_CLOSURE_MSG)
@@ -373,6 +377,7 @@ def _patch_step(optimizer, properties) -> None:
                 param.grad = None
             return retval
     else:
+
         def real_step(self, *args, **kwargs):
             return inner(*args, **kwargs)
 
@@ -381,6 +386,7 @@ def _patch_step(optimizer, properties) -> None:
 
         def real_step(self, *args, **kwargs):  # noqa: F811 - O1 runs the step with casts off
             from .handle import disable_casts
+
             with disable_casts():
                 return casting_step(self, *args, **kwargs)
 
@@ -421,8 +427,13 @@ def _process_optimizer(optimizer, properties) -> Any:
     stash.skip_check_pending = False
     stash.skip_armed = torch.full((), -1, dtype=torch.int64, device=_optimizer_device(optimizer))
 
-    for name in ("_lazy_init_maybe_master_weights", "_master_params_to_model_params",
-                 "_prepare_amp_backward", "_post_amp_backward", "_amp_lazy_init"):
+    for name in (
+        "_lazy_init_maybe_master_weights",
+        "_master_params_to_model_params",
+        "_prepare_amp_backward",
+        "_post_amp_backward",
+        "_amp_lazy_init",
+    ):
         if hasattr(optimizer, name):
             raise RuntimeError("Incoming optimizer already has {} defined.".format(name))
 

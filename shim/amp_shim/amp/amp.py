@@ -21,6 +21,7 @@ otherwise recast the function's ops by its own lists. This is exactly the `_cast
 wrapper that `amp-migrate` writes when it migrates these calls to native autocast, so a
 program behaves the same through the shim and after migration.
 """
+
 from __future__ import annotations
 
 import functools
@@ -29,24 +30,23 @@ from typing import Any, Callable, Optional
 import torch
 
 from .._deprecation import deprecated_warning
+from . import legacy_init_casts
 from ._amp_state import _amp_state
 from .autocast_casts import AutocastCasts, shim_dtype
 from .frontend import _DEPRECATION_MESSAGE
-from . import legacy_init_casts
 from .handle import AmpHandle, NoOpHandle
 from .lists import functional_overrides, tensor_overrides, torch_overrides  # noqa: F401 (Apex's names)
 
 HALF, FLOAT, PROMOTE = "half", "float", "promote"
 
 _DECORATOR_HANDLE: Optional[Any] = None
-_USER_CAST_REGISTRY: set = set()     # (module, name, HALF | FLOAT)
+_USER_CAST_REGISTRY: set = set()  # (module, name, HALF | FLOAT)
 _USER_PROMOTE_REGISTRY: set = set()  # (module, name)
 
 
 # -- casting -------------------------------------------------------------------------------------
 def _eligible(value: Any, device_type: str) -> bool:
-    return (isinstance(value, torch.Tensor) and value.is_floating_point()
-            and value.device.type == device_type)
+    return isinstance(value, torch.Tensor) and value.is_floating_point() and value.device.type == device_type
 
 
 def _cast(value: Any, dtype: torch.dtype, device_type: str) -> Any:
@@ -170,8 +170,13 @@ def _activate(
 
 
 # -- public API ----------------------------------------------------------------------------------
-def init(enabled: bool = True, loss_scale: Any = "dynamic", enable_caching: bool = True,
-         verbose: bool = False, allow_banned: bool = False):
+def init(
+    enabled: bool = True,
+    loss_scale: Any = "dynamic",
+    enable_caching: bool = True,
+    verbose: bool = False,
+    allow_banned: bool = False,
+):
     """The old handle API's entry point: switch O1 casts on now and return the handle.
 
     With `enabled=False` it returns a `NoOpHandle` and changes nothing else. The device is
@@ -182,8 +187,14 @@ def init(enabled: bool = True, loss_scale: Any = "dynamic", enable_caching: bool
         handle = NoOpHandle()
         _DECORATOR_HANDLE = handle
         return handle
-    return _activate(_default_device_type(), loss_scale=loss_scale, enable_caching=enable_caching,
-                     verbose=verbose, allow_banned=allow_banned, apex_lists=True)
+    return _activate(
+        _default_device_type(),
+        loss_scale=loss_scale,
+        enable_caching=enable_caching,
+        verbose=verbose,
+        allow_banned=allow_banned,
+        apex_lists=True,
+    )
 
 
 def _check_registration(module: Any, name: str) -> None:

@@ -7,6 +7,7 @@ runs a model's forward (DataParallel replicas, worker threads). Casts are off in
 `disable_casts()`, inside a `scale_loss` body (it runs backward, which Apex never cast) and
 inside `optimizer.step`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,8 +23,13 @@ _tls = threading.local()
 def shim_dtype(device_type: str) -> torch.dtype:
     """float16 unless `AMP_SHIM_DTYPE=bfloat16` asks for bfloat16 (CPU float16 is slow)."""
     name = os.environ.get("AMP_SHIM_DTYPE", "float16").strip().lower()
-    dtypes = {"float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
-              "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+    dtypes = {
+        "float16": torch.float16,
+        "fp16": torch.float16,
+        "half": torch.float16,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+    }
     if name not in dtypes:
         raise ValueError(f"AMP_SHIM_DTYPE must be float16 or bfloat16, not {name!r}")
     return dtypes[name]
@@ -88,8 +94,7 @@ class AutocastCasts:
 
     def cover_forward(self, model: torch.nn.Module) -> None:
         """Make `model`'s forward autocast in threads where O1 is not already on."""
-        self._hooks.append(model.register_forward_pre_hook(
-            EnterForwardAutocast(self, self.device_type)))
+        self._hooks.append(model.register_forward_pre_hook(EnterForwardAutocast(self, self.device_type)))
         self._hooks.append(model.register_forward_hook(exit_forward_autocast, always_call=True))
 
 
@@ -125,8 +130,12 @@ class EnterForwardAutocast:
             stack = _tls.entered = []
         casts = self.casts if self.casts is not None else _live_casts(self.device_type)
         ctx = None
-        if (casts is not None and casts.active and _disabled_depth() == 0
-                and not torch.is_autocast_enabled(casts.device_type)):
+        if (
+            casts is not None
+            and casts.active
+            and _disabled_depth() == 0
+            and not torch.is_autocast_enabled(casts.device_type)
+        ):
             ctx = torch.autocast(casts.device_type, dtype=casts.dtype)
             ctx.__enter__()
         stack.append(ctx)

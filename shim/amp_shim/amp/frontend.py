@@ -6,6 +6,7 @@ coercions that argparse-driven scripts rely on, and the checkpoint format that e
 `ckpt['amp']` entries were saved in. So this module reproduces Apex's behaviour literally,
 quirks included, and leaves the real work to `_initialize`.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -81,8 +82,7 @@ class Properties:
         elif name == "patch_torch_functions":
             if self.opt_level != "O1" and value:
                 warn_or_err(
-                    "Currently, patch_torch_functions=True should only be set by "
-                    "selecting opt_level='O1'."
+                    "Currently, patch_torch_functions=True should only be set by selecting opt_level='O1'."
                 )
             self.options[name] = value
         elif name == "keep_batchnorm_fp32":

@@ -5,6 +5,7 @@ recombine at exit, update the scale at exit, skip the next step after an overflo
 the tensor engine: nothing here reads a device value back. It also restores the stashed grads
 when the body raises, where Apex left `param.grad = None` behind.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -18,7 +19,6 @@ from ._process_optimizer import arm_skip, print_landed_skip_messages, restore_st
 from .autocast_casts import AutocastCasts
 from .opt import OptimWrapper
 from .scaler import LossScaler
-
 
 OLD_API_MESSAGE = (
     "The old Amp API is no longer supported.  Please move to the new API, "
@@ -35,10 +35,17 @@ class AmpHandle:
     originals back on `_deactivate()`.
     """
 
-    def __init__(self, loss_scale: Any = "dynamic", enable_caching: bool = True,
-                 verbose: bool = False, *, casts: AutocastCasts | None = None) -> None:
+    def __init__(
+        self,
+        loss_scale: Any = "dynamic",
+        enable_caching: bool = True,
+        verbose: bool = False,
+        *,
+        casts: AutocastCasts | None = None,
+    ) -> None:
         if casts is None:
             from .autocast_casts import shim_dtype
+
             device_type = "cuda" if torch.cuda.is_available() else "cpu"
             casts = AutocastCasts(device_type, shim_dtype(device_type))
         self._casts = casts
@@ -199,8 +206,7 @@ def scale_loss(
     loss_scaler = _amp_state.loss_scalers[loss_id]
 
     with _casts_off_and_cleared(properties.patch_torch_functions):
-        if (not properties.master_weights and not loss_scaler.dynamic
-                and loss_scaler.loss_scale() == 1.0):
+        if not properties.master_weights and not loss_scaler.dynamic and loss_scaler.loss_scale() == 1.0:
             yield loss.float()
             return
 

@@ -19,6 +19,7 @@ Apex's FP16 lists and its promotions need nothing: autocast (on CPU and CUDA) an
 promotion already give the same dtypes. On CUDA autocast runs the FP32 list in float32 too, so
 there the patches change nothing but the in-place errors.
 """
+
 from __future__ import annotations
 
 import functools
@@ -29,11 +30,14 @@ import torch.nn.modules.rnn
 
 from .lists import functional_overrides, tensor_overrides, torch_overrides
 
-FP32_LISTS = ((functional_overrides.MODULE, functional_overrides.FP32_FUNCS),
-              (torch_overrides.MODULE, torch_overrides.FP32_FUNCS),
-              (tensor_overrides.MODULE, tensor_overrides.FP32_FUNCS))
-RNN_FUNCTIONS = tuple(name + suffix for name in ("rnn_relu", "rnn_tanh", "gru", "lstm")
-                      for suffix in ("", "_cell"))
+FP32_LISTS = (
+    (functional_overrides.MODULE, functional_overrides.FP32_FUNCS),
+    (torch_overrides.MODULE, torch_overrides.FP32_FUNCS),
+    (tensor_overrides.MODULE, tensor_overrides.FP32_FUNCS),
+)
+RNN_FUNCTIONS = tuple(
+    name + suffix for name in ("rnn_relu", "rnn_tanh", "gru", "lstm") for suffix in ("", "_cell")
+)
 
 
 class VariableFunctions:
@@ -51,8 +55,9 @@ def _is_half(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.dtype in (torch.float16, torch.bfloat16)
 
 
-def _install_in_place_check(handle, module: Any, name: str, casts_on: Callable[[], bool],
-                            message: str, only_self: bool) -> None:
+def _install_in_place_check(
+    handle, module: Any, name: str, casts_on: Callable[[], bool], message: str, only_self: bool
+) -> None:
     original = getattr(module, name)
 
     @functools.wraps(original)
@@ -67,8 +72,9 @@ def _install_in_place_check(handle, module: Any, name: str, casts_on: Callable[[
     setattr(module, name, wrapper)
 
 
-def install(handle, install_cast: Callable[[Any, Any, str, str], None], float_kind: str,
-            half_kind: str) -> None:
+def install(
+    handle, install_cast: Callable[[Any, Any, str, str], None], float_kind: str, half_kind: str
+) -> None:
     """Patch Apex's O1 rules for the life of `handle` (its `_deactivate` restores every one)."""
     device_type = handle._casts.device_type
 
@@ -81,12 +87,14 @@ def install(handle, install_cast: Callable[[Any, Any, str, str], None], float_ki
                 install_cast(handle, module, name, float_kind)
     for name in _in_place(torch_overrides.FP32_FUNCS):
         if hasattr(torch, name):
-            _install_in_place_check(handle, torch, name, casts_on,
-                                    "Cannot call in-place function {} with fp16 arguments.", False)
+            _install_in_place_check(
+                handle, torch, name, casts_on, "Cannot call in-place function {} with fp16 arguments.", False
+            )
     for name in _in_place(tensor_overrides.FP32_FUNCS):
         if hasattr(torch.Tensor, name):
-            _install_in_place_check(handle, torch.Tensor, name, casts_on,
-                                    "Cannot call in-place method {} on fp16 Tensors.", True)
+            _install_in_place_check(
+                handle, torch.Tensor, name, casts_on, "Cannot call in-place method {} on fp16 Tensors.", True
+            )
 
     rnn = torch.nn.modules.rnn
     handle._save_func(rnn, "_VF", rnn._VF)

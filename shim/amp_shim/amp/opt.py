@@ -10,6 +10,7 @@ device); the second and later losses of an iteration set the grads accumulated s
 so that each loss's grads are unscaled by their own scale, and add them back afterwards. The
 step reads the overflow flags once.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -4,6 +4,7 @@ Scripts in the wild read and write `_loss_scale`, `_unskipped`, `_has_overflow` 
 `_overflow_buf`, and call `loss_scale()`, `update_scale()`, `unscale(...)`; those stay
 available here, each reading the device only when the caller asks for a Python value.
 """
+
 from __future__ import annotations
 
 from typing import Sequence

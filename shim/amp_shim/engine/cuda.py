@@ -30,6 +30,7 @@ same kernels, compiled for the host against `kernels/emulate/`, on CPU tensors (
 tests/kernels/), so that this module's table building and argument passing are exercised
 without a GPU.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -127,9 +128,12 @@ class CupyBackend:
         try:
             import cupy
         except Exception as exc:  # ImportError, or a broken CUDA install raising at import
-            self._available, self._why = False, (
-                "CuPy is not importable (%s: %s); install it with `pip install 'amp-migrate[cuda]'`"
-                % (type(exc).__name__, exc)
+            self._available, self._why = (
+                False,
+                (
+                    "CuPy is not importable (%s: %s); install it with `pip install 'amp-migrate[cuda]'`"
+                    % (type(exc).__name__, exc)
+                ),
             )
             return
         try:
@@ -177,8 +181,13 @@ class CupyBackend:
                             self._functions[(index, name)] = module.get_function(name)
             except Exception as exc:
                 reason = "compiling amp_shim's CUDA kernels for cuda:%d failed (%s: %s)" % (
-                    index, type(exc).__name__, exc)
-                warnings.warn("amp_shim: %s; the engine uses torch ops instead" % reason, RuntimeWarning, stacklevel=2)
+                    index,
+                    type(exc).__name__,
+                    exc,
+                )
+                warnings.warn(
+                    "amp_shim: %s; the engine uses torch ops instead" % reason, RuntimeWarning, stacklevel=2
+                )
             self._compiled[index] = reason
             return reason
 
@@ -295,7 +304,9 @@ def why_ineligible(
 # -- the table -------------------------------------------------------------------------------
 
 
-def _table(device: torch.device, lists: Sequence[Tensors], metas: Sequence[int]) -> tuple[torch.Tensor, int, int]:
+def _table(
+    device: torch.device, lists: Sequence[Tensors], metas: Sequence[int]
+) -> tuple[torch.Tensor, int, int]:
     """The launch's tensor table on `device`: (table, n, nchunks). Layout: multi_tensor.cuh."""
     chunk = _backend.chunk_size
     n = len(lists[0])
@@ -356,7 +367,9 @@ def _f64(v: float) -> Any:
     return numpy.float64(v)
 
 
-def _launch_mt(name: str, device: torch.device, lists: Sequence[Tensors], metas: Sequence[int], *extra: Any) -> int:
+def _launch_mt(
+    name: str, device: torch.device, lists: Sequence[Tensors], metas: Sequence[int], *extra: Any
+) -> int:
     """Launch a multi-tensor kernel `name(table, n, nchunks, chunk_size, *extra)`; returns
     nchunks (0: nothing launched)."""
     table, n, nchunks = _table(device, lists, metas)
@@ -422,7 +435,9 @@ def _norm(name: str, grads: Tensors, found_inf: torch.Tensor, inv_scale: torch.T
     nchunks = sum((g.numel() + chunk - 1) // chunk for g in grads)
     partial = torch.empty(max(nchunks, 1), dtype=torch.float32, device=device)
     if grads:
-        _launch_mt(name, device, [grads], [_meta(g) for g in grads], _ptr(inv_scale), _ptr(found_inf), _ptr(partial))
+        _launch_mt(
+            name, device, [grads], [_meta(g) for g in grads], _ptr(inv_scale), _ptr(found_inf), _ptr(partial)
+        )
     return _finalize_norm(device, partial, nchunks)
 
 
@@ -439,8 +454,14 @@ def clip_scale_(
 ) -> None:
     device = grads[0].device
     _launch_mt(
-        "amp_mt_clip_scale", device, [grads], [_meta(g) for g in grads],
-        _ptr(norm), _f32(max_norm), _f32(eps), _ptr(inv_scale),
+        "amp_mt_clip_scale",
+        device,
+        [grads],
+        [_meta(g) for g in grads],
+        _ptr(norm),
+        _f32(max_norm),
+        _f32(eps),
+        _ptr(inv_scale),
     )
 
 
@@ -457,8 +478,19 @@ def update_scale_(
     device = scale.device
     skip = torch.empty((), dtype=torch.bool, device=device)
     _backend.launch(
-        device, "amp_update_scale", 1, 1,
-        [_ptr(scale), _ptr(unskipped), _ptr(found_inf), _ptr(skip), _i32(1 if dynamic else 0),
-         _f64(min_loss_scale), _f64(max_loss_scale), _i64(scale_window)],
+        device,
+        "amp_update_scale",
+        1,
+        1,
+        [
+            _ptr(scale),
+            _ptr(unskipped),
+            _ptr(found_inf),
+            _ptr(skip),
+            _i32(1 if dynamic else 0),
+            _f64(min_loss_scale),
+            _f64(max_loss_scale),
+            _i64(scale_window),
+        ],
     )
     return skip

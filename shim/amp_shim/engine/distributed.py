@@ -11,6 +11,7 @@ So before the skip decision the engine MAX-reduces its found-inf flag over the d
 group. The collective runs on the flag's device and is never read back here: the one host read
 per iteration stays the skip decision itself.
 """
+
 from __future__ import annotations
 
 import collections

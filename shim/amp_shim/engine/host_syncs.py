@@ -11,6 +11,7 @@ want to check their own loop.
         train_one_iteration()
     print(len(syncs.calls), syncs.calls)
 """
+
 from __future__ import annotations
 
 from torch.overrides import TorchFunctionMode

@@ -12,6 +12,7 @@ Apex's rules, kept exactly:
     consecutive clean updates double, capped at max_loss_scale, and reset the counter;
   * static: the scale never changes, overflow is never reported, the counter still counts.
 """
+
 from __future__ import annotations
 
 from typing import Union

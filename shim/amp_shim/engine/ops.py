@@ -16,6 +16,7 @@ where a function's docstring says otherwise (the norms' summation order).
 
 CuPy is imported only by `engine/cuda.py`, and only when a kernel would run.
 """
+
 from __future__ import annotations
 
 import os
@@ -72,9 +73,7 @@ def unscale_(grads: Tensors, found_inf: torch.Tensor, inv_scale: torch.Tensor) -
         torch._amp_foreach_non_finite_check_and_unscale_(list(grads), found_inf, inv_scale)
 
 
-def unscale_add_(
-    grads: Tensors, stashed: Tensors, found_inf: torch.Tensor, inv_scale: torch.Tensor
-) -> None:
+def unscale_add_(grads: Tensors, stashed: Tensors, found_inf: torch.Tensor, inv_scale: torch.Tensor) -> None:
     """grads = grads * inv_scale + stashed; only the incoming grads are checked (Apex's `axpby`)."""
     if grads:
         kernels = _kernels(grads[0].device, [grads, stashed], [found_inf, inv_scale])
@@ -111,7 +110,10 @@ def unscale_to_fp32_(
         kernels = _kernels(device, [model_grads], [found_inf, inv_scale])
         if kernels is not None:
             masters_ok = all(
-                m.dtype == torch.float32 and m.device == device and m.is_contiguous() and m.numel() == g.numel()
+                m.dtype == torch.float32
+                and m.device == device
+                and m.is_contiguous()
+                and m.numel() == g.numel()
                 for g, m in zip(model_grads, master_grads)
                 if m is not None
             )
@@ -185,12 +187,16 @@ def l2_norms(tensors: Tensors, device: torch.device) -> tuple[torch.Tensor, torc
     `_foreach_norm` in float32, one launch for the list.
     """
     if not tensors:
-        return torch.zeros(0, dtype=torch.float32, device=device), torch.zeros((), dtype=torch.float32, device=device)
+        return torch.zeros(0, dtype=torch.float32, device=device), torch.zeros(
+            (), dtype=torch.float32, device=device
+        )
     if tensors[0].device.type == "cpu":
         squares = torch.stack([_blocked_squared_norm(t).to(device) for t in tensors])
         norms, total = squares.sqrt(), squares.sum().sqrt()
     else:
-        norms = torch.stack([n.to(device) for n in torch._foreach_norm(list(tensors), 2, dtype=torch.float32)])
+        norms = torch.stack(
+            [n.to(device) for n in torch._foreach_norm(list(tensors), 2, dtype=torch.float32)]
+        )
         total = torch.linalg.vector_norm(norms, 2.0)
     return norms.to(torch.float32), total.to(torch.float32)
 
@@ -285,13 +291,21 @@ def update_scale_(
     kernels = _kernels(scale.device, [], [found_inf])
     if (
         kernels is not None
-        and scale.dtype == torch.float64 and scale.numel() == 1 and scale.device == found_inf.device
-        and unskipped.dtype == torch.int64 and unskipped.numel() == 1 and unskipped.device == scale.device
+        and scale.dtype == torch.float64
+        and scale.numel() == 1
+        and scale.device == found_inf.device
+        and unskipped.dtype == torch.int64
+        and unskipped.numel() == 1
+        and unskipped.device == scale.device
     ):
         return kernels.update_scale_(
-            scale, unskipped, found_inf, dynamic=dynamic,
+            scale,
+            unskipped,
+            found_inf,
+            dynamic=dynamic,
             min_loss_scale=float(min_loss_scale) if min_loss_scale else 0.0,
-            max_loss_scale=float(max_loss_scale), scale_window=int(scale_window),
+            max_loss_scale=float(max_loss_scale),
+            scale_window=int(scale_window),
         )
     if not dynamic:
         unskipped.add_(1)

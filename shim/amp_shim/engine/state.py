@@ -38,6 +38,7 @@ overflow resets it.
 The conversion itself is plain Python (no tensors): it works on the dicts that `torch.load`
 returns, before any scaler exists.
 """
+
 from __future__ import annotations
 
 import math
@@ -265,8 +266,7 @@ def _check_counter(value: Any, where: str) -> int:
     counter = int(value)
     if not 0 <= counter <= _INT32_MAX:
         raise ScalerStateError(
-            "%s = %d is outside 0..2**31-1, the range of GradScaler's int32 growth tracker"
-            % (where, counter)
+            "%s = %d is outside 0..2**31-1, the range of GradScaler's int32 growth tracker" % (where, counter)
         )
     return counter
 

@@ -1,5 +1,7 @@
 """`apex.fp16_utils` (apex_api.md §9): FP16_Optimizer, the network/master-weight helpers and
 the legacy standalone loss scalers."""
+
+from .fp16_optimizer import FP16_Optimizer
 from .fp16util import (
     BN_convert_float,
     FP16Model,
@@ -13,7 +15,6 @@ from .fp16util import (
     to_python_float,
     tofp16,
 )
-from .fp16_optimizer import FP16_Optimizer
 from .loss_scaler import DynamicLossScaler, LossScaler
 
 __all__ = [

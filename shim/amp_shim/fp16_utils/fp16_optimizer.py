@@ -5,6 +5,7 @@ The masters are built eagerly, as amp O2 builds them lazily; loss scaling is amp
 `LossScaler` (the engine's tensor-resident scaler), so the fp16 -> fp32 unscale and the
 overflow check are the engine's ops, with one host read per iteration (the skip decision).
 """
+
 from __future__ import annotations
 
 import torch
@@ -45,12 +46,20 @@ def _as_shim_scaler(scaler, device):
 
 
 class FP16_Optimizer(object):
-    def __init__(self, init_optimizer, static_loss_scale=1.0, dynamic_loss_scale=False,
-                 dynamic_loss_args=None, verbose=True):
+    def __init__(
+        self,
+        init_optimizer,
+        static_loss_scale=1.0,
+        dynamic_loss_scale=False,
+        dynamic_loss_args=None,
+        verbose=True,
+    ):
         deprecated_warning(DEPRECATION_MESSAGE)
-        print("Warning:  FP16_Optimizer is deprecated and dangerous, and will be deleted soon.  "
-              "If it still works, you're probably getting lucky.  "
-              "For mixed precision, use the documented API https://nvidia.github.io/apex/amp.html, with opt_level=O1.")
+        print(
+            "Warning:  FP16_Optimizer is deprecated and dangerous, and will be deleted soon.  "
+            "If it still works, you're probably getting lucky.  "
+            "For mixed precision, use the documented API https://nvidia.github.io/apex/amp.html, with opt_level=O1."
+        )
 
         self.verbose = verbose
         self.optimizer = init_optimizer
@@ -83,9 +92,11 @@ class FP16_Optimizer(object):
                     fp32_params_this_group.append(param)
                     param_group["params"][i] = param
                 else:
-                    raise TypeError("Wrapped parameters must be either "
-                                    "torch.cuda.FloatTensor or torch.cuda.HalfTensor. "
-                                    "Received {}".format(param.type()))
+                    raise TypeError(
+                        "Wrapped parameters must be either "
+                        "torch.cuda.FloatTensor or torch.cuda.HalfTensor. "
+                        "Received {}".format(param.type())
+                    )
             self.fp16_groups.append(fp16_params_this_group)
             self.fp32_from_fp16_groups.append(fp32_from_fp16_params_this_group)
             self.fp32_from_fp32_groups.append(fp32_params_this_group)
@@ -178,8 +189,11 @@ class FP16_Optimizer(object):
     def step(self, closure=None):
         """Step the fp32 masters and copy them into the fp16 model; skipped after an overflow."""
         if self.overflow:
-            maybe_print("Gradient overflow.  Skipping step, reducing "
-                        "loss scale to {}".format(self.loss_scaler.loss_scale()))
+            maybe_print(
+                "Gradient overflow.  Skipping step, reducing loss scale to {}".format(
+                    self.loss_scaler.loss_scale()
+                )
+            )
             return
         if closure is not None:
             retval = self._step_with_closure(closure)
@@ -198,8 +212,11 @@ class FP16_Optimizer(object):
                 self._master_params_to_model_params()
             temp_loss = closure()
             while self.overflow:
-                print("OVERFLOW within closure! Skipping step, reducing loss scale to {}".format(
-                      self.loss_scaler.loss_scale()))
+                print(
+                    "OVERFLOW within closure! Skipping step, reducing loss scale to {}".format(
+                        self.loss_scaler.loss_scale()
+                    )
+                )
                 temp_loss = closure()
             return temp_loss
 
@@ -243,8 +260,10 @@ class FP16_Optimizer(object):
     def inspect_master_grad_data(self):
         """The fp32 master grads, a list per param group; None (with a warning) after an overflow."""
         if self.overflow:
-            print("Warning:  calling FP16_Optimizer.inspect_master_grad_data while in an overflow state.  "
-                  "Gradients are currently invalid (may be inf, nan, or stale).  Returning None.")
+            print(
+                "Warning:  calling FP16_Optimizer.inspect_master_grad_data while in an overflow state.  "
+                "Gradients are currently invalid (may be inf, nan, or stale).  Returning None."
+            )
             return None
         master_grads_data = []
         for param_group in self.optimizer.param_groups:
@@ -279,4 +298,3 @@ class FP16_Optimizer(object):
         self.optimizer.param_groups = value
 
     param_groups = property(_get_param_groups, _set_param_groups)
-

@@ -5,6 +5,7 @@ These are the building blocks of the 2018 "mixed precision by hand" recipe: a ha
 the two copies around the optimizer step. The copies go through the engine's multi-tensor ops
 (`engine/ops.py`) so that a fused path speeds them up as it does the amp ones.
 """
+
 from __future__ import annotations
 
 import torch
@@ -104,8 +105,10 @@ def prep_param_lists(model: nn.Module, flat_master: bool = False):
         try:
             master_params = _flatten_dense_tensors([param.data for param in model_params]).float()
         except BaseException:
-            print("Error in prep_param_lists:  model may contain a mixture of parameters "
-                  "of different types.  Use flat_master=False, or use F16_Optimizer.")
+            print(
+                "Error in prep_param_lists:  model may contain a mixture of parameters "
+                "of different types.  Use flat_master=False, or use F16_Optimizer."
+            )
             raise
         master_params = nn.Parameter(master_params)
         master_params.requires_grad = True

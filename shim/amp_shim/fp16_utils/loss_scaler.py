@@ -4,8 +4,8 @@ Not used by `FP16_Optimizer` (which uses `apex.amp.scaler.LossScaler`) nor by am
 that did their own loss scaling used them directly. Note their defaults (2**32, window 1000)
 and the floor of 1, which differ from amp's scaler.
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 from .._deprecation import deprecated_warning
 from .fp16util import DEPRECATION_MESSAGE

@@ -9,6 +9,7 @@ stored (it only traded memory for recomputation in Apex's kernels). Output dtype
 `elementwise_affine=False`). The functional forms keep Apex's `eps=1e-6` default and argument
 order, and, as Apex's did, run under autocast on inputs cast to the autocast dtype.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -18,9 +19,16 @@ import torch
 import torch.nn.functional as F
 
 __all__ = [
-    "FusedLayerNorm", "FusedRMSNorm", "MixedFusedLayerNorm", "MixedFusedRMSNorm",
-    "fused_layer_norm", "fused_layer_norm_affine", "fused_rms_norm", "fused_rms_norm_affine",
-    "mixed_dtype_fused_layer_norm_affine", "mixed_dtype_fused_rms_norm_affine",
+    "FusedLayerNorm",
+    "FusedRMSNorm",
+    "MixedFusedLayerNorm",
+    "MixedFusedRMSNorm",
+    "fused_layer_norm",
+    "fused_layer_norm_affine",
+    "fused_rms_norm",
+    "fused_rms_norm_affine",
+    "mixed_dtype_fused_layer_norm_affine",
+    "mixed_dtype_fused_rms_norm_affine",
     "manual_rms_norm",
 ]
 
@@ -37,8 +45,7 @@ def _cast_if_autocast_enabled(*args):
     if not torch.is_autocast_enabled(device):
         return args
     dtype = torch.get_autocast_dtype(device)
-    return tuple(a.to(dtype) if torch.is_tensor(a) and a.is_floating_point() else a
-                 for a in args)
+    return tuple(a.to(dtype) if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
 
 
 def _rms_norm(input, normalized_shape, weight, eps, out_dtype):
@@ -72,8 +79,9 @@ def fused_layer_norm(input, normalized_shape, eps=1e-6, memory_efficient=False):
         return F.layer_norm(input, _shape(normalized_shape), None, None, eps)
 
 
-def mixed_dtype_fused_layer_norm_affine(input, weight, bias, normalized_shape, eps=1e-6,
-                                        memory_efficient=False):
+def mixed_dtype_fused_layer_norm_affine(
+    input, weight, bias, normalized_shape, eps=1e-6, memory_efficient=False
+):
     input, weight, bias = _cast_if_autocast_enabled(input, weight, bias)
     with torch.autocast(input.device.type, enabled=False):
         return F.layer_norm(input, _shape(normalized_shape), weight, bias, eps).to(weight.dtype)
@@ -91,8 +99,7 @@ def fused_rms_norm(input, normalized_shape, eps=1e-6, memory_efficient=False):
         return _rms_norm(input, normalized_shape, None, eps, input.dtype)
 
 
-def mixed_dtype_fused_rms_norm_affine(input, weight, normalized_shape, eps=1e-6,
-                                      memory_efficient=False):
+def mixed_dtype_fused_rms_norm_affine(input, weight, normalized_shape, eps=1e-6, memory_efficient=False):
     input, weight = _cast_if_autocast_enabled(input, weight)
     with torch.autocast(input.device.type, enabled=False):
         return _rms_norm(input, normalized_shape, weight, eps, weight.dtype)
@@ -116,7 +123,7 @@ class FusedRMSNorm(torch.nn.RMSNorm):
 
 def _mixed_kwargs(cls_name: str, kwargs: dict) -> None:
     if "elementwise_affine" in kwargs:
-        warnings.warn(f"{cls_name} does not support `elementwise_affine` argument")
+        warnings.warn(f"{cls_name} does not support `elementwise_affine` argument", stacklevel=1)
         if not kwargs.pop("elementwise_affine"):
             raise RuntimeError(f"{cls_name} does not support `elementwise_affine = False`")
     # Any other keyword is ignored, as Apex's constructor ignored it.
@@ -127,12 +134,14 @@ class MixedFusedLayerNorm(FusedLayerNorm):
 
     def __init__(self, normalized_shape, eps=1e-5, *, memory_efficient=False, **kwargs):
         _mixed_kwargs("MixedFusedLayerNorm", kwargs)
-        super().__init__(normalized_shape, eps=eps, elementwise_affine=True,
-                         memory_efficient=memory_efficient)
+        super().__init__(
+            normalized_shape, eps=eps, elementwise_affine=True, memory_efficient=memory_efficient
+        )
 
     def forward(self, input):
-        return F.layer_norm(input, self.normalized_shape, self.weight, self.bias,
-                            self.eps).to(self.weight.dtype)
+        return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps).to(
+            self.weight.dtype
+        )
 
 
 class MixedFusedRMSNorm(FusedRMSNorm):
@@ -140,8 +149,9 @@ class MixedFusedRMSNorm(FusedRMSNorm):
 
     def __init__(self, normalized_shape, eps=1e-5, *, memory_efficient=False, **kwargs):
         _mixed_kwargs("MixedFusedRMSNorm", kwargs)
-        super().__init__(normalized_shape, eps=eps, elementwise_affine=True,
-                         memory_efficient=memory_efficient)
+        super().__init__(
+            normalized_shape, eps=eps, elementwise_affine=True, memory_efficient=memory_efficient
+        )
 
     def forward(self, input):
         return _rms_norm(input, self.normalized_shape, self.weight, self.eps, self.weight.dtype)

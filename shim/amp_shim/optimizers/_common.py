@@ -6,6 +6,7 @@ step even for params that had no gradient; torch keeps a step tensor per paramet
 keeps Apex's format and hands torch's kernels fresh step tensors holding the group's count,
 so the math is torch's and the state dict is Apex's.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Sequence

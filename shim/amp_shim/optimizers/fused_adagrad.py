@@ -5,6 +5,7 @@ The default (`adagrad_w_mode=False`, L2 added to the gradient) is bit for bit
 `initial_accumulator_value=0`. `adagrad_w_mode=True` (decoupled decay), which torch lacks,
 runs Apex's kernel formula in tensor ops. State: `sum` per param, `step` in the param group.
 """
+
 from __future__ import annotations
 
 import torch
@@ -15,8 +16,9 @@ from .fused_adam import _fill_group_defaults, _from_torch_format
 
 
 class FusedAdagrad(torch.optim.Optimizer):
-    def __init__(self, params, lr=1e-2, eps=1e-10, weight_decay=0., set_grad_none=True,
-                 adagrad_w_mode=False):
+    def __init__(
+        self, params, lr=1e-2, eps=1e-10, weight_decay=0.0, set_grad_none=True, adagrad_w_mode=False
+    ):
         defaults = dict(lr=lr, eps=eps, weight_decay=weight_decay)
         super().__init__(params, defaults)
         self.adagrad_w_mode = 1 if adagrad_w_mode else 0
@@ -55,11 +57,22 @@ class FusedAdagrad(torch.optim.Optimizer):
                 fused = _common.can_fuse(params)
                 steps = _common.step_tensors(params, prev_step, on_param_device=fused)
                 _torch_adagrad(
-                    params, grads, sums, steps, fused=fused or None, grad_scale=grad_scale,
-                    found_inf=found_inf, has_sparse_grad=False,
-                    foreach=None if fused else _common.can_foreach(params), differentiable=False,
-                    has_complex=False, lr=group["lr"], weight_decay=group["weight_decay"],
-                    lr_decay=0.0, eps=group["eps"], maximize=False,
+                    params,
+                    grads,
+                    sums,
+                    steps,
+                    fused=fused or None,
+                    grad_scale=grad_scale,
+                    found_inf=found_inf,
+                    has_sparse_grad=False,
+                    foreach=None if fused else _common.can_foreach(params),
+                    differentiable=False,
+                    has_complex=False,
+                    lr=group["lr"],
+                    weight_decay=group["weight_decay"],
+                    lr_decay=0.0,
+                    eps=group["eps"],
+                    maximize=False,
                 )
             elif not _common.skip_for_inf(found_inf):
                 lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]

@@ -10,6 +10,7 @@ The state dict is Apex's: `exp_avg`/`exp_avg_sq` per param, `step` in the param 
 `load_state_dict` also takes a torch Adam/AdamW state dict (per-param steps, which must agree
 within a group).
 """
+
 from __future__ import annotations
 
 import torch
@@ -19,15 +20,27 @@ from . import _common
 
 
 class FusedAdam(torch.optim.Optimizer):
-    def __init__(self, params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-8,
-                 adam_w_mode=True, weight_decay=0., amsgrad=False, set_grad_none=True,
-                 capturable=False, master_weights=False):
+    def __init__(
+        self,
+        params,
+        lr=1e-3,
+        bias_correction=True,
+        betas=(0.9, 0.999),
+        eps=1e-8,
+        adam_w_mode=True,
+        weight_decay=0.0,
+        amsgrad=False,
+        set_grad_none=True,
+        capturable=False,
+        master_weights=False,
+    ):
         if amsgrad:
             raise RuntimeError("FusedAdam does not support the AMSGrad variant.")
         if master_weights and not capturable:
             raise RuntimeError("Master weights is currently only supported with the capturable version.")
-        defaults = dict(lr=lr, bias_correction=bias_correction, betas=betas, eps=eps,
-                        weight_decay=weight_decay)
+        defaults = dict(
+            lr=lr, bias_correction=bias_correction, betas=betas, eps=eps, weight_decay=weight_decay
+        )
         super().__init__(params, defaults)
         self.adam_w_mode = 1 if adam_w_mode else 0
         self.set_grad_none = set_grad_none
@@ -43,24 +56,32 @@ class FusedAdam(torch.optim.Optimizer):
         if master_weights:
             for group in self.param_groups:
                 self.param_groups_master.append(
-                    [p.detach().clone().float() if p.dtype in (torch.float16, torch.bfloat16) else None
-                     for p in group["params"]]
+                    [
+                        p.detach().clone().float() if p.dtype in (torch.float16, torch.bfloat16) else None
+                        for p in group["params"]
+                    ]
                 )
 
     def zero_grad(self, set_to_none=None):
         _common.zero_grad(self, self.set_grad_none, set_to_none)
 
     def load_state_dict(self, state_dict):
-        super().load_state_dict(_from_torch_format(self, state_dict, "FusedAdam", ("exp_avg", "exp_avg_sq"),
-                                                   refuse=("max_exp_avg_sq",)))
+        super().load_state_dict(
+            _from_torch_format(
+                self, state_dict, "FusedAdam", ("exp_avg", "exp_avg_sq"), refuse=("max_exp_avg_sq",)
+            )
+        )
         _fill_group_defaults(self)
 
     @torch.no_grad()
-    def step(self, closure=None, grads=None, output_params=None, scale=None, grad_norms=None,
-             grad_scaler=None):
+    def step(
+        self, closure=None, grads=None, output_params=None, scale=None, grad_norms=None, grad_scaler=None
+    ):
         if any(p is not None for p in [grads, output_params, scale, grad_norms]):
-            raise RuntimeError("FusedAdam has been updated.  Simply initialize it identically to "
-                               "torch.optim.Adam, and call step() with no arguments.")
+            raise RuntimeError(
+                "FusedAdam has been updated.  Simply initialize it identically to "
+                "torch.optim.Adam, and call step() with no arguments."
+            )
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -99,23 +120,37 @@ class FusedAdam(torch.optim.Optimizer):
                 fused = _common.can_fuse(params)
                 steps = _common.step_tensors(params, prev_step, on_param_device=fused)
                 _torch_adam(
-                    params, grads_, exp_avgs, exp_avg_sqs, [], steps,
-                    foreach=None if fused else _common.can_foreach(params), capturable=False,
-                    differentiable=False, fused=fused or None, grad_scale=grad_scale,
-                    found_inf=found_inf, has_complex=False,
-                    decoupled_weight_decay=bool(self.adam_w_mode), amsgrad=False, beta1=beta1,
-                    beta2=beta2, lr=group["lr"], weight_decay=group["weight_decay"],
-                    eps=group["eps"], maximize=False,
+                    params,
+                    grads_,
+                    exp_avgs,
+                    exp_avg_sqs,
+                    [],
+                    steps,
+                    foreach=None if fused else _common.can_foreach(params),
+                    capturable=False,
+                    differentiable=False,
+                    fused=fused or None,
+                    grad_scale=grad_scale,
+                    found_inf=found_inf,
+                    has_complex=False,
+                    decoupled_weight_decay=bool(self.adam_w_mode),
+                    amsgrad=False,
+                    beta1=beta1,
+                    beta2=beta2,
+                    lr=group["lr"],
+                    weight_decay=group["weight_decay"],
+                    eps=group["eps"],
+                    maximize=False,
                 )
             elif not _common.skip_for_inf(found_inf):
                 unscaled = _common.unscale_grads(grads_, grad_scale)
-                _adam_no_bias_correction(params, unscaled, exp_avgs,
-                                         exp_avg_sqs, group, beta1, beta2, bool(self.adam_w_mode))
+                _adam_no_bias_correction(
+                    params, unscaled, exp_avgs, exp_avg_sqs, group, beta1, beta2, bool(self.adam_w_mode)
+                )
             else:
                 unscaled = None  # skipped on the host: grads stay as they are
             if self.capturable and unscaled is not None:
-                _write_back_grads(model_grads, unscaled, params_before, group["weight_decay"],
-                                  found_inf)
+                _write_back_grads(model_grads, unscaled, params_before, group["weight_decay"], found_inf)
             for p, master in copy_back:
                 p.copy_(master)
         return loss
@@ -187,7 +222,9 @@ def _from_torch_format(optimizer, state_dict, name, keys, refuse=()):
                 if key in s:
                     raise ValueError(
                         "{} cannot load this state dict: parameter {} has '{}' state, which {} "
-                        "never keeps (a torch optimizer created with amsgrad=True?)".format(name, pid, key, name)
+                        "never keeps (a torch optimizer created with amsgrad=True?)".format(
+                            name, pid, key, name
+                        )
                     )
             if "step" in s:
                 step = s["step"]
@@ -198,7 +235,8 @@ def _from_torch_format(optimizer, state_dict, name, keys, refuse=()):
                 "{} cannot load this state dict: the parameters of param group {} were stepped "
                 "different numbers of times ({}); {} keeps one step count per param group "
                 "(apex_api.md §10), so the bias corrections could not be continued".format(
-                    name, gi, sorted(int(s) for s in steps), name)
+                    name, gi, sorted(int(s) for s in steps), name
+                )
             )
         new_group = dict(group)
         if steps:

@@ -16,12 +16,13 @@ param dtype, without host syncs:
 The state dict is Apex's: `exp_avg`/`exp_avg_sq` per param (in the param's dtype), `step` in
 the param group.
 """
+
 from __future__ import annotations
 
 import torch
 
-from . import _common
 from ..engine import ops
+from . import _common
 from .fused_adam import _fill_group_defaults, _from_torch_format
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -33,17 +34,33 @@ def global_grad_norm(grads, device) -> torch.Tensor:
     return ops.l2_norms(grads, device)[1]
 
 
-def lamb_update_(params, grads, exp_avgs, exp_avg_sqs, *, lr, beta1, beta2, eps, step,
-                 bias_correction, weight_decay, grad_averaging, adam_w_mode, clip_divisor,
-                 use_nvlamb, out_params=None) -> None:
+def lamb_update_(
+    params,
+    grads,
+    exp_avgs,
+    exp_avg_sqs,
+    *,
+    lr,
+    beta1,
+    beta2,
+    eps,
+    step,
+    bias_correction,
+    weight_decay,
+    grad_averaging,
+    adam_w_mode,
+    clip_divisor,
+    use_nvlamb,
+    out_params=None,
+) -> None:
     """One LAMB update of `params` (fp32 math; moments keep their dtype).
 
     `clip_divisor` is a tensor (`max(1, norm / max_grad_norm)`); `out_params`, when given,
     receives the new values too (reduced-precision model copies of fp32 masters).
     """
     if bias_correction:
-        bc1 = 1 - beta1 ** step
-        bc2 = 1 - beta2 ** step
+        bc1 = 1 - beta1**step
+        bc2 = 1 - beta2**step
     else:
         bc1 = bc2 = 1.0
     beta3 = 1 - beta1 if grad_averaging else 1.0
@@ -75,14 +92,32 @@ def lamb_update_(params, grads, exp_avgs, exp_avg_sqs, *, lr, beta1, beta2, eps,
 
 
 class FusedLAMB(torch.optim.Optimizer):
-    def __init__(self, params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-6,
-                 weight_decay=0.01, amsgrad=False, adam_w_mode=True, grad_averaging=True,
-                 set_grad_none=True, max_grad_norm=1.0, use_nvlamb=False):
+    def __init__(
+        self,
+        params,
+        lr=1e-3,
+        bias_correction=True,
+        betas=(0.9, 0.999),
+        eps=1e-6,
+        weight_decay=0.01,
+        amsgrad=False,
+        adam_w_mode=True,
+        grad_averaging=True,
+        set_grad_none=True,
+        max_grad_norm=1.0,
+        use_nvlamb=False,
+    ):
         if amsgrad:
             raise RuntimeError("FusedLAMB does not support the AMSGrad variant.")
-        defaults = dict(lr=lr, bias_correction=bias_correction, betas=betas, eps=eps,
-                        weight_decay=weight_decay, grad_averaging=grad_averaging,
-                        max_grad_norm=max_grad_norm)
+        defaults = dict(
+            lr=lr,
+            bias_correction=bias_correction,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            grad_averaging=grad_averaging,
+            max_grad_norm=max_grad_norm,
+        )
         super().__init__(params, defaults)
         self.adam_w_mode = 1 if adam_w_mode else 0
         self.set_grad_none = set_grad_none
@@ -134,10 +169,21 @@ class FusedLAMB(torch.optim.Optimizer):
                 exp_avgs.append(state["exp_avg"])
                 exp_avg_sqs.append(state["exp_avg_sq"])
             beta1, beta2 = group["betas"]
-            lamb_update_(params, grads, exp_avgs, exp_avg_sqs, lr=group["lr"], beta1=beta1,
-                         beta2=beta2, eps=group["eps"], step=group["step"],
-                         bias_correction=group["bias_correction"],
-                         weight_decay=group["weight_decay"], grad_averaging=group["grad_averaging"],
-                         adam_w_mode=bool(self.adam_w_mode), clip_divisor=clip_divisor,
-                         use_nvlamb=self.use_nvlamb)
+            lamb_update_(
+                params,
+                grads,
+                exp_avgs,
+                exp_avg_sqs,
+                lr=group["lr"],
+                beta1=beta1,
+                beta2=beta2,
+                eps=group["eps"],
+                step=group["step"],
+                bias_correction=group["bias_correction"],
+                weight_decay=group["weight_decay"],
+                grad_averaging=group["grad_averaging"],
+                adam_w_mode=bool(self.adam_w_mode),
+                clip_divisor=clip_divisor,
+                use_nvlamb=self.use_nvlamb,
+            )
         return loss

@@ -3,6 +3,7 @@
 `reduced_precision_dtype` (created at the first step, as in Apex), so the model can be bf16/fp16
 while the update runs on fp32 values. The moments are fp32 for those params.
 """
+
 from __future__ import annotations
 
 import torch
@@ -12,16 +13,37 @@ from .fused_lamb import FusedLAMB, global_grad_norm, lamb_update_
 
 
 class FusedMixedPrecisionLamb(FusedLAMB):
-    def __init__(self, params, lr=1e-3, step=0, bias_correction=True, betas=(0.9, 0.999),
-                 eps=1e-6, weight_decay=0.01, amsgrad=False, adam_w_mode=True,
-                 grad_averaging=True, max_grad_norm=1.0, use_nvlamb=False,
-                 reduced_precision_dtype=None):
+    def __init__(
+        self,
+        params,
+        lr=1e-3,
+        step=0,
+        bias_correction=True,
+        betas=(0.9, 0.999),
+        eps=1e-6,
+        weight_decay=0.01,
+        amsgrad=False,
+        adam_w_mode=True,
+        grad_averaging=True,
+        max_grad_norm=1.0,
+        use_nvlamb=False,
+        reduced_precision_dtype=None,
+    ):
         if amsgrad:
             raise RuntimeError("FusedLAMB does not support the AMSGrad variant.")
-        super().__init__(params, lr=lr, bias_correction=bias_correction, betas=betas, eps=eps,
-                         weight_decay=weight_decay, adam_w_mode=adam_w_mode,
-                         grad_averaging=grad_averaging, set_grad_none=True,
-                         max_grad_norm=max_grad_norm, use_nvlamb=use_nvlamb)
+        super().__init__(
+            params,
+            lr=lr,
+            bias_correction=bias_correction,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            adam_w_mode=adam_w_mode,
+            grad_averaging=grad_averaging,
+            set_grad_none=True,
+            max_grad_norm=max_grad_norm,
+            use_nvlamb=use_nvlamb,
+        )
         device = self._device()
         for group in self.param_groups:
             group["lr"] = torch.as_tensor(group["lr"], dtype=torch.float32).to(device)
@@ -36,8 +58,12 @@ class FusedMixedPrecisionLamb(FusedLAMB):
     def _setup_full_precision_params(self):
         for group in self.param_groups:
             self.param_groups_full_precision.append(
-                {"params": [p.detach().clone().float() if self._reduced_precision(p) else None
-                            for p in group["params"]]}
+                {
+                    "params": [
+                        p.detach().clone().float() if self._reduced_precision(p) else None
+                        for p in group["params"]
+                    ]
+                }
             )
 
     @torch.no_grad()
@@ -74,10 +100,22 @@ class FusedMixedPrecisionLamb(FusedLAMB):
                 exp_avg_sqs.append(state["exp_avg_sq"])
                 models.append(p if master is not None else None)
             beta1, beta2 = group["betas"]
-            lamb_update_(targets, grads, exp_avgs, exp_avg_sqs, lr=group["lr"], beta1=beta1,
-                         beta2=beta2, eps=group["eps"], step=group["step"].float(),
-                         bias_correction=group["bias_correction"],
-                         weight_decay=group["weight_decay"], grad_averaging=group["grad_averaging"],
-                         adam_w_mode=bool(self.adam_w_mode), clip_divisor=clip_divisor,
-                         use_nvlamb=self.use_nvlamb, out_params=models)
+            lamb_update_(
+                targets,
+                grads,
+                exp_avgs,
+                exp_avg_sqs,
+                lr=group["lr"],
+                beta1=beta1,
+                beta2=beta2,
+                eps=group["eps"],
+                step=group["step"].float(),
+                bias_correction=group["bias_correction"],
+                weight_decay=group["weight_decay"],
+                grad_averaging=group["grad_averaging"],
+                adam_w_mode=bool(self.adam_w_mode),
+                clip_divisor=clip_divisor,
+                use_nvlamb=self.use_nvlamb,
+                out_params=models,
+            )
         return loss

@@ -13,14 +13,15 @@ blended into the group's per-layer norms `v` (`v = sqrt(b2*v**2 + (1-b2)*n**2)` 
 As in Apex, the norms live in the param group (`group['exp_avg_sq'] = [fp16 norms, fp32 norms]`,
 norms rather than squares) and `step` in the param group; `exp_avg` per param.
 """
+
 from __future__ import annotations
 
 import math
 
 import torch
 
-from . import _common
 from ..engine import ops
+from . import _common
 from .fused_adam import _fill_group_defaults, _from_torch_format
 
 
@@ -35,14 +36,33 @@ def _layer_norms(grads, norm_type, device):
 
 
 class FusedNovoGrad(torch.optim.Optimizer):
-    def __init__(self, params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-8,
-                 weight_decay=0., amsgrad=False, reg_inside_moment=False, grad_averaging=True,
-                 norm_type=2, init_zero=False, set_grad_none=True):
+    def __init__(
+        self,
+        params,
+        lr=1e-3,
+        bias_correction=True,
+        betas=(0.9, 0.999),
+        eps=1e-8,
+        weight_decay=0.0,
+        amsgrad=False,
+        reg_inside_moment=False,
+        grad_averaging=True,
+        norm_type=2,
+        init_zero=False,
+        set_grad_none=True,
+    ):
         if amsgrad:
             raise RuntimeError("FusedNovoGrad does not support the AMSGrad variant.")
-        defaults = dict(lr=lr, bias_correction=bias_correction, betas=betas, eps=eps,
-                        weight_decay=weight_decay, grad_averaging=grad_averaging,
-                        norm_type=norm_type, init_zero=init_zero)
+        defaults = dict(
+            lr=lr,
+            bias_correction=bias_correction,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            grad_averaging=grad_averaging,
+            norm_type=norm_type,
+            init_zero=init_zero,
+        )
         super().__init__(params, defaults)
         self.moment_mode = 0 if reg_inside_moment else 1
         self.set_grad_none = set_grad_none
@@ -70,8 +90,8 @@ class FusedNovoGrad(torch.optim.Optimizer):
             step = group["step"]
             beta1, beta2 = group["betas"]
             if group["bias_correction"]:
-                bc1 = 1 - beta1 ** step
-                bc2 = math.sqrt(1 - beta2 ** step)
+                bc1 = 1 - beta1**step
+                bc2 = math.sqrt(1 - beta2**step)
             else:
                 bc1 = bc2 = 1.0
             beta3 = 1 - beta1 if group["grad_averaging"] else 1.0

@@ -22,6 +22,7 @@ which is what Apex's own FusedSGD test compares with. Apex's kernel rounds once 
 torch rounds per op: a few fp16 ulps apart after several steps. Under a grad scaler they are
 unscaled and skipped on the host.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -34,17 +35,27 @@ from . import _common
 
 
 class FusedSGD(torch.optim.Optimizer):
-    def __init__(self, params, lr=required, momentum=0, dampening=0, weight_decay=0,
-                 nesterov=False, wd_after_momentum=False, materialize_master_grads=True,
-                 set_grad_none=False):
+    def __init__(
+        self,
+        params,
+        lr=required,
+        momentum=0,
+        dampening=0,
+        weight_decay=0,
+        nesterov=False,
+        wd_after_momentum=False,
+        materialize_master_grads=True,
+        set_grad_none=False,
+    ):
         if lr is not required and lr < 0.0:
             raise ValueError("Invalid learning rate: {}".format(lr))
         if momentum < 0.0:
             raise ValueError("Invalid momentum value: {}".format(momentum))
         if weight_decay < 0.0:
             raise ValueError("Invalid weight_decay value: {}".format(weight_decay))
-        defaults = dict(lr=lr, momentum=momentum, dampening=dampening,
-                        weight_decay=weight_decay, nesterov=nesterov)
+        defaults = dict(
+            lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov
+        )
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         super().__init__(params, defaults)
@@ -107,8 +118,16 @@ class FusedSGD(torch.optim.Optimizer):
                     if not idx:
                         continue
                     sub_bufs = [bufs[i] for i in idx]
-                    self._torch_step([params[i] for i in idx], [grads[i] for i in idx], sub_bufs,
-                                     group, grad_scale, found_inf, skip_on_host, fusable)
+                    self._torch_step(
+                        [params[i] for i in idx],
+                        [grads[i] for i in idx],
+                        sub_bufs,
+                        group,
+                        grad_scale,
+                        found_inf,
+                        skip_on_host,
+                        fusable,
+                    )
                     for i, buf in zip(idx, sub_bufs):
                         bufs[i] = buf
             if group["momentum"] != 0:
@@ -124,18 +143,37 @@ class FusedSGD(torch.optim.Optimizer):
         fused = fusable and _common.can_fuse(params)
         if fused and not first_momentum_step:
             _torch_sgd(
-                params, grads, bufs, has_sparse_grad=False, foreach=None, fused=True,
-                grad_scale=grad_scale, found_inf=found_inf,
-                weight_decay=group["weight_decay"], momentum=group["momentum"], lr=group["lr"],
-                dampening=group["dampening"], nesterov=group["nesterov"], maximize=False,
+                params,
+                grads,
+                bufs,
+                has_sparse_grad=False,
+                foreach=None,
+                fused=True,
+                grad_scale=grad_scale,
+                found_inf=found_inf,
+                weight_decay=group["weight_decay"],
+                momentum=group["momentum"],
+                lr=group["lr"],
+                dampening=group["dampening"],
+                nesterov=group["nesterov"],
+                maximize=False,
             )
         elif not skip_on_host():
             _torch_sgd(
-                params, _common.unscale_grads(grads, grad_scale), bufs, has_sparse_grad=False,
-                foreach=None if fused else _common.can_foreach(params), fused=fused or None,
-                grad_scale=None, found_inf=None,
-                weight_decay=group["weight_decay"], momentum=group["momentum"], lr=group["lr"],
-                dampening=group["dampening"], nesterov=group["nesterov"], maximize=False,
+                params,
+                _common.unscale_grads(grads, grad_scale),
+                bufs,
+                has_sparse_grad=False,
+                foreach=None if fused else _common.can_foreach(params),
+                fused=fused or None,
+                grad_scale=None,
+                found_inf=None,
+                weight_decay=group["weight_decay"],
+                momentum=group["momentum"],
+                lr=group["lr"],
+                dampening=group["dampening"],
+                nesterov=group["nesterov"],
+                maximize=False,
             )
 
 
@@ -144,8 +182,14 @@ def _cpu_reduced_precision(p: torch.Tensor) -> bool:
     return p.device.type == "cpu" and p.dtype in (torch.float16, torch.bfloat16)
 
 
-def _sgd_apex_kernel(params: list[torch.Tensor], grads: list[torch.Tensor], bufs: list,
-                     group: dict, grad_scale: Optional[torch.Tensor], wd_after_momentum: bool) -> None:
+def _sgd_apex_kernel(
+    params: list[torch.Tensor],
+    grads: list[torch.Tensor],
+    bufs: list,
+    group: dict,
+    grad_scale: Optional[torch.Tensor],
+    wd_after_momentum: bool,
+) -> None:
     """Apex's `multi_tensor_sgd` per element (used for `wd_after_momentum`, which torch lacks):
     fp32 arithmetic on the unscaled grad, weight decay before or after the momentum update,
     `buf = grad` on the first step, one rounding of the param and the momentum buffer (kept in

@@ -14,6 +14,7 @@ Like Apex's class it is not a `torch.optim.Optimizer`: it proxies `state`, `para
 `state_dict`, `load_state_dict`, `zero_grad` and `add_param_group`, and its `step()` takes no
 closure. `amp.initialize` and `amp.scale_loss` accept it as a single optimizer.
 """
+
 from __future__ import annotations
 
 import torch
@@ -80,9 +81,7 @@ class LARC(object):
         grad = p.grad
         param_norm = torch.norm(p.data)
         grad_norm = torch.norm(grad.data)
-        adaptive_lr = self.trust_coefficient * param_norm / (
-            grad_norm + param_norm * weight_decay + self.eps
-        )
+        adaptive_lr = self.trust_coefficient * param_norm / (grad_norm + param_norm * weight_decay + self.eps)
         if self.clip:
             adaptive_lr = torch.clamp(adaptive_lr / lr, max=1)
         rescaled = (grad.data + weight_decay * p.data) * adaptive_lr

@@ -4,6 +4,7 @@ Exports Apex's names: `DistributedDataParallel` and `Reducer` (torch DDP / a man
 all-reduce), `SyncBatchNorm` (torch's on CUDA, an autograd-aware all-reduce elsewhere),
 `convert_syncbn_model`, `create_syncbn_process_group`, `LARC` and `ReduceOp`.
 """
+
 from __future__ import annotations
 
 import torch
@@ -43,18 +44,26 @@ def convert_syncbn_model(module, process_group=None, channel_last=False):
 def _convert(module, process_group, channel_last):
     mod = module
     if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
-        mod = SyncBatchNorm(module.num_features, module.eps, module.momentum, module.affine,
-                            module.track_running_stats, process_group,
-                            channel_last=channel_last)
+        mod = SyncBatchNorm(
+            module.num_features,
+            module.eps,
+            module.momentum,
+            module.affine,
+            module.track_running_stats,
+            process_group,
+            channel_last=channel_last,
+        )
         mod.running_mean = module.running_mean
         mod.running_var = module.running_var
         mod.num_batches_tracked = module.num_batches_tracked
         if module.affine:
             with torch.no_grad():
-                mod.weight = torch.nn.Parameter(module.weight.detach().clone(),
-                                                requires_grad=module.weight.requires_grad)
-                mod.bias = torch.nn.Parameter(module.bias.detach().clone(),
-                                              requires_grad=module.bias.requires_grad)
+                mod.weight = torch.nn.Parameter(
+                    module.weight.detach().clone(), requires_grad=module.weight.requires_grad
+                )
+                mod.bias = torch.nn.Parameter(
+                    module.bias.detach().clone(), requires_grad=module.bias.requires_grad
+                )
         mod.train(module.training)
     for name, child in module.named_children():
         mod.add_module(name, _convert(child, process_group, channel_last))

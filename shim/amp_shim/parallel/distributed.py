@@ -31,6 +31,7 @@ construction, where they are normally equal anyway. `device_ids` is left unset: 
 used on the device it is on, which is what Apex assumed (`torch.cuda.set_device` done by the
 script); CPU modules (gloo) work as well.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -101,8 +102,7 @@ class _ApexHookState:
 
     __slots__ = ("group", "world_size", "always_fp32", "predivide", "average", "sent")
 
-    def __init__(self, group, world_size: float, always_fp32: bool, predivide: float,
-                 average: bool) -> None:
+    def __init__(self, group, world_size: float, always_fp32: bool, predivide: float, average: bool) -> None:
         self.group = group
         self.world_size = world_size
         self.always_fp32 = always_fp32
@@ -136,25 +136,32 @@ def _apex_allreduce_hook(state: _ApexHookState, bucket):
 
 
 class DistributedDataParallel(torch.nn.parallel.DistributedDataParallel):
-    def __init__(self, module, message_size=10000000, delay_allreduce=False, shared_param=None,
-                 allreduce_trigger_params=None, retain_allreduce_buffers=False,
-                 allreduce_always_fp32=False, num_allreduce_streams=1,
-                 allreduce_communicators=None, gradient_average=True,
-                 gradient_predivide_factor=1.0, gradient_average_split_factor=None, prof=False):
+    def __init__(
+        self,
+        module,
+        message_size=10000000,
+        delay_allreduce=False,
+        shared_param=None,
+        allreduce_trigger_params=None,
+        retain_allreduce_buffers=False,
+        allreduce_always_fp32=False,
+        num_allreduce_streams=1,
+        allreduce_communicators=None,
+        gradient_average=True,
+        gradient_predivide_factor=1.0,
+        gradient_average_split_factor=None,
+        prof=False,
+    ):
         deprecated_warning(
             "apex.parallel.DistributedDataParallel is deprecated and will be removed by the end "
             "of February 2023."
         )
         if num_allreduce_streams > 1 and delay_allreduce:
-            raise ValueError(
-                "self.allreduce_different_streams may only be used if delay_allreduce=False."
-            )
+            raise ValueError("self.allreduce_different_streams may only be used if delay_allreduce=False.")
         if shared_param is not None:
             raise ValueError(_SHARED_PARAM_MSG)
         if allreduce_trigger_params is not None and delay_allreduce:
-            raise ValueError(
-                "Setting allreduce_trigger_params is only valid if delay_allreduce=False."
-            )
+            raise ValueError("Setting allreduce_trigger_params is only valid if delay_allreduce=False.")
         for name, value, default in (
             ("allreduce_trigger_params", allreduce_trigger_params, None),
             ("retain_allreduce_buffers", retain_allreduce_buffers, False),
@@ -183,8 +190,13 @@ class DistributedDataParallel(torch.nn.parallel.DistributedDataParallel):
         self.prof = prof
         self.world_size = float(dist.get_world_size())
         if allreduce_always_fp32 or gradient_predivide_factor != 1.0 or not gradient_average:
-            state = _ApexHookState(None, self.world_size, allreduce_always_fp32,
-                                   float(gradient_predivide_factor), bool(gradient_average))
+            state = _ApexHookState(
+                None,
+                self.world_size,
+                allreduce_always_fp32,
+                float(gradient_predivide_factor),
+                bool(gradient_average),
+            )
             self.register_comm_hook(state, _apex_allreduce_hook)
 
     def enable_allreduce(self) -> None:

@@ -18,6 +18,7 @@ The class derives from `_BatchNorm`, as Apex's did, so `isinstance(m, _BatchNorm
 parameter and buffer names (`weight`, `bias`, `running_mean`, `running_var`,
 `num_batches_tracked`) and therefore checkpoints are those of `torch.nn.BatchNorm*d`.
 """
+
 from __future__ import annotations
 
 import torch
@@ -93,11 +94,20 @@ def _sync_batch_norm(x, weight, bias, running_mean, running_var, eps, factor, gr
 class SyncBatchNorm(_BatchNorm):
     """Synchronized BatchNorm over the ranks of `process_group` (default: the whole job)."""
 
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
-                 track_running_stats=True, process_group=None, channel_last=False,
-                 fuse_relu=False):
-        super().__init__(num_features, eps=eps, momentum=momentum, affine=affine,
-                         track_running_stats=track_running_stats)
+    def __init__(
+        self,
+        num_features,
+        eps=1e-5,
+        momentum=0.1,
+        affine=True,
+        track_running_stats=True,
+        process_group=None,
+        channel_last=False,
+        fuse_relu=False,
+    ):
+        super().__init__(
+            num_features, eps=eps, momentum=momentum, affine=affine, track_running_stats=track_running_stats
+        )
         self.process_group = process_group
         self.channel_last = channel_last
         self.fuse_relu = fuse_relu
@@ -128,24 +138,23 @@ class SyncBatchNorm(_BatchNorm):
         factor = 0.0
         if self.training and self.track_running_stats:
             self.num_batches_tracked.add_(1)
-            factor = (1.0 / float(self.num_batches_tracked) if self.momentum is None
-                      else self.momentum)
+            factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
         if not self.training and self.track_running_stats:
-            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
-                                False, 0.0, self.eps)
+            return F.batch_norm(
+                x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps
+            )
         running_mean = self.running_mean if self.training else None
         running_var = self.running_var if self.training else None
         group, world_size = _world(self.process_group)
         if world_size == 1:
-            return F.batch_norm(x, running_mean, running_var, self.weight, self.bias,
-                                True, factor, self.eps)
+            return F.batch_norm(x, running_mean, running_var, self.weight, self.bias, True, factor, self.eps)
         if x.is_cuda:
             from torch.nn.modules._functions import SyncBatchNorm as _TorchSyncBN
 
-            return _TorchSyncBN.apply(x, self.weight, self.bias, running_mean, running_var,
-                                      self.eps, factor, group, world_size)
-        return _sync_batch_norm(x, self.weight, self.bias, running_mean, running_var,
-                                self.eps, factor, group)
+            return _TorchSyncBN.apply(
+                x, self.weight, self.bias, running_mean, running_var, self.eps, factor, group, world_size
+            )
+        return _sync_batch_norm(x, self.weight, self.bias, running_mean, running_var, self.eps, factor, group)
 
     def extra_repr(self) -> str:
         text = super().extra_repr()

@@ -7,12 +7,25 @@ names rather than a typed config object.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
+if TYPE_CHECKING:
+    from .frontend import Properties
+    from .handle import AmpHandle
+    from .scaler import LossScaler
+
 
 class AmpState:
+    # Set by amp.initialize / amp.init; declared here (not assigned) so that code probing them
+    # with hasattr sees what it saw under Apex.
+    opt_properties: Properties
+    loss_scalers: list[LossScaler]
+    min_loss_scale: float | None
+    max_loss_scale: float
+    handle: AmpHandle
+
     def __init__(self) -> None:
         self.hard_override = False
         self.allow_incoming_model_not_fp32 = False

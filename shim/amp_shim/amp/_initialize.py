@@ -24,7 +24,7 @@ from .scaler import LossScaler
 try:
     import numpy as _np
 except ImportError:  # numpy is optional for torch
-    _np = None
+    _np = None  # type: ignore[assignment]  # checked before use
 
 
 def models_device(models: list[torch.nn.Module]) -> torch.device:
@@ -59,7 +59,8 @@ def applier(value: Any, fn: Callable[[Any], Any]) -> Any:
     if isinstance(value, tuple) and hasattr(value, "_fields"):
         return type(value)(*(applier(v, fn) for v in value))  # Apex broke on namedtuples
     if isinstance(value, Iterable):
-        return type(value)(applier(v, fn) for v in value)
+        rebuild: Any = type(value)
+        return rebuild(applier(v, fn) for v in value)
     return value
 
 

@@ -29,7 +29,7 @@ import collections
 import ctypes
 import struct
 import types
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
@@ -365,6 +365,7 @@ def _device_path_step(optimizer, real_step, args, kwargs):
 
 def _patch_step(optimizer, properties) -> None:
     inner = optimizer.step  # the bound original
+    real_step: Callable[..., Any]
 
     if properties.master_weights:
 

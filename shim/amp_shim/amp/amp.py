@@ -72,6 +72,7 @@ def _call_cast(handle: AmpHandle, fn: Callable, kind: str, args, kwargs):
     device_type = casts.device_type
     if not torch.is_autocast_enabled(device_type):
         return fn(*args, **kwargs)
+    dtype: torch.dtype | None
     if kind == HALF:
         dtype = casts.dtype
     elif kind == FLOAT:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, MutableMapping
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 import torch
 
@@ -206,7 +206,14 @@ class O0:
         return properties
 
 
-opt_levels = {"O3": O3(), "O2": O2(), "O1": O1(), "O0": O0()}
+class _OptLevel(Protocol):
+    brief: str
+    more: str
+
+    def __call__(self, properties: Properties) -> Properties: ...
+
+
+opt_levels: dict[str, _OptLevel] = {"O3": O3(), "O2": O2(), "O1": O1(), "O0": O0()}
 
 
 def _print_options(properties: Properties) -> None:

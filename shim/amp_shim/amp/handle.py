@@ -53,7 +53,7 @@ class AmpHandle:
         self._verbose = verbose
         self._is_active = True
         self._all_wrappers: list = []
-        self._default_scaler = LossScaler(loss_scale, device=casts.device_type)
+        self._default_scaler: LossScaler | None = LossScaler(loss_scale, device=casts.device_type)
 
     def is_active(self) -> bool:
         return self._is_active and self._casts.active

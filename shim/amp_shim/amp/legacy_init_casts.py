@@ -98,6 +98,6 @@ def install(
 
     rnn = torch.nn.modules.rnn
     handle._save_func(rnn, "_VF", rnn._VF)
-    rnn._VF = VariableFunctions()
+    rnn._VF = VariableFunctions()  # type: ignore[assignment]  # stands in for torch._VF's module
     for name in RNN_FUNCTIONS:
         install_cast(handle, rnn._VF, name, half_kind)

@@ -43,6 +43,7 @@ class DeviceLossScaler:
         if self.dynamic:
             start = min(max_loss_scale, init_scale)
         else:
+            assert not isinstance(loss_scale, str), loss_scale  # only 'dynamic' is a string
             start = loss_scale
         # The value exactly as Apex stores it; for a static scaler it is what loss_scale()
         # returns, so the fast-path test `S == 1.0` costs no sync.

@@ -51,4 +51,4 @@ for _list, _source in (
     _list.extend(fn for fn in _source if hasattr(MODULE, fn))
 
 # The sequence functions have no Tensor method form.
-SEQUENCE_CASTS = []
+SEQUENCE_CASTS: list[str] = []

@@ -65,7 +65,7 @@ def literal(expr: Optional[cst.BaseExpression]) -> Any:
 
 
 def dotted(name: str) -> Union[cst.Name, cst.Attribute]:
-    return cst.parse_expression(name)  # type: ignore[return-value]
+    return cst.parse_expression(name)  # type: ignore[return-value]  # a dotted name parses to one of these
 
 
 @dataclass

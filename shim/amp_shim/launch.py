@@ -112,7 +112,7 @@ def run_command(argv: Sequence[str], force: bool = False) -> int:
 
 def _wait(proc: subprocess.Popen) -> int:
     previous = None
-    forward = lambda signum, frame: proc.send_signal(signum)  # noqa: E731
+    forward = lambda signum, frame: proc.send_signal(signum)  # noqa: E731 - a signal handler that only forwards
     try:
         previous = signal.signal(signal.SIGTERM, forward)
     except ValueError:  # not the main thread: no forwarding
@@ -208,7 +208,7 @@ def run_module(module: str, args: Sequence[str]) -> int:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit:
         raise
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001 - any failure, KeyboardInterrupt too, ends the launcher
         return _report_uncaught(exc)
     return 0
 

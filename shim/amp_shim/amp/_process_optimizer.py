@@ -438,7 +438,7 @@ def _process_optimizer(optimizer, properties) -> Any:
         if hasattr(optimizer, name):
             raise RuntimeError("Incoming optimizer already has {} defined.".format(name))
 
-    bind = lambda fn: types.MethodType(fn, optimizer)  # noqa: E731
+    bind = lambda fn: types.MethodType(fn, optimizer)  # noqa: E731 - a one-line binder reads best as a lambda
     stash.original_load_state_dict = optimizer.load_state_dict
 
     if properties.master_weights:

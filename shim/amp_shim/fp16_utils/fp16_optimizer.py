@@ -14,7 +14,7 @@ from .._deprecation import deprecated_warning
 from ..amp._amp_state import maybe_print
 from ..amp.scaler import LossScaler
 from ..engine import ops
-from .fp16util import DEPRECATION_MESSAGE, clip_grad_norm, master_params_to_model_params  # noqa: F401
+from .fp16util import DEPRECATION_MESSAGE, clip_grad_norm, master_params_to_model_params  # noqa: F401 - re-exported: Apex exposed them here
 
 _HALF_TYPES = (torch.float16, torch.bfloat16)
 

@@ -67,7 +67,7 @@ def step_tensors(params: Sequence[torch.Tensor], prev_step, on_param_device: boo
             base.fill_(float(prev_step))
         for j, i in enumerate(idx):
             out[i] = base[j]
-    return out  # type: ignore[return-value]
+    return out  # type: ignore[return-value]  # every slot was filled above
 
 
 def amp_scaling(optimizer, grad_scaler=None):

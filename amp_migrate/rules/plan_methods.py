@@ -15,13 +15,18 @@ read. This module holds no rule: PlanTraining mixes it in through plan_units.py.
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Union
 
 import libcst as cst
 import libcst.matchers as m
 
 from .base import find_statements
-from .plan import PlanPart
+from .plan import PlanPart, TrainingPlan
+
+if TYPE_CHECKING:
+    from libcst.codemod import CodemodContext
+
+    from .plan_units import Unit
 
 #: A site reached from a method nothing in the class calls: any `initialize` may have run last.
 ANYONE = "anyone"
@@ -39,7 +44,8 @@ def branch_arms(rule, anchor: cst.CSTNode) -> Optional[tuple[cst.If, list[cst.Ba
         top = rule.parent(top)
     if not isinstance(top, cst.If):
         return None
-    arms, node = [], top
+    arms: list[cst.BaseSuite] = []
+    node: Union[cst.If, cst.Else, None] = top
     while isinstance(node, cst.If):
         arms.append(node.body)
         node = node.orelse
@@ -52,13 +58,40 @@ def branch_arms(rule, anchor: cst.CSTNode) -> Optional[tuple[cst.If, list[cst.Ba
 class MethodTies:
     """PlanTraining's reading of `self.<method>(...)` calls inside one trainer class."""
 
-    def _tie_methods(self, units: list, outside: list[cst.CSTNode]) -> str:
+    # What this mixin reads from its host (Rule, PlanTraining, UnitPlanning): declared for the
+    # type checker only, so that nothing here shadows the host's definitions at run time.
+    if TYPE_CHECKING:
+        context: CodemodContext
+
+        def position(self, node: cst.CSTNode) -> tuple[int, int]: ...
+        def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]: ...
+        def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]: ...
+        def code_of(self, node: cst.CSTNode) -> str: ...
+        def findall(  # Rule's; its `tree` widened as libcst's (a base too) takes it
+            self,
+            tree: Union[cst.MaybeSentinel, cst.RemovalSentinel, cst.CSTNode],
+            matcher,
+            words: Optional[Iterable[str]] = (),
+            also: Optional[Iterable[str]] = None,
+        ) -> list[cst.CSTNode]: ...
+        def scope_of(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]: ...
+        def class_of(self, function: cst.FunctionDef) -> Optional[cst.ClassDef]: ...
+        def _lines_of(self, statement: cst.CSTNode) -> range: ...
+        def _holder(self, units: list[Unit], node: cst.CSTNode) -> Optional[Unit]: ...
+
+    def _module(self) -> cst.Module:
+        """The module being planned (the host runs inside a codemod: its wrapper is set)."""
+        wrapper = self.context.wrapper
+        assert wrapper is not None
+        return wrapper.module
+
+    def _tie_methods(self, units: list[Unit], outside: list[cst.CSTNode]) -> str:
         """Move the sites in methods of the units' class from `outside` to the unit their
         calls tie them to (recording the methods on it); or why one is tied to no single one."""
         owner = self._units_class(units)
         if owner is None:
             return ""
-        ties: dict[int, Union[str, list]] = {}
+        ties: dict[int, Union[str, list[Unit]]] = {}
         kept = []
         for site in outside:
             method = self.scope_of(site)
@@ -68,7 +101,7 @@ class MethodTies:
             found = self._ties_of(method, owner, units, ties, ())
             if isinstance(found, str) and found != ANYONE:
                 return found
-            groups = self._groups(units) if found == ANYONE or not found else self._groups(found)
+            groups = self._groups(found) if isinstance(found, list) and found else self._groups(units)
             if len(groups) != 1:
                 return self._not_one(site, method, found, units)
             for unit in groups[0]:
@@ -83,20 +116,23 @@ class MethodTies:
         outside[:] = kept
         return ""
 
-    def _not_one(self, site: cst.CSTNode, method: cst.FunctionDef, found, units: list) -> str:
+    def _not_one(
+        self, site: cst.CSTNode, method: cst.FunctionDef, found: Union[str, list[Unit]], units: list[Unit]
+    ) -> str:
         line = self.position(site)[0]
         if found == ANYONE or not found:
             return (
                 f"`{method.name.value}` (the Apex call at line {line}) may be called from outside its "
                 "class, so which `initialize` ran last is not known there"
             )
+        assert isinstance(found, list)  # the only other string, a reason, never gets here
         lines = " and ".join(str(self.position(g[0].call)[0]) for g in self._groups(found))
         return (
             f"the Apex call at line {line} runs after the `initialize` at lines {lines}, depending on "
             f"which method called `{method.name.value}`"
         )
 
-    def _units_class(self, units: list) -> Optional[cst.ClassDef]:
+    def _units_class(self, units: list[Unit]) -> Optional[cst.ClassDef]:
         classes = {
             id(c): c
             for c in (
@@ -108,16 +144,21 @@ class MethodTies:
             return None
         return next(iter(classes.values()))
 
-    def _groups(self, units: list) -> list[list]:
+    def _groups(self, units: list[Unit]) -> list[list[Unit]]:
         """Units grouped by the `if`/`else` whose arms they are (one group per lone unit)."""
-        groups: dict[int, list] = {}
+        groups: dict[int, list[Unit]] = {}
         for unit in units:
             groups.setdefault(id(unit.pair) if unit.pair is not None else id(unit), []).append(unit)
         return list(groups.values())
 
     def _ties_of(
-        self, method: cst.FunctionDef, owner: cst.ClassDef, units: list, ties: dict, chain: tuple
-    ) -> Union[str, list]:
+        self,
+        method: cst.FunctionDef,
+        owner: cst.ClassDef,
+        units: list[Unit],
+        ties: dict[int, Union[str, list[Unit]]],
+        chain: tuple[cst.FunctionDef, ...],
+    ) -> Union[str, list[Unit]]:
         """The units whose blocks call into `method` (ANYONE: something outside the class
         does); a string with a located reason where a call is no such tie."""
         if id(method) in ties:
@@ -125,7 +166,7 @@ class MethodTies:
         if any(f is method for f in chain):
             return []
         name = method.name.value
-        found: list = []
+        found: list[Unit] = []
         calls = self._self_calls(name, owner)
         if isinstance(calls, str) or calls is None:
             return calls or ANYONE
@@ -140,6 +181,7 @@ class MethodTies:
                     "the `initialize` in that method"
                 )
             else:
+                assert caller is not None  # _self_calls keeps only calls from methods of `owner`
                 more = self._ties_of(caller, owner, units, ties, chain + (method,))
                 if isinstance(more, str):
                     return more
@@ -153,8 +195,12 @@ class MethodTies:
         """Every `self.<name>(...)` call in a method of `owner`; None where `name` is also used
         otherwise (called on an instance from outside, passed as a callback); a string where
         the method is not one plain definition."""
-        module = self.context.wrapper.module
-        defs = [d for d in self.findall(module, m.FunctionDef(name=m.Name(name)), {name})]
+        module = self._module()
+        defs = [
+            d
+            for d in self.findall(module, m.FunctionDef(name=m.Name(name)), {name})
+            if isinstance(d, cst.FunctionDef)
+        ]
         if len(defs) != 1 or defs[0].decorators or defs[0].asynchronous:
             return f"`{name}` is defined more than once, decorated or async"
         calls = []
@@ -177,14 +223,14 @@ class MethodTies:
             calls.append(call)
         return calls
 
-    def _holds(self, unit, node: cst.CSTNode) -> bool:
+    def _holds(self, unit: Unit, node: cst.CSTNode) -> bool:
         return self._holder([unit], node) is unit
 
-    def _isolated(self, units: list) -> str:
+    def _isolated(self, units: list[Unit]) -> str:
         """No function holding one group's `initialize`, or tied to it, can reach (by a name it
         mentions, through the file's functions) a function that holds another group's."""
         groups = self._groups(units)
-        holding = {}
+        holding: dict[int, list[list[Unit]]] = {}
         for group in groups:
             for unit in group:
                 holding.setdefault(id(self.scope_of(unit.statement)), []).append(group)
@@ -200,8 +246,10 @@ class MethodTies:
                     continue
                 seen.add(id(function))
                 if any(other is not group for other in holding.get(id(function), ())):
+                    first = starts[0]
+                    assert first is not None  # a module-level group has nothing pending
                     return (
-                        f"`{starts[0].name.value}` may call `{function.name.value}` (by the name it "
+                        f"`{first.name.value}` may call `{function.name.value}` (by the name it "
                         "mentions), which calls `initialize` again"
                     )
                 if id(function) not in mentions:
@@ -211,11 +259,11 @@ class MethodTies:
 
     def _functions_by_name(self) -> dict[str, list[cst.FunctionDef]]:
         found: dict[str, list[cst.FunctionDef]] = {}
-        for function in find_statements(self.context.wrapper.module, cst.FunctionDef):
+        for function in find_statements(self._module(), cst.FunctionDef):
             found.setdefault(function.name.value, []).append(function)
         return found
 
-    def _tied_parts(self, units: list, plans: list) -> Union[list[PlanPart], str]:
+    def _tied_parts(self, units: list[Unit], plans: list[TrainingPlan]) -> Union[list[PlanPart], str]:
         """The plan parts for the code after an `if`/`else` with one `initialize` per arm and
         for the methods tied to a unit (after the units' own parts); or why the arms' autocasts
         differ where code runs after either."""
@@ -246,7 +294,9 @@ class MethodTies:
             first = min((p for _, p in planned), key=lambda p: p.init_line)
             spans = [(self.position(f)[0], self._lines_of(f)[-1]) for f in unit.methods]
             if after:
-                body = unit.pair_block.body
+                block = unit.pair_block
+                assert isinstance(block, (cst.IndentedBlock, cst.Module))  # where an `if` stands
+                body = block.body
                 spans.append((unit.pair_after + 1, self._lines_of(body[-1])[-1]))
             parts.extend(
                 PlanPart(

@@ -18,14 +18,14 @@ part of PlanTraining (training_plan.py), which mixes it in.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 import libcst as cst
 import libcst.matchers as m
 
-from .plan import PlanPart, TrainingPlan
+from .plan import InferenceRegion, PlanPart, TrainingPlan
 from .plan_methods import MethodTies, branch_arms
-from .plan_threading import find_threading
+from .plan_threading import Threaded, find_threading
 
 
 class Unit:
@@ -54,6 +54,31 @@ class Unit:
 class UnitPlanning(MethodTies):
     """PlanTraining's planning for `initialize` calls that each govern one block."""
 
+    # What this mixin reads from its host, PlanTraining (and InferencePlanning beside it):
+    # declared for the type checker only, so that nothing here shadows them at run time.
+    if TYPE_CHECKING:
+        inits: list[tuple[cst.Call, cst.CSTNode]]
+        sites: list[cst.CSTNode]
+        scale_losses: list[cst.Call]
+        forced_placement: Optional[str]
+
+        def _inference_shaped(self, call: cst.Call) -> bool: ...
+        def _inference_region(
+            self, call: cst.Call, statement: cst.CSTNode
+        ) -> Union[InferenceRegion, str]: ...
+        def _regions_apart(self, regions: list[InferenceRegion], sites: list[int]) -> bool: ...
+        def _step_sites(
+            self, module: cst.Module, optimizers: set[str], init: cst.CSTNode
+        ) -> list[cst.Call]: ...
+        def _plan(
+            self,
+            call: cst.Call,
+            statement: cst.CSTNode,
+            module: cst.Module,
+            unit: Optional[Unit] = None,
+            threaded: tuple[Threaded, ...] = (),
+        ) -> Optional[TrainingPlan]: ...
+
     def _initializing_loop(self, statement: cst.CSTNode) -> Optional[cst.For]:
         """The `for` whose body only runs this `initialize` on one element each (plain
         assignments beside it, no other Apex call): Apex's state after the loop is the last
@@ -79,9 +104,11 @@ class UnitPlanning(MethodTies):
     def _unit_of(self, call: cst.Call, statement: cst.CSTNode) -> Unit:
         statement = self._initializing_loop(statement) or statement
         block, anchor = self.parent(statement), statement
+        assert block is not None  # a statement of the file stands in a block
         owner = self.parent(block)
         if isinstance(owner, cst.If) and owner.body is block and owner.orelse is None:
             block, anchor = self.parent(owner), owner
+        assert isinstance(block, (cst.BaseSuite, cst.Module))
         body = list(block.body)
         first = self.position(anchor)[0] if isinstance(block, cst.Module) else self.position(body[0])[0]
         unit = Unit(
@@ -125,6 +152,7 @@ class UnitPlanning(MethodTies):
                 region = self._inference_region(unit.call, unit.statement)
                 if not region:
                     return ""
+                assert isinstance(region, InferenceRegion)  # its only string is "" (refused)
                 regions.append(region)
                 continue
             plan = self._plan_unit(unit, module, outside, threaded)
@@ -191,7 +219,7 @@ class UnitPlanning(MethodTies):
         if there is None or here is there:
             return ""
         name = there.name.value
-        if self.findall(here if here is not None else self.context.wrapper.module, m.Name(name), {name}):
+        if self.findall(here if here is not None else self._module(), m.Name(name), {name}):
             return (
                 f"`{here.name.value if here is not None else 'the module'}` calls `{name}`, "
                 "which calls `initialize` again"
@@ -239,7 +267,7 @@ class UnitPlanning(MethodTies):
             c
             for c in steps
             if self._holder([unit], c) is unit
-            or (self.scope_of(c) is not None and self.position(self.scope_of(c))[0] in passed)
+            or ((scope := self.scope_of(c)) is not None and self.position(scope)[0] in passed)
             or any(self.scope_of(c) is f for f in unit.methods)
         ]
 

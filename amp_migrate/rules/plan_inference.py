@@ -26,7 +26,7 @@ PlanTraining (training_plan.py), which mixes it in.
 from __future__ import annotations
 
 import ast
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 import libcst as cst
 
@@ -42,6 +42,12 @@ from .plan_options import (
     report_dropped,
     string,
 )
+
+if TYPE_CHECKING:
+    from ..diagnostics import Code
+    from ..options import Options
+    from ..source_index import SourceIndex
+    from .base import FileState
 
 INFERENCE_OUT_OF_REACH = define(
     "AMP150",
@@ -126,7 +132,7 @@ def _mentions(node: ast.AST, names: set[str]) -> Optional[str]:
     return next((n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in names), None)
 
 
-def _holder(parent: ast.AST, node: ast.AST) -> Optional[list]:
+def _holder(parent: Optional[ast.AST], node: ast.AST) -> Optional[list]:
     for field in ("body", "orelse", "finalbody"):
         block = getattr(parent, field, None)
         if isinstance(block, list) and any(s is node for s in block):
@@ -216,12 +222,37 @@ def _aliases(scope: ast.AST, names: set[str]) -> set[str]:
 class InferencePlanning:
     """PlanTraining's planning for `initialize` calls that only prepare models for inference."""
 
+    # What this mixin reads from its host (Rule, PlanTraining): declared for the type checker
+    # only, so that nothing here shadows the host's definitions at run time.
+    if TYPE_CHECKING:
+        state: FileState
+        options: Options
+        inits: list[tuple[cst.Call, cst.CSTNode]]
+        sites: list[cst.CSTNode]
+        scale_losses: list[cst.Call]
+
+        def position(self, node: cst.CSTNode) -> tuple[int, int]: ...
+        def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]: ...
+        def apex_name(self, node: cst.CSTNode) -> Optional[str]: ...
+        def code_of(self, node: cst.CSTNode) -> str: ...
+        def report(
+            self, node: cst.CSTNode, code: Code, message: Optional[str] = None, *, fixed: bool = True
+        ) -> None: ...
+        def _lines_of(self, statement: cst.CSTNode) -> range: ...
+        def _free_builtins(self) -> tuple[str, ...]: ...
+
+    def _source_index(self) -> SourceIndex:
+        """The file's index: the plans that read Python's parse run only where it exists."""
+        index = self.state.index
+        assert index is not None
+        return index
+
     def _ast_parents(self) -> dict[int, ast.AST]:
         found = getattr(self, "_inference_parents", None)
         if found is None:
             found = {
                 id(child): node
-                for node in ast.walk(self.state.index.tree)
+                for node in ast.walk(self._source_index().tree)
                 for child in ast.iter_child_nodes(node)
             }
             self._inference_parents = found
@@ -229,13 +260,13 @@ class InferencePlanning:
 
     def _ast_statement(self, node: cst.CSTNode) -> Optional[ast.stmt]:
         """Python's parse of a statement of the file as given (simple ones found by line)."""
-        found = self.state.index.ast_of(node)
+        found = self._source_index().ast_of(node)
         if found is not None:
             return found
         lines = getattr(self, "_inference_lines", None)
         if lines is None:
             lines = self._inference_lines = {
-                n.lineno: n for n in ast.walk(self.state.index.tree) if isinstance(n, ast.stmt)
+                n.lineno: n for n in ast.walk(self._source_index().tree) if isinstance(n, ast.stmt)
             }
         return lines.get(self.position(node)[0])
 
@@ -285,6 +316,7 @@ class InferencePlanning:
         if self.state.index is None or self.state.index.tree is None:
             return self._refuse_inference(call, "this file is beyond the parser that proves regions")
         args = bind_arguments(call)
+        assert args is not None  # an inference-shaped call: its arguments bind
         names = self._model_names(statement, args)
         if isinstance(names, str):
             return self._refuse_inference(call, names)
@@ -399,7 +431,9 @@ class InferencePlanning:
         if not isinstance(parents.get(id(function)), ast.Module) or depth > 3:
             return f"code runs after `{function.name}` returns"
         uses = [
-            n for n in ast.walk(self.state.index.tree) if isinstance(n, ast.Name) and n.id == function.name
+            n
+            for n in ast.walk(self._source_index().tree)
+            if isinstance(n, ast.Name) and n.id == function.name
         ]
         if not uses:
             return f"`{function.name}` is not called in this file, so what runs after it returns is unknown"
@@ -590,7 +624,7 @@ class InferencePlanning:
             and isinstance(n.func, ast.Attribute)
             and n.func.attr == "step"
             and ast.unparse(n.func.value) in optimizers
-            for n in ast.walk(self.state.index.tree)
+            for n in ast.walk(self._source_index().tree)
         )
 
     def _between(self, first: cst.CSTNode, later: cst.CSTNode) -> str:
@@ -599,23 +633,29 @@ class InferencePlanning:
         training site or a function or class of this file."""
         parents = self._ast_parents()
         start, end = self._ast_statement(first), self._ast_statement(later)
-        if start is None or end is None or end.lineno <= start.end_lineno:
+        if start is None or end is None:
             return "not after"
-        holder, node = parents.get(id(start)), end
+        start_end = start.end_lineno
+        assert start_end is not None  # ast.parse sets it on every statement
+        if end.lineno <= start_end:
+            return "not after"
+        holder = parents.get(id(start))
+        node: Optional[ast.AST] = end
         while node is not None and parents.get(id(node)) is not holder:
             node = parents.get(id(node))
             if not isinstance(node, (ast.If, ast.With)):
                 return "not in the block of the first"
         if node is None or _holder(holder, node) is not _holder(holder, start):
             return "not in the block of the first"
-        tree = self.state.index.tree
+        tree = self._source_index().tree
         local = {
             n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
         }
         sites = {self.position(site)[0] for site in self.sites}
+        assert holder is not None  # a statement of the parsed file has a parent
         for n in ast.walk(holder):
             line = getattr(n, "lineno", 0)
-            if start.end_lineno < line < end.lineno and (
+            if start_end < line < end.lineno and (
                 line in sites
                 or isinstance(n, ast.Call)
                 and isinstance(n.func, ast.Name)

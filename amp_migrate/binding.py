@@ -22,11 +22,11 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
-from typing import TYPE_CHECKING, AbstractSet, Callable, Iterable, Optional
+from typing import TYPE_CHECKING, AbstractSet, Any, Callable, ClassVar, Iterable, Optional, TypeVar, cast
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import QualifiedNameProvider
+from libcst.metadata import QualifiedName, QualifiedNameProvider
 
 from .carriers import Carriers, find_carriers
 
@@ -38,6 +38,8 @@ HANDLE = "apex.amp.AmpHandle"  # what `amp.init()` returns
 WRAPPED = "apex.amp.OptimWrapper"  # what `handle.wrap_optimizer(opt)` returns
 
 GetMetadata = Callable[..., object]
+
+_T = TypeVar("_T")
 
 
 def is_apex_name(name: str) -> bool:
@@ -101,7 +103,7 @@ class Pruned:
         self.parents = parents  # filled with the parent of every node entered, if given
 
     #: Called on every node before its `visit_<Type>` handler (False skips the children).
-    visit_node = None
+    visit_node: ClassVar[Optional[Callable[[Any, cst.CSTNode], Optional[bool]]]] = None
 
     def walk(self, tree: cst.CSTNode) -> None:
         stack: list[tuple[cst.CSTNode, Optional[cst.CSTNode]]] = [(tree, None)]
@@ -137,9 +139,10 @@ def find(
     """`m.findall` that does not enter the skipped statements; `parents`, if given, gets
     the parent of every node the search entered."""
     found: list[cst.CSTNode] = []
-    node_type = getattr(cst, type(matcher).__name__, None)  # m.Call matches cst.Call only
-    if not (isinstance(node_type, type) and issubclass(node_type, cst.CSTNode)):
-        node_type = cst.CSTNode
+    named = getattr(cst, type(matcher).__name__, None)  # m.Call matches cst.Call only
+    node_type: type[cst.CSTNode] = (
+        named if isinstance(named, type) and issubclass(named, cst.CSTNode) else cst.CSTNode
+    )
 
     class _Find(Pruned):
         def visit_node(self, node: cst.CSTNode) -> None:
@@ -210,7 +213,7 @@ class _Bindings(Pruned):
 
     def _bind(self, target: cst.CSTNode) -> None:
         for name in m.findall(target, m.Name()) if not isinstance(target, cst.Name) else [target]:
-            self.other.add(name.value)
+            self.other.add(cast(cst.Name, name).value)  # what `m.Name()` found
 
     def visit_Import(self, node: cst.Import) -> bool:
         for alias in node.names:
@@ -328,7 +331,10 @@ def _bound_part(target: cst.CSTNode) -> cst.CSTNode:
     if isinstance(target, (cst.Attribute, cst.Subscript)):
         return cst.Tuple([])
     if isinstance(target, (cst.Tuple, cst.List)):
-        return cst.Tuple([cst.Element(_bound_part(e.value)) for e in target.elements])
+        # An expression's bound part is an expression (an empty tuple, or itself).
+        return cst.Tuple(
+            [cst.Element(cast(cst.BaseExpression, _bound_part(e.value))) for e in target.elements]
+        )
     if isinstance(target, cst.StarredElement):
         return _bound_part(target.value)
     return target
@@ -494,36 +500,57 @@ class ApexBinder:
         self.handles: set[str] = set()  # local names bound to amp.init()
         self.wrapped: set[str] = set()  # names bound to handle.wrap_optimizer(...)
         if known is not None:
-            self.table = known.table
-            self.holders, self.handles, self.wrapped = known.holders, known.handles, known.wrapped
-            self.bound_elsewhere = known.bound_elsewhere
-            self.imported, self._stars = known.imported, known._stars
-            self._per_tree = known._per_tree
-            self.carriers = known.carriers
+            self._take_over(known)
         else:
-            seen = _Bindings(self._skip)
-            seen.walk(module)
-            self.table = _table(seen)
-            #: Names an Apex import binds; where one is bound otherwise too, the flow of its
-            #: bindings decides what each read means.
-            self.imported: frozenset[str] = frozenset(seen.apex)
-            self._stars = seen.star or bool(seen.star_names)
-            #: Names the file binds other than by an Apex import (only those that spell an
-            #: Apex word are known: the others do not matter).
-            self.bound_elsewhere: frozenset[str] = frozenset(seen.other)
-            #: Apex's module handed around as a value (`train(model, optimizer, amp)`), where
-            #: that flow is proven: the parameters that receive it read as the module.
-            self.carriers: Optional[Carriers] = (
-                _carriers_of(module, seeds, parsed)
-                if seeds
-                or set(seen.apex) & seen.other
-                or any(isinstance(a.value, cst.Name) and a.value.value in seen.apex for a in seen.assigns)
-                else None
-            )
-            if self.carriers is not None and self.carriers.refusal is None and self.carriers.slots:
-                self.table = None
-                self.imported = self.imported | {s.param for s in self.carriers.slots.values()}
-            self._scan(module, words, seen.assigns)
+            self._first_read(module, words, seeds, parsed)
+
+    #: Apex name of each name an Apex import binds, where no name is bound otherwise too
+    #: (None: the flow of bindings decides, `reaching()`).
+    table: Optional[dict[str, str]]
+    #: Names an Apex import binds; where one is bound otherwise too, the flow of its
+    #: bindings decides what each read means.
+    imported: frozenset[str]
+    _stars: bool  # a star import of Apex
+    #: Names the file binds other than by an Apex import (only those that spell an
+    #: Apex word are known: the others do not matter).
+    bound_elsewhere: frozenset[str]
+    #: Apex's module handed around as a value (`train(model, optimizer, amp)`), where
+    #: that flow is proven: the parameters that receive it read as the module.
+    carriers: Optional[Carriers]
+
+    def _take_over(self, known: "ApexBinder") -> None:
+        """The facts of the file as first read, from the binder that read it."""
+        self.table = known.table
+        self.holders, self.handles, self.wrapped = known.holders, known.handles, known.wrapped
+        self.bound_elsewhere = known.bound_elsewhere
+        self.imported, self._stars = known.imported, known._stars
+        self._per_tree = known._per_tree
+        self.carriers = known.carriers
+
+    def _first_read(
+        self,
+        module: cst.Module,
+        words: Optional[Iterable[str]],
+        seeds: Optional[dict[str, str]],
+        parsed: Optional[tuple[str, ast.Module]],
+    ) -> None:
+        seen = _Bindings(self._skip)
+        seen.walk(module)
+        self.table = _table(seen)
+        self.imported = frozenset(seen.apex)
+        self._stars = seen.star or bool(seen.star_names)
+        self.bound_elsewhere = frozenset(seen.other)
+        self.carriers = (
+            _carriers_of(module, seeds, parsed)
+            if seeds
+            or set(seen.apex) & seen.other
+            or any(isinstance(a.value, cst.Name) and a.value.value in seen.apex for a in seen.assigns)
+            else None
+        )
+        if self.carriers is not None and self.carriers.refusal is None and self.carriers.slots:
+            self.table = None
+            self.imported = self.imported | {s.param for s in self.carriers.slots.values()}
+        self._scan(module, words, seen.assigns)
 
     def imported_name(self, node: cst.CSTNode) -> Optional[str]:
         """The Apex name `node` reaches through an import alone (not through `self.` holders)."""
@@ -540,7 +567,7 @@ class ApexBinder:
             return self._flowing(node)
         if not self._stars:  # only an import (tracked above) or a star import binds Apex names
             return None
-        names = self._get(QualifiedNameProvider, node, set())
+        names = cast(AbstractSet[QualifiedName], self._get(QualifiedNameProvider, node, set()))
         apex = sorted(q.name for q in names if is_apex_name(q.name))
         return apex[0] if apex else None
 
@@ -558,12 +585,12 @@ class ApexBinder:
             )
         return self._reaching
 
-    def _of_tree(self, kind: tuple, compute: Callable[[], object]):
+    def _of_tree(self, kind: tuple, compute: Callable[[], _T]) -> _T:
         """`compute()` for this binder's tree, or what an earlier binder computed for the
         same tree (`kind` names the question and what it depends on besides the tree)."""
         known = self._per_tree.get(kind)
         if known is not None and known[0] is self._module:
-            return known[1]
+            return cast(_T, known[1])  # what `compute` of the same `kind` gave
         value = compute()
         self._per_tree[kind] = (self._module, value)
         return value
@@ -571,7 +598,7 @@ class ApexBinder:
     def _flowing(self, node: cst.CSTNode) -> Optional[str]:
         if isinstance(node, cst.Name):
             reaching = self.reaching().reads.get(node)
-            apex = sorted({self._apex_of(b) for b in reaching or () if self._apex_of(b) is not None})
+            apex = sorted({a for a in map(self._apex_of, reaching or ()) if a is not None})
             # A read that something else can reach too is reported (rules/rebinding.py) and
             # the file falls back; answering Apex keeps the other rules' view as it was.
             return apex[0] if apex else None
@@ -611,11 +638,13 @@ class ApexBinder:
         def compute() -> frozenset[int]:
             found = set()
             for statement in self._module.body:
-                slot = slots.get(statement.name.value) if isinstance(statement, cst.FunctionDef) else None
-                params = statement.params if slot is not None else None
-                for param in (
-                    (*params.posonly_params, *params.params, *params.kwonly_params) if params else ()
-                ):
+                if not isinstance(statement, cst.FunctionDef):
+                    continue
+                slot = slots.get(statement.name.value)
+                if slot is None:
+                    continue
+                params = statement.params
+                for param in (*params.posonly_params, *params.params, *params.kwonly_params):
                     if param.name.value == slot.param:
                         found.add(id(param))
             return frozenset(found)
@@ -634,7 +663,9 @@ class ApexBinder:
         """`read`: known to be a read (the base of an attribute or call rules asked about;
         rules never ask about names inside import statements)."""
         if isinstance(node, cst.Name):
-            if node.value not in self.table:
+            table = self.table
+            assert table is not None, "_direct asks _plain only where the file has a table"
+            if node.value not in table:
                 return None
             # Like QualifiedNameProvider: only reads have a name.
             if read is None:
@@ -645,7 +676,7 @@ class ApexBinder:
                         ("not_reads", self._skip), lambda: not_reads(self._module, self._skip)
                     )
                 read = id(node) not in self._not_reads
-            return self.table[node.value] if read else None
+            return table[node.value] if read else None
         if isinstance(node, cst.Attribute):
             base = self._plain(_unsubscripted(node.value), True)
             return f"{base}.{node.attr.value}" if base is not None else None
@@ -664,12 +695,12 @@ class ApexBinder:
             elif self._direct(a.value, read=True) is None:
                 continue  # not an Apex object
             for t in a.targets:
-                if m.matches(t.target, m.Attribute(value=m.Name("self"))):
+                if isinstance(t.target, cst.Attribute) and m.matches(t.target.value, m.Name("self")):
                     more.add(t.target.attr.value)
                 elif isinstance(t.target, cst.Name):
                     more.add(t.target.value)
         assigns = (
-            find(module, m.Assign(), self._skipping(set(words) | more))
+            cast(list[cst.Assign], find(module, m.Assign(), self._skipping(set(words) | more)))
             if more and words is not None
             else first
         )
@@ -679,21 +710,22 @@ class ApexBinder:
         for assign in assigns:
             if m.matches(assign.value, wrap_call):
                 wraps.append(assign)
-            if m.matches(assign.value, m.Call()) and self._direct(assign.value.func) == "apex.amp.init":
+            if isinstance(assign.value, cst.Call) and self._direct(assign.value.func) == "apex.amp.init":
                 if len(assign.targets) == 1:
                     target = assign.targets[0].target
-                    if m.matches(target, m.Name()):
+                    if isinstance(target, cst.Name):
                         self.handles.add(target.value)
-                    elif m.matches(target, m.Attribute(value=m.Name("self"))):
+                    elif isinstance(target, cst.Attribute) and m.matches(target.value, m.Name("self")):
                         candidates.setdefault(target.attr.value, set()).add(HANDLE)
                 continue
             # `self.norm = FusedLayerNorm(d)` holds an instance, not the Apex object itself.
             value_name = None if isinstance(assign.value, cst.Call) else self._direct(assign.value, read=True)
             for t in assign.targets:
-                if m.matches(t.target, m.Attribute(value=m.Name("self"))):
+                if isinstance(t.target, cst.Attribute) and m.matches(t.target.value, m.Name("self")):
                     candidates.setdefault(t.target.attr.value, set()).add(value_name)
         for assign in wraps:
-            if self._bound(assign.value.func.value) == HANDLE and len(assign.targets) == 1:
+            wrap = cast(cst.Attribute, cast(cst.Call, assign.value).func)  # what `wrap_call` matched
+            if self._bound(wrap.value) == HANDLE and len(assign.targets) == 1:
                 self.wrapped.add(cst.Module([]).code_for_node(assign.targets[0].target))
         for attr, values in candidates.items():
             if len(values) == 1 and None not in values:

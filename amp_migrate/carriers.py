@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Union
+from typing import Iterator, Optional, Union, cast
 
 from .lines import split_lines
 
@@ -30,6 +30,7 @@ from .lines import split_lines
 HANDLED = ("scale_loss", "master_params", "state_dict", "load_state_dict")
 
 Place = tuple[int, int]  # line, column (1-based, as diagnostics give them)
+_Function = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ def find_carriers(
     """The value flow of Apex's module in this file (None: no function hands it on). `seeds`:
     function -> parameter of this module that other modules of the project pass it to."""
     lines = split_lines(source)
-    functions: dict[str, list[ast.AST]] = {}
+    functions: dict[str, list[_Function]] = {}
     for statement in tree.body:
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
             functions.setdefault(statement.name, []).append(statement)
@@ -149,13 +150,13 @@ def find_carriers(
         return None
     try:
         flow = _Flow(tree, functions, found, lines)
-        for function, param in (seeds or {}).items():
-            defs = functions.get(function, [])
+        for seeded, param in (seeds or {}).items():
+            defs = functions.get(seeded, [])
             if len(defs) != 1 or not isinstance(defs[0], ast.FunctionDef) or defs[0].decorator_list:
-                raise _Refused(tree, f"`{function}` is not a function defined once, undecorated, here")
+                raise _Refused(tree, f"`{seeded}` is not a function defined once, undecorated, here")
             names = [a.arg for a in (*defs[0].args.posonlyargs, *defs[0].args.args)]
             index = names.index(param) if param in names else None
-            found.slots[function] = Slot(function, param, index)
+            found.slots[seeded] = Slot(seeded, param, index)
         flow.run()
     except _Refused as refused:
         found.refusal = (place_of(lines, refused.node), refused.why)
@@ -180,7 +181,7 @@ def _origin(function: ast.AST) -> Optional[tuple[str, ast.AST]]:
 
 class _Flow:
     def __init__(
-        self, tree: ast.Module, functions: dict[str, list[ast.AST]], found: Carriers, lines: list[str]
+        self, tree: ast.Module, functions: dict[str, list[_Function]], found: Carriers, lines: list[str]
     ) -> None:
         self.tree, self.functions, self.found, self.lines = tree, functions, found, lines
         #: local name -> (module, level, name) of the module's `from M import f` statements
@@ -221,6 +222,7 @@ class _Flow:
                     pending.append((slot.function, slot.param))
         initialized, imported = getattr(self, "_initialized", (True, None))
         if not initialized:
+            assert imported is not None, "_origin_bindings sets both"
             raise _Refused(
                 imported,
                 f"`{self.found.name}.initialize` does not run in the block that imports "
@@ -241,7 +243,7 @@ class _Flow:
             elif isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
                 raise _Refused(node, f"`{name}` is declared global or nonlocal")
 
-    def _in_setup(self, read: ast.Name, origin: ast.AST) -> bool:
+    def _in_setup(self, read: ast.Name, origin: Optional[ast.AST]) -> bool:
         """A read inside the `if` block that imports Apex, after the import (`initialize`)."""
         block = self._setup_block
         # By position, not line: a project's provider call becomes the import on the line of
@@ -257,18 +259,23 @@ class _Flow:
     def place(self, node: ast.AST) -> Place:
         return place_of(self.lines, node)
 
-    def _origin_bindings(self, origin: ast.AST) -> int:
+    def _origin_bindings(self, origin: _Function) -> int:
         """Checks that the origin binds the name only to the import and to None (before the
         `if` that imports, or in its `else`); the last line of that setup."""
         name = self.found.name
-        imported = next(
-            n
-            for n, _, nested in _own_nodes(origin)
-            if not nested and _imported_module(n) == name and self.place(n) == self.found.at
+        imported = cast(  # what `_imported_module` names a module for
+            Union[ast.Import, ast.ImportFrom],
+            next(
+                n
+                for n, _, nested in _own_nodes(origin)
+                if not nested and _imported_module(n) == name and self.place(n) == self.found.at
+            ),
         )
         holder = self.parents[id(imported)]
+        setup: ast.stmt
         if isinstance(holder, ast.If) and imported in holder.body and self.parents[id(holder)] is origin:
             self._setup_block = holder.body[holder.body.index(imported) :]
+            assert holder.end_lineno is not None, "a parsed statement has its end"
             setup, after = holder, holder.end_lineno
         elif holder is origin:
             setup, after = imported, imported.lineno
@@ -298,11 +305,10 @@ class _Flow:
                 self._none_binding(node, parent, origin, setup)
         return after
 
-    def _none_binding(self, node: ast.AST, statement: ast.AST, origin: ast.AST, setup: ast.AST) -> None:
+    def _none_binding(self, node: ast.AST, statement: ast.AST, origin: _Function, setup: ast.stmt) -> None:
         name = self.found.name
-        if not (
-            isinstance(statement, ast.Assign)
-            and statement.targets == [node]
+        if not isinstance(statement, ast.Assign) or not (
+            statement.targets == [node]
             and isinstance(statement.value, ast.Constant)
             and statement.value.value is None
         ):
@@ -332,7 +338,7 @@ class _Flow:
             statement, f"`{name} = None` is not in the `else` of the `if` that imports Apex, nor before it"
         )
 
-    def _parameter_bindings(self, function: ast.AST, name: str) -> None:
+    def _parameter_bindings(self, function: _Function, name: str) -> None:
         for node, _, nested in _own_nodes(function):
             if nested:
                 continue
@@ -373,7 +379,8 @@ class _Flow:
             self.found.compares[self.place(read)] = isinstance(parent.ops[0], ast.IsNot)
             return None
         if isinstance(parent, ast.keyword) and parent.arg is not None:
-            return self._slot(self.parents[id(parent)], read, name, parent.arg)
+            # A call's keyword: a class's are nested, and `_reads` refuses nested reads.
+            return self._slot(cast(ast.Call, self.parents[id(parent)]), read, name, parent.arg)
         if isinstance(parent, ast.Call) and read in parent.args:
             return self._slot(parent, read, name, parent.args.index(read))
         raise _Refused(
@@ -391,10 +398,12 @@ class _Flow:
     def _slot(self, call: ast.Call, read: ast.Name, name: str, at: Union[int, str]) -> Optional[Slot]:
         callee = call.func.id if isinstance(call.func, ast.Name) else None
         if callee in self.imported and callee not in self.functions:
-            return self._external(call, read, name, callee, at)
+            self._external(call, read, name, callee, at)
+            return None
         defs = self.functions.get(callee or "", [])
         if (
-            len(defs) != 1
+            callee is None  # no def is called ""
+            or len(defs) != 1
             or not isinstance(defs[0], ast.FunctionDef)
             or defs[0].decorator_list
             or callee == self.found.origin
@@ -405,6 +414,7 @@ class _Flow:
                 "defined once, undecorated, in this file",
             )
         params = [*defs[0].args.posonlyargs, *defs[0].args.args]
+        index: Optional[int]
         if isinstance(at, int):
             if any(isinstance(a, ast.Starred) for a in call.args[: at + 1]) or at >= len(params):
                 raise _Refused(read, f"`{name}` is passed to `{callee}` where no named parameter takes it")

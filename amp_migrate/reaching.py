@@ -22,7 +22,7 @@ costs a fallback and never a wrong rewrite.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import AbstractSet, Iterable, Optional
+from typing import AbstractSet, Iterable, Optional, Union
 
 import libcst as cst
 
@@ -180,7 +180,7 @@ class _Scopes:
         return scope
 
     def _walk(self, node, scope: _Scope) -> None:
-        stack: list[tuple[object, _Scope]] = [(node, scope)]
+        stack: list[tuple[Union[cst.CSTNode, list, tuple], _Scope]] = [(node, scope)]
         skip = self.skip
         while stack:
             item, scope = stack.pop()
@@ -308,7 +308,7 @@ class Reaching:
         scopes = _Scopes(module, self.names, skip)
         self._of = scopes.of
         self._frames: list[_Frame] = []
-        self._pending: list[tuple[cst.CSTNode, _Scope, dict[str, frozenset]]] = []
+        self._pending: list[tuple[Union[cst.FunctionDef, cst.Lambda], _Scope, dict[str, frozenset]]] = []
         self._raw: dict[cst.Name, tuple[frozenset, _Scope, bool]] = {}
         self._without_apex = 0  # inside handlers that run only when an Apex import failed
         #: Every binding seen, by the node it is reported at (import aliases included).
@@ -502,7 +502,10 @@ class Reaching:
             for child in children(node):
                 self._expr(child)
 
-    def _target(self, target: cst.CSTNode, statement: cst.CSTNode, *, harmless: bool = False) -> None:
+    def _target(
+        self, target: cst.CSTNode, statement: Union[cst.CSTNode, str], *, harmless: bool = False
+    ) -> None:
+        """`statement`: the binding as written (a node, or text), as `_bind` takes it."""
         if isinstance(target, cst.Name):
             self._bind(target.value, statement, target, harmless=harmless)
         elif isinstance(target, (cst.Tuple, cst.List)):
@@ -668,7 +671,7 @@ class Reaching:
 
     def _defer(self, node) -> None:
         scope = self._scope(node, "function")
-        entry = {name: frozenset() for name in scope.local}
+        entry: dict[str, frozenset] = {name: frozenset() for name in scope.local}
         params = node.params
         for param in (
             *params.posonly_params,

@@ -20,7 +20,7 @@ import itertools
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Literal, Optional, Protocol, Sequence, Union, cast
 
 import libcst as cst
 
@@ -28,7 +28,7 @@ from .lines import split_lines
 
 _WORD = re.compile(r"\w+")
 
-_COMPOUND = {
+_COMPOUND: dict[type[cst.CSTNode], Union[type[ast.stmt], tuple[type[ast.stmt], ...]]] = {
     cst.If: ast.If,
     cst.For: (ast.For, ast.AsyncFor),
     cst.While: ast.While,
@@ -40,6 +40,21 @@ _COMPOUND = {
 }
 if hasattr(cst, "TryStar") and hasattr(ast, "TryStar"):
     _COMPOUND[cst.TryStar] = ast.TryStar
+
+#: Python's compound statements with a `body` (all but `match`), and its loops.
+_AstBlock = Union[
+    ast.If,
+    ast.For,
+    ast.AsyncFor,
+    ast.While,
+    ast.With,
+    ast.AsyncWith,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.Try,
+]
+_AstLoop = Union[ast.For, ast.AsyncFor, ast.While]
 
 
 class _Unpaired(Exception):
@@ -145,28 +160,35 @@ class SourceIndex:
         return []  # `if x: y` on one line: the compound statement is the unit
 
     def _pair_children(self, node: cst.CSTNode, stmt: ast.stmt) -> list[Statement]:
-        children = self._block(node.body, stmt.body) if not isinstance(node, cst.Match) else []
-        if isinstance(node, cst.If):
-            if isinstance(node.orelse, cst.If):
-                children += self._pair([node.orelse], stmt.orelse)
-            elif isinstance(node.orelse, cst.Else):
-                children += self._block(node.orelse.body, stmt.orelse)
-        elif isinstance(node, (cst.For, cst.While)) and node.orelse is not None:
-            children += self._block(node.orelse.body, stmt.orelse)
-        elif isinstance(node, cst.Try) or type(node).__name__ == "TryStar":
-            if len(node.handlers) != len(stmt.handlers):
+        # `_pair` checked that `stmt` is the `_COMPOUND` counterpart of `node`'s type, which
+        # the casts below state (a `try*` has a `try`'s fields on both sides).
+        if isinstance(node, cst.Match):
+            match = cast(ast.Match, stmt)
+            if len(node.cases) != len(match.cases):
                 raise _Unpaired
-            for handler, ast_handler in zip(node.handlers, stmt.handlers):
-                children += self._block(handler.body, ast_handler.body)
-            if node.orelse is not None:
-                children += self._block(node.orelse.body, stmt.orelse)
-            if node.finalbody is not None:
-                children += self._block(node.finalbody.body, stmt.finalbody)
-        elif isinstance(node, cst.Match):
-            if len(node.cases) != len(stmt.cases):
-                raise _Unpaired
-            for case, ast_case in zip(node.cases, stmt.cases):
+            children: list[Statement] = []
+            for case, ast_case in zip(node.cases, match.cases):
                 children += self._block(case.body, ast_case.body)
+            return children
+        children = self._block(cast(cst.BaseCompoundStatement, node).body, cast(_AstBlock, stmt).body)
+        if isinstance(node, cst.If):
+            if_stmt = cast(ast.If, stmt)
+            if isinstance(node.orelse, cst.If):
+                children += self._pair([node.orelse], if_stmt.orelse)
+            elif isinstance(node.orelse, cst.Else):
+                children += self._block(node.orelse.body, if_stmt.orelse)
+        elif isinstance(node, (cst.For, cst.While)) and node.orelse is not None:
+            children += self._block(node.orelse.body, cast(_AstLoop, stmt).orelse)
+        elif isinstance(node, cst.Try) or type(node).__name__ == "TryStar":
+            try_node, try_stmt = cast(cst.Try, node), cast(ast.Try, stmt)
+            if len(try_node.handlers) != len(try_stmt.handlers):
+                raise _Unpaired
+            for handler, ast_handler in zip(try_node.handlers, try_stmt.handlers):
+                children += self._block(handler.body, ast_handler.body)
+            if try_node.orelse is not None:
+                children += self._block(try_node.orelse.body, try_stmt.orelse)
+            if try_node.finalbody is not None:
+                children += self._block(try_node.finalbody.body, try_stmt.finalbody)
         return children
 
     # -- queries ---------------------------------------------------------------------------
@@ -390,9 +412,20 @@ _BINDS_ITS_NAME = (
     ast.MatchAs,
     ast.MatchStar,
 )
+_BindsItsName = Union[
+    ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler, ast.MatchAs, ast.MatchStar
+]
 
 
-_AST_FIELDS: dict[type, object] = {}
+class _Located(Protocol):
+    """A node with a place (a statement, an expression, an argument, a pattern)."""
+
+    lineno: int
+    end_lineno: Optional[int]
+
+
+#: Each node type's fields but `ctx`, or False for a type that is no node (a str, None).
+_AST_FIELDS: dict[type, Union[tuple[str, ...], Literal[False]]] = {}
 
 
 def walk_ast(tree: ast.AST) -> Iterator[ast.AST]:
@@ -431,37 +464,48 @@ class _Facts:
         self.imports: list[tuple[Optional[str], int, list[tuple[str, Optional[str]]], int, int]] = []
         self.bound: dict[str, set[int]] = {}
         self.assigned: set[str] = set()
+        # Dispatched on the exact type (`walk_ast` is the hot loop); the casts state what each
+        # test proved.
         for node in walk_ast(tree):
             kind = type(node)
+            names: list[str]
             if kind is ast.Name:
-                if isinstance(node.ctx, ast.Load):
+                name_node = cast(ast.Name, node)
+                if isinstance(name_node.ctx, ast.Load):
                     continue
-                names = [node.id]
-                self.assigned.add(node.id)
+                names = [name_node.id]
+                self.assigned.add(name_node.id)
             elif kind in _IMPORTS:
-                self._import(node)
+                self._import(cast(Union[ast.Import, ast.ImportFrom], node))
                 continue
             elif kind is ast.alias:
-                self.assigned.add(node.asname or node.name.split(".")[0])
+                alias = cast(ast.alias, node)
+                self.assigned.add(alias.asname or alias.name.split(".")[0])
                 continue
             elif kind is ast.Global or kind is ast.Nonlocal:
-                names = node.names
+                names = cast(Union[ast.Global, ast.Nonlocal], node).names
             elif kind is ast.arg:
-                names = [node.arg]
-                self.assigned.add(node.arg)
+                arg = cast(ast.arg, node)
+                names = [arg.arg]
+                self.assigned.add(arg.arg)
             elif kind in _NAMED:  # functions, classes, `except ... as`, match captures, type parameters
                 names = [
                     getattr(node, f) for f in ("name", "rest") if isinstance(getattr(node, f, None), str)
                 ]
                 if kind in _DEFINES:
-                    self.defined.add(node.name)
-                if kind in _BINDS_ITS_NAME and node.name:
-                    self.assigned.add(node.name)
+                    self.defined.add(
+                        cast(Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef], node).name
+                    )
+                if kind in _BINDS_ITS_NAME:
+                    bound_name = cast(_BindsItsName, node).name
+                    if bound_name:
+                        self.assigned.add(bound_name)
             else:
                 continue
+            located = cast(_Located, node)
             for name in names:
                 self.bound.setdefault(name, set()).update(
-                    range(node.lineno, (node.end_lineno or node.lineno) + 1)
+                    range(located.lineno, (located.end_lineno or located.lineno) + 1)
                 )
 
     def _import(self, node: ast.Import | ast.ImportFrom) -> None:

@@ -13,7 +13,7 @@ import inspect
 import re
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
-from typing import AbstractSet, ClassVar, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, AbstractSet, ClassVar, Iterable, Mapping, Optional, Sequence, Union, cast
 
 import libcst as cst
 import libcst.matchers as m
@@ -21,6 +21,7 @@ from libcst.codemod import Codemod, CodemodContext, ContextAwareTransformer, Vis
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import (
+    CodeRange,
     MetadataWrapper,
     ParentNodeProvider,
     PositionProvider,
@@ -32,6 +33,14 @@ from ..binding import NOTHING, ApexBinder, children, find, is_node
 from ..diagnostics import Code, Diagnostic
 from ..options import Options
 from ..source_index import SourceIndex, pruning_enabled
+
+if TYPE_CHECKING:
+    from libcst.codemod.visitors import RemoveImportsVisitor
+
+    #: What `PrunedImportRemoval` is mixed into.
+    _ImportRemovalHost = RemoveImportsVisitor
+else:
+    _ImportRemovalHost = object
 
 _UNDEFINED = object()
 
@@ -114,7 +123,8 @@ def may_read_names(tree: cst.CSTNode, names: AbstractSet[str], index: SourceInde
     one as a word where strings are read as names (in an annotation, or under a call or
     subscript that may be `typing`'s), or any `__all__` (its strings are exports)."""
     typing = [index.qualifying(part) for part in ("typing", "typing_extensions")]
-    typing_words = None if None in typing else frozenset().union(*typing)
+    known = [words for words in typing if words is not None]
+    typing_words = frozenset().union(*known) if len(known) == len(typing) else None
     stack: list[tuple[cst.CSTNode, bool]] = [(tree, False)]
     skip = index.skipped(set(names) | {"__all__"})
     while stack:
@@ -167,7 +177,7 @@ def find_statements(tree: cst.CSTNode, kind: type) -> list:
             continue
         if not isinstance(node, _BLOCKS + (cst.BaseSuite,)):
             continue
-        inner = []
+        inner: list[cst.CSTNode] = []
         for name in _SUITES:
             value = getattr(node, name, None)
             if isinstance(value, (list, tuple)):
@@ -228,12 +238,14 @@ class WithoutMatcherSearch(ContextAwareTransformer):
         self._extra_visit_funcs, self._extra_leave_funcs = {}, {}
 
     on_visit = cst.CSTTransformer.on_visit
-    on_leave = cst.CSTTransformer.on_leave
+    # CSTTransformer's may return a FlattenSentinel, which the matcher base's type leaves out
+    # though it dispatches to CSTTransformer's all the same.
+    on_leave = cst.CSTTransformer.on_leave  # type: ignore[assignment]  # see above
     on_visit_attribute = cst.CSTTransformer.on_visit_attribute
     on_leave_attribute = cst.CSTTransformer.on_leave_attribute
 
 
-class PrunedImportRemoval:
+class PrunedImportRemoval(_ImportRemovalHost):
     """For a `RemoveImportsVisitor` subclass that keeps statement identity and holds the
     file's SourceIndex as `_index`: it enters only the statements that spell `import`, and
     when no name the removals bind is used (`may_read_names`), it skips libcst's scope and
@@ -263,7 +275,8 @@ class PrunedImportRemoval:
     def visit_Module(self, node: cst.Module) -> None:
         if not self._all_unused:
             return super().visit_Module(node)
-        self._unused_imports = _Everything()
+        # Stands in for the dict of unused aliases, which the visitor only asks `in`.
+        self._unused_imports = cast("dict[cst.ImportAlias, Union[cst.Import, cst.ImportFrom]]", _Everything())
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         return id(node) not in self._skip_ids and super().on_visit(node)
@@ -315,7 +328,7 @@ class Rule(VisitorBasedCodemodCommand):
         self._changed: list[bool] = []
         self._path: list[cst.CSTNode] = []  # the nodes being visited, outermost first
         self._seen_parents: dict[cst.CSTNode, Optional[cst.CSTNode]] = {}
-        self._statement_positions: dict[int, object] = {}
+        self._statement_positions: dict[int, Mapping[cst.CSTNode, CodeRange]] = {}
 
     # -- what the rule looks at ------------------------------------------------------------
     def interest(self) -> Optional[Iterable[str]]:
@@ -361,14 +374,18 @@ class Rule(VisitorBasedCodemodCommand):
         dotted component `part`, told from its spelling and the file's imports, without scope
         analysis; True when it may."""
         words = self.qualifying_words(part, first)
-        name = get_full_name_for_node(node) if words is not None else None
+        if words is None:
+            return True
+        name = get_full_name_for_node(node)
         return name is None or not words.isdisjoint(name.split("."))
 
     def may_start_with(self, node: cst.CSTNode, first: str) -> bool:
         """False when no qualified name of `node` can start with the component `first`: its
         dotted spelling starts with none of `SourceIndex.root_words(first)`."""
         words = self.state.index.root_words(first) if self.state.index is not None else None
-        name = get_full_name_for_node(node) if words is not None else None
+        if words is None:
+            return True
+        name = get_full_name_for_node(node)
         return name is None or name.split(".", 1)[0] in words
 
     def scope_questions(self) -> Optional[tuple[Iterable[str], Iterable[str]]]:
@@ -393,10 +410,12 @@ class Rule(VisitorBasedCodemodCommand):
         """Every name the code spells (the file as given, and what rules wrote since)."""
         index = self.state.index
         if index is None:
-            return {n.value for n in m.findall(tree, m.Name())}
-        return set(index.identifiers) | {n.value for n in find(tree, m.Name(), index.original_ids)}
+            return {cast(cst.Name, n).value for n in m.findall(tree, m.Name())}  # what m.Name() found
+        return set(index.identifiers) | {
+            cast(cst.Name, n).value for n in find(tree, m.Name(), index.original_ids)
+        }
 
-    def findall(
+    def findall(  # type: ignore[override]  # libcst's findall (no rule calls it) takes no words
         self,
         tree: cst.CSTNode,
         matcher,
@@ -405,7 +424,7 @@ class Rule(VisitorBasedCodemodCommand):
     ) -> list[cst.CSTNode]:
         """`m.findall` over the statements that spell one of `words` (default: `interest()`),
         with one of `also` on the same line if given."""
-        parents = self._seen_parents if tree is self.context.wrapper.module else None
+        parents = self._seen_parents if tree is self._wrapped_module() else None
         if words == ():
             return find(tree, matcher, self._skip, parents)
         skip = self.state.skipping(words, also)
@@ -429,7 +448,9 @@ class Rule(VisitorBasedCodemodCommand):
             self._words is not None
             and type(node) is cst.SimpleStatementLine
             and id(node) not in self._original
-            and not self.state.index.spells_in(node, self._words, self._also)
+            and not cast(SourceIndex, self.state.index).spells_in(
+                node, self._words, self._also
+            )  # set with _words
         ):
             self._skip_new.add(id(node))  # a line an earlier rule wrote, nothing for this rule
             return False
@@ -512,7 +533,7 @@ class Rule(VisitorBasedCodemodCommand):
         self._skip = self._parent_skip = self.state.skipping(words, also)
         if self.PARENTS_EVERYWHERE:
             self._parent_skip = NOTHING
-        if self._skip and self.state.index is not None:
+        if self._skip and self.state.index is not None and words is not None:  # words: what skips
             self._words = frozenset(words)
             self._also = frozenset(also) if also is not None else None
             self._original = self.state.index.original_ids
@@ -564,17 +585,21 @@ class Rule(VisitorBasedCodemodCommand):
             return (1, 1)
         if index is None:
             return self._position_by_layout(node)
-        statement = node
-        while statement is not None and index.place_of(statement) is None:
+        statement: Optional[cst.CSTNode] = node
+        while statement is not None:
+            place = index.place_of(statement)
+            if place is not None:
+                break
             statement = self.parent(statement)
-        if statement is None:
+        else:
             return (0, 0)
-        line, col = index.place_of(statement)
+        line, col = place
         if statement is node:
             return line, col + 1
         positions = self._statement_positions.get(id(statement))
         if positions is None:
-            wrapper = FastMetadataWrapper(cst.Module(body=[statement]), unsafe_skip_copy=True)
+            placed = cast(Union[cst.SimpleStatementLine, cst.BaseCompoundStatement], statement)  # has a place
+            wrapper = FastMetadataWrapper(cst.Module(body=[placed]), unsafe_skip_copy=True)
             positions = self._statement_positions[id(statement)] = wrapper.resolve(PositionProvider)
         where, base = positions.get(node), positions.get(statement)
         if where is None or base is None:
@@ -602,6 +627,12 @@ class Rule(VisitorBasedCodemodCommand):
         """The parent if the traversal has recorded it (no walk over the file)."""
         return self._seen_parents.get(node)
 
+    def _wrapped_module(self) -> cst.Module:
+        """The tree being transformed (the context holds its wrapper while a rule runs)."""
+        wrapper = self.context.wrapper
+        assert wrapper is not None, "no tree is being transformed"
+        return wrapper.module
+
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         # What ParentNodeProvider gives: recorded during the traversal for every node it
         # entered; for others (asked about before the traversal reaches them), from a walk
@@ -610,7 +641,7 @@ class Rule(VisitorBasedCodemodCommand):
             return self._seen_parents[node]
         if self._parents is None:
             self._parents = {}
-            stack: list[cst.CSTNode] = [self.context.wrapper.module]
+            stack: list[cst.CSTNode] = [self._wrapped_module()]
             skip = self._parent_skip
             while stack:
                 current = stack.pop()
@@ -624,13 +655,14 @@ class Rule(VisitorBasedCodemodCommand):
         """The compound statement (`if`, `with`, `try`) whose body `block` is, when it sits in a
         block itself; None at a loop, function, class or module boundary, which a search for
         what happened earlier in the same iteration must not cross."""
-        owner: Optional[cst.CSTNode] = block
+        owner = block
         while True:
-            owner = self.parent(owner)
-            if owner is None or isinstance(
-                owner, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Module)
+            above = self.parent(owner)
+            if above is None or isinstance(
+                above, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Module)
             ):
                 return None
+            owner = above
             if isinstance(owner, cst.BaseCompoundStatement) and isinstance(
                 self.parent(owner), (cst.IndentedBlock, cst.Module)
             ):
@@ -707,7 +739,7 @@ _VISIT_CALL = re.compile(
 _ORDER: dict[type, Optional[tuple[str, ...]]] = {}
 
 
-def _visit_order(node_type: type) -> Optional[tuple[str, ...]]:
+def _visit_order(node_type: type[cst.CSTNode]) -> Optional[tuple[str, ...]]:
     """The fields libcst's `_visit_and_replace_children` visits for `node_type`, in its
     order (read from its source, where each is one `visit_*(self, "field", ...)` call);
     None where that cannot be read, and the node is then visited by libcst itself."""

@@ -72,8 +72,10 @@ Example
 
 from __future__ import annotations
 
+import ast
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, Union
 
 import libcst as cst
 import libcst.matchers as m
@@ -87,6 +89,9 @@ from .control_flow import exits_early, runs_backward
 from .fp16_names import PACKAGE, fp16_name, star_only_names
 from .plan import TrainingPlan, bind_arguments, binds_in_ast, literal, pure
 from .plan_options import STATIC_GROWTH_INTERVAL
+
+if TYPE_CHECKING:
+    from typing import TypeGuard  # Python 3.10; only ever read by the type checker here
 
 FLOW = define(
     "AMP465",
@@ -188,10 +193,13 @@ _CONVERTERS = {
 _ARGS = ("init_optimizer", "static_loss_scale", "dynamic_loss_scale", "dynamic_loss_args", "verbose")
 _DYNAMIC_KEYS = ("init_scale", "scale_factor", "scale_window", "min_loss_scale", "max_loss_scale")
 _METHODS = ("backward", "step", "zero_grad", "clip_master_grads")
+_BACKWARD_ARGS = ("loss", "update_master_grads", "retain_graph")  # FP16_Optimizer.backward's parameters
 _PROXIED = ("param_groups", "state")  # FP16_Optimizer forwards these to the optimizer it wraps
 _HALF_SPELLINGS = ("float16", "half", "HalfTensor")
 _HOUSEKEEPING = ("zero_grad", "train", "eval", "to", "cuda", "cpu", "requires_grad_")
 _CODE = cst.Module([]).code_for_node
+#: What a block holds: `IndentedBlock.body` is typed `BaseStatement`, whose only kinds these are.
+_Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
 
 
 class Refused(Exception):
@@ -223,7 +231,12 @@ class Flow:
     guard: Optional[cst.If] = None
     dropped_ifs: set[int] = field(default_factory=set)  # `if` statements left with nothing in them
 
-    def guarded_by(self, node: cst.CSTNode) -> bool:
+    @property
+    def target_node(self) -> cst.BaseAssignTargetExpression:
+        """The wrapper's name where `statement` binds it (`_flow_of` checked the shape)."""
+        return cst.ensure_type(self.statement.body[0], cst.Assign).targets[0].target
+
+    def guarded_by(self, node: Optional[cst.CSTNode]) -> TypeGuard[cst.If]:
         """`node` is an `if` on the wrapper's own guard."""
         return (
             self.guard is not None and isinstance(node, cst.If) and _CODE(node.test) == _CODE(self.guard.test)
@@ -251,9 +264,11 @@ def _assigned(statement: cst.CSTNode) -> set[str]:
     targets = m.findall(statement, m.AssignTarget() | m.AugAssign() | m.AnnAssign() | m.For() | m.WithItem())
     out: set[str] = set()
     for node in targets:
-        target = getattr(node, "target", None) or (
-            node.asname.name if getattr(node, "asname", None) else None
-        )
+        target: Optional[cst.BaseExpression]
+        if isinstance(node, cst.WithItem):
+            target = node.asname.name if node.asname is not None else None
+        else:  # `AssignTarget`, `AugAssign`, `AnnAssign`, `For`: each has a `target`
+            target = getattr(node, "target", None)
         if target is not None:
             out |= {_CODE(t) for t in m.findall(target, m.Name() | m.Attribute())}
     return out
@@ -295,6 +310,7 @@ class Fp16OptimizerToGradScaler(Rule):
         if flow is None:
             return False
         self.flow = flow
+        assert flow.scaler_call is not None  # `_analyse` built it
         for where, code, message in flow.notes:
             self.report(where, code, message)
         in_function = any(isinstance(p, cst.FunctionDef) for p in self.ancestors(flow.statement))
@@ -316,6 +332,7 @@ class Fp16OptimizerToGradScaler(Rule):
             step_lines=frozenset(self.position(c)[0] for c in flow.steps),
         )
         AddImportsVisitor.add_needed_import(self.context, "torch")
+        return None
 
     def _analyse(self, module: cst.Module) -> Optional[Flow]:
         call = self._the_call(module)
@@ -323,13 +340,14 @@ class Fp16OptimizerToGradScaler(Rule):
             return None
         flow = self._flow_of(call)
         flow.scaler = self._free(module)
-        flow.scaler_call = self._scaler_call(call, flow)
+        scaler_call = self._scaler_call(call, flow)
         if flow.guard is not None and not any(
-            a.keyword is not None and a.keyword.value == "enabled" for a in flow.scaler_call.args
+            a.keyword is not None and a.keyword.value == "enabled" for a in scaler_call.args
         ):
-            flow.scaler_call = flow.scaler_call.with_changes(
-                args=[*flow.scaler_call.args, _kw("enabled", flow.guard.test.deep_clone())]
+            scaler_call = scaler_call.with_changes(
+                args=[*scaler_call.args, _kw("enabled", flow.guard.test.deep_clone())]
             )
+        flow.scaler_call = scaler_call
         self._uses(flow)
         self._pairs(flow)
         self._conversions(module, flow)
@@ -361,20 +379,16 @@ class Fp16OptimizerToGradScaler(Rule):
             )
             if not (
                 isinstance(n, cst.Name)
-                and isinstance(self.parent(n), cst.Attribute)
-                and self.parent(n).attr is n
+                and isinstance(parent := self.parent(n), cst.Attribute)
+                and parent.attr is n
             )
             and self._name(n) == FP16_OPTIMIZER
             and not any(isinstance(a, (cst.Import, cst.ImportFrom)) for a in self.ancestors(n))
         ]
         if not uses:
             return None
-        calls = [
-            self.parent(n) for n in uses if isinstance(self.parent(n), cst.Call) and self.parent(n).func is n
-        ]
-        other = next(
-            (n for n in uses if not (isinstance(self.parent(n), cst.Call) and self.parent(n).func is n)), None
-        )
+        calls = [call for call in map(self._called, uses) if call is not None]
+        other = next((n for n in uses if self._called(n) is None), None)
         if other is not None:
             raise Refused(
                 other,
@@ -384,6 +398,16 @@ class Fp16OptimizerToGradScaler(Rule):
         if len(calls) > 1:
             raise Refused(calls[1], "the file builds more than one `FP16_Optimizer`")
         return calls[0]
+
+    def _called(self, node: cst.CSTNode) -> Optional[cst.Call]:
+        """The call whose function `node` is, if it is one."""
+        parent = self.parent(node)
+        return parent if isinstance(parent, cst.Call) and parent.func is node else None
+
+    def _grandparent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        """The parent of `node`'s parent (None where either is missing)."""
+        parent = self.parent(node)
+        return self.parent(parent) if parent is not None else None
 
     def _flow_of(self, call: cst.Call) -> Flow:
         assign = self.parent(call)
@@ -400,7 +424,7 @@ class Fp16OptimizerToGradScaler(Rule):
         ):
             raise Refused(call, "the `FP16_Optimizer` is not assigned to a plain name on a line of its own")
         guard = self._guard_of(line)
-        outer = self.parent(self.parent(guard)) if guard is not None else line
+        outer = self._grandparent(guard) if guard is not None else line
         if any(
             isinstance(p, (cst.For, cst.While, cst.If, cst.Try, cst.With))
             for p in self._up_to_function(outer)
@@ -421,7 +445,9 @@ class Fp16OptimizerToGradScaler(Rule):
             return owner
         return None
 
-    def _up_to_function(self, node: cst.CSTNode):
+    def _up_to_function(self, node: Optional[cst.CSTNode]) -> Iterator[cst.CSTNode]:
+        if node is None:  # above a module-level guard: nothing
+            return
         for parent in self.ancestors(node):
             if isinstance(parent, (cst.FunctionDef, cst.Module)):
                 return
@@ -447,18 +473,19 @@ class Fp16OptimizerToGradScaler(Rule):
         static = args.get("static_loss_scale")
         static_value = literal(static) if static is not None else 1.0
         for node, value in ((dynamic, dynamic_value), (static, static_value)):
-            if value is NOT_LITERAL and not pure(node):
+            if value is NOT_LITERAL and node is not None and not pure(node):  # an absent one is None
                 raise Refused(node, f"`{self.code_of(node)}` is an expression with side effects")
         init, window = (
             self._dynamic_schedule(args.get("dynamic_loss_args"), flow)
             if dynamic_value is not False
             else (None, None)
         )
-        if dynamic_value is not NOT_LITERAL and dynamic_value:
+        if dynamic is not None and dynamic_value is not NOT_LITERAL and dynamic_value:
             flow.notes.append((dynamic, DYNAMIC, None))
             return self._built(scaler_args, init, window)
         if isinstance(static_value, (int, float)) and not isinstance(static_value, bool):
             if not 0.0 < static_value < float("inf"):
+                assert static is not None  # the default, 1.0, is a usable scale
                 raise Refused(static, f"`static_loss_scale={static_value!r}` is no usable scale")
             if static_value == 1.0 and dynamic_value is False:
                 flow.notes.append(
@@ -471,12 +498,14 @@ class Fp16OptimizerToGradScaler(Rule):
                 )
                 return self._built(scaler_args + [_kw("enabled", cst.Name("False"))], None, None)
         elif static_value is not NOT_LITERAL:
+            assert static is not None  # the default, 1.0, is a number
             raise Refused(static, f"`static_loss_scale={static_value!r}` is no number")
         static_expr = static if static is not None else cst.Float("1.0")
         flow.notes.append((static if static is not None else call, STATIC, None))
         never = cst.parse_expression(STATIC_GROWTH_INTERVAL)
         if dynamic_value is False:
             return self._built(scaler_args, static_expr, never)
+        assert dynamic is not None  # an absent `dynamic_loss_scale` is False
         flow.notes.append(
             (
                 dynamic,
@@ -492,21 +521,25 @@ class Fp16OptimizerToGradScaler(Rule):
         )
 
     @staticmethod
-    def _built(args: list[cst.Arg], init, window) -> cst.Call:
+    def _built(
+        args: list[cst.Arg], init: Optional[cst.BaseExpression], window: Optional[cst.BaseExpression]
+    ) -> cst.Call:
         if init is not None:
             args.append(_kw("init_scale", init))
         if window is not None:
             args.append(_kw("growth_interval", window))
         return cst.Call(cst.parse_expression("torch.amp.GradScaler"), args)
 
-    def _dynamic_schedule(self, node: Optional[cst.BaseExpression], flow: Flow):
+    def _dynamic_schedule(
+        self, node: Optional[cst.BaseExpression], flow: Flow
+    ) -> tuple[Optional[cst.BaseExpression], Optional[cst.BaseExpression]]:
         """(init_scale, growth_interval) expressions for `dynamic_loss_args` (None: the default)."""
         if node is None or literal(node) is None:
             return None, None
         if not isinstance(node, cst.Dict) or any(not isinstance(e, cst.DictElement) for e in node.elements):
             raise Refused(node, "`dynamic_loss_args` is not a literal dict")
         given: dict[str, cst.BaseExpression] = {}
-        for element in node.elements:
+        for element in [e for e in node.elements if isinstance(e, cst.DictElement)]:  # every one, as checked
             key = literal(element.key)
             if key not in _DYNAMIC_KEYS:
                 raise Refused(element, f"`dynamic_loss_args` key {key!r} is not one Apex's LossScaler takes")
@@ -525,6 +558,7 @@ class Fp16OptimizerToGradScaler(Rule):
                 )
         cap = given.get("max_loss_scale", cst.parse_expression("2.0**24"))
         init = given.get("init_scale")
+        start: Optional[cst.BaseExpression]
         if init is None and "max_loss_scale" not in given:
             start = None
         else:
@@ -548,7 +582,7 @@ class Fp16OptimizerToGradScaler(Rule):
     # -- what the wrapper is used for -------------------------------------------------------------
     def _accesses(self, flow: Flow) -> list[cst.Name]:
         """Every read of the wrapper's name after it was bound (in nested scopes: every read)."""
-        target = flow.statement.body[0].targets[0].target
+        target = flow.target_node
         scope = self.get_metadata(ScopeProvider, target)
         inside = {id(n) for n in m.findall(flow.statement, m.Name())}
         line = self.position(flow.statement)[0]
@@ -612,13 +646,16 @@ class Fp16OptimizerToGradScaler(Rule):
         where it ran: none of them binds a name of the guard itself."""
         if self._function_of(flow.statement) is not None or self.state.index is None:
             return False
+        assert flow.guard is not None  # asked only about a guarded wrapper
         names = _free_names(flow.guard.test)
         for function in self.ancestors(node):
             if isinstance(function, cst.Lambda):
                 return False
             if isinstance(function, cst.FunctionDef):
-                tree = self.state.index.ast_of(function)
-                if tree is None or any(binds_in_ast(tree, name) is not None for name in names):
+                tree = self.state.index.ast_of(function)  # the parse of a `def`, or None
+                if not isinstance(tree, (ast.FunctionDef, ast.AsyncFunctionDef)) or any(
+                    binds_in_ast(tree, name) is not None for name in names
+                ):
                     return False
         return True
 
@@ -629,7 +666,12 @@ class Fp16OptimizerToGradScaler(Rule):
         """The statement of its block that stands for `line`: the `if <guard>:` holding it alone."""
         block = self.parent(line)
         owner = self.parent(block) if isinstance(block, cst.IndentedBlock) else None
-        if flow.guarded_by(owner) and owner.body is block and len(block.body) == 1:
+        if (
+            flow.guarded_by(owner)
+            and owner.body is block
+            and isinstance(block, cst.IndentedBlock)
+            and len(block.body) == 1
+        ):
             return owner
         return line
 
@@ -645,7 +687,7 @@ class Fp16OptimizerToGradScaler(Rule):
     def _method(self, flow: Flow, attr: str, call: cst.Call) -> None:
         line = self._statement(call)
         if attr == "backward":
-            bound = bind_arguments(call, ("loss", "update_master_grads", "retain_graph"))
+            bound = bind_arguments(call, _BACKWARD_ARGS)
             if (
                 bound is None
                 or "loss" not in bound
@@ -659,7 +701,7 @@ class Fp16OptimizerToGradScaler(Rule):
             ):
                 raise Refused(call, f"`{self.code_of(call)}` is not a plain backward on a line of its own")
             site = self._site(line, flow)
-            if site is not line and site.orelse is not None:
+            if isinstance(site, cst.If) and site.orelse is not None:  # the guard's `if`, not `line`
                 self._plain_backward(site, bound)
                 line = site  # `if fp16: optimizer.backward(loss) else: loss.backward()`: one native line
             flow.backwards[id(line)] = call
@@ -719,6 +761,10 @@ class Fp16OptimizerToGradScaler(Rule):
         statements = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
         return next((p for p in self.ancestors(node) if isinstance(p, statements)), None)
 
+    def _line_of(self, call: cst.Call) -> cst.SimpleStatementLine:
+        """The line of a `backward` or clip call `_method` accepted: a statement of its own."""
+        return cst.ensure_type(self._statement(call), cst.SimpleStatementLine)
+
     def _pairs(self, flow: Flow) -> None:
         """Each backward is followed in its block by one step, with only clipping in between."""
         if not flow.backwards or not flow.steps:
@@ -726,7 +772,7 @@ class Fp16OptimizerToGradScaler(Rule):
         steps = {id(self._statement(c)): c for c in flow.steps}
         paired: set[int] = set()
         for backward in flow.backwards.values():
-            line = self._site(self._statement(backward), flow)
+            line = self._site(self._line_of(backward), flow)
             block = self.parent(line)
             body = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else [line]
             at = next(i for i, s in enumerate(body) if s is line)
@@ -759,7 +805,7 @@ class Fp16OptimizerToGradScaler(Rule):
         """The statement reads the wrapper or (possibly) gradients: Apex's fp16 model gradients
         stayed scaled after `backward` and did not feed the step; natively they are the ones
         stepped, so a read there (clipping `model.parameters()`) would act differently."""
-        names = {n.value for n in m.findall(statement, m.Name())}
+        names = {n.value for n in m.findall(statement, m.Name()) if isinstance(n, cst.Name)}
         return flow.target in names or any(
             "grad" in n or n in ("parameters", "named_parameters") for n in names
         )
@@ -774,16 +820,16 @@ class Fp16OptimizerToGradScaler(Rule):
         ):
             return False
         names = m.findall(statement.orelse, m.Name()) if statement.orelse is not None else []
-        return not any(n.value == flow.target for n in names)
+        return not any(isinstance(n, cst.Name) and n.value == flow.target for n in names)
 
     def _between_pair(self, clip: cst.Call, flow: Flow) -> bool:
-        line = self._site(self._statement(clip), flow)
+        line = self._site(self._line_of(clip), flow)
         block = self.parent(line)
         body = list(getattr(block, "body", ()))
         at = next((i for i, s in enumerate(body) if s is line), None)
         if at is None:
             return False
-        sites = {id(self._site(self._statement(c), flow)) for c in flow.backwards.values()}
+        sites = {id(self._site(self._line_of(c), flow)) for c in flow.backwards.values()}
         for earlier in reversed(body[:at]):
             if id(earlier) in sites:
                 return True
@@ -798,6 +844,23 @@ class Fp16OptimizerToGradScaler(Rule):
     def _conversions(self, module: cst.Module, flow: Flow) -> None:
         """Each fp16 conversion is a whole statement that converts one model (which it now keeps
         fp32); any other fp16 value refuses."""
+        self._refuse_half_values(module)
+        for call in self._conversion_calls(module):
+            line = self._statement(call)
+            if id(line) not in flow.conversions:
+                self._conversion(call, line, flow)
+        if not flow.models:
+            raise Refused(
+                flow.statement,
+                "no conversion of a model to fp16 is visible in this file, so "
+                "the parameters the optimizer holds may be fp16 from code the rule cannot see",
+            )
+        for model in flow.models:
+            self._model_reads(module, model)
+
+    def _refuse_half_values(self, module: cst.Module) -> None:
+        """An fp16 dtype (`torch.float16`, `torch.cuda.HalfTensor`) that is neither called nor the
+        argument of a conversion makes fp16 values."""
         for node in m.findall(
             module,
             m.Attribute(
@@ -812,66 +875,58 @@ class Fp16OptimizerToGradScaler(Rule):
                     node,
                     f"`{self.code_of(node)}` makes fp16 values that fp32 weights would meet outside autocast",
                 )
-        for call in self._conversion_calls(module):
-            line = self._statement(call)
-            if id(line) in flow.conversions:
-                continue
-            self._conversion_lines.append(line)
-            small = (
-                line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
-            )
-            value = getattr(small, "value", None)
-            if (
-                not isinstance(small, (cst.Assign, cst.Expr))
-                or value is None
-                or not self._within(call, value)
-            ):
-                raise Refused(
-                    call, f"`{self.code_of(call)}` converts to fp16 outside a statement that converts a model"
-                )
-            self._check_condition(line, call, flow)
-            stripped, prefixes = self._strip(value)
-            if any(c is not None for c in m.findall(stripped, m.Call()) if self._is_conversion(c)):
-                raise Refused(
-                    call,
-                    f"`{self.code_of(call)}` makes an fp16 value that is no model, which fp32 "
-                    "weights would meet outside autocast",
-                )
-            if isinstance(small, cst.Assign):
-                if len(small.targets) != 1 or not pure(small.targets[0].target):
-                    raise Refused(call, "the converted model is not assigned to a plain name")
-                model = small.targets[0].target
-                same = _CODE(model) == _CODE(stripped)
-                flow.conversions[id(line)] = None if same else stripped
-            else:
-                model = stripped
-                while isinstance(model, cst.Call) and isinstance(model.func, cst.Attribute):
-                    model = model.func.value  # `model.cuda().half()`: `model`
-                if not isinstance(model, (cst.Name, cst.Attribute)) or not pure(model):
-                    raise Refused(call, f"`{self.code_of(call)}` converts no model by name")
-                # `model.cuda().half()` on its own line still moves the model: keep `model.cuda()`
-                flow.conversions[id(line)] = None if _CODE(model) == _CODE(stripped) else stripped
-            flow.models.add(_CODE(model))
-            kind = (
-                " and its state-dict keys lose the `{}` prefix".format("`, `".join(sorted(prefixes)))
-                if prefixes
-                else ""
-            )
-            kept = flow.conversions[id(line)]
-            done = (
-                f"`{self.code_of(small).strip()}` removed"
-                if kept is None
-                else f"`{self.code_of(small).strip()}` became `{_CODE(small.with_changes(value=kept)).strip()}`"
-            )
-            flow.notes.append((line, CONVERSION, f"{done}: `{_CODE(model)}` stays fp32{kind}"))
-        if not flow.models:
+
+    def _conversion(self, call: cst.Call, line: Optional[cst.CSTNode], flow: Flow) -> None:
+        """`call`, a conversion on `line`, converts a model, which the rewrite keeps fp32."""
+        small = line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
+        if (
+            line is None
+            or not isinstance(small, (cst.Assign, cst.Expr))
+            or not self._within(call, small.value)
+        ):
             raise Refused(
-                flow.statement,
-                "no conversion of a model to fp16 is visible in this file, so "
-                "the parameters the optimizer holds may be fp16 from code the rule cannot see",
+                call, f"`{self.code_of(call)}` converts to fp16 outside a statement that converts a model"
             )
-        for model in flow.models:
-            self._model_reads(module, model)
+        self._conversion_lines.append(line)
+        self._check_condition(line, call, flow)
+        stripped, prefixes = self._strip(small.value)
+        if any(c is not None for c in m.findall(stripped, m.Call()) if self._is_conversion(c)):
+            raise Refused(
+                call,
+                f"`{self.code_of(call)}` makes an fp16 value that is no model, which fp32 "
+                "weights would meet outside autocast",
+            )
+        model = self._converted_model(call, small, stripped)
+        kept = flow.conversions[id(line)] = None if _CODE(model) == _CODE(stripped) else stripped
+        flow.models.add(_CODE(model))
+        kind = (
+            " and its state-dict keys lose the `{}` prefix".format("`, `".join(sorted(prefixes)))
+            if prefixes
+            else ""
+        )
+        done = (
+            f"`{self.code_of(small).strip()}` removed"
+            if kept is None
+            else f"`{self.code_of(small).strip()}` became `{_CODE(small.with_changes(value=kept)).strip()}`"
+        )
+        flow.notes.append((line, CONVERSION, f"{done}: `{_CODE(model)}` stays fp32{kind}"))
+
+    def _converted_model(
+        self, call: cst.Call, small: Union[cst.Assign, cst.Expr], stripped: cst.BaseExpression
+    ) -> cst.BaseExpression:
+        """The model a conversion statement converts: the name it assigns or, on a line of its
+        own, the one whose methods it calls."""
+        if isinstance(small, cst.Assign):
+            if len(small.targets) != 1 or not pure(small.targets[0].target):
+                raise Refused(call, "the converted model is not assigned to a plain name")
+            return small.targets[0].target
+        model = stripped
+        while isinstance(model, cst.Call) and isinstance(model.func, cst.Attribute):
+            model = model.func.value  # `model.cuda().half()`: `model`
+        if not isinstance(model, (cst.Name, cst.Attribute)) or not pure(model):
+            raise Refused(call, f"`{self.code_of(call)}` converts no model by name")
+        # `model.cuda().half()` on its own line still moves the model: `model.cuda()` is kept
+        return model
 
     def _check_condition(self, line: cst.CSTNode, call: cst.Call, flow: Flow) -> None:
         """A conversion runs unconditionally or under the wrapper's own guard: natively the model
@@ -893,7 +948,7 @@ class Fp16OptimizerToGradScaler(Rule):
         if _CODE(flow.inner) == flow.target:
             removed.add(id(flow.statement))
         for line in [flow.statement, *self._conversion_lines]:
-            owner = self.parent(self.parent(line))
+            owner = self._grandparent(line)
             if (
                 isinstance(owner, cst.If)
                 and owner.orelse is None
@@ -904,7 +959,7 @@ class Fp16OptimizerToGradScaler(Rule):
     def _within(self, node: cst.CSTNode, value: cst.CSTNode) -> bool:
         return node is value or any(a is value for a in self.ancestors(node))
 
-    def _is_conversion(self, call: cst.CSTNode) -> bool:
+    def _is_conversion(self, call: Optional[cst.CSTNode]) -> TypeGuard[cst.Call]:
         if not isinstance(call, cst.Call):
             return False
         return (
@@ -927,10 +982,14 @@ class Fp16OptimizerToGradScaler(Rule):
                 if _CONVERTERS[name]:
                     prefixes.add(_CONVERTERS[name])
                 expr = expr.args[0].value
-            elif m.matches(expr.func, m.Attribute(attr=m.Name("half"))) and not expr.args:
+            elif (
+                isinstance(expr.func, cst.Attribute)
+                and m.matches(expr.func, m.Attribute(attr=m.Name("half")))
+                and not expr.args
+            ):
                 expr = expr.func.value
             elif _half_type(expr) is not None:  # `model.type(torch.cuda.HalfTensor)`: to CUDA, in fp32
-                inner, more = self._strip(expr.func.value)
+                inner, more = self._strip(cst.ensure_type(expr.func, cst.Attribute).value)
                 prefixes |= more
                 return (
                     cst.Call(cst.Attribute(inner, cst.Name("cuda"))) if _half_type(expr) else inner
@@ -946,7 +1005,7 @@ class Fp16OptimizerToGradScaler(Rule):
     def _model_reads(self, module: cst.Module, model: str) -> None:
         """The wrapper modules had a shape of their own (`model[1]`, `model.network`)."""
         for node in m.findall(module, m.Subscript() | m.Attribute(attr=m.Name("network"))):
-            if _CODE(node.value) == model:
+            if isinstance(node, (cst.Subscript, cst.Attribute)) and _CODE(node.value) == model:
                 raise Refused(
                     node,
                     f"`{self.code_of(node)}` reads the fp16 wrapper module, which the "
@@ -975,6 +1034,7 @@ class Fp16OptimizerToGradScaler(Rule):
             for c in m.findall(
                 params, m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))
             )
+            if isinstance(c, cst.Call) and isinstance(c.func, cst.Attribute)
         ]
         unknown = _free_names(params) - {_CODE(o).split(".")[0] for o in owners} - {"filter", "list", "tuple"}
         if not owners or unknown or any(_CODE(o) not in flow.models for o in owners):
@@ -987,12 +1047,14 @@ class Fp16OptimizerToGradScaler(Rule):
     def _bound_call(self, flow: Flow) -> Optional[cst.Call]:
         if not isinstance(flow.inner, cst.Name):
             return None
-        scope = self.get_metadata(ScopeProvider, flow.statement.body[0].targets[0].target)
+        scope = self.get_metadata(ScopeProvider, flow.target_node)
         line = self.position(flow.statement)[0]
         found = None
         for assignment in scope.assignments[flow.inner.value]:
             node = getattr(assignment, "node", None)
-            assign = self.parent(self.parent(node)) if isinstance(node, cst.Name) else None
+            if not isinstance(node, cst.Name):
+                continue
+            assign = self._grandparent(node)
             if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and self.position(node)[0] < line:
                 found = assign.value if isinstance(assign.value, cst.Call) else None
         return found
@@ -1001,9 +1063,10 @@ class Fp16OptimizerToGradScaler(Rule):
     def _region(self, backward: cst.Call, flow: Flow) -> None:
         """The statements of the enclosing block from the first use of a converted model to the
         last assignment of the loss go under autocast."""
-        loss = bind_arguments(backward, ("loss",))["loss"]
-        wanted = _reads(loss)
-        current: cst.CSTNode = self._statement(backward)
+        bound = bind_arguments(backward, _BACKWARD_ARGS)
+        assert bound is not None  # `_method` took only backwards whose arguments bind
+        wanted = _reads(bound["loss"])
+        current: cst.CSTNode = self._line_of(backward)
         while True:
             block = self.parent(current)
             if not isinstance(block, (cst.IndentedBlock, cst.Module)):
@@ -1033,7 +1096,7 @@ class Fp16OptimizerToGradScaler(Rule):
             return False
         housekeeping = m.Expr(m.Call(func=m.Attribute(attr=m.OneOf(*map(m.Name, _HOUSEKEEPING)))))
         if isinstance(statement, cst.SimpleStatementLine) and all(
-            m.matches(s, housekeeping) and _CODE(s.value.func.value) in flow.models for s in statement.body
+            m.matches(s, housekeeping) and _CODE(_receiver(s)) in flow.models for s in statement.body
         ):
             return False
         return bool(_reads(statement) & flow.models)
@@ -1042,18 +1105,20 @@ class Fp16OptimizerToGradScaler(Rule):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if self.flow is None or id(original_node) not in self.flow.calls:
             return updated_node
-        receiver = updated_node.func.value
-        if updated_node.func.attr.value == "zero_grad":
+        func = cst.ensure_type(updated_node.func, cst.Attribute)  # `optimizer.<method>`
+        receiver = func.value
+        if func.attr.value == "zero_grad":
             bound = bind_arguments(updated_node, ("set_grads_to_None",)) or {}
             plain = cst.Name("False") if self.flow.guard is None else _not(self.flow.guard.test)
             value = bound.get("set_grads_to_None", plain)
             return updated_node.with_changes(args=[_kw("set_to_none", value)])
-        bound = bind_arguments(updated_node, ("max_norm", "norm_type"))
+        clip = bind_arguments(updated_node, ("max_norm", "norm_type"))
+        assert clip is not None  # `_method` took only clip calls whose arguments bind
         params = cst.parse_expression(
             f'(p for group in {_CODE(receiver)}.param_groups for p in group["params"])'
         )
-        args = [cst.Arg(params), cst.Arg(bound["max_norm"])] + (
-            [cst.Arg(bound["norm_type"])] if "norm_type" in bound else []
+        args = [cst.Arg(params), cst.Arg(clip["max_norm"])] + (
+            [cst.Arg(clip["norm_type"])] if "norm_type" in clip else []
         )
         for i in range(len(args) - 1):
             args[i] = args[i].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
@@ -1070,7 +1135,9 @@ class Fp16OptimizerToGradScaler(Rule):
             return cst.parse_expression(f"{self.flow.scaler}.get_scale()")
         return updated_node
 
-    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
+    def leave_IndentedBlock(
+        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
         if self.flow is None or len(original_node.body) != len(updated_node.body):
             return updated_node
         body = self._rebuild(original_node.body, updated_node.body, id(original_node))
@@ -1083,7 +1150,10 @@ class Fp16OptimizerToGradScaler(Rule):
             body=self._rebuild(original_node.body, updated_node.body, id(original_node))
         )
 
-    def _rebuild(self, original, updated, block_id: int) -> list[cst.BaseStatement]:
+    def _rebuild(
+        self, original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement], block_id: int
+    ) -> list[cst.BaseStatement]:
+        assert self.flow is not None  # blocks are rebuilt only for a flow
         spans = {first: last for first, last in _merged(self.flow.regions.get(block_id, []))}
         out: list[cst.BaseStatement] = []
         i = 0
@@ -1104,26 +1174,26 @@ class Fp16OptimizerToGradScaler(Rule):
             i += 1
         return out
 
-    def _replace(self, original: cst.CSTNode, updated: cst.CSTNode) -> list[cst.BaseStatement]:
+    def _replace(self, original: cst.BaseStatement, updated: cst.BaseStatement) -> list[_Statement]:
         flow = self.flow
+        assert flow is not None and flow.scaler_call is not None  # blocks are rebuilt only for a flow
+        assert isinstance(updated, (cst.SimpleStatementLine, cst.BaseCompoundStatement))  # every statement is
         key = id(original)
         creation = cst.SimpleStatementLine(
-            [
-                cst.Assign(
-                    [cst.AssignTarget(cst.parse_expression(flow.scaler))], flow.scaler_call.deep_clone()
-                )
-            ],
+            [cst.Assign([cst.AssignTarget(cst.Name(flow.scaler))], flow.scaler_call.deep_clone())],
             leading_lines=updated.leading_lines,
         )
         if original is flow.guard:
-            kept = [] if key in flow.dropped_ifs else [updated.with_changes(leading_lines=())]
+            kept: list[_Statement] = (
+                [] if key in flow.dropped_ifs else [updated.with_changes(leading_lines=())]
+            )
             return [creation, *kept]
         if key in flow.dropped_ifs:
             return []
         if original is flow.statement:
-            made = [creation] if flow.guard is None else []
+            made: list[_Statement] = [creation] if flow.guard is None else []
             if _CODE(flow.inner) != flow.target:
-                inner = bind_arguments(updated.body[0].value, _ARGS)["init_optimizer"]
+                inner = _init_optimizer(cst.ensure_type(updated, cst.SimpleStatementLine))
                 made.append(
                     cst.SimpleStatementLine(
                         [cst.Assign([cst.AssignTarget(cst.Name(flow.target))], inner)],
@@ -1138,15 +1208,12 @@ class Fp16OptimizerToGradScaler(Rule):
             return self._replace_backward(line)
         if key in flow.conversions:
             value = flow.conversions[key]
-            return (
-                []
-                if value is None
-                else [updated.with_changes(body=[updated.body[0].with_changes(value=value)])]
-            )
+            line = cst.ensure_type(updated, cst.SimpleStatementLine)  # `_conversion` checked the shape
+            return [] if value is None else [line.with_changes(body=[line.body[0].with_changes(value=value)])]
         if key in flow.backwards:
-            return self._replace_backward(updated)
+            return self._replace_backward(cst.ensure_type(updated, cst.SimpleStatementLine))
         if key in flow.clips:
-            receiver = _CODE(flow.clips[key].func.value)
+            receiver = _CODE(cst.ensure_type(flow.clips[key].func, cst.Attribute).value)
             unscale = cst.SimpleStatementLine(
                 [cst.Expr(cst.parse_expression(f"{flow.scaler}.unscale_({receiver})"))],
                 leading_lines=updated.leading_lines,
@@ -1154,13 +1221,30 @@ class Fp16OptimizerToGradScaler(Rule):
             return [unscale, updated.with_changes(leading_lines=())]
         return [updated]
 
-    def _replace_backward(self, updated: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
-        call = updated.body[0].value
-        bound = bind_arguments(call, ("loss", "update_master_grads", "retain_graph"))
+    def _replace_backward(self, updated: cst.SimpleStatementLine) -> list[_Statement]:
+        call = cst.ensure_type(cst.ensure_type(updated.body[0], cst.Expr).value, cst.Call)
+        bound = bind_arguments(call, _BACKWARD_ARGS)
+        assert (
+            self.flow is not None and bound is not None
+        )  # `_method` took only backwards whose arguments bind
         scaled = cst.Call(cst.parse_expression(f"{self.flow.scaler}.scale"), [cst.Arg(bound["loss"])])
         kept = [_kw("retain_graph", bound["retain_graph"])] if "retain_graph" in bound else []
         new = cst.Call(cst.Attribute(scaled, cst.Name("backward")), kept)
         return [updated.with_changes(body=[updated.body[0].with_changes(value=new)])]
+
+
+def _init_optimizer(statement: cst.SimpleStatementLine) -> cst.BaseExpression:
+    """The optimizer `optimizer = FP16_Optimizer(opt, ...)` wraps (`_flow_of` checked the shape)."""
+    call = cst.ensure_type(cst.ensure_type(statement.body[0], cst.Assign).value, cst.Call)
+    args = bind_arguments(call, _ARGS)
+    assert args is not None
+    return args["init_optimizer"]
+
+
+def _receiver(statement: cst.BaseSmallStatement) -> cst.BaseExpression:
+    """`model` of a statement `model.train()` (one `_runs_model`'s housekeeping matcher matched)."""
+    call = cst.ensure_type(cst.ensure_type(statement, cst.Expr).value, cst.Call)
+    return cst.ensure_type(call.func, cst.Attribute).value
 
 
 def _half_type(call: cst.Call) -> Optional[bool]:
@@ -1211,10 +1295,13 @@ def _names(codes) -> str:
 def _free_names(expr: cst.CSTNode) -> set[str]:
     """Names an expression reads from outside it (not attribute names, keywords, lambda
     parameters or comprehension targets)."""
-    bound = {p.name.value for p in m.findall(expr, m.Param())}
+    bound = {p.name.value for p in m.findall(expr, m.Param()) if isinstance(p, cst.Param)}
     for comp in m.findall(expr, m.CompFor()):
-        bound |= {n.value for n in m.findall(comp.target, m.Name())}
-    skip = {id(a.attr) for a in m.findall(expr, m.Attribute())} | {
-        id(a.keyword) for a in m.findall(expr, m.Arg()) if a.keyword is not None
+        if isinstance(comp, cst.CompFor):
+            bound |= {n.value for n in m.findall(comp.target, m.Name()) if isinstance(n, cst.Name)}
+    skip = {id(a.attr) for a in m.findall(expr, m.Attribute()) if isinstance(a, cst.Attribute)} | {
+        id(a.keyword) for a in m.findall(expr, m.Arg()) if isinstance(a, cst.Arg) and a.keyword is not None
     }
-    return {n.value for n in m.findall(expr, m.Name()) if id(n) not in skip} - bound
+    return {
+        n.value for n in m.findall(expr, m.Name()) if isinstance(n, cst.Name) and id(n) not in skip
+    } - bound

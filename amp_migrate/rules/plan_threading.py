@@ -79,20 +79,10 @@ def find_threading(
     for statement in module.body:
         if isinstance(statement, cst.FunctionDef):
             functions.setdefault(statement.name.value, []).append(statement)
-    pending: list[cst.FunctionDef] = []
     slots = _slots(rule)
-    for statement in module.body:
-        if isinstance(statement, cst.FunctionDef) and statement.name.value in slots:
-            pending.append(statement)  # receives Apex's module: the scaler takes its place
-    for site in sites:
-        holder = top_level_function(rule, site)
-        line = rule.position(site)[0]
-        if holder is None and (builder is not None or entry is not None or _in_function_or_class(site, rule)):
-            return f"an Apex call at line {line} is not in a module-level function"
-        if holder is None and line <= built_at:
-            return f"an Apex call at line {line} runs before the scaler is built"
-        if holder is not None and holder is not builder and holder not in pending:
-            pending.append(holder)
+    pending = _first_pending(rule, module, builder, built_at, sites, entry, slots)
+    if isinstance(pending, str):
+        return pending
     threaded: list[cst.FunctionDef] = []
     while pending:
         function = pending.pop()
@@ -125,6 +115,33 @@ def find_threading(
             else:
                 pending.append(caller)
     return [_threaded(rule, f, slots.get(f.name.value)) for f in threaded]
+
+
+def _first_pending(
+    rule,
+    module: cst.Module,
+    builder: Optional[cst.FunctionDef],
+    built_at: int,
+    sites: list[cst.CSTNode],
+    entry,
+    slots: dict,
+) -> Union[list[cst.FunctionDef], str]:
+    """The functions `find_threading` starts from: those that receive Apex's module and those
+    holding a site (the builder aside); or why a site is out of the scaler's reach."""
+    pending: list[cst.FunctionDef] = []
+    for statement in module.body:
+        if isinstance(statement, cst.FunctionDef) and statement.name.value in slots:
+            pending.append(statement)  # receives Apex's module: the scaler takes its place
+    for site in sites:
+        holder = top_level_function(rule, site)
+        line = rule.position(site)[0]
+        if holder is None and (builder is not None or entry is not None or _in_function_or_class(site, rule)):
+            return f"an Apex call at line {line} is not in a module-level function"
+        if holder is None and line <= built_at:
+            return f"an Apex call at line {line} runs before the scaler is built"
+        if holder is not None and holder is not builder and holder not in pending:
+            pending.append(holder)
+    return pending
 
 
 def _slots(rule) -> dict:

@@ -150,9 +150,8 @@ class UnitPlanning(MethodTies):
         for unit in units:
             if not unit.sites and self._inference_shaped(unit.call):
                 region = self._inference_region(unit.call, unit.statement)
-                if not region:
+                if not isinstance(region, InferenceRegion):  # refused (reported): ""
                     return ""
-                assert isinstance(region, InferenceRegion)  # its only string is "" (refused)
                 regions.append(region)
                 continue
             plan = self._plan_unit(unit, module, outside, threaded)

@@ -66,7 +66,7 @@ Soundness
 from __future__ import annotations
 
 import ast
-from typing import Optional
+from typing import TYPE_CHECKING, NamedTuple, Optional, Union
 
 import libcst as cst
 import libcst.matchers as m
@@ -109,6 +109,7 @@ from .plan_options import (  # codes it reports
     STATIC_SCALE,
     UNSCALED,
     OptionReader,
+    Reading,
     Switch,
     arguments,
     is_expression,
@@ -120,6 +121,9 @@ from .plan_options import (  # codes it reports
 from .plan_threading import find_threading, top_level_function
 from .plan_units import Unit, UnitPlanning
 from .switch_flow import file_stores, flag_branch, function_of, import_flag
+
+if TYPE_CHECKING:
+    from .switch_flow import _Stores
 
 NO_PLACE = define(
     "AMP101",
@@ -260,6 +264,19 @@ def _bound_names(node: ast.AST) -> tuple[str, ...]:
     return ()
 
 
+class _Recipe(NamedTuple):
+    """What `PlanTraining._plan` reads before it places, names and builds the scaler."""
+
+    args: dict[str, cst.BaseExpression]
+    optimizers: set[str]
+    steps: list[cst.Call]
+    placement: str
+    guard_node: Optional[cst.BaseExpression]
+    reading: Reading
+    per_loss: dict[str, int]
+    shared: Optional[SharedScaler]
+
+
 class PlanTraining(UnitPlanning, InferencePlanning, Rule):
     """Read the file's Apex training calls and decide where its GradScaler lives."""
 
@@ -305,7 +322,8 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
         self._binds_cache: dict[tuple[int, str], Optional[bool]] = {}
         self._builtins: Optional[tuple[str, ...]] = None
         self._flagged: set[int] = set()  # lines of the `if FLAG:` branches reported (AMP158)
-        self._stored: Optional[tuple] = None  # the file's ast and stores, () where it does not parse
+        # the file's ast and stores, () where it does not parse
+        self._stored: Optional[Union[tuple[ast.Module, _Stores], tuple[()]]] = None
 
     def visit_Call(self, node: cst.Call) -> None:
         name = self.apex_name(node.func)
@@ -471,8 +489,8 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
     def _optimizer_codes(self) -> set[str]:
         codes: set[str] = set()
         for call in self.scale_losses:
-            if self.apex_name(call.func) == WRAPPED_SCALE_LOSS:
-                codes.add(self.code_of(call.func.value))
+            if self.apex_name(call.func) == WRAPPED_SCALE_LOSS:  # `optimizer.scale_loss(loss)`
+                codes.add(self.code_of(cst.ensure_type(call.func, cst.Attribute).value))
                 continue
             bound = bind_arguments(call, SCALE_LOSS_ARGS)
             if bound is not None:
@@ -504,13 +522,14 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
         that binds it where `initialize` or `scale_loss` sees it (an `optimizer` parameter of
         some other function is another variable), or `self.X` in the same class."""
         matcher = m.Call(func=m.Attribute(attr=m.Name("step")))
-        calls = [
-            c
+        calls = [  # what the matcher finds: calls of an attribute
+            (c, c.func.value)
             for c in self.findall(module, matcher, words_of(optimizers), ("step",))
+            if isinstance(c, cst.Call) and isinstance(c.func, cst.Attribute)
             if self.code_of(c.func.value) in optimizers
         ]
         seen_from = [init] + [s for s in self.scale_losses]
-        return [c for c in calls if self._same_variable(c.func.value, c, seen_from)]
+        return [c for c, owner in calls if self._same_variable(owner, c, seen_from)]
 
     def _same_variable(self, expr: cst.BaseExpression, where: cst.CSTNode, sites: list[cst.CSTNode]) -> bool:
         if isinstance(expr, cst.Name):
@@ -545,13 +564,13 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
                     return parent if binds else None
         return None
 
-    def _placement(self, init_statement: cst.CSTNode, sites: list[cst.CSTNode]) -> Optional[str]:
+    def _placement(self, init_statement: cst.CSTNode, sites: list[cst.CSTNode]) -> str:
         init_scope = self.scope_of(init_statement)
         scopes = {self.scope_of(s) for s in sites} | {init_scope}
         if len(scopes) == 1:
             return "local"
         if None not in scopes:
-            classes = {self.class_of(f) for f in scopes}
+            classes = {self.class_of(f) for f in scopes if f is not None}  # (none is)
             if len(classes) == 1 and None not in classes:
                 return "self"
         return "module"
@@ -581,34 +600,10 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
     ) -> Optional[TrainingPlan]:
         """Options -> switches and scaler arguments, placement, naming: the recipe in order. Every
         refusal is reported; with a `unit`, the scaler serves only that block's sites."""
-        args = self._options_of(call)
-        if args is None:
+        recipe = self._recipe(call, statement, module, unit, threaded)
+        if recipe is None:
             return None
-        optimizers = self._optimizer_codes()
-        steps = self._step_sites(module, optimizers, statement)
-        if unit is not None:
-            steps = self._unit_steps(unit, steps, threaded)
-        placement = (
-            "threaded"
-            if threaded
-            else self.forced_placement or self._placement(statement, self.sites + steps)
-        )
-        guard_node, guard = self._guard_switch(statement, nested_ok=unit is not None)
-        start = start_scale_write(
-            statement, self.parent(statement), lambda node: self.apex_name(node) in LOSS_SCALERS
-        )
-        reading = OptionReader(args, call, self.report, self._free_builtins()).read(
-            True if guard is None else guard, start[1] if start else None
-        )
-        per_loss = self._per_loss(args)
-        if guard is None or not reading.ok or per_loss is None:
-            return None
-        shared = self._shared_owner(call, reading, per_loss, unit)
-        if shared is False:
-            return None
-        if unit is not None and per_loss:
-            self.report(call, INIT_COUNT, "per-loss scalers (`num_losses`) with several `initialize` calls")
-            return None
+        args, optimizers, steps, placement, guard_node, reading, per_loss, shared = recipe
         if placement == "module" and (
             is_expression(reading.amp_on) or is_expression(reading.scaling_on) or self._handed_on()
         ):
@@ -631,6 +626,7 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
             return None
         if shared is not None and not self._shares(call, shared, built, scaler):
             return None
+        scope = self.scope_of(statement)
         return TrainingPlan(
             scaler=scaler,
             placement=placement,
@@ -639,14 +635,9 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
             models=set(expression_codes(args.get("models"))),
             optimizers=optimizers,
             step_lines=frozenset(self.position(c)[0] for c in steps),
-            eager_unscale_lines=frozenset(
-                line
-                for c in self.scale_losses
-                if self._unscales_at_exit(c)
-                for line in self._lines_of(self._statement(c))
-            ),
+            eager_unscale_lines=self._eager_unscale_lines(),
             hoisted=guard_node is not None,
-            init_scope=self.position(self.scope_of(statement))[0] if self.scope_of(statement) else 0,
+            init_scope=self.position(scope)[0] if scope else 0,
             init_line=self._lines_of(statement)[-1],
             global_casts=self.apex_name(call.func) == INIT,
             loss_scalers=loss_scalers,
@@ -654,6 +645,55 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
             threaded=threaded,
             shared=shared,
             flag_branches=frozenset(self._flagged) if unit is None else frozenset(),
+        )
+
+    def _recipe(
+        self,
+        call: cst.Call,
+        statement: cst.CSTNode,
+        module: cst.Module,
+        unit: Optional[Unit],
+        threaded: tuple,
+    ) -> Optional[_Recipe]:
+        """`_plan`'s reading of `initialize`, its steps, its guard and its options, before the
+        scaler is placed and named; None where one is refused (reported)."""
+        args = self._options_of(call)
+        if args is None:
+            return None
+        optimizers = self._optimizer_codes()
+        steps = self._step_sites(module, optimizers, statement)
+        if unit is not None:
+            steps = self._unit_steps(unit, steps, threaded)
+        placement = (
+            "threaded"
+            if threaded
+            else self.forced_placement or self._placement(statement, [*self.sites, *steps])
+        )
+        guard_node, guard = self._guard_switch(statement, nested_ok=unit is not None)
+        start = start_scale_write(
+            statement, self.parent(statement), lambda node: self.apex_name(node) in LOSS_SCALERS
+        )
+        reading = OptionReader(args, call, self.report, self._free_builtins()).read(
+            True if guard is None else guard, start[1] if start else None
+        )
+        per_loss = self._per_loss(args)
+        if guard is None or not reading.ok or per_loss is None:
+            return None
+        shared = self._shared_owner(call, reading, per_loss, unit)
+        if shared is False:
+            return None
+        if unit is not None and per_loss:
+            self.report(call, INIT_COUNT, "per-loss scalers (`num_losses`) with several `initialize` calls")
+            return None
+        return _Recipe(args, optimizers, steps, placement, guard_node, reading, per_loss, shared)
+
+    def _eager_unscale_lines(self) -> frozenset[int]:
+        """The lines of the `scale_loss` statements at whose exit Apex unscaled."""
+        return frozenset(
+            line
+            for c in self.scale_losses
+            if self._unscales_at_exit(c)
+            for line in self._lines_of(self._statement(c))
         )
 
     def _run_time_switch_placement(
@@ -748,7 +788,9 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
             isinstance(p, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) for p in self.ancestors(statement)
         ):
             return "`initialize` is not in a module-level function"
-        built_at = self.position(self.parent(guard) if guard is not None else statement)[0]
+        anchor = self.parent(guard) if guard is not None else statement
+        assert anchor is not None  # a guard is the test of an `if`
+        built_at = self.position(anchor)[0]
         return find_threading(self, module, builder, built_at, sites)
 
     def _def_at(self, module: cst.Module, line: int) -> cst.CSTNode:
@@ -853,6 +895,7 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
     def _handed_on(self) -> bool:
         """Apex's module is passed to functions of the file (carriers.py): the scaler takes
         their parameter, so it is passed down from where it is built, never a module global."""
+        assert self.apex is not None  # bound before the traversal (Rule.transform_module_impl)
         carriers = self.apex.carriers
         return carriers is not None and carriers.refusal is None and bool(carriers.slots)
 
@@ -911,6 +954,7 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
     def _none_else(self, branch: cst.If) -> bool:
         """`else: amp = None` beside the import of a module handed on as a value (carriers.py):
         the value becomes the scaler, built before the `if`, and the `else` goes."""
+        assert self.apex is not None  # bound before the traversal (Rule.transform_module_impl)
         carriers = self.apex.carriers
         return (
             carriers is not None

@@ -13,7 +13,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, NoReturn, Optional
+from typing import Callable, Iterator, NoReturn, Optional, cast
 
 import click
 from rich.console import Console
@@ -216,7 +216,7 @@ def _options_and_files(
 ) -> tuple:
     """The run's Options (flags over the config file's settings) and the files it covers."""
     from . import config, discover
-    from .options import Options
+    from .options import Options, Target
 
     try:
         settings = config.find(paths)
@@ -224,7 +224,8 @@ def _options_and_files(
         raise click.UsageError(str(exc)) from None
     try:
         options = Options(
-            target or settings.target or "auto",
+            # Options checks the target against TARGETS at run time.
+            cast(Target, target or settings.target or "auto"),
             device or settings.device or "cuda",
             dtype or settings.dtype or "float16",
         )

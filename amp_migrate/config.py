@@ -8,13 +8,14 @@ that a monorepo's packages may share the root's settings.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ImportError:  # Python < 3.11
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # Python < 3.11
+    import tomli as tomllib
 
 from .options import DTYPES, TARGETS
 

@@ -117,6 +117,12 @@ def _summary(rule) -> str:
     return " ".join(inspect.cleandoc(doc or "").split("\n\n")[0].split())
 
 
+def _owner_name(code: str) -> str:
+    owner = rules.owner(code)
+    assert owner is not None  # `code` is in some rule's EMITS (the rule being rendered)
+    return owner.__name__
+
+
 def render_rule(rule) -> str:
     """A rule's section: what it handles, what it emits, and the codes documented under it
     (a code several rules emit is documented under the first of them to run)."""
@@ -139,7 +145,7 @@ def render_rule(rule) -> str:
         lines += [
             "",
             "Documented under the first rule that emits it: "
-            + ", ".join(f"{code} ({rules.owner(code).__name__})" for code in elsewhere)
+            + ", ".join(f"{code} ({_owner_name(code)})" for code in elsewhere)
             + ".",
         ]
     parts = ["\n".join(lines).replace("\n\n\n", "\n\n") + "\n"]

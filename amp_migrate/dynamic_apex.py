@@ -36,7 +36,7 @@ CALL_TEXT = re.compile(r"\b(?:exec|eval|compile|import_module|__import__)\b")
 def importer_aliases(imports: Iterable[ast.Import | ast.ImportFrom]) -> frozenset[str]:
     """Local names bound to `importlib.import_module` (`from importlib import import_module
     as load`), which a call spells instead of `import_module`."""
-    found = set()
+    found: set[str] = set()
     for node in imports:
         if isinstance(node, ast.ImportFrom) and node.module == "importlib" and not node.level:
             found.update(a.asname for a in node.names if a.name == "import_module" and a.asname)

@@ -146,7 +146,9 @@ def form_feed_indents(text: str) -> Optional[FormFeedIndents]:
                 starts = False
                 row = token.start[0]
                 if row in candidates:
-                    removed[row] = _FORM_FEED_INDENT.match(lines[row - 1]).group(0)
+                    indent = _FORM_FEED_INDENT.match(lines[row - 1])
+                    assert indent is not None  # a candidate matches _FORM_FEED_BEFORE_CODE
+                    removed[row] = indent.group(0)
     except (SyntaxError, tokenize.TokenError):
         return None
     if not removed:

@@ -35,9 +35,9 @@ from .indentation import TabIndents, tab_indents
 from .indentation import message as indentation_message
 from .lines import form_feed_indents
 from .options import Options, Target
-from .provided import migrate_part
+from .provided import ProvidedPart, migrate_part
 from .rules import NATIVE_RULES, SHIM_RULES
-from .rules.base import FileState
+from .rules.base import FileState, Rule
 from .rules.imports import SHIM_ARGUMENT_REJECTED, SHIM_NAME_MISSING
 from .rules.plan import SharedScaler
 from .source_index import SourceIndex, walk_ast
@@ -145,7 +145,7 @@ def parse(text: str) -> cst.Module:
 
 
 def _run(
-    rules: Sequence[type],
+    rules: Sequence[type[Rule]],
     module: cst.Module,
     text: str,
     index: Optional[SourceIndex],
@@ -221,11 +221,13 @@ def _missing_diagnostic(missing) -> Diagnostic:
 def _with_part(text: str, target: Target, device: str, dtype: str, project: SharedScaler) -> MigrationResult:
     """A file with a part in a provider group (amp_migrate/provided.py): the part applied around
     the ordinary migration, with the rest of its project role."""
-    rest = replace(project, provided=None)
-    rest = None if rest == SharedScaler() else rest
+    part = project.provided
+    assert isinstance(part, ProvidedPart)  # SharedScaler.provided holds one (typed `object` there)
+    without = replace(project, provided=None)
+    rest = None if without == SharedScaler() else without
     return migrate_part(
         text,
-        project.provided,
+        part,
         lambda code: migrate_source(code, target=target, device=device, dtype=dtype, project=rest),
     )
 
@@ -304,6 +306,21 @@ def migrate_source(
     code, diagnostics, used = _transform(module, text, tree, options, project)
     if code == text:
         return MigrationResult(text, diagnostics, None)
+    return _verified(text, tree, code, diagnostics, used, options, project)
+
+
+def _verified(
+    text: str,
+    tree: Optional[ast.Module],
+    code: str,
+    diagnostics: tuple[Diagnostic, ...],
+    used: Optional[str],
+    options: Options,
+    project: Optional[SharedScaler],
+) -> MigrationResult:
+    """The result of migrating `text` to `code`, once the output is checked (migrate_source's
+    promises: it parses, compiles, resolves, is stable, and takes from `amp_shim` only what it has);
+    `text` as given with the reason where it is not."""
     try:
         verify_output(text, tree, code)
         again_possible = might_use_apex(code) and may_touch_apex(code)

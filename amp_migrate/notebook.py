@@ -27,14 +27,14 @@ import ast
 import json
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from .binding import apex_import_words, imports_apex
 from .diagnostics import MAGIC_USES_MIGRATED_NAME, NATIVE_IMPOSSIBLE, Diagnostic
 from .file_result import FileResult, Finding
 from .lines import count_line_breaks, split_lines
-from .migrate import MigrationError, migrate_source, python_ast
-from .options import Options
+from .migrate import MigrationError, MigrationResult, migrate_source, python_ast
+from .options import Options, Target
 from .report import unified_diff
 from .source_file import SourceError
 from .source_index import SourceIndex
@@ -473,7 +473,7 @@ def _referenced(masked: _Masked) -> set[str]:
 
 
 def _broken_magics(
-    module: str, code: str, cells: list[_Cell], native: bool, timeit_cells: list[_Cell] = ()
+    module: str, code: str, cells: list[_Cell], native: bool, timeit_cells: Sequence[_Cell] = ()
 ) -> list[Finding]:
     """IPython lines that name something the migrated code no longer binds (under the native
     target, the names Apex imports bind too: those objects are gone even where a name stays)."""
@@ -518,6 +518,38 @@ def _ended(text: str) -> str:
     return text if text.endswith("\n") or not text else text + "\n"
 
 
+def _migrated_cells(
+    module: str, cells: list[_Cell], nb: dict, options: Options, target: Target
+) -> tuple[MigrationResult, Optional[list[str]], list[Finding]]:
+    """The cells' joined code (`module`) migrated to `target`, its code cut back into the cells
+    (None: it cannot be), and the IPython lines that name what the migration no longer binds."""
+    migrated = migrate_source(module, target=target, device=options.device, dtype=options.dtype)
+    if not migrated.changed:
+        return migrated, None, []
+    sources = _split(migrated.code, cells)
+    lost = (
+        _broken_magics(module, migrated.code, cells, migrated.target_used == "native", _timeit_cells(nb))
+        if sources is not None
+        else []
+    )
+    return migrated, sources, lost
+
+
+def _native_refused(cells: list[_Cell]) -> Finding:
+    """NATIVE_IMPOSSIBLE (`--target native` refused), reported at the first migrated cell."""
+    return Finding(
+        Diagnostic(
+            NATIVE_IMPOSSIBLE.code,
+            NATIVE_IMPOSSIBLE.severity,
+            1,
+            1,
+            NATIVE_IMPOSSIBLE.summary,
+            False,
+        ),
+        cells[0].index + 1,
+    )
+
+
 def migrate(path: str, data: bytes, options: Options, want_diff: bool) -> FileResult:
     """Migrate a notebook's code cells; a broken notebook raises SourceError."""
     nb, text, bom = _load(data)
@@ -534,21 +566,8 @@ def migrate(path: str, data: bytes, options: Options, want_diff: bool) -> FileRe
     module, spans = _join(cells)
     notes: list[str] = []
     broken: list[Finding] = []
-
-    def run(target: str):
-        migrated = migrate_source(module, target=target, device=options.device, dtype=options.dtype)
-        if not migrated.changed:
-            return migrated, None, []
-        sources = _split(migrated.code, cells)
-        lost = (
-            _broken_magics(module, migrated.code, cells, migrated.target_used == "native", _timeit_cells(nb))
-            if sources is not None
-            else []
-        )
-        return migrated, sources, lost
-
     try:
-        migrated, sources, broken = run(options.target)
+        migrated, sources, broken = _migrated_cells(module, cells, nb, options, options.target)
         if migrated.changed and (sources is None or broken):
             why = (
                 "the native rewrite moves code across cells or IPython lines"
@@ -557,23 +576,12 @@ def migrate(path: str, data: bytes, options: Options, want_diff: bool) -> FileRe
             )
             if options.target == "native":
                 if broken:
-                    refused = Finding(
-                        Diagnostic(
-                            NATIVE_IMPOSSIBLE.code,
-                            NATIVE_IMPOSSIBLE.severity,
-                            1,
-                            1,
-                            NATIVE_IMPOSSIBLE.summary,
-                            False,
-                        ),
-                        cells[0].index + 1,
-                    )
-                    return replace(result, findings=(*broken, refused))
+                    return replace(result, findings=(*broken, _native_refused(cells)))
                 return replace(result, error=f"{why}; left untouched (`--target auto` would use the shim)")
             lost = broken
             if migrated.target_used == "native":  # auto: the shim rewrites imports only
                 notes.append(f"{why}; migrated to the shim instead")
-                migrated, sources, lost = run("shim")
+                migrated, sources, lost = _migrated_cells(module, cells, nb, options, "shim")
                 broken = broken + lost
             if migrated.changed and (sources is None or lost):
                 return replace(
@@ -596,7 +604,7 @@ def _with_cells(
     text: str,
     bom: bool,
     rewritten,
-    target_used: str,
+    target_used: Optional[str],
     want_diff: bool,
     notes: list[str],
 ) -> FileResult:

@@ -20,12 +20,15 @@ Nothing here decides anything; `migrate_source` applies the part (no index is ne
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import libcst as cst
 import libcst.matchers as m
 
 from .diagnostics import Diagnostic, Severity
+
+if TYPE_CHECKING:
+    from .migrate import MigrationResult  # the driver imports this module
 
 #: (first line, byte column, last line, byte column, replacement) on the file as written
 Edit = tuple[int, int, int, int, str]
@@ -52,7 +55,7 @@ class ProvidedPart:
     fallback: Optional[Diagnostic] = None
 
 
-Run = Callable[[str], "object"]  # text -> MigrationResult (migrate_source without the part)
+Run = Callable[[str], "MigrationResult"]  # migrate_source without the part
 
 
 def _offsets(lines: list[bytes]) -> list[int]:
@@ -177,7 +180,7 @@ class _DropFunctions(cst.CSTTransformer):
         return False  # only the module's own functions
 
 
-def migrate_part(text: str, part: ProvidedPart, run: Run):
+def migrate_part(text: str, part: ProvidedPart, run: Run) -> MigrationResult:
     """The file's result with its part applied (`run`: migrate_source on a text, no part)."""
     from .migrate import MigrationResult  # the driver imports this module
 

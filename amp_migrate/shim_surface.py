@@ -20,7 +20,7 @@ import ast
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union, cast
 
 from ._shim_surface_table import MODULES, SIGNATURES
 from .lines import split_lines
@@ -100,6 +100,7 @@ def missing_names(tree: ast.Module, text: str, roots: Sequence[str] = (SHIM,)) -
 # -- scopes -----------------------------------------------------------------------------------
 
 _OTHER = "other"  # bound to something that is not (known to be) the shim's
+Kind = Union[Ref, str]  # what one binding means: a `Ref`, or `_OTHER`
 _FUNCTION_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _SCOPES = _FUNCTION_SCOPES + (ast.ClassDef,) + _COMPREHENSIONS
@@ -203,7 +204,7 @@ class _Checker:
     def _collect(self, node: ast.AST, scope: _Scope) -> tuple[list[ast.AST], list[ast.AST]]:
         """Fill `scope`'s bindings; return the nodes to check and the scopes nested in it."""
 
-        def bind(name: str, kind) -> None:
+        def bind(name: str, kind: Kind) -> None:
             scope.bindings.setdefault(name, set()).add(kind)
             if kind is not _OTHER:
                 self.shim_names.add(name)
@@ -216,50 +217,62 @@ class _Checker:
         candidates: list[ast.AST] = []
         nested: list[ast.AST] = []
         guards: set[int] = set()  # `amp = None`, an import guard's fallback: no second meaning
+        # One `type()` per node, compared by identity (a hot loop); each branch casts `current`
+        # to the type its test proved.
         for current in self._own_nodes(node):  # an assignment comes before its targets
             kind_of = type(current)
             if kind_of is ast.Name:
-                if type(current.ctx) is ast.Store and id(current) not in guards:
-                    bind(current.id, _OTHER)
+                name = cast(ast.Name, current)
+                if type(name.ctx) is ast.Store and id(current) not in guards:
+                    bind(name.id, _OTHER)
             elif kind_of is ast.Attribute or kind_of is ast.Call:
                 candidates.append(current)
             elif kind_of is ast.Assign:
-                if _is_guard_value(current.value):
-                    guards.update(id(t) for t in current.targets if type(t) is ast.Name)
+                assign = cast(ast.Assign, current)
+                if _is_guard_value(assign.value):
+                    guards.update(id(t) for t in assign.targets if type(t) is ast.Name)
             elif isinstance(current, _SCOPES):
                 nested.append(current)
                 if not isinstance(current, (ast.Lambda, *_COMPREHENSIONS)):
                     bind(current.name, _OTHER)
             elif kind_of is ast.Global or kind_of is ast.Nonlocal:
-                scope.declared_global.update(current.names)
+                scope.declared_global.update(cast(Union[ast.Global, ast.Nonlocal], current).names)
             elif kind_of is ast.Import:
                 candidates.append(current)
-                for alias in current.names:
-                    if alias.asname is not None:
-                        ours = self.root_of(alias.name) is not None
-                        bind(alias.asname, (self.shim(alias.name), True) if ours else _OTHER)
-                    else:
-                        first = alias.name.split(".")[0]
-                        bind(first, (self.shim(first), True) if self.root_of(first) else _OTHER)
+                self._bind_import(cast(ast.Import, current), bind)
             elif kind_of is ast.ImportFrom:
                 candidates.append(current)
-                module = current.module or ""
-                ours = current.level == 0 and self.root_of(module) is not None
-                for alias in current.names:
-                    if alias.name == "*":
-                        continue
-                    kind = _OTHER
-                    if ours:
-                        shim_module = self.shim(module)
-                        kind = member(shim_module, alias.name) or (f"{shim_module}.{alias.name}", False)
-                    bind(alias.asname or alias.name, kind)
-            elif kind_of is ast.ExceptHandler and current.name:
-                bind(current.name, _OTHER)
-            elif kind_of in (ast.MatchAs, ast.MatchStar) and current.name:
-                bind(current.name, _OTHER)
-            elif kind_of is ast.MatchMapping and current.rest:
-                bind(current.rest, _OTHER)
+                self._bind_import_from(cast(ast.ImportFrom, current), bind)
+            elif kind_of is ast.ExceptHandler or kind_of is ast.MatchAs or kind_of is ast.MatchStar:
+                bound = cast(Union[ast.ExceptHandler, ast.MatchAs, ast.MatchStar], current).name
+                if bound:
+                    bind(bound, _OTHER)
+            elif kind_of is ast.MatchMapping:
+                rest = cast(ast.MatchMapping, current).rest
+                if rest:
+                    bind(rest, _OTHER)
         return candidates, nested
+
+    def _bind_import(self, node: ast.Import, bind: Callable[[str, Kind], None]) -> None:
+        for alias in node.names:
+            if alias.asname is not None:
+                ours = self.root_of(alias.name) is not None
+                bind(alias.asname, (self.shim(alias.name), True) if ours else _OTHER)
+            else:
+                first = alias.name.split(".")[0]
+                bind(first, (self.shim(first), True) if self.root_of(first) else _OTHER)
+
+    def _bind_import_from(self, node: ast.ImportFrom, bind: Callable[[str, Kind], None]) -> None:
+        module = node.module or ""
+        ours = node.level == 0 and self.root_of(module) is not None
+        for alias in node.names:
+            if alias.name == "*":
+                continue
+            kind: Kind = _OTHER
+            if ours:
+                shim_module = self.shim(module)
+                kind = member(shim_module, alias.name) or (f"{shim_module}.{alias.name}", False)
+            bind(alias.asname or alias.name, kind)
 
     def meaning(self, name: str, chain: list[_Scope]) -> Optional[Ref]:
         """What `name` means in the shim where `chain` is the scopes around the read, or None
@@ -503,7 +516,7 @@ def real_table() -> tuple[dict[str, frozenset[str]], dict[str, Signature]]:
     return modules, signatures
 
 
-def render_table(modules: dict[str, Iterable[str]], signatures: dict[str, Signature]) -> str:
+def render_table(modules: Mapping[str, Iterable[str]], signatures: dict[str, Signature]) -> str:
     out = [
         '"""What `amp_shim` exports: generated by `python -m amp_migrate.shim_surface` from the',
         'installed package; do not edit (a test compares it with the package)."""',

@@ -20,7 +20,8 @@ def callee_names(index: ProjectIndex, importer: str, tree: ast.Module, target: s
     """Each way `importer` spells the function `name` of `target`: `name` (or its alias)
     imported from it, `module.name` through an import of the module, or `*` for a star import
     of it. Empty where it names it no way the imports show."""
-    resolver, found = index.resolver, set()
+    resolver = index.resolver
+    found: set[str] = set()
     if resolver is None:
         return found
     for node in ast.walk(tree):
@@ -28,7 +29,7 @@ def callee_names(index: ProjectIndex, importer: str, tree: ast.Module, target: s
             imp = Import(node.module or "", tuple(a.name for a in node.names), node.level)
             module = resolver.relative_module(importer, imp) if node.level else None
             from_target = (
-                resolver.by_name.get(module) == target
+                module is not None and resolver.by_name.get(module) == target
                 if node.level
                 else target in resolver.lookup(importer, node.module or "")
             )

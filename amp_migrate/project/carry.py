@@ -62,8 +62,16 @@ def _receiver(
         if external.keyword is not None:
             named = positional[len(function.args.posonlyargs) :] + [a.arg for a in function.args.kwonlyargs]
             return (path, external.keyword) if external.keyword in named else None
+        assert external.index is not None  # passed by position (no keyword)
         return (path, positional[external.index]) if external.index < len(positional) else None
     return None
+
+
+def _receiver_path(index: ProjectIndex, texts: Mapping[str, str], passer: str, external: External) -> str:
+    """The module of the function `external` calls, where its receiver is known to be found."""
+    target = _receiver(index, texts, passer, external)
+    assert target is not None  # the caller found every external call's receiver already
+    return target[0]
 
 
 def _named_elsewhere(index: ProjectIndex, texts: Mapping[str, str], passer: str, receivers: dict) -> bool:
@@ -115,7 +123,7 @@ def carrier_roles(
             reach=names[path], carrier_slots=tuple(sorted(seeds.items())), other=passer
         )
     calls = tuple(
-        sorted((e.local, names[_receiver(index, texts, passer, e)[0]]) for e in found.external.values())
+        sorted((e.local, names[_receiver_path(index, texts, passer, e)]) for e in found.external.values())
     )
     roles[passer] = SharedScaler(carrier_calls=calls, other=", ".join(sorted(receivers)))
     return roles

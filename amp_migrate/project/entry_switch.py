@@ -29,7 +29,7 @@ from typing import Callable, Mapping, Optional
 
 from ..rules.switch_flow import _ast_path
 from .callers import STAR, callee_names, dotted
-from .guard import conjuncts, guarded_builder, parameters, stable_paths
+from .guard import conjuncts, end_line, guarded_builder, parameters, stable_paths
 from .index import ProjectIndex
 
 Entry = tuple[str, str, tuple[str, ...]]  # (user's function, its parameter, rest of the path)
@@ -76,7 +76,7 @@ def _calls(tree: ast.Module, names: set[str]) -> Optional[list[ast.Call]]:
 def _after(function: ast.FunctionDef, guard: ast.If, call: ast.Call) -> bool:
     """`call` runs in `function`'s body, in a statement after the guard."""
     return any(
-        s.lineno > guard.end_lineno and any(n is call for n in ast.walk(s)) for s in function.body
+        s.lineno > end_line(guard) and any(n is call for n in ast.walk(s)) for s in function.body
     ) and not any(
         isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef))
         and any(c is call for c in ast.walk(n))
@@ -140,9 +140,11 @@ class _Handover:
         facts = index.facts(owner)
         if len(facts.initialize) != 1 or index.resolver is None:
             return
-        self.tree, self.user_tree = _parse(texts.get(owner, "")), _parse(texts.get(user, ""))
-        if self.tree is None or self.user_tree is None:
+        tree, user_tree = _parse(texts.get(owner, "")), _parse(texts.get(user, ""))
+        if tree is None or user_tree is None:
             return
+        self.tree: ast.Module = tree
+        self.user_tree: ast.Module = user_tree
         builder = guarded_builder(self.tree, facts.initialize[0].line)
         if builder is not None:
             self.function, self.guard = builder

@@ -31,18 +31,24 @@ def conjuncts(test: ast.expr) -> list[ast.expr]:
     return [test]
 
 
+def end_line(node: ast.stmt | ast.expr) -> int:
+    """The node's last line (`ast.parse` sets it on every statement and expression)."""
+    assert node.end_lineno is not None
+    return node.end_lineno
+
+
 def guarded_builder(tree: ast.Module, line: int) -> Optional[tuple[ast.FunctionDef, ast.If]]:
     """The module-level function whose body holds `if cond:` (no `else`) around the simple
     statement on `line` (the `initialize`): the guard the owner's plan hoists into `enabled=`."""
     for function in tree.body:
-        if not isinstance(function, ast.FunctionDef) or not function.lineno <= line <= function.end_lineno:
+        if not isinstance(function, ast.FunctionDef) or not function.lineno <= line <= end_line(function):
             continue
         for guard in function.body:
             if (
                 isinstance(guard, ast.If)
                 and not guard.orelse
                 and any(
-                    isinstance(s, (ast.Assign, ast.Expr, ast.AnnAssign)) and s.lineno <= line <= s.end_lineno
+                    isinstance(s, (ast.Assign, ast.Expr, ast.AnnAssign)) and s.lineno <= line <= end_line(s)
                     for s in guard.body
                 )
             ):
@@ -71,7 +77,7 @@ def stable_paths(tree: ast.Module, function: ast.FunctionDef, guard: ast.If) -> 
             or path[0] not in positional + keyword
             or path[0] in stores.declared
             or any(
-                (p == path[:1] and function.lineno <= line <= function.end_lineno)
+                (p == path[:1] and function.lineno <= line <= end_line(function))
                 or (len(p) > 1 and _conflict(p, path))
                 for p, line, _, _ in stores.found
             )

@@ -21,7 +21,7 @@ import bisect
 import re
 import warnings
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Mapping, Optional
+from typing import Iterable, Iterator, Mapping, Optional, Protocol, TypeGuard
 
 from ..ast_names import dotted_chain
 
@@ -123,7 +123,7 @@ def module_name(path: str) -> str:
     return ".".join(parts)
 
 
-def _apex_module(text: object) -> bool:
+def _apex_module(text: object) -> TypeGuard[str]:
     return isinstance(text, str) and (text == "apex" or text.startswith("apex."))
 
 
@@ -165,7 +165,8 @@ _BODIES = ("body", "orelse", "finalbody")
 
 def hit_lines(text: str, pattern: re.Pattern = _HIT_TEXT) -> list[int]:
     """The (sorted, 1-based) lines on which `pattern` matches."""
-    found, line, pos = [], 1, 0
+    found: list[int] = []
+    line, pos = 1, 0
     for match in pattern.finditer(text):
         line += text.count("\n", pos, match.start())
         pos = match.start()
@@ -174,7 +175,7 @@ def hit_lines(text: str, pattern: re.Pattern = _HIT_TEXT) -> list[int]:
     return found
 
 
-def _spans(node: ast.AST, hits: list[int]) -> bool:
+def _spans(node: ast.stmt, hits: list[int]) -> bool:
     i = bisect.bisect_left(hits, node.lineno)
     return i < len(hits) and hits[i] <= (node.end_lineno or node.lineno)
 
@@ -234,13 +235,21 @@ def _bindings(nodes: Iterable[ast.AST]) -> dict[str, str]:
                 bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
         elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             dynamic = _dynamic_import(node.value)
-            for target in node.targets if dynamic else ():
-                if isinstance(target, ast.Name):
-                    bound[target.id] = dynamic
+            if dynamic:
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        bound[target.id] = dynamic
     return bound
 
 
-def column(lines: list[str], node: ast.AST) -> int:
+class Located(Protocol):
+    """A node with a position: a statement, an expression, an alias, an argument."""
+
+    lineno: int
+    col_offset: int
+
+
+def column(lines: list[str], node: Located) -> int:
     """The 1-based column of a node in characters (the parser counts UTF-8 bytes)."""
     line = lines[node.lineno - 1] if node.lineno <= len(lines) else ""
     if line.isascii():
@@ -271,7 +280,7 @@ class _Reader:
                 handler(node)
         return self
 
-    def _site(self, node: ast.AST, what: str) -> Site:
+    def _site(self, node: Located, what: str) -> Site:
         return Site(node.lineno, column(self.lines, node), what, ".".join(self.stack) or "<module>")
 
     def visit_Import(self, node: ast.Import) -> None:
@@ -436,7 +445,7 @@ class ProjectIndex:
                 found = _spelled(self.resolver, path, imp, target) if not imp.level else None
                 if found is not None and self.resolver.lookup(importer, found.module) == [target]:
                     return found
-        return self._inside_package(importer, target)
+        return self._inside_package(self.resolver, importer, target)
 
     def one_name(self, target: str) -> bool:
         """Whether every import of `target` in the tree names one module object: its absolute
@@ -453,7 +462,7 @@ class ProjectIndex:
                     absolute.add(found.module)
         return len(absolute) <= 1 and not (relative and absolute and "." not in min(absolute))
 
-    def _inside_package(self, importer: str, target: str) -> Optional[Spelling]:
+    def _inside_package(self, resolver: "_Resolver", importer: str, target: str) -> Optional[Spelling]:
         """`import pkg.loop` where `importer` imports the package `pkg` (absolutely) and the
         target lies inside it."""
         parts = self.modules[target].name.split(".")
@@ -462,7 +471,7 @@ class ProjectIndex:
                 continue
             for start in range(len(parts) - 1):
                 dotted = ".".join(parts[start:])
-                if dotted.startswith(imp.module + ".") and self.resolver.lookup(importer, dotted) == [target]:
+                if dotted.startswith(imp.module + ".") and resolver.lookup(importer, dotted) == [target]:
                     return Spelling(dotted)
         return None
 
@@ -635,7 +644,9 @@ def _provided(
     lines: list[str],
     aliases: Mapping[str, str] = {},
 ) -> None:
-    callee = dotted_chain(node.value.func)
+    call = node.value
+    assert isinstance(call, ast.Call)  # the callers pass an assignment of a call
+    callee = dotted_chain(call.func)
     function = callee.rsplit(".", 1)[-1] if callee else ""
     function = aliases.get(function, function) if callee == function else function
     for provider_path, site in providers.get(function, ()):

@@ -16,7 +16,8 @@ from typing import Iterable, Mapping, Optional, Sequence
 from ..diagnostics import Diagnostic, Severity
 from ..file_result import FileResult, Finding
 from ..migrate import MigrationError, MigrationResult, migrate_source
-from ..options import Options
+from ..options import Options, Target
+from ..provided import ProvidedPart
 from ..rules.dynamic_apex import DYNAMIC_USE
 from ..rules.plan import SharedScaler
 from ..source_file import SourceError, read_bytes
@@ -55,7 +56,7 @@ def _outcome_of(diagnostics: Sequence[Diagnostic], changed: bool, target_used: O
 
 
 def _migrate_one(
-    text: str, target: str, device: str, dtype: str, project: Optional[SharedScaler] = None
+    text: str, target: Target, device: str, dtype: str, project: Optional[SharedScaler] = None
 ) -> MigrationResult:
     try:
         return migrate_source(text, target=target, device=device, dtype=dtype, project=project)
@@ -64,7 +65,7 @@ def _migrate_one(
 
 
 def migrate_project(
-    files: Mapping[str, str], *, target: str = "auto", device: str = "cuda", dtype: str = "float16"
+    files: Mapping[str, str], *, target: Target = "auto", device: str = "cuda", dtype: str = "float16"
 ) -> dict[str, MigrationResult]:
     """Migrate a tree given as relative path -> text: files that share Apex objects end on one
     target (docs/cli.md, "Projects"). Files not ending in `.py` are migrated alone."""
@@ -103,7 +104,10 @@ def _provided(roles: Mapping[str, SharedScaler], outcomes: Mapping[str, Outcome]
     return frozenset(
         p
         for p, r in roles.items()
-        if r.provided is not None and r.provided.edits and p in outcomes and outcomes[p].status == "native"
+        if isinstance(r.provided, ProvidedPart)
+        and r.provided.edits
+        and p in outcomes
+        and outcomes[p].status == "native"
     )
 
 
@@ -182,7 +186,7 @@ class Tree:
         self.roles = shared_scalers(self.index, groups, texts, self.names) if groups else {}
         self.notes = handover_notes(self.index, groups, texts, self.names) if groups else {}
         self.roles.update(provider_roles(self.index, groups, texts, self.names) if groups else {})
-        self.pending = {}
+        self.pending: dict[str, _Pending] = {}
         for group in groups:
             shared = _Pending(group, {})
             self.pending.update((rel, shared) for rel in group.members)

@@ -27,16 +27,25 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
-from typing import Mapping, Optional, Union
+from typing import Callable, Mapping, NoReturn, Optional, TypeGuard, Union, cast
 
 from ..diagnostics import Code, Diagnostic
-from ..provided import ProvidedPart
+from ..provided import Edit, ProvidedPart
 from ..rules.plan import SharedScaler
 from . import codes
 from .groups import Group
-from .index import Import, ProjectIndex, column
+from .guard import end_line
+from .index import Import, Located, ProjectIndex, column
 
 Node = Union[ast.AST, tuple[int, int]]
+#: raises _Refused at the node (None: where the caller's refusal puts it) with the reason
+Refuse = Callable[[Optional[ast.AST], str], NoReturn]
+
+
+def _position(node: ast.AST) -> Located:
+    """A refused node's position: every node refused is a statement, an expression or an
+    `except` handler, which all carry one (`ast.AST` itself declares none)."""
+    return cast(Located, node)
 
 
 class _Refused(Exception):
@@ -52,7 +61,7 @@ class Provider:
     condition: Optional[ast.expr]  # None: it always returns Apex's module
 
 
-def _apex_amp(node: ast.AST) -> bool:
+def _apex_amp(node: ast.AST) -> TypeGuard[ast.ImportFrom]:
     return (
         isinstance(node, ast.ImportFrom)
         and node.module == "apex"
@@ -62,7 +71,7 @@ def _apex_amp(node: ast.AST) -> bool:
     )
 
 
-def _import_part(body: list, refuse) -> Optional[str]:
+def _import_part(body: list[ast.stmt], refuse: Refuse) -> str:
     """The name `from apex import amp` binds in `body` (alone, or in a `try` whose only
     handler catches ImportError and raises), else refuses at what stands in the way."""
     node = body[0] if body else None
@@ -85,9 +94,11 @@ def _import_part(body: list, refuse) -> Optional[str]:
     extra = [s for s in inner if not _apex_amp(s)] + (body[1:] if inner is not body else [])
     if not inner or extra or len(inner) != 1:
         odd = extra[0] if extra else inner[1] if len(inner) > 1 else None
+        assert odd is not None  # `inner` is empty only for an empty body: a provider has its `return`
         refuse(odd, f"it also runs `{_short(odd)}`, which no GradScaler stands for")
-    node = inner[0]
-    return node.names[0].asname or "amp"
+    imported = inner[0]
+    assert _apex_amp(imported)  # nothing else is in `inner` (`extra` is empty)
+    return imported.names[0].asname or "amp"
 
 
 def _returns(node: ast.AST, name: Optional[str]) -> bool:
@@ -156,7 +167,7 @@ def provider_shape(path: str, tree: ast.Module, name: str) -> Provider:
     """The provider `name` of `tree`, proven to only import and return Apex's module (or None)."""
     defs = [s for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == name]
 
-    def refuse(node, why):
+    def refuse(node: Optional[ast.AST], why: str) -> NoReturn:
         raise _Refused(
             path, node if node is not None else defs[0], f"`{name}`: {why}", codes.PROVIDER_NOT_FOLLOWED
         )
@@ -184,33 +195,7 @@ def provider_shape(path: str, tree: ast.Module, name: str) -> Provider:
         and _none(body[0], _bound_name(body))
         and isinstance(body[1], ast.If)
     ):
-        before = not isinstance(first, ast.If)  # `amp = None` before the `if`
-        guard, rest = (body[1], body[2:]) if before else (first, body[1:])
-        condition = guard.test
-        inside = len(guard.body) > 1 and _returns(guard.body[-1], _bound_name(guard.body))
-        value = _import_part(guard.body[:-1] if inside else guard.body, refuse)
-        if inside:  # `if c: import; return amp` then `return None` (or nothing)
-            shaped = (
-                not before and not guard.orelse and (not rest or len(rest) == 1 and _returns(rest[0], None))
-            )
-        else:
-            shaped = (
-                (not guard.orelse if before else len(guard.orelse) == 1 and _none(guard.orelse[0], value))
-                and len(rest) == 1
-                and _returns(rest[0], value)
-            )
-        if not shaped:
-            odd = (
-                next((s for s in guard.orelse if not _none(s, value)), None)
-                or next((s for s in rest if not _returns(s, value) and not _returns(s, None)), None)
-                or guard
-            )
-            refuse(odd, "it is not `if <cond>: <import>`, None otherwise, and a `return` of the value")
-        if not _pure(condition) or any(
-            isinstance(n, ast.Name) and n.id not in _parameters(function) and n.id != "bool"
-            for n in ast.walk(condition)
-        ):
-            refuse(condition, f"its condition `{_short(condition)}` is not a pure test of its parameters")
+        condition = _conditional_shape(function, body, refuse)
     else:
         value = _import_part(body[:1], refuse)
         if len(body) != 2 or not _returns(body[1], value):
@@ -218,6 +203,39 @@ def provider_shape(path: str, tree: ast.Module, name: str) -> Provider:
                 body[1] if len(body) > 1 else function, "it does more than import and return Apex's module"
             )
     return Provider(path, function, condition)
+
+
+def _conditional_shape(function: ast.FunctionDef, body: list[ast.stmt], refuse: Refuse) -> ast.expr:
+    """The condition of a provider whose `body` (its docstring aside) starts with the `if`, or
+    with `amp = None` and then the `if`; refuses where it is not shaped as the module says."""
+    first = body[0]
+    before = not isinstance(first, ast.If)  # `amp = None` before the `if`
+    guard, rest = (body[1], body[2:]) if before else (first, body[1:])
+    assert isinstance(guard, ast.If)  # provider_shape saw the `if` there
+    condition = guard.test
+    inside = len(guard.body) > 1 and _returns(guard.body[-1], _bound_name(guard.body))
+    value = _import_part(guard.body[:-1] if inside else guard.body, refuse)
+    if inside:  # `if c: import; return amp` then `return None` (or nothing)
+        shaped = not before and not guard.orelse and (not rest or len(rest) == 1 and _returns(rest[0], None))
+    else:
+        shaped = (
+            (not guard.orelse if before else len(guard.orelse) == 1 and _none(guard.orelse[0], value))
+            and len(rest) == 1
+            and _returns(rest[0], value)
+        )
+    if not shaped:
+        odd = (
+            next((s for s in guard.orelse if not _none(s, value)), None)
+            or next((s for s in rest if not _returns(s, value) and not _returns(s, None)), None)
+            or guard
+        )
+        refuse(odd, "it is not `if <cond>: <import>`, None otherwise, and a `return` of the value")
+    if not _pure(condition) or any(
+        isinstance(n, ast.Name) and n.id not in _parameters(function) and n.id != "bool"
+        for n in ast.walk(condition)
+    ):
+        refuse(condition, f"its condition `{_short(condition)}` is not a pure test of its parameters")
+    return condition
 
 
 def _bound_name(body: list) -> str:
@@ -267,7 +285,7 @@ class _Substitute(ast.NodeTransformer):
         return self.values.get(node.id, node)
 
 
-def _arguments(provider: Provider, call: ast.Call, refuse) -> dict[str, ast.expr]:
+def _arguments(provider: Provider, call: ast.Call, refuse: Refuse) -> dict[str, ast.expr]:
     """The provider's parameters as the call passes them (defaults where it does not)."""
     args = provider.function.args
     positional = [a.arg for a in (*args.posonlyargs, *args.args)]
@@ -278,7 +296,7 @@ def _arguments(provider: Provider, call: ast.Call, refuse) -> dict[str, ast.expr
     ):
         refuse(call, "the call passes `*args`/`**kwargs` or more arguments than the provider names")
     values = dict(zip(positional, call.args))
-    values.update((k.arg, k.value) for k in call.keywords)
+    values.update((k.arg, k.value) for k in call.keywords if k.arg is not None)  # `**` refused above
     defaults = dict(zip(positional[len(positional) - len(args.defaults) :], args.defaults))
     defaults.update((a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None)
     for name in _parameters(provider.function):
@@ -294,7 +312,7 @@ def _arguments(provider: Provider, call: ast.Call, refuse) -> dict[str, ast.expr
     return values
 
 
-def _stable(function: ast.FunctionDef, condition: ast.expr, refuse) -> None:
+def _stable(function: ast.FunctionDef, condition: ast.expr, refuse: Refuse) -> None:
     """The names the condition reads are parameters of `function` that it never rebinds or
     stores into, so the test after the call reads what the call was given."""
     params = set(_parameters(function))
@@ -333,7 +351,7 @@ def _path(node: ast.AST) -> Optional[tuple[str, ...]]:
     return (node.id, *reversed(parts)) if isinstance(node, ast.Name) else None
 
 
-def _untouched(between: list, condition: ast.expr, refuse) -> None:
+def _untouched(between: list[ast.stmt], condition: ast.expr, refuse: Refuse) -> None:
     """No call between the provider's call and the `if` is handed an object the condition reads
     through, or is a method of one (`setup(args)`, `args.update(...)` could change `args.fp16`;
     `args.lr` is no such object)."""
@@ -383,10 +401,10 @@ def _import_text(name: str) -> str:
     return "from apex import amp" + (f" as {name}" if name != "amp" else "")
 
 
-def _spanning(text: str, node: ast.AST) -> str:
+def _spanning(text: str, node: ast.stmt | ast.expr) -> str:
     """`text` spread over the lines `node` spans (wrapped in parentheses there), so that the
     file keeps its line numbers."""
-    extra = node.end_lineno - node.lineno
+    extra = end_line(node) - node.lineno
     return text if not extra else f"({text}" + "\n" * extra + ")"
 
 
@@ -398,16 +416,16 @@ class _Caller:
         self.lines = text.split("\n")
         self.tree = ast.parse(text)
         self.parents = {id(c): n for n in ast.walk(self.tree) for c in ast.iter_child_nodes(n)}
-        self.edits: list = []
+        self.edits: list[Edit] = []
         self.inserts: list[tuple[int, ast.stmt]] = []  # (line inserted before, the call)
         self.notes: list[Diagnostic] = []
         self.nones: list[tuple[str, str]] = []
 
-    def refuse(self, node, why: str) -> None:
+    def refuse(self, node: Optional[ast.AST], why: str) -> NoReturn:
         raise _Refused(self.path, node if node is not None else (1, 1), why, codes.PROVIDED_NOT_FOLLOWED)
 
     def run(self) -> None:
-        calls = []
+        calls: list[ast.Call] = []
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Name) and node.id in self.local:
                 call = self.parents.get(id(node))
@@ -417,21 +435,26 @@ class _Caller:
         for call in sorted(calls, key=lambda c: (c.lineno, c.col_offset)):
             self._call(call)
 
-    def _call(self, call: ast.Call) -> None:
+    def _site(self, call: ast.Call) -> tuple[ast.Assign, str, ast.FunctionDef]:
+        """(`name = <call>`, the name, the module-level function that holds it), else refuses."""
         statement = self.parents.get(id(call))
         if not isinstance(statement, ast.Assign) or statement.value is not call:
             self.refuse(call, f"`{_short(call)}` is not assigned to a name")
-        if len(statement.targets) != 1 or not isinstance(statement.targets[0], ast.Name):
+        target = statement.targets[0]
+        if len(statement.targets) != 1 or not isinstance(target, ast.Name):
             self.refuse(
                 statement,
-                f"the value is stored on `{_short(statement.targets[0])}`, where the "
-                "tree does not show every use of it",
+                f"the value is stored on `{_short(target)}`, where the tree does not show every use of it",
             )
-        name, function = statement.targets[0].id, self.parents.get(id(statement))
+        name, function = target.id, self.parents.get(id(statement))
         if not isinstance(function, ast.FunctionDef) or not isinstance(
             self.parents.get(id(function)), ast.Module
         ):
             self.refuse(statement, f"`{_short(statement)}` is not a statement of a module-level function")
+        return statement, name, function
+
+    def _call(self, call: ast.Call) -> None:
+        statement, name, function = self._site(call)
         values = _arguments(self.provider, call, self.refuse)
         where = f"`{self.provider.function.name}` ({self.label}:{self.provider.function.lineno})"
         if self.provider.condition is None:
@@ -465,7 +488,7 @@ class _Caller:
                 f"`{_short(guard.test)}` is not the provider's condition "
                 f"`{ast.unparse(condition)}` nor a test of `{name}`",
             )
-        if guard.body[0].lineno <= guard.test.end_lineno:
+        if guard.body[0].lineno <= end_line(guard.test):
             self.refuse(guard, "the `if` that runs `initialize` holds it on its own line")
         self.edits += [
             self._edit(statement, f"{name} = " + _spanning("None", statement)),
@@ -483,17 +506,19 @@ class _Caller:
             "enabled under that test, takes the value's place",
         )
 
-    def _edit(self, node: ast.AST, new: str) -> tuple:
-        return (node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, new)
+    def _edit(self, node: ast.stmt | ast.expr, new: str) -> Edit:
+        assert node.end_col_offset is not None  # `ast.parse` sets every position
+        return (node.lineno, node.col_offset, end_line(node), node.end_col_offset, new)
 
-    def _note(self, node: ast.AST, message: str) -> None:
+    def _note(self, node: Located, message: str) -> None:
         code = codes.PROVIDED_NOW_SCALER
         self.notes.append(
             Diagnostic(code.code, code.severity, node.lineno, column(self.lines, node), message, True)
         )
 
     def part(self) -> ProvidedPart:
-        inserted, done = [], 0
+        inserted: list[tuple[int, int, int]] = []
+        done = 0
         for line, statement in sorted(self.inserts, key=lambda i: i[0]):
             inserted.append((line + done, statement.lineno, column(self.lines, statement)))
             done += 1
@@ -517,20 +542,24 @@ class _Caller:
 
 
 def _diagnostic(code: Code, lines: list[str], where: Node, message: str) -> Diagnostic:
-    line, col = where if isinstance(where, tuple) else (where.lineno, column(lines, where))
+    line, col = (
+        where if isinstance(where, tuple) else (_position(where).lineno, column(lines, _position(where)))
+    )
     return Diagnostic(code.code, code.severity, line, col, message, False)
 
 
 def _local_names(
-    index: ProjectIndex, path: str, tree: ast.Module, provider: str, name: str, refuse
+    index: ProjectIndex, path: str, tree: ast.Module, provider: str, name: str, refuse: Refuse
 ) -> set[str]:
     """The names `path` imports the provider by (`from M import get_amp [as g]`); any other
     import of that name, or of the provider's module, is a use the value flow cannot follow."""
-    found = set()
+    resolver = index.resolver
+    assert resolver is not None  # build_index always gives one
+    found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             for alias in node.names:
-                hits = provider in index.resolver.targets(
+                hits = provider in resolver.targets(
                     path, Import(node.module or "", (alias.name,), node.level)
                 )
                 if alias.name == name and hits:
@@ -540,13 +569,13 @@ def _local_names(
                     or hits
                     and alias.name != name
                     and provider
-                    in index.resolver.targets(
+                    in resolver.targets(
                         path, Import(f"{node.module or ''}.{alias.name}".strip("."), (), node.level)
                     )
                 ):
                     refuse(node, f"`{_short(node)}` imports the provider's name or module otherwise")
         elif isinstance(node, ast.Import) and any(
-            provider in index.resolver.lookup(path, a.name) for a in node.names
+            provider in resolver.lookup(path, a.name) for a in node.names
         ):
             refuse(node, f"`{_short(node)}` imports the provider's module")
     return found
@@ -563,32 +592,7 @@ def _group(
     """Each member's part where the group goes native (raises _Refused otherwise)."""
     label = names.get(path, path)
     provider = provider_shape(path, ast.parse(texts[path]), name)
-    facts = index.facts(path)
-    span = range(provider.function.lineno, provider.function.end_lineno + 1)
-
-    def refuse(where, why):
-        raise _Refused(path, where, f"`{name}`: {why}", codes.PROVIDER_NOT_FOLLOWED)
-
-    if (
-        facts.initialize
-        or facts.uses
-        or facts.foreign
-        or facts.provided
-        or facts.dynamic
-        or facts.fp16_optimizers
-        or any(s.line not in span for s in facts.apex_imports)
-        or len(facts.providers) != 1
-    ):
-        refuse(provider.function, "its module uses Apex beside it")
-    word = re.compile(rf"\b{re.escape(name)}\b")
-    if len(word.findall(texts[path])) != 1:
-        refuse(provider.function, f"its module names `{name}` beside its `def`")
-    callers = sorted(p for p in group.members if index.facts(p).provided)
-    for other in sorted(set(group.members) - set(callers) - {path}):
-        refuse(provider.function, f"{names.get(other, other)} shares Apex objects with its callers")
-    for other, text in sorted(texts.items()):
-        if other not in callers and other != path and word.search(text):
-            refuse(provider.function, f"{names.get(other, other)} names it, where its calls are not followed")
+    callers = _callers(index, group, texts, names, provider, name)
     parts = {}
     for caller in callers:
         if caller == path or index.facts(caller).apex_imports:
@@ -617,6 +621,46 @@ def _group(
     return parts
 
 
+def _callers(
+    index: ProjectIndex,
+    group: Group,
+    texts: Mapping[str, str],
+    names: Mapping[str, str],
+    provider: Provider,
+    name: str,
+) -> list[str]:
+    """The group's modules that call the provider `name` (raises _Refused where its module,
+    or another module of the tree, uses Apex or the provider otherwise)."""
+    path = provider.path
+    facts = index.facts(path)
+    span = range(provider.function.lineno, end_line(provider.function) + 1)
+
+    def refuse(where: Node, why: str) -> NoReturn:
+        raise _Refused(path, where, f"`{name}`: {why}", codes.PROVIDER_NOT_FOLLOWED)
+
+    if (
+        facts.initialize
+        or facts.uses
+        or facts.foreign
+        or facts.provided
+        or facts.dynamic
+        or facts.fp16_optimizers
+        or any(s.line not in span for s in facts.apex_imports)
+        or len(facts.providers) != 1
+    ):
+        refuse(provider.function, "its module uses Apex beside it")
+    word = re.compile(rf"\b{re.escape(name)}\b")
+    if len(word.findall(texts[path])) != 1:
+        refuse(provider.function, f"its module names `{name}` beside its `def`")
+    callers = sorted(p for p in group.members if index.facts(p).provided)
+    for other in sorted(set(group.members) - set(callers) - {path}):
+        refuse(provider.function, f"{names.get(other, other)} shares Apex objects with its callers")
+    for other, text in sorted(texts.items()):
+        if other not in callers and other != path and word.search(text):
+            refuse(provider.function, f"{names.get(other, other)} names it, where its calls are not followed")
+    return callers
+
+
 def _refusals(
     index: ProjectIndex,
     group: Group,
@@ -628,10 +672,11 @@ def _refusals(
     """The reason, where it arises and at each call (a caller's own reason only in its file);
     every member is migrated as written (the command line applies parts only where every member
     of the group has one)."""
-    where = refused.where if isinstance(refused.where, tuple) else (refused.where.lineno, 1)
+    where = refused.where if isinstance(refused.where, tuple) else (_position(refused.where).lineno, 1)
     parts = {}
     for path in group.members:
-        lines, found = texts[path].split("\n"), ()
+        lines = texts[path].split("\n")
+        found: tuple[Diagnostic, ...] = ()
         if path == refused.path:
             found = (_diagnostic(refused.code, lines, refused.where, refused.why),)
         elif refused.code is codes.PROVIDER_NOT_FOLLOWED and index.facts(path).provided:

@@ -247,7 +247,7 @@ class Fp16UtilsToTorch(Rule):
             skip = self.state.skipping(exported)
             not_read = not_reads(node, skip)
             for name in find(node, m.Name(), skip, self._seen_parents):
-                if name.value in exported and id(name) not in not_read:
+                if isinstance(name, cst.Name) and name.value in exported and id(name) not in not_read:
                     self._star_names[id(name)] = name.value
                     if not self._rewritable_star_use(name):
                         self._still_needed.add(name.value)
@@ -261,7 +261,9 @@ class Fp16UtilsToTorch(Rule):
                 self._guarded[id(found)] = self._guard_removal(found)
 
     def _star_uses_by_scope(self, exported: set[str]) -> None:
-        scopes = {s for s in self.context.wrapper.resolve(ScopeProvider).values() if s is not None}
+        wrapper = self.context.wrapper
+        assert wrapper is not None  # set while the rule transforms the module
+        scopes = {s for s in wrapper.resolve(ScopeProvider).values() if s is not None}
         for scope in scopes:
             for access in scope.accesses:
                 name = access.node
@@ -327,7 +329,12 @@ class Fp16UtilsToTorch(Rule):
         line = self.parent(star)
         block = self.parent(line) if isinstance(line, cst.SimpleStatementLine) else None
         owner = self.parent(block) if isinstance(block, cst.IndentedBlock) else None
-        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1 or owner is None:
+        if (
+            not isinstance(line, cst.SimpleStatementLine)
+            or len(line.body) != 1
+            or owner is None
+            or not isinstance(block, cst.IndentedBlock)  # where `owner` is not None, it is
+        ):
             return "that shares its line with other statements"
         if len(block.body) > 1:
             return None  # the block keeps other statements

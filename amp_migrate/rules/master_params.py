@@ -72,8 +72,11 @@ UNPROVEN = define(
 
 
 def params_of(optimizer: cst.BaseExpression) -> cst.GeneratorExp:
-    return cst.parse_expression(
-        f'(p for group in {cst.Module([]).code_for_node(optimizer)}.param_groups for p in group["params"])'
+    return cst.ensure_type(
+        cst.parse_expression(
+            f'(p for group in {cst.Module([]).code_for_node(optimizer)}.param_groups for p in group["params"])'
+        ),
+        cst.GeneratorExp,
     )
 
 
@@ -93,7 +96,13 @@ class MasterParamsUnscale(TrainingRule):
         self.unscale_before: dict[int, list[str]] = {}  # statement -> optimizers to unscale
 
     def _steps(self, statement: cst.CSTNode, optimizer: str) -> list[cst.Call]:
-        return [c for c in find(statement, STEP) if self.code_of(c.func.value) == optimizer]
+        return [
+            c
+            for c in find(statement, STEP)
+            if isinstance(c, cst.Call)  # what STEP matches: `<optimizer>.step(...)`
+            and isinstance(c.func, cst.Attribute)
+            and self.code_of(c.func.value) == optimizer
+        ]
 
     def _steps_on_every_path(self, statement: cst.CSTNode, optimizer: str) -> bool:
         """`statement` steps `optimizer` whenever it runs to its end: a line that calls
@@ -142,7 +151,7 @@ class MasterParamsUnscale(TrainingRule):
     def _chain(self, statement: cst.CSTNode) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
         """(block, the statement of that block that holds `statement`), innermost first, up
         to the iteration's boundary."""
-        chain = []
+        chain: list[tuple[cst.CSTNode, cst.CSTNode]] = []
         current: Optional[cst.CSTNode] = statement
         while current is not None:
             block = self.parent(current)
@@ -170,7 +179,7 @@ class MasterParamsUnscale(TrainingRule):
             return
         reads: dict[tuple[int, str], list[tuple[cst.Call, cst.CSTNode]]] = {}
         for call in self.findall(node, m.Call()):
-            if self.apex_name(call.func) != MASTER_PARAMS:
+            if not isinstance(call, cst.Call) or self.apex_name(call.func) != MASTER_PARAMS:  # all are calls
                 continue
             if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
                 self.report(call, UNPROVEN, "`amp.master_params` takes one optimizer")

@@ -156,8 +156,9 @@ class OptimizerClassAlias(Rule):
         assignments = list(scope.assignments[target.value])
         for assignment in assignments:
             node = getattr(assignment, "node", None)
-            holder = self.parent(self.parent(node)) if isinstance(node, cst.Name) else None
-            if not (isinstance(holder, cst.Assign) and isinstance(self.parent(node), cst.AssignTarget)):
+            assign_target = self.parent(node) if isinstance(node, cst.Name) else None
+            holder = self.parent(assign_target) if assign_target is not None else None
+            if not (isinstance(holder, cst.Assign) and isinstance(assign_target, cst.AssignTarget)):
                 return "bound otherwise"
         for access in {id(a.node): a.node for asg in assignments for a in asg.references}.values():
             call = self.parent(access)

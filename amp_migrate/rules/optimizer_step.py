@@ -43,14 +43,14 @@ becomes
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 import libcst as cst
 import libcst.matchers as m
 
 from ..diagnostics import Severity, define
 from .control_flow import STEP, exits_early, guarded_exits, runs_backward, tests_finiteness
-from .plan import TrainingRule, words_of
+from .plan import TrainingPlan, TrainingRule, words_of
 
 NO_STEP = define(
     "AMP210",
@@ -140,6 +140,13 @@ UPDATED_PER_STEP = define(
 
 _LINES = (cst.SimpleStatementLine, cst.SimpleStatementSuite)
 _ITERATION = (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Module)
+#: Where step lines sit: a block, or a suite on the line of its `if`/`for` (then the line itself).
+_Block = Union[cst.IndentedBlock, cst.Module, cst.SimpleStatementSuite]
+
+
+def _receiver(call: cst.Call) -> cst.BaseExpression:
+    """`optimizer` of `optimizer.step()`, a call STEP matched."""
+    return cst.ensure_type(call.func, cst.Attribute).value
 
 
 class OptimizerStepThroughScaler(TrainingRule):
@@ -162,22 +169,29 @@ class OptimizerStepThroughScaler(TrainingRule):
     def also_spells(self):
         return ("step",) if self.plan is not None else None
 
+    @property
+    def _plan(self) -> TrainingPlan:
+        """The plan, for what runs only in a file that has one (`visit_Module` stops without)."""
+        assert self.plan is not None
+        return self.plan
+
     def _step_calls(self, module: cst.Module) -> list[cst.Call]:
         return [
             c
             for c in self.findall(module, STEP)
-            if self.code_of(c.func.value) in self.plan.optimizers
-            and self.position(c)[0] in self.plan.step_lines
+            if isinstance(c, cst.Call)  # what STEP matches
+            and self.code_of(_receiver(c)) in self._plan.optimizers
+            and self.position(c)[0] in self._plan.step_lines
         ]
 
     def visit_Module(self, node: cst.Module) -> None:
         if self.plan is None:
             return
         calls = self._step_calls(node)
-        stepped = {self.code_of(c.func.value) for c in calls}
+        stepped = {self.code_of(_receiver(c)) for c in calls}
         for missing in sorted(self.plan.optimizers - stepped):
             self.report(node, NO_STEP, f"`{missing}.step()` is not called in this file")
-        by_block: dict[int, tuple[cst.CSTNode, dict[int, list[cst.Call]]]] = {}
+        by_block: dict[int, tuple[_Block, dict[int, list[cst.Call]]]] = {}
         first_backward = self._first_backwards(node)
         for call in calls:
             if self._before_any_backward(call, first_backward):
@@ -188,6 +202,9 @@ class OptimizerStepThroughScaler(TrainingRule):
             self.steps.add(id(call))
             line = next(p for p in self.ancestors(call) if isinstance(p, _LINES))
             block = line if isinstance(line, cst.SimpleStatementSuite) else self.parent(line)
+            assert isinstance(
+                block, (cst.IndentedBlock, cst.Module, cst.SimpleStatementSuite)
+            )  # a line's block
             lines = by_block.setdefault(id(block), (block, {}))[1]
             lines.setdefault(id(line), []).append(call)
         for block, lines in by_block.values():
@@ -213,11 +230,11 @@ class OptimizerStepThroughScaler(TrainingRule):
         here = self.position(function)[0] if function is not None else 0
         if (
             isinstance(function, cst.Lambda)
-            or here != self.plan.init_scope
-            or line <= self.plan.init_line
-            or self.plan.shared is not None
-            and self.plan.shared.user
-            or self.plan.parts
+            or here != self._plan.init_scope
+            or line <= self._plan.init_line
+            or self._plan.shared is not None
+            and self._plan.shared.user
+            or self._plan.parts
         ):
             return False
         if any(isinstance(p, (cst.For, cst.While)) for p in self.ancestors(call)):
@@ -235,13 +252,18 @@ class OptimizerStepThroughScaler(TrainingRule):
             if id(call) in steps:
                 line = next(p for p in self.ancestors(call) if isinstance(p, _LINES))
                 events.setdefault(id(self._function_of(call)), []).append(("step", line))
-            elif call.func.attr.value == "backward":
+            elif (  # `either` matched: a method call
+                isinstance(call, cst.Call)
+                and isinstance(call.func, cst.Attribute)
+                and call.func.attr.value == "backward"
+            ):
                 events.setdefault(id(self._function_of(call)), []).append(("backward", call))
         for found in events.values():
             window: list[cst.CSTNode] = []
             backward: Optional[cst.CSTNode] = None
             for kind, node in found + [("backward", None)]:
                 if kind == "step":
+                    assert node is not None  # only the closing ("backward", None) has none
                     window.append(node)
                     continue
                 groups = {id(self._group_of(line)) for line in window}
@@ -251,7 +273,7 @@ class OptimizerStepThroughScaler(TrainingRule):
                     window
                     and backward is not None
                     and self._guarded_apart(window[0], backward)
-                    and self.position(backward)[0] in self.plan.eager_unscale_lines
+                    and self.position(backward)[0] in self._plan.eager_unscale_lines
                 ):
                     self.report(window[0], UPDATED_PER_STEP)
                 window, backward = [], node
@@ -275,10 +297,10 @@ class OptimizerStepThroughScaler(TrainingRule):
         return self.group_end.get(id(line), line)
 
     # -- where the updates go -----------------------------------------------------------------
-    def _place_updates(self, block: cst.CSTNode, lines: dict[int, list[cst.Call]]) -> None:
+    def _place_updates(self, block: _Block, lines: dict[int, list[cst.Call]]) -> None:
         """Split the step lines of one block into groups at every backward between them; one
         update per scaler after each group's last line."""
-        body = [block] if isinstance(block, cst.SimpleStatementSuite) else list(block.body)
+        body: list[cst.CSTNode] = [block] if isinstance(block, cst.SimpleStatementSuite) else list(block.body)
         group: list[cst.CSTNode] = []
         between: list[cst.CSTNode] = []
         for statement in body:
@@ -308,7 +330,7 @@ class OptimizerStepThroughScaler(TrainingRule):
         scalers: list[str] = []
         for line in group:
             for call in lines[id(line)]:
-                scaler = self.plan.scaler_for_optimizer(self.code_of(call.func.value))
+                scaler = self._plan.scaler_for_optimizer(self.code_of(_receiver(call)))
                 if scaler not in scalers:
                     scalers.append(scaler)
         self.updates_after[id(group[-1])] = scalers
@@ -326,7 +348,7 @@ class OptimizerStepThroughScaler(TrainingRule):
             if isinstance(parent, cst.If) and current is not parent.test and tests_finiteness(parent.test):
                 return parent
             if isinstance(parent, (cst.IndentedBlock, cst.Module)):
-                body = list(parent.body)
+                body: list[cst.CSTNode] = list(parent.body)
                 for earlier in reversed(body[: body.index(current)]):
                     for exit_guard in guarded_exits(earlier):
                         if tests_finiteness(exit_guard.test):
@@ -340,8 +362,8 @@ class OptimizerStepThroughScaler(TrainingRule):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if id(original_node) not in self.steps:
             return updated_node
-        scaler = self.plan.scaler_for_optimizer(self.code_of(original_node.func.value))
-        return cst.Call(cst.parse_expression(f"{scaler}.step"), [cst.Arg(updated_node.func.value)])
+        scaler = self._plan.scaler_for_optimizer(self.code_of(_receiver(original_node)))
+        return cst.Call(cst.parse_expression(f"{scaler}.step"), [cst.Arg(_receiver(updated_node))])
 
     @staticmethod
     def _update(scaler: str) -> cst.Expr:

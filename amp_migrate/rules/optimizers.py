@@ -224,7 +224,7 @@ class FusedOptimizersToTorch(ApexClassRule):
             return bound.problem
         for arg, allowed in defaults.items():
             if not bound.is_(arg, *allowed):
-                return f"`{self.code_of(bound.value(arg))}` for `{arg}` has no torch equivalent"
+                return f"`{self.code_of(bound.args[arg].value)}` for `{arg}` has no torch equivalent"
         return None
 
     def _zero_grad(self, call: cst.Call, bound: Bound, short: str, default: bool) -> None:

@@ -55,7 +55,7 @@ def exits_early(statement: cst.CSTNode) -> bool:
 def guarded_exits(statement: cst.CSTNode) -> Iterator[cst.If]:
     """The `if`s inside `statement` whose body can leave the iteration early."""
     for node in find(statement, m.If()):
-        if exits_early(node.body):
+        if isinstance(node, cst.If) and exits_early(node.body):  # (what m.If() finds)
             yield node
 
 

@@ -252,7 +252,7 @@ def pure(node: cst.BaseExpression, builtins: Collection[str] = ()) -> bool:
     attribute and subscript reads, comparisons, arithmetic and formatting of such values,
     conditionals, and calls of the `builtins` given (those the file leaves alone)."""
 
-    def each(*parts: Optional[cst.CSTNode]) -> bool:
+    def each(*parts: Optional[cst.BaseExpression]) -> bool:
         return all(part is None or pure(part, builtins) for part in parts)
 
     if literal(node) is not NOT_LITERAL or isinstance(node, cst.Name):
@@ -277,11 +277,15 @@ def pure(node: cst.BaseExpression, builtins: Collection[str] = ()) -> bool:
         return all(
             isinstance(p, cst.FormattedStringText)
             or (
-                each(p.expression)
+                isinstance(p, cst.FormattedStringExpression)  # (the other kind of part)
+                and each(p.expression)
                 and (
                     p.format_spec is None
                     or all(
-                        isinstance(f, cst.FormattedStringText) or each(f.expression) for f in p.format_spec
+                        isinstance(f, cst.FormattedStringText)
+                        or isinstance(f, cst.FormattedStringExpression)
+                        and each(f.expression)
+                        for f in p.format_spec
                     )
                 )
             )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Optional, Sequence, Union
+from typing import Callable, Collection, Optional, Sequence, TypeGuard, Union
 
 import libcst as cst
 
@@ -186,7 +186,7 @@ USER_AUTOCAST = define(
 
 def autocast_aliases(module: cst.Module) -> frozenset[str]:
     """Names the module's `from torch... import autocast as <name>` imports bind (any depth)."""
-    names = set()
+    names: set[str] = set()
     for node in find_statements(module, cst.ImportFrom):
         source = cst.Module([]).code_for_node(node.module) if node.module is not None else ""
         if source.split(".")[0] == "torch" and not isinstance(node.names, cst.ImportStar):
@@ -221,7 +221,7 @@ _DROPPED = (
 
 
 # -- switches ------------------------------------------------------------------------------------
-def is_expression(switch: Switch) -> bool:
+def is_expression(switch: Switch) -> TypeGuard[cst.BaseExpression]:
     return not isinstance(switch, bool)
 
 
@@ -235,8 +235,11 @@ def both(*switches: Switch) -> Switch:
     if any(s is False for s in switches):
         return False
     out: Switch = True
-    for s in switches:
-        out = s if out is True else (out if s is True else _and(out, s))
+    for s in switches:  # (no part is False, so `out` is True until a part is an expression)
+        if isinstance(out, bool):
+            out = s
+        elif not isinstance(s, bool):
+            out = _and(out, s)
     return out
 
 
@@ -491,6 +494,7 @@ class OptionReader:
         loss_scale = self.args.get("loss_scale")
         value = static_value(loss_scale)
         if value is NOT_LITERAL:
+            assert loss_scale is not None  # (an absent `loss_scale` is no run-time value)
             return self._run_time_scale(loss_scale, level)
         if value is None:
             if "O3" in level.values and level.run_time is None:
@@ -593,6 +597,7 @@ class OptionReader:
         )
         growth = cst.IfExp(dynamic(), cst.Integer("2000"), cst.parse_expression(STATIC_GROWTH_INTERVAL))
         not_one = cst.Comparison(as_float(), [cst.ComparisonTarget(cst.NotEqual(), cst.Float("1.0"))])
+        scaled: cst.BaseExpression
         if default is True:
             scaled = cst.BooleanOperation(dynamic(), cst.Or(), not_one)
         else:

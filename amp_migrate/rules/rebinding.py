@@ -144,6 +144,7 @@ class ReboundApexNames(Rule):
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         tree = super().transform_module_impl(tree)  # records where the reads sit, rewrites nothing
+        assert self.apex is not None  # bound by Rule.transform_module_impl
         for read, apex, other in self.apex.ambiguous_reads():
             twin = self._twin(read, apex, other)
             if twin is not None:
@@ -162,7 +163,9 @@ class ReboundApexNames(Rule):
         twins = {NATIVE_TWINS.get(b.apex) for b in apex}
         if len(twins) != 1 or None in twins or not other:
             return None
-        ((native, shared, required, as_value),) = twins
+        (twin,) = twins
+        assert twin is not None  # (None is not in twins)
+        native, shared, required, as_value = twin
         if any(_import_of(b.node, self.parent) != native for b in other):
             return None
         call = self.parent(read)

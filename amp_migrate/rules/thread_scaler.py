@@ -83,6 +83,7 @@ class ThreadScalerThroughCalls(TrainingRule):
         return frozenset(self.threaded)
 
     def _name(self) -> cst.Name:
+        assert self.plan is not None  # applies() runs this rule only where a plan threads the scaler
         return cst.Name(self.plan.scaler)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):

@@ -45,7 +45,9 @@ Example
 
 from __future__ import annotations
 
+import enum
 import re
+from typing import Final, Union, cast
 
 import libcst as cst
 import libcst.matchers as m
@@ -85,10 +87,16 @@ INIT_PROBE = define(
 )
 
 _CODE = cst.Module([]).code_for_node
-_MISSING = object()  # a test not decided by availability alone
 
 
-def _constant(node: cst.BaseExpression) -> object:
+class _Undecided(enum.Enum):
+    MISSING = "missing"
+
+
+_MISSING: Final = _Undecided.MISSING  # a test not decided by availability alone
+
+
+def _constant(node: cst.BaseExpression) -> Union[bool, _Undecided]:
     if m.matches(node, m.Name("True")):
         return True
     if m.matches(node, m.Name("False")):
@@ -98,10 +106,11 @@ def _constant(node: cst.BaseExpression) -> object:
 
 def _statements(suite: cst.BaseSuite, leading_lines) -> list[cst.BaseStatement]:
     """A branch's statements, to stand where its `if` stood."""
+    body: list[cst.BaseStatement]
     if isinstance(suite, cst.SimpleStatementSuite):
         body = [cst.SimpleStatementLine(list(suite.body))]
     else:
-        body = list(suite.body)
+        body = list(cast(cst.IndentedBlock, suite).body)  # the other kind of suite
     body[0] = body[0].with_changes(leading_lines=leading_lines)
     return body
 
@@ -229,7 +238,7 @@ class ApexAvailabilityChecks(Rule):
 
     def _decided(
         self, original: cst.CSTNode, test: cst.BaseExpression, old_test: cst.BaseExpression
-    ) -> object:
+    ) -> Union[bool, _Undecided]:
         if _CODE(test) == _CODE(old_test):
             return _MISSING
         self.report(

@@ -70,7 +70,7 @@ Example
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence, Union
+from typing import Iterable, Optional, Sequence, Union, cast
 
 import libcst as cst
 import libcst.matchers as m
@@ -511,7 +511,12 @@ class DeprecatedTorchAmp(Rule):
         if not isinstance(ancestor, cst.Arg):
             return False
         call = self.parent(ancestor)
-        return m.matches(call, _TYPE_CHECK) and len(call.args) == 2 and call.args[1] is ancestor
+        return (
+            isinstance(call, cst.Call)
+            and m.matches(call, _TYPE_CHECK)
+            and len(call.args) == 2
+            and call.args[1] is ancestor
+        )
 
     # -- the whole file ---------------------------------------------------------------------
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
@@ -582,7 +587,8 @@ class _RemoveUnusedImports(PrunedImportRemoval, _KeepIdentity, RemoveImportsVisi
             and m.matches(body[0], _IMPORT_LINE)
             and updated_node.body[0].deep_equals(body[1])
         ):
-            first = updated_node.body[0]
+            # A statement line (it equals the original's second line).
+            first = cast(Union[cst.SimpleStatementLine, cst.BaseCompoundStatement], updated_node.body[0])
             kept = [line for line in first.leading_lines if line.comment is not None]
             moved = first.with_changes(leading_lines=kept)
             if self._index is not None:
@@ -622,7 +628,7 @@ class _DeprecatedNameFinder(cst.CSTVisitor):
 def _is_deprecated_import(stmt: cst.CSTNode) -> bool:
     if not m.matches(stmt, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()])):
         return False
-    small = stmt.body[0]
+    small = cast(Union[cst.Import, cst.ImportFrom], cast(cst.SimpleStatementLine, stmt).body[0])  # as matched
     if isinstance(small, cst.ImportFrom):
         module = "" if small.relative or small.module is None else get_full_name_for_node(small.module) or ""
         names = (

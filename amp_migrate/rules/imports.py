@@ -43,7 +43,7 @@ Soundness
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Optional, Sequence, Union, cast
 
 import libcst as cst
 import libcst.matchers as m
@@ -162,6 +162,12 @@ def _apex_import(stmt: cst.CSTNode) -> bool:
     return False
 
 
+def _constant_target(line: cst.CSTNode) -> str:
+    """`NAME` of a line matched as `NAME = <constant>`."""
+    assign = cast(cst.Assign, cast(cst.SimpleStatementLine, line).body[0])
+    return cast(cst.Name, assign.targets[0].target).value
+
+
 def _emptied(original: cst.CSTNode, updated: cst.CSTNode) -> bool:
     """An `if` (no `else`, a side-effect-free test) whose body this pass removed entirely."""
     return (
@@ -202,14 +208,17 @@ class SettleImports(Rule):
         """Names read anywhere. When the imports alone bind every Apex name (the binder's
         table), a read of the name is a read of the import; reads spell an Apex word."""
         if self._read is None:
-            self._read = read_names(self.context.wrapper.module, self.state.skipping(self.state.apex_words))
+            self._read = read_names(self._wrapped_module(), self.state.skipping(self.state.apex_words))
         return self._read
 
     def _unused(self, stmt: cst.CSTNode) -> bool:
         """An Apex import statement none of whose bound names is read anywhere."""
         if not _apex_import(stmt):
             return False
-        body = stmt.body if isinstance(stmt, cst.SimpleStatementLine) else [stmt]
+        body = cast(  # what `_apex_import` accepted
+            Sequence[Union[cst.Import, cst.ImportFrom]],
+            stmt.body if isinstance(stmt, cst.SimpleStatementLine) else [stmt],
+        )
         if self.apex is not None and self.apex.table is not None:
             for small in body:
                 if isinstance(small.names, cst.ImportStar):
@@ -220,6 +229,7 @@ class SettleImports(Rule):
                 ):
                     return False
             return True
+        assert self.apex is not None, "the binder is set before the walk"
         for small in body:
             if not isinstance(small.names, cst.ImportStar):
                 known = [self.apex.import_is_read(alias) for alias in small.names]
@@ -257,7 +267,7 @@ class SettleImports(Rule):
                 if not m.matches(small, _GUARD_HANDLER_STATEMENT):
                     return False
                 if isinstance(small, cst.Assign) and not all(
-                    m.matches(t.target, m.Name()) and t.target.value in names for t in small.targets
+                    isinstance(t.target, cst.Name) and t.target.value in names for t in small.targets
                 ):
                     return False
         return True
@@ -299,7 +309,7 @@ class SettleImports(Rule):
         if not all(m.matches(s, constant) for s in rest):
             return None
         import_errors = m.OneOf(m.Name("ImportError"), m.Name("ModuleNotFoundError"))
-        names = self._guard_names(imports) | {s.body[0].targets[0].target.value for s in rest}
+        names = self._guard_names(imports) | {_constant_target(s) for s in rest}
         if not all(
             h.type is not None and m.matches(h.type, import_errors) and self._only_guard(h.body, names)
             for h in node.handlers

@@ -33,12 +33,11 @@ becomes
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence, Union, cast
 
 import libcst as cst
 from libcst.codemod.visitors import AddImportsVisitor
 
-from .base import Rule
 from .plan import INIT, INITIALIZE, TrainingRule, bind_arguments, pure
 
 Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
@@ -67,11 +66,19 @@ def returned_value(call: cst.Call) -> Optional[cst.BaseExpression]:
     )
 
 
-def _empty(body: cst.BaseSuite) -> bool:
-    return not body.body or all(
-        isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Pass) for x in s.body)
-        for s in body.body
+def _pass_only(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(x, cst.Pass) for x in statement.body
     )
+
+
+def _empty(body: cst.BaseSuite) -> bool:
+    return not body.body or all(_pass_only(s) for s in body.body)
+
+
+def _target(code: str) -> cst.BaseAssignTargetExpression:
+    """What the plan spells a scaler (or a switch) as, `scaler`, `self.scaler`, to assign to."""
+    return cast(cst.BaseAssignTargetExpression, cst.parse_expression(code))
 
 
 class InitializeToGradScaler(TrainingRule):
@@ -90,9 +97,10 @@ class InitializeToGradScaler(TrainingRule):
 
     @classmethod
     def applies(cls, state, context) -> bool:
-        return ("training" in state.scratch or "inference" in state.scratch) and Rule.applies.__func__(
-            cls, state, context
-        )
+        # Rule's test, not TrainingRule's: a file with inference regions only has no plan.
+        return ("training" in state.scratch or "inference" in state.scratch) and super(
+            TrainingRule, cls
+        ).applies(state, context)
 
     APEX_ON_THE_LINE = True
 
@@ -108,7 +116,7 @@ class InitializeToGradScaler(TrainingRule):
         self.created = True
         made = [
             cst.SimpleStatementLine(
-                [cst.Assign([cst.AssignTarget(cst.parse_expression(scaler))], plan.scaler_call.deep_clone())]
+                [cst.Assign([cst.AssignTarget(_target(scaler))], plan.scaler_call.deep_clone())]
             )
             for scaler in plan.scalers
         ]
@@ -137,7 +145,7 @@ class InitializeToGradScaler(TrainingRule):
                 cst.SimpleStatementLine(
                     [
                         cst.Assign(
-                            [cst.AssignTarget(cst.parse_expression(target))],
+                            [cst.AssignTarget(_target(target))],
                             cst.parse_expression(plan.scaler),
                         )
                     ]
@@ -154,7 +162,7 @@ class InitializeToGradScaler(TrainingRule):
         for target in shared.amp_publish if shared is not None else ():  # autocast's switch, apart
             made.append(
                 cst.SimpleStatementLine(
-                    [cst.Assign([cst.AssignTarget(cst.parse_expression(target))], amp_on.deep_clone())]
+                    [cst.Assign([cst.AssignTarget(_target(target))], amp_on.deep_clone())]
                 )
             )
         made[0] = made[0].with_changes(leading_lines=leading_lines)
@@ -165,6 +173,7 @@ class InitializeToGradScaler(TrainingRule):
 
     def _creates_here(self, statement: cst.CSTNode) -> bool:
         """Module placement builds the scaler after the imports unless initialize is at top level."""
+        assert self.plan is not None, "asked only where there is a plan"
         if self.plan.placement != "module":
             return True
         return not any(isinstance(p, cst.FunctionDef) for p in self.ancestors(statement))
@@ -243,7 +252,7 @@ class InitializeToGradScaler(TrainingRule):
     @staticmethod
     def _flag_body(updated_node: cst.If):
         """An `if FLAG:` that always runs natively (AMP158): its body in its place, its `else` gone."""
-        body = [s for s in updated_node.body.body if not _empty(cst.IndentedBlock([s]))]
+        body = [s for s in updated_node.body.body if not _pass_only(s)]
         if not body:
             return cst.RemoveFromParent()
         body[0] = body[0].with_changes(leading_lines=updated_node.leading_lines)
@@ -277,7 +286,9 @@ class InitializeToGradScaler(TrainingRule):
         """A loop that only ran `initialize` on each element: the scaler is built before it
         (unless hoisted before the `if` guarding it), and a loop left with nothing to do goes
         where its iterable is only read."""
-        inits = [s for s in original_node.body.body if self._holds_init(s)] if self.plan is not None else []
+        if self.plan is None:
+            return updated_node
+        inits = [s for s in original_node.body.body if self._holds_init(s)]
         if not inits:
             return updated_node
         plan = self.plan.at(self.position(inits[0])[0])
@@ -302,7 +313,9 @@ class InitializeToGradScaler(TrainingRule):
         body = self._covered(original_node.body, updated_node.body)
         return updated_node if body is None else updated_node.with_changes(body=body)
 
-    def _covered(self, original: Sequence[cst.CSTNode], updated: Sequence[cst.CSTNode]) -> Optional[list]:
+    def _covered(
+        self, original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement]
+    ) -> Optional[list[cst.BaseStatement]]:
         """The block with the statements after an inference `initialize` (or the `if` guarding
         it) under its autocast; None where no region starts in it."""
         for region in self.regions:
@@ -314,7 +327,7 @@ class InitializeToGradScaler(TrainingRule):
                 continue
             AddImportsVisitor.add_needed_import(self.context, "torch")
             inner = list(updated[len(updated) - after :])
-            lead = inner[0].leading_lines
+            lead = cast(Union[cst.SimpleStatementLine, cst.BaseCompoundStatement], inner[0]).leading_lines
             inner[0] = inner[0].with_changes(leading_lines=())
             region_with = cst.With(
                 items=[cst.WithItem(region.autocast_call.deep_clone())],

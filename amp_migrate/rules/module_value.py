@@ -66,12 +66,13 @@ becomes
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Optional, Union
 
 import libcst as cst
 
+from ..carriers import Carriers, Slot
 from ..diagnostics import Diagnostic, Severity, define
-from .plan import TrainingRule
+from .plan import TrainingPlan, TrainingRule
 
 HANDED_ON = define(
     "AMP155",
@@ -115,6 +116,12 @@ IN_THE_SLOT = define(
     before="def load_checkpoint(model, path, amp=None):",
     after="def load_checkpoint(model, path, scaler=None):",
 )
+
+
+def _plan(rule: TrainingRule) -> TrainingPlan:
+    """The rule's plan, which it has wherever it acts (`TrainingRule.applies`)."""
+    assert rule.plan is not None, "asked in a file without a plan"
+    return rule.plan
 
 
 class ApexModuleValueToScaler(TrainingRule):
@@ -161,7 +168,7 @@ class ApexModuleValueToScaler(TrainingRule):
         return frozenset(self.carriers.names())
 
     def _enabled(self, node: cst.CSTNode) -> cst.BaseExpression:
-        return cst.parse_expression(f"{self.plan.at(self.position(node)[0]).scaler}.is_enabled()")
+        return cst.parse_expression(f"{_plan(self).at(self.position(node)[0]).scaler}.is_enabled()")
 
     def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
         if self.position(original_node) not in self.carriers.tests:
@@ -169,7 +176,7 @@ class ApexModuleValueToScaler(TrainingRule):
         self.report(
             original_node,
             NOW_SCALER,
-            f"`{original_node.value}` tested for truth is now `{self.plan.scaler}.is_enabled()`",
+            f"`{original_node.value}` tested for truth is now `{_plan(self).scaler}.is_enabled()`",
         )
         return self._enabled(original_node)
 
@@ -182,7 +189,7 @@ class ApexModuleValueToScaler(TrainingRule):
         self.report(
             original_node,
             NOW_SCALER,
-            f"`{self.code_of(original_node)}` is now `{'' if on else 'not '}{self.plan.scaler}.is_enabled()`",
+            f"`{self.code_of(original_node)}` is now `{'' if on else 'not '}{_plan(self).scaler}.is_enabled()`",
         )
         test = self._enabled(original_node)
         if not on:
@@ -239,11 +246,19 @@ class ScalerInTheModuleSlot(TrainingRule):
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
         binding = state.scratch.get("binding")
-        self.carriers = binding.carriers if binding is not None else None
+        self.carriers: Optional[Carriers] = binding.carriers if binding is not None else None
         threaded = {t.name for t in self.plan.threaded} if self.plan is not None else set()
-        slots = self.carriers.slots if self.carriers is not None else {}
-        self.renamed = {f: s for f, s in slots.items() if f in self.carriers.seeded and f not in threaded}
+        carriers = self.carriers
+        self.renamed: dict[str, Slot] = (
+            {f: s for f, s in carriers.slots.items() if f in carriers.seeded and f not in threaded}
+            if carriers is not None
+            else {}
+        )
         self.calls = dict(getattr(state.scratch.get("project"), "carrier_calls", ()))
+
+    def _carriers(self) -> Carriers:
+        assert self.carriers is not None, "the rule applies only where the binder has them"
+        return self.carriers
 
     def interest(self):
         names = self.carriers.names() if self.carriers is not None else set()
@@ -258,10 +273,10 @@ class ScalerInTheModuleSlot(TrainingRule):
         self.report(
             original_node,
             IN_THE_SLOT,
-            f"`{slot.function}` takes the scaler as `{self.plan.scaler}` "
+            f"`{slot.function}` takes the scaler as `{_plan(self).scaler}` "
             f"where it took Apex's module as `{slot.param}`",
         )
-        name = cst.Name(self.plan.scaler)
+        name = cst.Name(_plan(self).scaler)
         params = updated_node.params
 
         def rename(group):
@@ -276,16 +291,18 @@ class ScalerInTheModuleSlot(TrainingRule):
         )
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
-        callee = original_node.func.value if isinstance(original_node.func, cst.Name) else None
-        external = self.carriers.external.get(callee) if callee in self.calls else None
+        if not isinstance(original_node.func, cst.Name):
+            return updated_node  # only a plain name is a function of this module or an imported one
+        callee = original_node.func.value
+        external = self._carriers().external.get(callee) if callee in self.calls else None
         slot = self.renamed.get(callee)
         if external is not None:
             index, old, new = external.index, external.keyword, self.calls[callee]
         elif slot is not None:
-            index, old, new = slot.index, slot.param, self.plan.scaler
+            index, old, new = slot.index, slot.param, _plan(self).scaler
         else:
             return updated_node
-        name = cst.Name(self.plan.scaler)
+        name = cst.Name(_plan(self).scaler)
         return updated_node.with_changes(
             args=[
                 a.with_changes(value=name, keyword=cst.Name(new))

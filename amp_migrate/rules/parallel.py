@@ -62,7 +62,7 @@ becomes
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, cast
 
 import libcst as cst
 import libcst.matchers as m
@@ -341,7 +341,7 @@ class ApexParallelToTorch(ApexClassRule):
 
     def visit_Module(self, node: cst.Module) -> None:
         self._ddp_only = [
-            a
+            cast(cst.Attribute, a)  # what the m.Attribute matcher found
             for a in self.findall(
                 node,
                 m.Attribute(attr=m.OneOf(*(m.Name(n) for n in DDP_ONLY_ATTRIBUTES))),
@@ -374,8 +374,9 @@ class ApexParallelToTorch(ApexClassRule):
     def _syncbn_arguments_map(self, call: cst.Call, bound: Bound, short: str) -> bool:
         why = bound.problem
         for flag in ("channel_last", "fuse_relu"):
-            if why is None and not bound.is_(flag, False):
-                why = f"`{flag}={self.code_of(bound.value(flag))}` has no torch equivalent"
+            value = bound.value(flag)  # given wherever it is not allowed (`is_`)
+            if why is None and value is not None and not bound.is_(flag, False):
+                why = f"`{flag}={self.code_of(value)}` has no torch equivalent"
         if why is not None:
             self.report(call, SYNCBN_ARGUMENT, f"`{short}(...)` kept: {why}")
             return False
@@ -391,8 +392,9 @@ class ApexParallelToTorch(ApexClassRule):
         bound = bind(updated, DDP_SIGNATURE)
         why = bound.problem
         for arg, allowed in DDP_VALUE_CHANGING.items():
-            if why is None and not bound.is_(arg, allowed):
-                why = f"`{arg}={self.code_of(bound.value(arg))}` changes the reduced gradients"
+            value = bound.value(arg)  # given wherever it is not allowed (`is_`)
+            if why is None and value is not None and not bound.is_(arg, allowed):
+                why = f"`{arg}={self.code_of(value)}` changes the reduced gradients"
         if why is None:
             why = self._predivide_problem(original, bound.value("gradient_predivide_factor"))
         if why is not None:
@@ -435,10 +437,11 @@ class ApexParallelToTorch(ApexClassRule):
         size = bound.value("group_size")
         value = literal(size) if size is not None else NOT_LITERAL
         why = bound.problem or ("no `group_size` is given" if size is None else None)
-        if why is None and value is NOT_LITERAL and not pure(size):
+        if why is None and size is not None and value is NOT_LITERAL and not pure(size):
             why = f"`group_size={self.code_of(size)}` is read twice natively (0 gives no group) and has side effects"
         elif (
             why is None
+            and size is not None
             and value is not NOT_LITERAL
             and (isinstance(value, bool) or not isinstance(value, int) or value < 0)
         ):
@@ -446,6 +449,7 @@ class ApexParallelToTorch(ApexClassRule):
         if why is not None:
             self.report(original, NO_TORCH_PARALLEL, f"`create_syncbn_process_group(...)` kept: {why}")
             return updated
+        assert size is not None, "`why` says where it is not given"
         self.report(original, SUBGROUPS)
         if value == 0:
             return cst.Name("None")

@@ -60,7 +60,7 @@ becomes
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union, cast
 
 import libcst as cst
 import libcst.matchers as m
@@ -72,6 +72,7 @@ from .loss_callers import (
     CALLED_OTHERWISE,
     CALLER_LOSS_UNPROVEN,
     CALLERS_CAST,
+    CallerSite,
     Refused,
     autocast_reaches,
     caller_sites,
@@ -83,6 +84,7 @@ from .plan import (
     SCALE_LOSS,
     SCALE_LOSS_ARGS,
     WRAPPED_SCALE_LOSS,
+    TrainingPlan,
     TrainingRule,
     bind_arguments,
     expression_codes,
@@ -200,8 +202,17 @@ UNFOLLOWED_OPTIMIZER = define(
 
 
 def _only(suite: cst.BaseSuite) -> Optional[cst.BaseStatement]:
-    body = suite.body
-    return body[0] if isinstance(suite, cst.IndentedBlock) and len(body) == 1 else None
+    return suite.body[0] if isinstance(suite, cst.IndentedBlock) and len(suite.body) == 1 else None
+
+
+def _lone_call(line: cst.CSTNode) -> cst.Call:
+    """The call of a line matched as `SimpleStatementLine(body=[Expr(Call(...))])`."""
+    return cast(cst.Call, cast(cst.Expr, cast(cst.SimpleStatementLine, line).body[0]).value)
+
+
+def _method_owner(call: cst.BaseExpression) -> cst.BaseExpression:
+    """`x` of a call matched as `Call(func=Attribute(...))`, `x.method(...)`."""
+    return cast(cst.Attribute, cast(cst.Call, call).func).value
 
 
 def _same_backward(scaled: cst.BaseStatement, plain: cst.BaseStatement) -> bool:
@@ -209,12 +220,15 @@ def _same_backward(scaled: cst.BaseStatement, plain: cst.BaseStatement) -> bool:
     pattern = m.SimpleStatementLine(body=[m.Expr(m.Call(func=m.Attribute(attr=m.Name("backward"))))])
     if not (m.matches(scaled, pattern) and m.matches(plain, pattern)):
         return False
-    ours, theirs = scaled.body[0].value, plain.body[0].value
-    inner = ours.func.value
-    if not (m.matches(inner, m.Call(func=m.Attribute(attr=m.Name("scale")), args=[m.Arg(keyword=None)]))):
+    ours, theirs = _lone_call(scaled), _lone_call(plain)
+    inner = _method_owner(ours)
+    if not (
+        isinstance(inner, cst.Call)
+        and m.matches(inner, m.Call(func=m.Attribute(attr=m.Name("scale")), args=[m.Arg(keyword=None)]))
+    ):
         return False
     code = cst.Module([]).code_for_node
-    return squeezed(code(inner.args[0].value)) == squeezed(code(theirs.func.value)) and [
+    return squeezed(code(inner.args[0].value)) == squeezed(code(_method_owner(theirs))) and [
         squeezed(code(a)) for a in ours.args
     ] == [squeezed(code(a)) for a in theirs.args]
 
@@ -299,7 +313,7 @@ def _single_backward(stmt: cst.CSTNode, alias: str) -> Optional[cst.Call]:
     )
     if not m.matches(stmt, pattern):
         return None
-    call = stmt.body[0].value
+    call = _lone_call(stmt)
     if any(alias in _names(a.value) for a in call.args):
         return None
     return call
@@ -316,7 +330,8 @@ def _uses(stmt: cst.CSTNode, codes: set[str]) -> bool:
     code = cst.Module([]).code_for_node
     housekeeping = m.Expr(m.Call(func=m.Attribute(attr=m.OneOf(*[m.Name(n) for n in HOUSEKEEPING]))))
     if isinstance(stmt, cst.SimpleStatementLine) and all(
-        m.matches(s, housekeeping) and code(s.value.func.value) in codes for s in stmt.body
+        m.matches(s, housekeeping) and code(_method_owner(cast(cst.Expr, s).value)) in codes
+        for s in stmt.body
     ):
         return False
     return bool(_names(stmt) & codes)
@@ -349,7 +364,12 @@ class ScaleLossToGradScaler(TrainingRule):
         #: such `with` (by id) its callers' sites with whether a model use starts the region, or
         #: why they cannot all be followed.
         self._helpers: frozenset[str] = frozenset()
-        self._delegated: dict[int, object] = {}
+        self._delegated: dict[int, Union[Refused, list[tuple[CallerSite, bool]]]] = {}
+
+    def _plan(self) -> TrainingPlan:
+        """The plan, which the rule has wherever it acts (`TrainingRule.applies`)."""
+        assert self.plan is not None, "asked in a file without a plan"
+        return self.plan
 
     APEX_ON_THE_LINE = True
 
@@ -369,7 +389,8 @@ class ScaleLossToGradScaler(TrainingRule):
         whose loss is a parameter of its function gets the autocast regions of its callers, or
         the reason one cannot be followed (loss_callers.py)."""
         pending = []
-        for node in self.findall(module, m.With(), words):
+        for found_with in self.findall(module, m.With(), words):
+            node = cast(cst.With, found_with)  # what m.With() found
             call = self._scale_loss_call(node)
             args = bind_arguments(call, SCALE_LOSS_ARGS) if call is not None else None
             found = loss_parameter(self, node, args["loss"], _assigned) if args and "loss" in args else None
@@ -477,7 +498,10 @@ class ScaleLossToGradScaler(TrainingRule):
             return
         block, first, last, saw_model = region
         if self._autocast_aliases is None:
-            self._autocast_aliases = autocast_aliases(self._path[0]) if self._path else frozenset()
+            # The walk starts at the module.
+            self._autocast_aliases = (
+                autocast_aliases(cast(cst.Module, self._path[0])) if self._path else frozenset()
+            )
         inner = own_autocast(list(block.body)[first : last + 1], self._autocast_aliases)
         if inner is not None:
             self.report(inner, USER_AUTOCAST)
@@ -512,9 +536,10 @@ class ScaleLossToGradScaler(TrainingRule):
                     ),
                     0,
                 )
-                if self.plan.global_casts:  # amp.init(): everything since the last backward
+                plan = self._plan()
+                if plan.global_casts:  # amp.init(): everything since the last backward
                     return block, start, last, True
-                first = next((i for i in range(start, last + 1) if _uses(body[i], self.plan.models)), None)
+                first = next((i for i in range(start, last + 1) if _uses(body[i], plan.models)), None)
                 if first is None:  # no model use seen: from the earliest statement the loss comes from
                     return block, _feeding(body, start, last), last, False
                 return block, first, last, True
@@ -525,29 +550,38 @@ class ScaleLossToGradScaler(TrainingRule):
 
     # -- rewriting --------------------------------------------------------------------------------
     def _replacement(self, updated: cst.With) -> list[cst.BaseStatement]:
-        call = updated.items[0].item
+        # visit_With took this `with` (in `withs`) for one `scale_loss(...) as <name>`.
+        call = cast(cst.Call, updated.items[0].item)
         args = bind_arguments(call, SCALE_LOSS_ARGS)
+        asname = updated.items[0].asname
+        assert args is not None and asname is not None and isinstance(asname.name, cst.Name)
         loss = args["loss"]
         loss_id = literal(args["loss_id"]) if "loss_id" in args else 0
-        scaler = self.plan.scaler_for_loss(loss_id) if isinstance(loss_id, int) else self.plan.scaler
+        plan = self._plan()
+        scaler = plan.scaler_for_loss(loss_id) if isinstance(loss_id, int) else plan.scaler
         scaled = cst.Call(cst.parse_expression(f"{scaler}.scale"), [cst.Arg(loss)])
-        alias = updated.items[0].asname.name.value
+        alias = asname.name.value
         body = updated.body
-        statements = (
-            list(body.body)
-            if isinstance(body, cst.IndentedBlock)
-            else [cst.SimpleStatementLine(list(body.body))]
-        )
-        if isinstance(body, cst.SimpleStatementSuite):
-            statements[0] = statements[0].with_changes(
-                body=[
-                    s.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) if i == len(body.body) - 1 else s
-                    for i, s in enumerate(body.body)
-                ]
-            )
+        statements: list[cst.BaseStatement]
+        if isinstance(body, cst.IndentedBlock):
+            statements = list(body.body)
+            header = body.header
+        else:
+            suite = cast(cst.SimpleStatementSuite, body)  # the other kind of suite
+            line = cst.SimpleStatementLine(list(suite.body))
+            statements = [
+                line.with_changes(
+                    body=[
+                        s.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) if i == len(suite.body) - 1 else s
+                        for i, s in enumerate(suite.body)
+                    ]
+                )
+            ]
+            header = suite.trailing_whitespace
         single = _single_backward(statements[0], alias) if len(statements) == 1 else None
+        out: list[cst.BaseStatement]
         if single is not None:
-            line = statements[0]
+            line = cast(cst.SimpleStatementLine, statements[0])  # as `_single_backward` matched it
             new_call = single.with_changes(func=cst.Attribute(scaled, cst.Name("backward")))
             out = [line.with_changes(body=[line.body[0].with_changes(value=new_call)])]
         else:
@@ -555,7 +589,6 @@ class ScaleLossToGradScaler(TrainingRule):
                 cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(alias))], scaled)])
             ] + statements
         out[0] = out[0].with_changes(leading_lines=updated.leading_lines)
-        header = body.header if isinstance(body, cst.IndentedBlock) else body.trailing_whitespace
         if (
             header.comment is not None
             and isinstance(out[0], cst.SimpleStatementLine)
@@ -564,7 +597,9 @@ class ScaleLossToGradScaler(TrainingRule):
             out[0] = out[0].with_changes(trailing_whitespace=header)
         return out
 
-    def _rebuild(self, original: Sequence[cst.CSTNode], updated: Sequence[cst.CSTNode], block_id: int):
+    def _rebuild(
+        self, original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement], block_id: int
+    ) -> list[cst.BaseStatement]:
         spans = sorted(self.regions.get(block_id, []))
         merged: list[list[int]] = []
         for first, last in spans:
@@ -579,9 +614,9 @@ class ScaleLossToGradScaler(TrainingRule):
             if i in starts:
                 last = starts[i]
                 inner = list(updated[i : last + 1])
-                lead = inner[0].leading_lines
+                lead = cast(Union[cst.SimpleStatementLine, cst.BaseCompoundStatement], inner[0]).leading_lines
                 inner[0] = inner[0].with_changes(leading_lines=())
-                autocast = self.plan.at(self.position(original[i])[0]).autocast_call
+                autocast = self._plan().at(self.position(original[i])[0]).autocast_call
                 out.append(
                     cst.With(
                         items=[cst.WithItem(autocast.deep_clone())],
@@ -592,7 +627,7 @@ class ScaleLossToGradScaler(TrainingRule):
                 i = last + 1
                 continue
             if id(original[i]) in self.withs:
-                out.extend(self._replacement(updated[i]))
+                out.extend(self._replacement(cast(cst.With, updated[i])))  # a `with` it took
             else:
                 out.append(updated[i])
             i += 1
@@ -605,9 +640,9 @@ class ScaleLossToGradScaler(TrainingRule):
         if self._unscaled_else(original_node, inverted=True):  # `if not fp16: loss.backward() else: <scaled>`
             test = original_node.test
             switch = negation(test)
-            if switch is None or not SwitchProof(self, self.plan.at(self.position(original_node)[0])).holds(
-                original_node, switch
-            ):
+            if switch is None or not SwitchProof(
+                self, self._plan().at(self.position(original_node)[0])
+            ).holds(original_node, switch):
                 self.report(
                     original_node,
                     UNSCALED_BRANCH,
@@ -626,7 +661,7 @@ class ScaleLossToGradScaler(TrainingRule):
         )
         if not collapses and not self._unscaled_else(original_node):
             return updated_node
-        proof = SwitchProof(self, self.plan.at(self.position(original_node)[0]))
+        proof = SwitchProof(self, self._plan().at(self.position(original_node)[0]))
         if not proof.holds(original_node):
             why = proof.instance_flag(original_node.test)
             if why is not None:
@@ -640,7 +675,9 @@ class ScaleLossToGradScaler(TrainingRule):
                     ),
                 )
             return updated_node
-        return scaled.with_changes(leading_lines=updated_node.leading_lines) if collapses else updated_node
+        if collapses and scaled is not None:  # (it collapses only where there is one)
+            return scaled.with_changes(leading_lines=updated_node.leading_lines)
+        return updated_node
 
     def _unscaled_else(self, node: cst.If, inverted: bool = False) -> bool:
         """`if cond: <scale_loss block>, ... else: loss.backward(), ...`: the `else` runs an
@@ -648,7 +685,7 @@ class ScaleLossToGradScaler(TrainingRule):
         there, so `cond` must be its switch even where the branches stay apart (clipping
         `amp.master_params` in one, the model's parameters in the other). `inverted`: the plain
         backward in the `if`, the scaled one in the `else`."""
-        body, orelse = node.body, node.orelse.body
+        body, orelse = node.body, cast(cst.Else, node.orelse).body  # asked only with an `else`
         if not isinstance(body, cst.IndentedBlock) or not isinstance(orelse, cst.IndentedBlock):
             return False
         if inverted:

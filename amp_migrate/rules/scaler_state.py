@@ -49,7 +49,7 @@ becomes
 from __future__ import annotations
 
 import re
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence, Union, cast
 
 import libcst as cst
 import libcst.matchers as m
@@ -64,6 +64,7 @@ from .plan import (
     SCALE_LOSS,
     SCALE_LOSS_ARGS,
     STATE_DICT,
+    TrainingPlan,
     TrainingRule,
     bind_arguments,
     literal,
@@ -191,9 +192,19 @@ class ScalerStateReads(TrainingRule):
 
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
-        self.replace: dict[int, str] = {}  # node -> the scaler whose get_scale() it becomes
+        self.rewritten: dict[int, str] = {}  # node -> the scaler whose get_scale() it becomes
         self.consumed: set[int] = set()  # string keys the rewritten reads spell
         self.absorbed: set[int] = set()  # start-scale writes the GradScaler's init_scale took over
+
+    #: While one read is checked: the scaler it stands for, and the verdicts of `_last` (by node
+    #: id) and the lines of `_apex_line` (by ("apex", node id)).
+    _scaler: str
+    _memo: dict[object, Any]
+
+    def _plan(self) -> TrainingPlan:
+        """The plan, which the visitors made sure there is before asking."""
+        assert self.plan is not None, "asked in a file without a plan"
+        return self.plan
 
     # -- what a use is ------------------------------------------------------------------------
     def _parent_on_path(self, depth: int) -> Optional[cst.CSTNode]:
@@ -202,14 +213,15 @@ class ScalerStateReads(TrainingRule):
     def _scaler_of(self, loss_id: object) -> Optional[str]:
         if not isinstance(loss_id, int) or isinstance(loss_id, bool):
             return None
-        if self.plan.loss_scalers:
-            return self.plan.loss_scalers.get(loss_id)
-        return self.plan.scaler if loss_id == 0 else None
+        plan = self._plan()
+        if plan.loss_scalers:
+            return plan.loss_scalers.get(loss_id)
+        return plan.scaler if loss_id == 0 else None
 
     def _no_scaler(self, node: cst.CSTNode, loss_id: object, what: str) -> None:
         if not isinstance(loss_id, int) or isinstance(loss_id, bool):
             self.report(node, NOT_NATIVE, f"{what} picks its loss scaler at run time")
-        elif self.plan.loss_scalers:
+        elif self._plan().loss_scalers:
             self.report(
                 node,
                 NOT_NATIVE,
@@ -233,39 +245,46 @@ class ScalerStateReads(TrainingRule):
             return
         parent, grand = self._parent_on_path(1), self._parent_on_path(2)
         if isinstance(parent, cst.Subscript) and parent.value is node:
-            keys = [parent] + ([grand] if isinstance(grand, cst.Subscript) and grand.value is parent else [])
-            self.consumed.update(
-                id(e.slice.value) for k in keys for e in k.slice if isinstance(e.slice, cst.Index)
-            )
-            key = self._key(parent)
-            found = _APEX_KEY.fullmatch(key) if isinstance(key, str) else None
-            if found is None:
-                why = (
-                    "by a key known only at run time"
-                    if key is None
-                    else f"by {key!r}, not a loss scaler's key"
-                )
-                self.report(parent, NOT_NATIVE, f"{shown} is subscripted {why}")
-                return
-            inner = self._key(grand) if len(keys) == 2 else None
-            if inner != "loss_scale":
-                if len(keys) == 1:
-                    what = f"`[{key!r}]`, Apex's whole entry for one scaler"
-                elif inner is None:
-                    what = f"`[{key!r}]` and a key known only at run time"
-                else:
-                    what = f"`[{key!r}][{inner!r}]`"
-                    if inner == "unskipped":
-                        what += ", Apex's count of clean steps, which GradScaler keeps privately"
-                self.report(parent, NOT_NATIVE, f"{shown} is read for {what}")
-                return
-            loss_id = int(found.group(1))
-            scaler = self._scaler_of(loss_id)
-            if scaler is None:
-                self._no_scaler(grand, loss_id, f"`amp.state_dict()[{key!r}]`")
-                return
-            self._rewrite_if_settled(grand, scaler)
+            self._subscripted_state(parent, grand, shown)
+        else:
+            self._whole_state_use(node, parent, grand, shown)
+
+    def _subscripted_state(self, parent: cst.Subscript, grand: Optional[cst.CSTNode], shown: str) -> None:
+        """`amp.state_dict()[key]`, `parent` (and `[key][inner]`, `grand`)."""
+        keys = [parent] + ([grand] if isinstance(grand, cst.Subscript) and grand.value is parent else [])
+        self.consumed.update(
+            id(e.slice.value) for k in keys for e in k.slice if isinstance(e.slice, cst.Index)
+        )
+        key = self._key(parent)
+        found = _APEX_KEY.fullmatch(key) if isinstance(key, str) else None
+        if found is None:
+            why = "by a key known only at run time" if key is None else f"by {key!r}, not a loss scaler's key"
+            self.report(parent, NOT_NATIVE, f"{shown} is subscripted {why}")
             return
+        inner = self._key(grand) if len(keys) == 2 else None
+        if inner != "loss_scale":
+            if len(keys) == 1:
+                what = f"`[{key!r}]`, Apex's whole entry for one scaler"
+            elif inner is None:
+                what = f"`[{key!r}]` and a key known only at run time"
+            else:
+                what = f"`[{key!r}][{inner!r}]`"
+                if inner == "unskipped":
+                    what += ", Apex's count of clean steps, which GradScaler keeps privately"
+            self.report(parent, NOT_NATIVE, f"{shown} is read for {what}")
+            return
+        read = keys[-1]  # `grand`: `inner` is its key
+        loss_id = int(found.group(1))
+        scaler = self._scaler_of(loss_id)
+        if scaler is None:
+            self._no_scaler(read, loss_id, f"`amp.state_dict()[{key!r}]`")
+            return
+        self._rewrite_if_settled(read, scaler)
+
+    def _whole_state_use(
+        self, node: cst.Call, parent: Optional[cst.CSTNode], grand: Optional[cst.CSTNode], shown: str
+    ) -> None:
+        """`amp.state_dict()` read otherwise than by a key: what reads Apex's dict key by key."""
         if isinstance(parent, cst.Attribute) and parent.value is node:
             self.report(
                 node, NOT_NATIVE, f"`amp.state_dict().{parent.attr.value}` reads Apex's dict by its keys"
@@ -279,7 +298,7 @@ class ScalerStateReads(TrainingRule):
         elif (
             isinstance(parent, cst.Arg)
             and isinstance(grand, cst.Call)
-            and m.matches(grand.func, m.Name())
+            and isinstance(grand.func, cst.Name)
             and grand.func.value in _BY_KEYS
         ):
             self.report(
@@ -307,6 +326,7 @@ class ScalerStateReads(TrainingRule):
             self.report(parent, NOT_NATIVE, f"{shown} hands Apex's scaler object on")
             return
         attr = member.attr.value
+        read: cst.BaseExpression
         if attr == "loss_scale" and isinstance(above, cst.Call) and above.func is member and not above.args:
             read = above
         elif attr == "_loss_scale" and not self._is_target(member, above):
@@ -350,12 +370,14 @@ class ScalerStateReads(TrainingRule):
             return False
         before = body[at - 1]
         found = start_scale_write(before, block, lambda node: self.apex_name(node) in LOSS_SCALERS)
-        inits = m.findall(before, m.Call()) if found is not None and found[0] is line else []
-        if not any(self.apex_name(call.func) == INITIALIZE for call in inits):
+        if found is None or found[0] is not line:
+            return False
+        inits = m.findall(before, m.Call())
+        if not any(self.apex_name(cast(cst.Call, call).func) == INITIALIZE for call in inits):  # m.Call()'s
             return False
         first = self._first_line(before)
         last = first + count_line_breaks(self.code_of(before.with_changes(leading_lines=())))
-        if self.plan.at(first).init_line not in range(first, last + 1):
+        if self._plan().at(first).init_line not in range(first, last + 1):
             return False
         self.absorbed.add(id(line))
         self.report(line, START_SCALE, f"`{self.code_of(found[1])}` is the GradScaler's `init_scale`")
@@ -396,12 +418,12 @@ class ScalerStateReads(TrainingRule):
 
     def _rewrite_if_settled(self, read: cst.CSTNode, scaler: str) -> None:
         if self._check_settled(read, scaler):
-            self.replace[id(read)] = scaler
+            self.rewritten[id(read)] = scaler
 
     def leave_node(self, original_node, updated_node):
         if id(original_node) in self.absorbed:
             return cst.RemoveFromParent()
-        scaler = self.replace.get(id(original_node))
+        scaler = self.rewritten.get(id(original_node))
         if scaler is not None:
             return cst.parse_expression(f"{scaler}.get_scale()").with_changes(
                 lpar=updated_node.lpar, rpar=updated_node.rpar
@@ -429,7 +451,7 @@ class ScalerStateReads(TrainingRule):
             if parent is stop or isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
                 return None
             if isinstance(parent, (cst.IndentedBlock, cst.Module)):
-                body = list(parent.body)
+                body: list[cst.CSTNode] = list(parent.body)
                 at = body.index(child)
                 for earlier in reversed(body[:at]):
                     verdict = self._last(earlier)
@@ -460,7 +482,7 @@ class ScalerStateReads(TrainingRule):
             child = parent
         return None
 
-    def _ends_at_exit(self, loop: cst.CSTNode) -> Optional[str]:
+    def _ends_at_exit(self, loop: Union[cst.For, cst.While]) -> Optional[str]:
         """Why an iteration of `loop` can end with a `scale_loss` exit as its last scaling event
         (at the end of its body, or before a `continue` or `break`), or None."""
         if self._apex_line(loop.body) is None:
@@ -481,7 +503,7 @@ class ScalerStateReads(TrainingRule):
         )
 
     @staticmethod
-    def _exits(loop: cst.CSTNode):
+    def _exits(loop: Union[cst.For, cst.While]):
         """Paths from `loop` to each `continue`/`break` of its own."""
         stack: list[list[cst.CSTNode]] = [[loop, loop.body]]
         while stack:
@@ -575,17 +597,18 @@ class ScalerStateReads(TrainingRule):
                 a.keyword is not None and a.keyword.value == "enabled" and literal(a.value) is False
                 for a in call.args
             )
-            for call in self.plan.scaler_calls
+            for call in self._plan().scaler_calls
         )
 
     # -- the events ---------------------------------------------------------------------------
     def _steps(self, line: cst.CSTNode, any_scaler: bool = False) -> bool:
         """`line` (a simple statement line or suite) steps an optimizer the plan routes through
         the read's scaler (any of the plan's, with `any_scaler`)."""
+        plan = self._plan()
         for call in m.findall(line, m.Call(func=m.Attribute(attr=m.Name("step")), args=[])):
-            optimizer = self.code_of(call.func.value)
-            if optimizer in self.plan.optimizers and (
-                any_scaler or self.plan.scaler_for_optimizer(optimizer) == self._scaler
+            optimizer = self.code_of(cast(cst.Attribute, cast(cst.Call, call).func).value)  # as matched
+            if optimizer in plan.optimizers and (
+                any_scaler or plan.scaler_for_optimizer(optimizer) == self._scaler
             ):
                 break
         else:
@@ -594,7 +617,7 @@ class ScalerStateReads(TrainingRule):
             return True  # `if last: opt.step()`: its line is the owner's
         first = self._first_line(line)
         span = count_line_breaks(self.code_of(line.with_changes(leading_lines=())))
-        return any(n in self.plan.step_lines for n in range(first, first + max(1, span)))
+        return any(n in plan.step_lines for n in range(first, first + max(1, span)))
 
     def _updates_at_exit(self, node: cst.With) -> bool:
         """`node` is a `scale_loss` block whose exit updates the Apex scaler the read stands for."""
@@ -603,18 +626,24 @@ class ScalerStateReads(TrainingRule):
             for item in node.items
             if isinstance(item.item, cst.Call) and self.apex_name(item.item.func) in SCALE_LOSS
         ]
-        if not calls or self._first_line(node) not in self.plan.eager_unscale_lines:
+        plan = self._plan()
+        if not calls or self._first_line(node) not in plan.eager_unscale_lines:
             return False
         bound = bind_arguments(calls[0], SCALE_LOSS_ARGS)
         loss_id = literal(bound.get("loss_id")) if bound is not None and "loss_id" in bound else 0
-        return not isinstance(loss_id, int) or self.plan.scaler_for_loss(loss_id) == self._scaler
+        return not isinstance(loss_id, int) or plan.scaler_for_loss(loss_id) == self._scaler
 
     def _apex_line(self, node: cst.CSTNode) -> Optional[int]:
         """The first line of a `scale_loss` in `node` whose exit updates Apex's scale."""
         key = ("apex", id(node))
         if key not in self._memo:
             self._memo[key] = next(
-                (self._first_line(w) for w in m.findall(node, m.With()) if self._updates_at_exit(w)), None
+                (
+                    self._first_line(w)
+                    for w in m.findall(node, m.With())
+                    if self._updates_at_exit(cast(cst.With, w))  # what m.With() found
+                ),
+                None,
             )
         return self._memo[key]
 

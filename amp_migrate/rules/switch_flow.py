@@ -31,12 +31,12 @@ module holds no rule; the scale_loss rule asks it.
 from __future__ import annotations
 
 import ast
-from typing import Optional
+from typing import Optional, cast
 
 import libcst as cst
 import libcst.matchers as m
 
-from .plan import TrainingPlan, literal
+from .plan import SharedScaler, TrainingPlan, literal
 
 _DEPTH = 8
 
@@ -45,7 +45,11 @@ def conjuncts(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
     """The and-ed parts, each as tested for truth (`bool(x)` is false exactly when `x` is)."""
     if isinstance(expr, cst.BooleanOperation) and isinstance(expr.operator, cst.And) and not expr.lpar:
         return conjuncts(expr.left) + conjuncts(expr.right)
-    if m.matches(expr, m.Call(func=m.Name("bool"), args=[m.Arg(keyword=None, star="")])) and not expr.lpar:
+    if (
+        isinstance(expr, cst.Call)
+        and m.matches(expr, m.Call(func=m.Name("bool"), args=[m.Arg(keyword=None, star="")]))
+        and not expr.lpar
+    ):
         return conjuncts(expr.args[0].value)
     return [expr]
 
@@ -263,7 +267,7 @@ def _sets_flag(node: ast.Try, name: str) -> bool:
         if _constant_store(statement) is None:
             return False
         if _constant_store(statement) == name:
-            last = statement.value.value
+            last = cast(ast.Constant, cast(ast.Assign, statement).value).value  # as _constant_store saw
     return last is True
 
 
@@ -321,6 +325,7 @@ def import_flag(rule, tree: ast.Module, stores: "_Stores", part: cst.BaseExpress
     if len(found) != 1:
         return None
     start, end = found[0].lineno, found[0].end_lineno
+    assert end is not None, "a parsed statement has its end"
     if any(
         p[0] == name and not (top == 0 and klass == 0 and line <= end) for p, line, top, klass in stores.found
     ):
@@ -415,6 +420,20 @@ class SwitchProof:
             self._tree, self._stores = found
         return self._stores
 
+    # What `_all_stores()` found, asked for once it has found them.
+    def _known_stores(self) -> _Stores:
+        assert self._stores is not None, "asked before _all_stores() found them"
+        return self._stores
+
+    def _known_tree(self) -> ast.Module:
+        assert self._tree is not None, "asked before _all_stores() found the stores"
+        return self._tree
+
+    def _shared(self) -> SharedScaler:
+        """The other module's scaler, asked about where `_owner_switch` saw there is one."""
+        assert self.plan.shared is not None, "the scaler is this module's"
+        return self.plan.shared
+
     def instance_flag(self, test: cst.BaseExpression) -> Optional[str]:
         """Where the scaler is another module's and `test` reads an attribute of `self` (a
         Trainer's `self.use_amp`): why that flag cannot be tied to the scaler's switch, located
@@ -429,7 +448,7 @@ class SwitchProof:
             if path is None or len(path) < 2 or path[0] != "self":
                 continue
             code = self.rule.code_of(part)
-            sets = [(line, top) for p, line, top, _ in self._stores.found if p == path[:2]]
+            sets = [(line, top) for p, line, top, _ in self._known_stores().found if p == path[:2]]
             where = "it is set nowhere in this file"
             if len(sets) == 1:
                 where = f"it is set at line {sets[0][0]}{self._from_parameter(path[:2], sets[0][0])}"
@@ -446,7 +465,7 @@ class SwitchProof:
     def _from_parameter(self, path: tuple[str, ...], line: int) -> str:
         """`, from `__init__`'s parameter `use_amp`` where the store at `line` is `self.x = x` in
         a method of that parameter."""
-        for function in ast.walk(self._tree):
+        for function in ast.walk(self._known_tree()):
             if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             params = [
@@ -485,7 +504,7 @@ class SwitchProof:
     def _reaches_builder(
         self, function: Optional[cst.FunctionDef], path: tuple[str, ...], depth: int
     ) -> bool:
-        stores, shared = self._stores, self.plan.shared
+        stores, shared = self._known_stores(), self._shared()
         if (
             path[0] in stores.declared
             or depth > _DEPTH
@@ -532,9 +551,9 @@ class SwitchProof:
         if function is None or not isinstance(self.rule.parent(function), cst.Module):
             return False
         name = function.name.value
-        if not any(entry == (name, path[0], path[1:]) for entry in self.plan.shared.switch_entries):
+        if not any(entry == (name, path[0], path[1:]) for entry in self._shared().switch_entries):
             return False
-        tree = self._tree
+        tree = self._known_tree()
         defs = [
             s
             for s in tree.body
@@ -548,7 +567,7 @@ class SwitchProof:
 
     def _builder_arguments(self, call: cst.Call):
         """(what the call passes for a guard's parameter, the rest of the guard's path)."""
-        for index, name, rest in self.plan.shared.switch_paths:
+        for index, name, rest in self._shared().switch_paths:
             value = self._argument(call, name, index if index >= 0 else None)
             if value is not None:
                 yield value, rest
@@ -578,7 +597,10 @@ class SwitchProof:
     # -- flags that say Apex was importable ---------------------------------------------------
     def _available(self, part: cst.BaseExpression, where) -> bool:
         """`part` is a flag the Apex import's `try:` sets True (import_flag)."""
-        return where is not None and import_flag(self.rule, self._tree, self._stores, part, where) is not None
+        return (
+            where is not None
+            and import_flag(self.rule, self._known_tree(), self._known_stores(), part, where) is not None
+        )
 
     def _function_of(self, node: cst.CSTNode):
         return function_of(self.rule, node)
@@ -591,7 +613,7 @@ class SwitchProof:
     ) -> Optional[tuple[str, ...]]:
         """What `path`, read in `function`, reads where the scaler was built (the same path,
         or the caller's argument it was passed as); None where that is not provable."""
-        stores, plan = self._stores, self.plan
+        stores, plan = self._known_stores(), self.plan
         if path[0] in stores.declared:
             return None
         here = self._line(function)
@@ -627,7 +649,7 @@ class SwitchProof:
         """`self.use_amp` where the method building the scaler sets it, in its body before
         `initialize` and nowhere else, from a path (`self.use_amp = use_amp`) read unchanged
         until the scaler is built: that path, as read there."""
-        plan, stores = self.plan, self._stores
+        plan, stores = self.plan, self._known_stores()
         if len(path) < 2 or path[0] != "self":
             return None
         sets = [(line, top) for p, line, top, _ in stores.found if p == path[:2]]
@@ -637,7 +659,7 @@ class SwitchProof:
         value = next(
             (
                 _ast_path(n.value)
-                for f in ast.walk(self._tree)
+                for f in ast.walk(self._known_tree())
                 if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                 for n in f.body
                 if isinstance(n, ast.Assign)

@@ -240,7 +240,7 @@ class WithoutMatcherSearch(ContextAwareTransformer):
     on_visit = cst.CSTTransformer.on_visit
     # CSTTransformer's may return a FlattenSentinel, which the matcher base's type leaves out
     # though it dispatches to CSTTransformer's all the same.
-    on_leave = cst.CSTTransformer.on_leave  # type: ignore[assignment]  # see above
+    on_leave = cst.CSTTransformer.on_leave  # type: ignore[assignment]  # may flatten, as the matcher base's does
     on_visit_attribute = cst.CSTTransformer.on_visit_attribute
     on_leave_attribute = cst.CSTTransformer.on_leave_attribute
 

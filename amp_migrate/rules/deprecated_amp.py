@@ -200,7 +200,8 @@ def _in_deprecated_module(name: str) -> bool:
 
 
 def _dotted(name: str) -> Union[cst.Name, cst.Attribute]:
-    return cst.parse_expression(name)  # type: ignore[return-value]
+    # A dotted module name parses to a name or a chain of attributes.
+    return cast(Union[cst.Name, cst.Attribute], cst.parse_expression(name))
 
 
 def _string(value: str) -> cst.SimpleString:

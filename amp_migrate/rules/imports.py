@@ -114,7 +114,8 @@ def shim_module_name(name: str) -> str:
 
 
 def _dotted(name: str) -> Union[cst.Name, cst.Attribute]:
-    return cst.parse_expression(name)  # type: ignore[return-value]
+    # A dotted module name parses to a name or a chain of attributes.
+    return cast(Union[cst.Name, cst.Attribute], cst.parse_expression(name))
 
 
 class ShimImports(Rule):

@@ -283,8 +283,9 @@ class _Checker:
                 continue
             innermost = False
             if name in scope.declared_global:
-                scope = self.module_scope  # type: ignore[assignment]
-                return scope.meaning(name) if name in scope.bindings else None
+                module = self.module_scope
+                assert module is not None  # set by the first scope(), which holds every chain
+                return module.meaning(name) if name in module.bindings else None
             if name in scope.bindings:
                 return scope.meaning(name)
         return None
@@ -376,10 +377,12 @@ class _Checker:
 
     def check_call(self, node: ast.Call, chain: list[_Scope]) -> None:
         ref = self.resolve(node.func, chain)
-        signature = SIGNATURES.get(ref[0]) if ref is not None else None
+        if ref is None:
+            return
+        callee = ref[0]
+        signature = SIGNATURES.get(callee)
         if signature is None:
             return
-        callee = ref[0]  # type: ignore[index]
         positional, keywords, var_positional, var_keyword = signature
         short = callee.rsplit(".", 1)[1]
         for kw in node.keywords:

@@ -12,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = [REPO / "amp_migrate", REPO / "shim" / "amp_shim", REPO / "kernels"]
-#: `# type: ignore[code]  # reason` / `# noqa: CODE - reason` (or a reason in parentheses).
+#: A type-ignore comment with its codes in brackets, then "# reason"; a noqa comment with its codes, then "- reason".
 TYPE_IGNORE = re.compile(r"type:\s*ignore(?P<codes>\[[^\]]+\])?(?P<rest>.*)")
 NOQA = re.compile(r"noqa(?P<codes>:\s*[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*)?(?P<rest>.*)", re.I)
 

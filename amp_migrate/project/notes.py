@@ -36,7 +36,7 @@ def handover_notes(
 ) -> Notes:
     """The notes for each grouped file; messages call files by `names` (default: their paths)."""
     names = names or {}
-    call = lambda path: names.get(path, path)  # noqa: E731
+    call = lambda path: names.get(path, path)  # noqa: E731 - a one-line lookup reads best as a lambda
     found: Notes = {}
     for group in groups:
         for user in group.members:

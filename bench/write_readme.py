@@ -129,6 +129,13 @@ def codemod_section(res: dict) -> str:
     facts.append(
         f"- Files without Apex: {cl['parsed']} of {cl['count']} parsed; "
         f"{cl['us_per_file']:.0f} µs per file (read + text pre-filter)."
+        + (
+            f" {cl['apex_handed_in']} more files never name Apex but use its module, handed in from "
+            "another file: the project pass finds and migrates them, so they are parsed and not "
+            "counted here."
+            if cl.get("apex_handed_in")
+            else ""
+        )
     )
     facts.append(f"- Scaling from `--jobs 1` to `--jobs 2`: {res['scaling_1_to_2']:.2f}x.")
     s2 = res["amp_migrate_j2"]["summary"]

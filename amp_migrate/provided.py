@@ -20,12 +20,13 @@ Nothing here decides anything; `migrate_source` applies the part (no index is ne
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Union
 
 import libcst as cst
 import libcst.matchers as m
 
 from .diagnostics import Diagnostic, Severity
+from .indentation import tab_indents
 
 if TYPE_CHECKING:
     from .migrate import MigrationResult  # the driver imports this module
@@ -180,6 +181,19 @@ class _DropFunctions(cst.CSTTransformer):
         return False  # only the module's own functions
 
 
+def _visited(text: str, *visitors: cst.CSTTransformer) -> Optional[str]:
+    """`text` parsed, transformed by `visitors` and rendered. Indentation that mixes tabs the
+    way Python accepts and libcst cannot read is spaced for the parse and put back after
+    (indentation.py); None where that is not provably the same program."""
+    tabs = tab_indents(text)
+    if tabs is not None and tabs.text == tabs.original:
+        return None
+    tree = cst.parse_module(text if tabs is None else tabs.text)
+    for visitor in visitors:
+        tree = tree.visit(visitor)
+    return tree.code if tabs is None else tabs.restore(tree.code)
+
+
 def migrate_part(text: str, part: ProvidedPart, run: Run) -> MigrationResult:
     """The file's result with its part applied (`run`: migrate_source on a text, no part)."""
     from .migrate import MigrationResult  # the driver imports this module
@@ -188,7 +202,9 @@ def migrate_part(text: str, part: ProvidedPart, run: Run) -> MigrationResult:
         result = run(text)
         return replace(result, diagnostics=_sorted(result.diagnostics + part.refused))
     if part.removes:
-        code = cst.parse_module(text).visit(_DropFunctions(part.drop)).code
+        code = _visited(text, _DropFunctions(part.drop))
+        if code is None:
+            return run(text)
         result = run(code)
         if result.target_used == "shim" or any(
             d.falls_back or d.severity == Severity.ERROR for d in result.diagnostics
@@ -199,30 +215,12 @@ def migrate_part(text: str, part: ProvidedPart, run: Run) -> MigrationResult:
     result = run(edited)
     reasons = [d for d in _remap(part, result.diagnostics) if d.falls_back or d.severity == Severity.ERROR]
     if result.target_used == "native":
-        code = (
-            cst.parse_module(result.code)
-            .visit(_DropImported(part.drop))
-            .visit(_DropUnreadNones(part.nones))
-            .code
-        )
-        try:
-            compile(code, "<provided>", "exec")
+        dropped = _dropped_provider(result, part)
+        if isinstance(dropped, str):
             return MigrationResult(
-                code, _sorted(_remap(part, result.diagnostics) + part.notes), "native", True
+                dropped, _sorted(_remap(part, result.diagnostics) + part.notes), "native", True
             )
-        except SyntaxError as exc:  # an import of the provider alone in a block
-            reasons = (
-                [
-                    replace(
-                        part.fallback,
-                        line=exc.lineno or 1,
-                        col=1,
-                        message="dropping the provider's import leaves a block empty",
-                    )
-                ]
-                if part.fallback is not None
-                else []
-            )
+        reasons = dropped
     plain = run(text)
     if not reasons or part.fallback is None:
         return plain
@@ -234,6 +232,20 @@ def migrate_part(text: str, part: ProvidedPart, run: Run) -> MigrationResult:
         message=f"{part.fallback.message}: {first.code} {first.message}",
     )
     return replace(plain, diagnostics=_sorted(plain.diagnostics + (why,)))
+
+
+def _dropped_provider(result: MigrationResult, part: ProvidedPart) -> Union[str, list[Diagnostic]]:
+    """The caller's native code without its import of the provider, or why it cannot go."""
+    code = _visited(result.code, _DropImported(part.drop), _DropUnreadNones(part.nones))
+    if code is None:
+        line, why = 1, "the file's tab-mixed indentation cannot be put back around the change"
+    else:
+        try:
+            compile(code, "<provided>", "exec")
+            return code
+        except SyntaxError as exc:  # an import of the provider alone in a block
+            line, why = exc.lineno or 1, "dropping the provider's import leaves a block empty"
+    return [replace(part.fallback, line=line, col=1, message=why)] if part.fallback is not None else []
 
 
 def _sorted(diagnostics) -> tuple[Diagnostic, ...]:

@@ -5,6 +5,8 @@ native where the provider only imports and returns it and every call is followed
 Golden outputs as in test_shared_scaler.py: fixtures/project_outputs/<tree>/ (regenerate with
 AMP_MIGRATE_UPDATE_GOLDEN=1 and read every changed output)."""
 
+import ast
+
 import pytest
 
 from amp_migrate.project import migrate_project
@@ -216,3 +218,29 @@ def test_provider_shapes_and_an_aliased_import_go_native(provider, imported, cal
     assert results["train.py"].target_used == results["lib/amp_utils.py"].target_used == "native"
     assert f"    scaler = torch.amp.{enabled}" in code
     assert "amp = None" not in code and "get_amp" not in code and "import" not in code.split("\n", 2)[2]
+
+
+def _tab_mixed(text: str, line: str) -> str:
+    """`line` (indented by 12 spaces) indented by `    \\t    `: the same column to Python (a
+    block's lines must all be spelled so), a spelling libcst cannot read inside a block
+    indented by spaces."""
+    assert f"\n{line}\n" in text, line
+    return text.replace(f"\n{line}\n", "\n    \t    " + line.lstrip(" ") + "\n", 1)
+
+
+def test_a_group_whose_provider_and_caller_mix_tabs_into_indentation_migrates_like_one_that_does_not():
+    plain = sources(PROJECTS / "amp_provider_native")
+    mixed = dict(plain)
+    provider, caller = "textcls/utils/amp_utils.py", "textcls/train.py"
+    mixed[provider] = _tab_mixed(plain[provider], "            from apex import amp")
+    kept = "            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)"
+    mixed[caller] = _tab_mixed(_tab_mixed(plain[caller], "            loss.backward()"), kept)
+    expected, results = migrate_project(plain), migrate_project(mixed)
+    assert {p: (r.changed, r.target_used) for p, r in results.items()} == {
+        p: (r.changed, r.target_used) for p, r in expected.items()
+    }
+    for path, result in results.items():
+        assert ast.dump(ast.parse(result.code)) == ast.dump(ast.parse(expected[path].code)), path
+        assert [d.code for d in result.diagnostics] == [d.code for d in expected[path].diagnostics], path
+    assert "def load_amp" not in results[provider].code
+    assert "\n    \t    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)\n" in results[caller].code

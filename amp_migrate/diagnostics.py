@@ -146,3 +146,21 @@ MAGIC_USES_MIGRATED_NAME = define(
     falls_back=True,
     refusal="an IPython line names what the rewrite removes",
 )
+NATIVE_SPANS_CELLS = define(
+    "AMP023",
+    "native-rewrite-spans-cells",
+    Severity.WARNING,
+    "The native rewrite would reach across the notebook's cells; the notebook uses the shim.",
+    "Notebook cells are migrated as one Python module and cut back into the cells after. A "
+    "native rewrite that opens a block around later code (the autocast region of a model "
+    "Apex prepared for inference covers every statement that may use it, to the end of the "
+    "notebook) or moves a statement over a cell boundary cannot be cut back: a `with` block "
+    "cannot span cells, and a cell run on its own would run outside it. The shim changes only "
+    "the imports, so every cell keeps its code. The diagnostic is at the first line the native "
+    "rewrite changed. Keep the code that uses the model in the cell that prepares it, or in a "
+    "function, to migrate natively.",
+    before='from apex import amp\nmodel = amp.initialize(model, opt_level="O1")\n# -- next cell --\nout = model(x)',
+    after='from amp_shim import amp\nmodel = amp.initialize(model, opt_level="O1")\n# -- next cell --\nout = model(x)',
+    falls_back=True,
+    refusal="a block cannot span notebook cells",
+)

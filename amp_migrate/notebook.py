@@ -24,13 +24,14 @@ newline), so that only the changed cells' `source` differs from the original byt
 from __future__ import annotations
 
 import ast
+import difflib
 import json
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Sequence
 
 from .binding import apex_import_words, imports_apex
-from .diagnostics import MAGIC_USES_MIGRATED_NAME, NATIVE_IMPOSSIBLE, Diagnostic
+from .diagnostics import MAGIC_USES_MIGRATED_NAME, NATIVE_IMPOSSIBLE, NATIVE_SPANS_CELLS, Diagnostic
 from .file_result import FileResult, Finding
 from .lines import count_line_breaks, split_lines
 from .migrate import MigrationError, MigrationResult, migrate_source, python_ast
@@ -535,6 +536,23 @@ def _migrated_cells(
     return migrated, sources, lost
 
 
+def _spanning_cells(module: str, code: str, cells: list[_Cell]) -> Finding:
+    """NATIVE_SPANS_CELLS at the first line of `module` that the migration to `code` changed,
+    naming the first cell whose boundary the rewrite moved or put inside a block."""
+    before, after = split_lines(module, keepends=True), split_lines(code, keepends=True)
+    opcodes = difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes()
+    first = next((i1 for tag, i1, _, _, _ in opcodes if tag != "equal"), 0)
+    kept = {int(n) for n in _CELL_LINE.findall(code)}
+    moved = next((cell.index for cell in cells[1:] if cell.index not in kept), None)
+    where = f"cell {moved + 1}" if moved is not None else "the next cells"
+    message = f"the native rewrite of this code reaches into {where} (a block cannot span cells)"
+    _, spans = _join(cells)
+    diagnostic = Diagnostic(
+        NATIVE_SPANS_CELLS.code, NATIVE_SPANS_CELLS.severity, first + 1, 1, message, False
+    )
+    return _locate(diagnostic, spans)
+
+
 def _native_refused(cells: list[_Cell]) -> Finding:
     """NATIVE_IMPOSSIBLE (`--target native` refused), reported at the first migrated cell."""
     return Finding(
@@ -569,18 +587,12 @@ def migrate(path: str, data: bytes, options: Options, want_diff: bool) -> FileRe
     try:
         migrated, sources, broken = _migrated_cells(module, cells, nb, options, options.target)
         if migrated.changed and (sources is None or broken):
-            why = (
-                "the native rewrite moves code across cells or IPython lines"
-                if sources is None
-                else "IPython lines name what the native rewrite removes"
-            )
+            if sources is None and migrated.target_used == "native":
+                broken = [_spanning_cells(module, migrated.code, cells), *broken]
             if options.target == "native":
-                if broken:
-                    return replace(result, findings=(*broken, _native_refused(cells)))
-                return replace(result, error=f"{why}; left untouched (`--target auto` would use the shim)")
+                return replace(result, findings=(*broken, _native_refused(cells)))
             lost = broken
             if migrated.target_used == "native":  # auto: the shim rewrites imports only
-                notes.append(f"{why}; migrated to the shim instead")
                 migrated, sources, lost = _migrated_cells(module, cells, nb, options, "shim")
                 broken = broken + lost
             if migrated.changed and (sources is None or lost):

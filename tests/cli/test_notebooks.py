@@ -141,14 +141,14 @@ def test_rewrite_spanning_cells_falls_back_to_the_shim(project):
     ]
     make_notebook(project / "span.ipynb", cells)
     native = run_cli(["--target", "native", "--check", "span.ipynb"], project)
-    assert (
-        native.exit_code == 2
-        and "span.ipynb: error: the native rewrite moves code across cells" in native.output
-    )
+    assert native.exit_code == 2, native.output
+    assert "span.ipynb:cell 1:2:1: AMP023 the native rewrite of this code reaches into cell 2" in native.output
+    assert "AMP003" in native.output
     result = run_cli(["--format", "json", "span.ipynb"], project)
     (entry,) = json.loads(result.stdout)["files"]
     assert entry["target_used"] == "shim" and entry["written"]
-    assert "moves code across cells" in entry["notes"][0]
+    (spans,) = [d for d in entry["diagnostics"] if d["code"] == "AMP023"]
+    assert (spans["cell"], spans["line"], spans["severity"]) == (1, 2, "warning")
     nb = nbformat.read(project / "span.ipynb", as_version=4)
     assert nb.cells[0].source.startswith("import torch\nfrom amp_shim import amp\n")
     assert nb.cells[1].source == cells[1][1]

@@ -38,7 +38,7 @@ from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "fixtures" / "programs" / "equivalence"
-RECORDER = Path(__file__).resolve().parent / "recorder.py"
+RECORDER = ROOT / "amp_migrate" / "runs" / "recorder.py"
 MODES = ("shim", "native", "shim-target")
 RUN_TIMEOUT = 120
 

@@ -104,7 +104,7 @@ class Recorder:
             original_init(self, *args, **kwargs)
             recorder.optimizer_index(self)
 
-        torch.optim.Optimizer.__init__ = init
+        setattr(torch.optim.Optimizer, "__init__", init)  # noqa: B010 - a patch, not an assignment mypy should check
 
         def post_hook(optimizer, args, kwargs):
             if recorder._in_scaler_step:
@@ -158,7 +158,7 @@ class Recorder:
             original_init(self, *args, **kwargs)
             recorder.optim_wrappers.append(self)
 
-        opt.OptimWrapper.__init__ = init
+        setattr(opt.OptimWrapper, "__init__", init)  # noqa: B010 - a patch, not an assignment mypy should check
 
     # -- the result ---------------------------------------------------------------------------
     def final_params(self):

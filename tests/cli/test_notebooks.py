@@ -142,7 +142,9 @@ def test_rewrite_spanning_cells_falls_back_to_the_shim(project):
     make_notebook(project / "span.ipynb", cells)
     native = run_cli(["--target", "native", "--check", "span.ipynb"], project)
     assert native.exit_code == 2, native.output
-    assert "span.ipynb:cell 1:2:1: AMP023 the native rewrite of this code reaches into cell 2" in native.output
+    assert (
+        "span.ipynb:cell 1:2:1: AMP023 the native rewrite of this code reaches into cell 2" in native.output
+    )
     assert "AMP003" in native.output
     result = run_cli(["--format", "json", "span.ipynb"], project)
     (entry,) = json.loads(result.stdout)["files"]

@@ -1,0 +1,162 @@
+"""The verdict on two recorded runs (amp_migrate/runs/compare.py), on records made by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from amp_migrate.runs.compare import (
+    DIVERGED,
+    FAILED,
+    IDENTICAL,
+    NO_STEPS,
+    STEP_COUNTS,
+    WITHIN_TOLERANCE,
+    Run,
+    judge,
+    relative_difference,
+    same_bits,
+)
+
+
+def record(loss=1.5, scale=65536.0, skipped=False, grad_norm=0.75, param_sum=3.25, optimizer=0, losses=None):
+    return {
+        "optimizer": optimizer,
+        "skipped": skipped,
+        "losses": [loss] if losses is None else losses,
+        "scales": [scale],
+        "grad_norm": None if skipped else grad_norm,
+        "param_sum": param_sum,
+        "param_abs_sum": abs(param_sum) + 1.0,
+    }
+
+
+def steps(n=3, **changes_at):
+    """n records; changes_at={"2": {...}} changes step 2 (1-based)."""
+    return [record(**{"param_sum": 3.25 + i, **changes_at.get(str(i + 1), {})}) for i in range(n)]
+
+
+def runs(shim_records, native_records, shim_exit=0, native_exit=0, native_stderr=""):
+    return Run("shim", shim_exit, shim_records), Run("native", native_exit, native_records, native_stderr)
+
+
+def test_equal_records_are_identical_and_pass():
+    verdict = judge(*runs(steps(), steps()))
+    assert verdict.kind == IDENTICAL and verdict.passed
+    assert verdict.divergence is None
+    assert set(verdict.max_relative.values()) == {0.0}
+
+
+def test_non_finite_losses_recorded_alike_are_identical():
+    shim = steps(2, **{"1": {"loss": "inf", "skipped": True}, "2": {"loss": "nan", "skipped": True}})
+    native = steps(2, **{"1": {"loss": "inf", "skipped": True}, "2": {"loss": "nan", "skipped": True}})
+    assert judge(*runs(shim, native)).kind == IDENTICAL
+
+
+def test_a_last_bit_difference_diverges_without_tolerance():
+    loss = 1.5
+    nudged = math.nextafter(loss, 2.0)
+    verdict = judge(*runs(steps(3), steps(3, **{"2": {"loss": nudged}})))
+    assert verdict.kind == DIVERGED and not verdict.passed
+    assert (verdict.divergence.step, verdict.divergence.quantity) == (2, "losses")
+    assert verdict.divergence.shim == [loss] and verdict.divergence.native == [nudged]
+    assert verdict.message.startswith("diverged at step 2: losses")
+
+
+def test_differences_within_rtol_pass_and_report_the_largest_per_quantity():
+    native = steps(
+        3, **{"1": {"loss": 1.5 * (1 + 1e-4)}, "3": {"loss": 1.5 * (1 - 3e-4), "grad_norm": 0.7501}}
+    )
+    verdict = judge(*runs(steps(3), native), rtol=1e-3)
+    assert verdict.kind == WITHIN_TOLERANCE and verdict.passed
+    assert verdict.max_relative["losses"] == pytest.approx(3e-4, rel=1e-3)
+    assert verdict.max_relative["grad_norm"] == pytest.approx(1e-4 / 0.7501, rel=1e-3)
+    assert verdict.max_relative["param_sum"] == 0.0
+    assert "losses 0.0003" in verdict.message
+
+
+def test_a_difference_over_rtol_names_the_step_quantity_and_values():
+    native = steps(4, **{"3": {"param_sum": 5.25 * 1.01}})  # step 3's param_sum is 3.25 + 2
+    verdict = judge(*runs(steps(4), native), rtol=1e-3)
+    assert verdict.kind == DIVERGED
+    d = verdict.divergence
+    assert (d.step, d.quantity, d.shim, d.native) == (3, "param_sum", 5.25, 5.25 * 1.01)
+
+
+def test_a_skipped_flag_mismatch_diverges_even_when_every_value_matches():
+    shim = [record(), record(skipped=True, grad_norm=None)]
+    native = [record(), {**record(skipped=True), "skipped": False}]
+    verdict = judge(*runs(shim, native), rtol=1.0)
+    assert verdict.kind == DIVERGED
+    assert (verdict.divergence.step, verdict.divergence.quantity) == (2, "skipped")
+    assert (verdict.divergence.shim, verdict.divergence.native) == (True, False)
+
+
+def test_a_different_number_of_losses_diverges_even_with_a_large_tolerance():
+    native = steps(2, **{"2": {"losses": [1.5, 1.5]}})
+    verdict = judge(*runs(steps(2), native), rtol=10.0)
+    assert verdict.kind == DIVERGED
+    assert (verdict.divergence.step, verdict.divergence.quantity) == (2, "number of losses")
+
+
+def test_a_different_optimizer_diverges():
+    verdict = judge(*runs(steps(2), steps(2, **{"1": {"optimizer": 1}})), rtol=1.0)
+    assert (verdict.kind, verdict.divergence.quantity, verdict.divergence.step) == (DIVERGED, "optimizer", 1)
+
+
+def test_a_grad_norm_in_one_run_only_diverges():
+    native = [record(), {**record(), "grad_norm": None}]
+    verdict = judge(*runs([record(), record()], native), rtol=1.0)
+    assert (verdict.kind, verdict.divergence.quantity) == (DIVERGED, "grad_norm")
+
+
+def test_runs_of_different_lengths_never_pass():
+    verdict = judge(*runs(steps(3), steps(5)))
+    assert verdict.kind == STEP_COUNTS and not verdict.passed
+    assert "shim 3, native 5" in verdict.message
+
+
+def test_a_divergence_inside_the_common_steps_is_reported_before_the_length():
+    verdict = judge(*runs(steps(3), steps(5, **{"2": {"loss": 2.0}})))
+    assert (verdict.kind, verdict.divergence.step) == (DIVERGED, 2)
+
+
+@pytest.mark.parametrize(
+    "shim_records, native_records, expected",
+    [
+        ([], [], "neither run recorded an optimizer step"),
+        ([record()], [], "the native run recorded no optimizer step"),
+        ([], [record()], "the shim run recorded no optimizer step"),
+    ],
+)
+def test_a_run_without_steps_never_passes(shim_records, native_records, expected):
+    verdict = judge(*runs(shim_records, native_records))
+    assert (verdict.kind, verdict.message, verdict.passed) == (NO_STEPS, expected, False)
+
+
+def test_a_failed_run_never_passes_even_with_matching_records():
+    verdict = judge(*runs(steps(2), steps(2), native_exit=1, native_stderr="Traceback ...\nKeyError: 'x'"))
+    assert (verdict.kind, verdict.message, verdict.passed) == (
+        FAILED,
+        "the native run failed (exit 1)",
+        False,
+    )
+
+
+def test_both_runs_failing_names_both():
+    verdict = judge(*runs([], [], shim_exit=2, native_exit=1))
+    assert verdict.message == "the shim run failed (exit 2); the native run failed (exit 1)"
+
+
+def test_bit_equality_tells_signed_zeros_apart_and_nans_alike():
+    assert same_bits(float("nan"), float("nan"))
+    assert not same_bits(0.0, -0.0)
+    assert not same_bits(1.0, math.nextafter(1.0, 2.0))
+
+
+def test_relative_difference_of_a_finite_and_a_non_finite_value_is_infinite():
+    assert relative_difference(1.0, math.inf) == math.inf
+    assert relative_difference(float("nan"), 1.0) == math.inf
+    assert relative_difference(2.0, 1.0) == 0.5
+    assert relative_difference(0.0, 0.0) == 0.0

@@ -17,7 +17,18 @@ reports to the harness; the recorder watches it through hooks installed before i
   scalers of the old API's `OptimWrapper`), native mode every `torch.amp.GradScaler` created
   (`get_scale()`, 1.0 when disabled);
 * the final parameters: every optimizer's param groups in creation order (fp32 masters under
-  the shim's O2), saved next to RESULT.json as RESULT.pt.
+  the shim's O2), saved next to RESULT.json as RESULT.pt;
+* the step records ("step_records"): one per optimizer step the program asked for, real or
+  skipped, whatever it prints (see `StepLog`). The step hook is `GradScaler.step` in native
+  mode and the step `amp.initialize` patches onto each optimizer (or the old API's
+  `OptimWrapper.step`) in shim mode; any other `optimizer.step()` comes through torch's global
+  step hook. The losses are those of each `backward`, unscaled: the value that went into
+  `GradScaler.scale` / `amp.scale_loss` when the tensor backpropagated is the scaled one.
+
+`--max-steps N` ends the program once N step records are complete (their scales included: in
+native mode a scaler step's record completes at the scaler's `update()`), by an exception that
+the recorder catches, so the run still exits 0 and writes its result, with "stopped": true.
+`--seed S` seeds torch, `random` and numpy (when importable) before the program starts.
 
 `--mode native` also makes `apex` and `amp_shim` unimportable and checks at exit that neither
 was imported. `--mode shim` expects the shim: either the `apex` alias (`python -m amp_shim
@@ -27,6 +38,8 @@ recorder.py ...`) or code that imports `amp_shim` itself (the codemod's `--targe
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import importlib.abc
 import io
 import json
@@ -35,6 +48,9 @@ import os
 import re
 import runpy
 import sys
+import types
+import weakref
+from typing import Any, Optional
 
 LOSS = re.compile(
     r"\b[Ll]oss(?!_scale)(?:_\w+)?\s*[:=]?\s+([-+]?(?:inf|nan|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?))\b"
@@ -53,8 +69,126 @@ class _Blocker(importlib.abc.MetaPathFinder):
         return None
 
 
+class _StopRun(BaseException):
+    """--max-steps reached. A BaseException, so that the program's `except Exception` handlers
+    let it through to `main`, which ends the run cleanly."""
+
+
+def _number(value: float) -> Any:
+    """A float JSON can hold: "inf", "-inf" and "nan" as strings."""
+    return value if math.isfinite(value) else repr(value)
+
+
+def _params(optimizer) -> list:
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+def _grad_norm(optimizer) -> float:
+    """Global L2 norm of the optimizer's grads, accumulated in float64 (the same arithmetic in
+    both modes, so equal grads give equal norms bit for bit). A fused optimizer that
+    GradScaler drives gets its grads still scaled (`optimizer.grad_scale`, unscaled in its
+    kernel): they are unscaled here the way `GradScaler.unscale_` does."""
+    import torch
+
+    grad_scale = getattr(optimizer, "grad_scale", None)
+    inv_scale = grad_scale.double().reciprocal().float() if isinstance(grad_scale, torch.Tensor) else None
+    total = 0.0
+    for p in _params(optimizer):
+        grad = p.grad
+        if grad is None:
+            continue
+        if grad.is_sparse:
+            grad = grad.coalesce().values()
+        if inv_scale is not None:
+            grad = grad * inv_scale.to(grad.device)
+        total += float(grad.detach().double().pow(2).sum())
+    return math.sqrt(total)
+
+
+def _param_sums(optimizer) -> tuple[float, float]:
+    total = absolute = 0.0
+    for p in _params(optimizer):
+        values = p.detach().double()
+        total += float(values.sum())
+        absolute += float(values.abs().sum())
+    return total, absolute
+
+
+class StepLog:
+    """The step records: one per optimizer step the program asked for, in order, with the
+    unscaled losses of the backwards since the previous record, the loss scales after the step,
+    whether it was skipped, the grad norm it applied and a checksum of the parameters.
+
+    A record's scales are taken when it is settled: at once, except after a native
+    `GradScaler.step`, whose scale changes only at the `update()` that follows; such a record
+    settles at that update (or, if none comes, at the next `scale`, backward or record-free end),
+    so that both modes report the scale each step leaves behind.
+    """
+
+    def __init__(self, recorder: "Recorder", max_steps: Optional[int]) -> None:
+        self.recorder = recorder
+        self.max_steps = max_steps
+        self.records: list[dict] = []
+        self.stopped = False
+        self._losses: list[float] = []  # unscaled losses of the backwards since the last record
+        self._unsettled: list[dict] = []
+        self._scaled: dict[int, tuple[Any, float]] = {}  # id(scaled) -> (weakref, unscaled value)
+        self._norms: dict[int, float] = {}  # id(optimizer) -> grad norm as its step began
+
+    def remember_scaled(self, scaled, loss) -> None:
+        """`scaled` is `loss` times a loss scale: its backward records `loss`'s value."""
+        import torch
+
+        if isinstance(loss, torch.Tensor) and isinstance(scaled, torch.Tensor) and loss.numel() == 1:
+            self._scaled[id(scaled)] = (weakref.ref(scaled), float(loss.detach()))
+
+    def on_backward(self, tensor) -> None:
+        self.settle()
+        entry = self._scaled.pop(id(tensor), None)
+        if entry is not None and entry[0]() is tensor:
+            self._losses.append(entry[1])
+        elif tensor.numel() == 1:
+            self._losses.append(float(tensor.detach()))
+
+    def on_step_start(self, optimizer) -> None:
+        """The grads as the update sees them (unscaled; the shim's O2 drops them after)."""
+        self._norms[id(optimizer)] = _grad_norm(optimizer)
+
+    def record(self, optimizer, skipped: bool, settle: bool = True) -> None:
+        norm = self._norms.pop(id(optimizer), None)
+        if self.stopped:
+            return
+        if norm is None and not skipped:
+            norm = _grad_norm(optimizer)
+        total, absolute = _param_sums(optimizer)
+        entry = {
+            "optimizer": self.recorder.optimizer_index(optimizer),
+            "skipped": skipped,
+            "losses": [_number(v) for v in self._losses],
+            "scales": [],
+            "grad_norm": None if skipped or norm is None else _number(norm),
+            "param_sum": _number(total),
+            "param_abs_sum": _number(absolute),
+        }
+        self._losses = []
+        self.records.append(entry)
+        self._unsettled.append(entry)
+        if settle:
+            self.settle()
+
+    def settle(self, stop: bool = True) -> None:
+        if self._unsettled:
+            scales = self.recorder.current_scales()
+            for entry in self._unsettled:
+                entry["scales"] = list(scales)
+            self._unsettled = []
+        if stop and not self.stopped and self.max_steps is not None and len(self.records) >= self.max_steps:
+            self.stopped = True
+            raise _StopRun
+
+
 class Recorder:
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, max_steps: Optional[int] = None) -> None:
         self.mode = mode
         self.losses: list[list[float]] = []
         self.scales: list[list[float]] = []
@@ -62,7 +196,12 @@ class Recorder:
         self.optimizers: list = []
         self.grad_scalers: list = []
         self.optim_wrappers: list = []
+        self.log = StepLog(self, max_steps)
         self._in_scaler_step = 0
+        self._in_backward = 0
+        # One list per step being run by a recorded step wrapper (shim): the (optimizer, skipped
+        # on the device) of each real step the global hook saw inside it.
+        self._wrapped_steps: list[list[tuple[Any, bool]]] = []
 
     # -- clock: the loss lines ----------------------------------------------------------------
     def on_line(self, line: str) -> None:
@@ -106,28 +245,64 @@ class Recorder:
 
         setattr(torch.optim.Optimizer, "__init__", init)  # noqa: B010 - a patch, not an assignment mypy should check
 
-        def post_hook(optimizer, args, kwargs):
-            if recorder._in_scaler_step:
-                return
-            found_inf = getattr(optimizer, "found_inf", None)
-            if isinstance(found_inf, torch.Tensor) and float(found_inf.sum()) != 0:
-                return  # the kernel skipped the update on the device
-            recorder.steps.append([recorder.iteration, recorder.optimizer_index(optimizer)])
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-        from torch.optim.optimizer import register_optimizer_step_post_hook
-
-        register_optimizer_step_post_hook(post_hook)
-
+        register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: self.log.on_step_start(optimizer))
+        register_optimizer_step_post_hook(self._post_step)
+        self._install_backward(torch)
         if self.mode == "native":
             self._install_native(torch)
         else:
             self._install_shim()
+
+    def _post_step(self, optimizer, args, kwargs) -> None:
+        """Torch's global hook, after every real step: `steps`, and the record of a step that no
+        other hook records (an `optimizer.step()` called directly)."""
+        import torch
+
+        if self._in_scaler_step:
+            return
+        found_inf = getattr(optimizer, "found_inf", None)
+        # A non-zero found_inf: the kernel skipped the update on the device.
+        skipped = isinstance(found_inf, torch.Tensor) and float(found_inf.sum()) != 0
+        if not skipped:
+            self.steps.append([self.iteration, self.optimizer_index(optimizer)])
+        if self._wrapped_steps:
+            self._wrapped_steps[-1].append((optimizer, skipped))
+        else:
+            self.log.record(optimizer, skipped)
+
+    def _install_backward(self, torch) -> None:
+        """Each backward's loss; `torch.autograd.backward` called directly too. Only the
+        outermost counts: a checkpointed segment's backward runs inside the loss's."""
+        recorder = self
+
+        def counting(original, tensors_of):
+            @functools.wraps(original)
+            def backward(*args, **kwargs):
+                if not recorder._in_backward:
+                    tensors = tensors_of(*args, **kwargs)
+                    for tensor in tensors if isinstance(tensors, (list, tuple)) else [tensors]:
+                        if isinstance(tensor, torch.Tensor):
+                            recorder.log.on_backward(tensor)
+                recorder._in_backward += 1
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    recorder._in_backward -= 1
+
+            return backward
+
+        torch.Tensor.backward = counting(torch.Tensor.backward, lambda self, *a, **k: self)
+        torch.autograd.backward = counting(torch.autograd.backward, lambda tensors=None, *a, **k: tensors)
 
     def _install_native(self, torch) -> None:
         recorder = self
         scaler_cls = torch.amp.GradScaler
         original_init = scaler_cls.__init__
         original_step = scaler_cls.step
+        original_scale = scaler_cls.scale
+        original_update = scaler_cls.update
 
         def init(self, *args, **kwargs):
             original_init(self, *args, **kwargs)
@@ -143,13 +318,28 @@ class Recorder:
             found = sum(float(v.item()) for v in state.get("found_inf_per_device", {}).values())
             if not found:
                 recorder.steps.append([recorder.iteration, recorder.optimizer_index(optimizer)])
+            # Settled at `update()`, where the scale this step leaves behind is set.
+            recorder.log.record(optimizer, bool(found), settle=not self._enabled)
             return retval
+
+        def scale(self, outputs):
+            recorder.log.settle()
+            scaled = original_scale(self, outputs)
+            recorder.log.remember_scaled(scaled, outputs)
+            return scaled
+
+        def update(self, *args, **kwargs):
+            original_update(self, *args, **kwargs)
+            recorder.log.settle()
 
         scaler_cls.__init__ = init
         scaler_cls.step = step
+        scaler_cls.scale = scale
+        scaler_cls.update = update
 
     def _install_shim(self) -> None:
-        from amp_shim.amp import opt
+        from amp_shim import amp
+        from amp_shim.amp import _process_optimizer, handle, opt
 
         recorder = self
         original_init = opt.OptimWrapper.__init__
@@ -159,6 +349,53 @@ class Recorder:
             recorder.optim_wrappers.append(self)
 
         setattr(opt.OptimWrapper, "__init__", init)  # noqa: B010 - a patch, not an assignment mypy should check
+        original_patch_step = _process_optimizer._patch_step
+
+        def patch_step(optimizer, properties) -> None:
+            original_patch_step(optimizer, properties)
+            optimizer.step = types.MethodType(self.recorded_step(optimizer.step), optimizer)
+
+        _process_optimizer._patch_step = patch_step
+        wrapper_step = self.recorded_step(opt.OptimWrapper.step)
+        setattr(opt.OptimWrapper, "step", lambda self, closure=None: wrapper_step(self, self, closure))  # noqa: B010 - a patch, not an assignment mypy should check
+        remembering = self.remembering(handle.scale_loss)
+        handle.scale_loss = remembering
+        amp.scale_loss = remembering
+        setattr(opt.OptimWrapper, "scale_loss", self.remembering(opt.OptimWrapper.scale_loss, method=True))  # noqa: B010 - a patch, not an assignment mypy should check
+
+    def recorded_step(self, step):
+        """Shim: a step the program calls (`amp.initialize`'s patched step, `OptimWrapper.step`)
+        is one record, skipped when the real step did not run or its kernel skipped."""
+        recorder = self
+
+        def recorded(owner, *args, **kwargs):
+            ran: list[tuple[Any, bool]] = []
+            recorder._wrapped_steps.append(ran)
+            try:
+                retval = step(*args, **kwargs)
+            finally:
+                recorder._wrapped_steps.pop()
+            if ran:
+                optimizer = ran[0][0]  # the optimizer that really stepped (an OptimWrapper's)
+            else:
+                optimizer = getattr(owner, "_optimizer", owner)  # OptimWrapper: the one it wraps
+            recorder.log.record(optimizer, not ran or any(skipped for _, skipped in ran))
+            return retval
+
+        return recorded
+
+    def remembering(self, scale_loss, method: bool = False):
+        """Shim: the loss `scale_loss` yields scaled backpropagates as the loss it was given."""
+        recorder = self
+
+        @contextlib.contextmanager
+        def wrapper(*args, **kwargs):
+            loss = args[1 if method else 0] if len(args) > method else kwargs.get("loss")
+            with scale_loss(*args, **kwargs) as scaled:
+                recorder.log.remember_scaled(scaled, loss)
+                yield scaled
+
+        return functools.wraps(scale_loss)(wrapper)
 
     # -- the result ---------------------------------------------------------------------------
     def final_params(self):
@@ -199,9 +436,44 @@ def _finite(values):
     return [v if math.isfinite(v) else repr(v) for v in values]
 
 
+def _seed(seed: int) -> None:
+    import random
+
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+    except ImportError:
+        return
+    numpy.random.seed(seed)
+
+
+def _run_program(recorder: Recorder, program: str, args: list) -> int:
+    """Run the program as `__main__` with its stdout teed to the recorder; its exit code."""
+    stdout = sys.stdout
+    sys.stdout = _Tee(stdout, recorder)
+    sys.argv = [program, *args]
+    sys.path[0] = os.path.dirname(os.path.abspath(program))
+    exit_code = 0
+    try:
+        runpy.run_path(program, run_name="__main__")
+    except SystemExit as exc:
+        exit_code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except _StopRun:
+        pass  # --max-steps: recorder.log.stopped says so
+    finally:
+        sys.stdout.flush()
+        sys.stdout = stdout
+    return exit_code
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", choices=("shim", "native"), required=True)
+    parser.add_argument("--max-steps", type=int, default=None, help="stop after this many step records")
+    parser.add_argument("--seed", type=int, default=None, help="seed torch, random and numpy first")
     parser.add_argument("result")
     parser.add_argument("program")
     parser.add_argument("args", nargs=argparse.REMAINDER)
@@ -218,23 +490,15 @@ def main(argv=None) -> int:
         assert not any(name.split(".")[0] in BLOCKED for name in sys.modules), "shim already imported"
         sys.meta_path.insert(0, _Blocker())
 
-    recorder = Recorder(ns.mode)
+    recorder = Recorder(ns.mode, ns.max_steps)
     recorder.install()
-    stdout = sys.stdout
-    sys.stdout = _Tee(stdout, recorder)
-    sys.argv = [ns.program, *ns.args]
-    sys.path[0] = os.path.dirname(os.path.abspath(ns.program))
-    exit_code = 0
-    try:
-        runpy.run_path(ns.program, run_name="__main__")
-    except SystemExit as exc:
-        exit_code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    finally:
-        sys.stdout.flush()
-        sys.stdout = stdout
+    if ns.seed is not None:
+        _seed(ns.seed)
+    exit_code = _run_program(recorder, ns.program, ns.args)
 
     import torch
 
+    recorder.log.settle(stop=False)
     params_path = os.path.splitext(ns.result)[0] + ".pt"
     torch.save(recorder.final_params(), params_path)
     imported = sorted({name.split(".")[0] for name in sys.modules} & set(BLOCKED))
@@ -250,6 +514,8 @@ def main(argv=None) -> int:
                 "params": params_path,
                 "imported": imported,
                 "apex_installed": apex_installed,
+                "step_records": recorder.log.records,
+                "stopped": recorder.log.stopped,
             },
             f,
         )

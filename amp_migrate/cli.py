@@ -385,5 +385,69 @@ def run(force: bool, command: tuple[str, ...]) -> None:
     sys.exit(run_command(list(command), force=force))
 
 
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="Optimizer steps to record in each run; both runs stop there.",
+)
+@click.option(
+    "--device",
+    type=click.Choice(["cpu", "cuda"]),
+    help="Device type the migrated code autocasts on.  [default: cuda where torch sees a GPU, else cpu]",
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(["float16", "bfloat16"]),
+    default="float16",
+    show_default=True,
+    help="Autocast dtype of the migrated code.",
+)
+@click.option("--target", type=click.Choice(["auto", "native", "shim"]), default="auto", show_default=True)
+@click.option(
+    "--rtol",
+    type=click.FloatRange(min=0.0),
+    default=0.0,
+    show_default=True,
+    help="Largest relative difference per recorded quantity that still passes (0: bit for bit).",
+)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
+def verify(
+    steps: int,
+    device: Optional[str],
+    dtype: str,
+    target: str,
+    rtol: float,
+    fmt: str,
+    command: tuple[str, ...],
+) -> None:
+    """Prove a migration on your own script: amp-migrate verify -- python train.py ARGS.
+
+    Migrates a temporary copy of the current directory, runs the original on the shim and the
+    copy migrated, each recorded for --steps optimizer steps with the same seed, and compares
+    them step by step. Exit 0: identical or within --rtol; 1: diverged, failed or never stepped.
+    """
+    from .runs import verify_report, verify_run
+
+    try:
+        parsed = verify_run.parse_command(command, Path.cwd())
+    except verify_run.UsageProblem as exc:
+        raise click.UsageError(str(exc)) from None
+    settings = verify_run.Settings(steps, device or verify_run.default_device(), dtype, target, rtol)
+    outcome = verify_run.verify(parsed, Path.cwd(), settings)
+    code = 0 if outcome.verdict.passed else 1
+    if fmt == "json":
+        click.echo(json.dumps(verify_report.json_document(outcome, code), indent=2))
+    else:
+        console = Console(highlight=False, emoji=False)
+        if not console.is_terminal:
+            console.width = 160  # the table's nine columns, readable in a log
+        verify_report.print_text(console, outcome)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
     main(prog_name="amp-migrate")

@@ -128,46 +128,63 @@ def _failure(shim: Run, native: Run) -> Optional[Verdict]:
     return None
 
 
+@dataclass(frozen=True)
+class _Steps:
+    """The steps both runs recorded, compared: the first divergence, if any, and up to it the
+    largest relative difference per quantity and whether every value was bit-equal."""
+
+    divergence: Optional[Divergence]
+    largest: dict[str, float]
+    identical: bool
+
+
+def _compare_steps(shim: Sequence[Record], native: Sequence[Record], rtol: float) -> _Steps:
+    largest = dict.fromkeys(QUANTITIES, 0.0)
+    identical = True
+    for index, (a, b) in enumerate(zip(shim, native)):
+        step = index + 1
+        structural = _structure(step, a, b)
+        if structural is not None:
+            return _Steps(structural, largest, False)
+        for quantity, difference in step_differences(a, b).items():
+            largest[quantity] = max(largest[quantity], difference)
+            if difference > rtol:
+                return _Steps(Divergence(step, quantity, a.get(quantity), b.get(quantity)), largest, False)
+        identical = identical and _step_identical(a, b)
+    return _Steps(None, largest, identical)
+
+
 def judge(shim: Run, native: Run, rtol: float = 0.0) -> Verdict:
     """The verdict on a shim run and a native run of the same program.
 
     A step diverges when its structure differs (optimizer, skipped flag, number of losses or
     scales, a grad norm in one run only) or when a quantity differs by more than `rtol`
     relative; the first such step is reported. Steps agree bit for bit: identical; within
-    `rtol`: within tolerance, with the largest difference per quantity."""
+    `rtol`: within tolerance, with the largest difference per quantity. A failed run is
+    reported as failed, with the divergence its steps show before it failed, if any."""
+    steps = _compare_steps(shim.records, native.records, rtol)
     failure = _failure(shim, native)
     if failure is not None:
-        return failure
-    largest = dict.fromkeys(QUANTITIES, 0.0)
-    identical = True
-    for index, (a, b) in enumerate(zip(shim.records, native.records)):
-        step = index + 1
-        structural = _structure(step, a, b)
-        if structural is not None:
-            return Verdict(DIVERGED, _diverged_message(structural), structural, largest)
-        differences = step_differences(a, b)
-        for quantity, difference in differences.items():
-            largest[quantity] = max(largest[quantity], difference)
-            if difference > rtol:
-                divergence = _first_value_divergence(step, quantity, a, b)
-                return Verdict(DIVERGED, _diverged_message(divergence), divergence, largest)
-        identical = identical and _step_identical(a, b)
-    if len(shim.records) != len(native.records):
+        if failure.kind == FAILED and steps.divergence is not None:
+            message = f"{failure.message}; the runs had already {_diverged_message(steps.divergence)}"
+            return Verdict(FAILED, message, steps.divergence, steps.largest)
+        return Verdict(failure.kind, failure.message, None, steps.largest)
+    if steps.divergence is not None:
+        return Verdict(DIVERGED, _diverged_message(steps.divergence), steps.divergence, steps.largest)
+    counts = len(shim.records), len(native.records)
+    if counts[0] != counts[1]:
         message = (
-            f"the runs recorded a different number of steps (shim {len(shim.records)}, "
-            f"native {len(native.records)}); the first {min(len(shim.records), len(native.records))} agree"
+            f"the runs recorded a different number of steps (shim {counts[0]}, native {counts[1]}); "
+            f"the first {min(counts)} agree"
         )
-        return Verdict(STEP_COUNTS, message, None, largest)
-    if identical:
-        return Verdict(IDENTICAL, f"identical: {len(shim.records)} steps equal bit for bit", None, largest)
-    worst = ", ".join(f"{q} {d:.3g}" for q, d in largest.items() if d > 0)
-    message = f"within tolerance (rtol {rtol:g}) over {len(shim.records)} steps; largest relative differences: {worst}"
-    return Verdict(WITHIN_TOLERANCE, message, None, largest)
-
-
-def _first_value_divergence(step: int, quantity: str, shim: Record, native: Record) -> Divergence:
-    """The quantity as recorded in both runs (a list quantity is shown whole, as the table shows it)."""
-    return Divergence(step, quantity, shim.get(quantity), native.get(quantity))
+        return Verdict(STEP_COUNTS, message, None, steps.largest)
+    if steps.identical:
+        return Verdict(IDENTICAL, f"identical: {counts[0]} steps equal bit for bit", None, steps.largest)
+    worst = ", ".join(f"{q} {d:.3g}" for q, d in steps.largest.items() if d > 0)
+    message = (
+        f"within tolerance (rtol {rtol:g}) over {counts[0]} steps; largest relative differences: {worst}"
+    )
+    return Verdict(WITHIN_TOLERANCE, message, None, steps.largest)
 
 
 def _diverged_message(divergence: Divergence) -> str:

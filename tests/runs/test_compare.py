@@ -144,6 +144,17 @@ def test_a_failed_run_never_passes_even_with_matching_records():
     )
 
 
+def test_a_failed_run_still_points_at_the_step_where_the_runs_first_differed():
+    native = steps(1, **{"1": {"scale": 65536.0}})
+    verdict = judge(*runs(steps(2, **{"1": {"scale": 32768.0}}), native, native_exit=1))
+    assert verdict.kind == FAILED and not verdict.passed
+    assert (verdict.divergence.step, verdict.divergence.quantity) == (1, "scales")
+    assert verdict.message == (
+        "the native run failed (exit 1); the runs had already diverged at step 1: "
+        "scales shim [32768.0], native [65536.0]"
+    )
+
+
 def test_both_runs_failing_names_both():
     verdict = judge(*runs([], [], shim_exit=2, native_exit=1))
     assert verdict.message == "the shim run failed (exit 2); the native run failed (exit 1)"

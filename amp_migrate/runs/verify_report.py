@@ -1,0 +1,126 @@
+"""What `amp-migrate verify` prints: the two runs side by side and the verdict, or one JSON
+document for CI (docs/cli.md, "verify")."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .compare import Record, stderr_tail
+from .verify_run import Outcome
+
+
+def _number(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    return f"{value:.8g}"
+
+
+def _cell(values: Sequence[Any]) -> str:
+    return ", ".join(_number(v) for v in values)
+
+
+def _both(shim: Any, native: Any) -> str:
+    """One value where the runs agree, both (exactly, as recorded) where they do not."""
+    if shim == native:
+        return _number(shim)
+    if isinstance(shim, str) and isinstance(native, str):
+        return f"{shim} | {native}"
+    return f"{shim!r} | {native!r}"
+
+
+def _yes_no(flag: Any) -> str:
+    return "-" if flag is None else "yes" if flag else "no"
+
+
+def _row(step: int, shim: Optional[Record], native: Optional[Record]) -> list[str]:
+    a, b = shim or {}, native or {}
+    skipped = _both(_yes_no(a.get("skipped")), _yes_no(b.get("skipped")))
+    return [
+        str(step),
+        _both(a.get("optimizer"), b.get("optimizer")),
+        _cell(a.get("losses", ())),
+        _cell(b.get("losses", ())),
+        _cell(a.get("scales", ())),
+        _cell(b.get("scales", ())),
+        skipped,
+        _both(a.get("grad_norm"), b.get("grad_norm")),
+        _both(a.get("param_sum"), b.get("param_sum")),
+    ]
+
+
+def table(outcome: Outcome) -> Table:
+    """Every step either run recorded; the step where they diverged is marked."""
+    columns = ["step", "optimizer", "loss shim", "loss native", "scale shim", "scale native"]
+    columns += ["skipped", "grad norm", "param sum"]
+    grid = Table(*columns)
+    shim, native = outcome.shim.records, outcome.native.records
+    diverged = outcome.verdict.divergence.step if outcome.verdict.divergence else None
+    for index in range(max(len(shim), len(native))):
+        row = _row(
+            index + 1,
+            shim[index] if index < len(shim) else None,
+            native[index] if index < len(native) else None,
+        )
+        grid.add_row(*row, style="bold red" if index + 1 == diverged else None)
+    return grid
+
+
+def print_text(console: Console, outcome: Outcome) -> None:
+    migration = outcome.migration
+    console.print(
+        f"migrated {len(migration.changed)} file(s) in the copy: {', '.join(migration.changed) or '-'}"
+    )
+    if migration.shim_files:
+        console.print(f"kept on the shim (the copy runs with amp_shim): {', '.join(migration.shim_files)}")
+    if outcome.shim.records or outcome.native.records:
+        console.print(table(outcome))
+    for run in (outcome.shim, outcome.native):
+        if run.exit_code != 0 and run.stderr.strip():
+            console.print(Text(f"{run.mode} run, end of stderr:", style="bold"))
+            console.print(Text(stderr_tail(run.stderr)))
+    style = "bold green" if outcome.verdict.passed else "bold red"
+    console.print(Text(outcome.verdict.message, style=style))
+
+
+def _plain(value: Any) -> Any:
+    """JSON has no inf or NaN: non-finite numbers are written as the recorder writes them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def json_document(outcome: Outcome, exit_code: int) -> dict:
+    verdict = outcome.verdict
+    divergence = verdict.divergence
+    document = {
+        "verdict": verdict.kind,
+        "passed": verdict.passed,
+        "message": verdict.message,
+        "first_divergence": None
+        if divergence is None
+        else {
+            "step": divergence.step,
+            "quantity": divergence.quantity,
+            "shim": divergence.shim,
+            "native": divergence.native,
+        },
+        "max_relative_difference": verdict.max_relative,
+        "exit_codes": {"shim": outcome.shim.exit_code, "native": outcome.native.exit_code},
+        "stderr_tail": {run.mode: stderr_tail(run.stderr) for run in (outcome.shim, outcome.native)},
+        "migrated": list(outcome.migration.changed),
+        "kept_shim": list(outcome.migration.shim_files),
+        "records": {"shim": list(outcome.shim.records), "native": list(outcome.native.records)},
+        "exit_code": exit_code,
+    }
+    return _plain(document)

@@ -95,8 +95,16 @@ def _ignored(directory: str, names: list[str]) -> list[str]:
 
 
 def copy_tree(source: Path, destination: Path) -> None:
-    """Everything but version control, caches and virtual environments; symlinks stay links."""
-    shutil.copytree(source, destination, symlinks=True, ignore=_ignored)
+    """Everything but version control, caches and virtual environments; symlinks stay links.
+    A destination inside the source (a temporary directory under the tree) is not copied into
+    itself."""
+    inside = os.path.realpath(destination)
+
+    def ignored(directory: str, names: list[str]) -> list[str]:
+        own = [name for name in names if os.path.realpath(os.path.join(directory, name)) == inside]
+        return _ignored(directory, names) + own
+
+    shutil.copytree(source, destination, symlinks=True, ignore=ignored)
 
 
 def _python_files(root: Path) -> dict[str, str]:

@@ -179,6 +179,19 @@ def test_the_copy_skips_version_control_caches_and_virtualenvs_and_keeps_the_res
     assert kept == [".env", "configs", "configs/run.yaml", "pkg", "pkg/model.py"]
 
 
+def test_a_temporary_directory_inside_the_tree_is_not_copied_into_itself(tmp_path):
+    (tmp_path / "train.py").write_text("x = 1\n")
+    (tmp_path / "tmp").mkdir()  # as TMPDIR under the tree would be, before the copy starts
+    verify_run.copy_tree(tmp_path, tmp_path / "tmp" / "copy")
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
+        "tmp",
+        "tmp/copy",
+        "tmp/copy/tmp",
+        "tmp/copy/train.py",
+        "train.py",
+    ]
+
+
 def test_migrating_the_copy_never_writes_through_a_symlink_into_the_original(tmp_path):
     outside = tmp_path / "shared_train.py"
     outside.write_text(TRAIN)

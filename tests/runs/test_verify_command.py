@@ -121,6 +121,31 @@ def test_a_dropped_unscale_before_the_clip_is_caught_at_the_first_clipped_step(t
     assert document["message"].startswith("diverged at step 2: grad_norm")
 
 
+def test_a_small_difference_passes_within_rtol_with_its_size_per_quantity(tree, monkeypatch):
+    # The migrated copy clips at a max norm 1e-6 larger: every clipped step differs a little.
+    break_migration(monkeypatch, '["params"]), 0.5)', '["params"]), 0.5000005)')
+    result = verify(
+        tree,
+        "--steps",
+        "4",
+        "--device",
+        "cpu",
+        "--rtol",
+        "1e-4",
+        "--format",
+        "json",
+        "--",
+        "python",
+        "train.py",
+    )
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert (document["verdict"], document["passed"]) == ("within tolerance", True)
+    largest = document["max_relative_difference"]
+    assert 1e-7 < largest["grad_norm"] <= 1e-4 and 0 < largest["param_sum"] <= 1e-4
+    assert largest["scales"] == 0.0
+
+
 def test_a_deleted_scaler_update_fails_the_native_run_and_shows_why(tree, monkeypatch):
     # Without update() GradScaler refuses the second step: the run fails, and verify says
     # which run failed and prints the end of its traceback instead of a verdict on the steps.

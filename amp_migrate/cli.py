@@ -405,7 +405,13 @@ def run(force: bool, command: tuple[str, ...]) -> None:
     show_default=True,
     help="Autocast dtype of the migrated code.",
 )
-@click.option("--target", type=click.Choice(["auto", "native", "shim"]), default="auto", show_default=True)
+@click.option(
+    "--target",
+    type=click.Choice(["auto", "native", "shim"]),
+    default="auto",
+    show_default=True,
+    help="The migration's target, as for `migrate`.",
+)
 @click.option(
     "--rtol",
     type=click.FloatRange(min=0.0),
@@ -413,7 +419,14 @@ def run(force: bool, command: tuple[str, ...]) -> None:
     show_default=True,
     help="Largest relative difference per recorded quantity that still passes (0: bit for bit).",
 )
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one document on stdout for CI (docs/cli.md, verify).",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def verify(
     steps: int,

@@ -73,12 +73,11 @@ def parse_command(command: Sequence[str], root: Path) -> Command:
         raise UsageProblem(f"verify runs `{SUPPORTED}` (one process); got `{shown}`")
     if len(command) < 2 or command[1].startswith("-"):
         raise UsageProblem(f"verify runs `{SUPPORTED}`: a script path after python, no interpreter options")
-    script = Path(command[1])
-    absolute = (root / script).resolve()
+    absolute = Path(os.path.normpath(root / command[1]))  # a symlinked script stays in the tree
     if not absolute.is_file():
         raise UsageProblem(f"{command[1]}: no such script")
     try:
-        relative = absolute.relative_to(root.resolve())
+        relative = absolute.relative_to(root)
     except ValueError:
         raise UsageProblem(f"{command[1]}: the script must be inside the current directory") from None
     return Command(relative, tuple(command[2:]))

@@ -191,6 +191,15 @@ def test_commands_other_than_python_script_are_usage_errors(tree, command, messa
     assert message in result.output
 
 
+def test_a_symlinked_script_inside_the_tree_is_accepted(tmp_path):
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "train.py").write_text(TRAIN)
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "train.py").symlink_to(tmp_path / "shared" / "train.py")
+    command = verify_run.parse_command(["python3", "train.py", "--iterations", "2"], tmp_path / "project")
+    assert command == verify_run.Command(Path("train.py"), ("--iterations", "2"))
+
+
 def test_the_copy_skips_version_control_caches_and_virtualenvs_and_keeps_the_rest(tmp_path):
     source, copy = tmp_path / "src", tmp_path / "copy"
     for folder in (".git", ".venv-3.11", "env", "__pycache__", ".pytest_cache", "pkg", "configs"):

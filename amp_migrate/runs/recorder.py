@@ -83,6 +83,14 @@ def _params(optimizer) -> list:
     return [p for group in optimizer.param_groups for p in group["params"]]
 
 
+def _float64(tensor):
+    """The tensor in float64, through the dispatcher's ops: the shim's O1 wraps tensor methods
+    such as `sum` and `pow` in Python to cast them to float32, which would round a checksum."""
+    import torch
+
+    return torch.ops.aten._to_copy.default(tensor.detach(), dtype=torch.float64)
+
+
 def _grad_norm(optimizer) -> float:
     """Global L2 norm of the optimizer's grads, accumulated in float64 (the same arithmetic in
     both modes, so equal grads give equal norms bit for bit). A fused optimizer that
@@ -90,8 +98,11 @@ def _grad_norm(optimizer) -> float:
     kernel): they are unscaled here the way `GradScaler.unscale_` does."""
     import torch
 
+    aten = torch.ops.aten
     grad_scale = getattr(optimizer, "grad_scale", None)
-    inv_scale = grad_scale.double().reciprocal().float() if isinstance(grad_scale, torch.Tensor) else None
+    inv_scale = None
+    if isinstance(grad_scale, torch.Tensor):
+        inv_scale = aten._to_copy.default(aten.reciprocal.default(_float64(grad_scale)), dtype=torch.float32)
     total = 0.0
     for p in _params(optimizer):
         grad = p.grad
@@ -100,17 +111,21 @@ def _grad_norm(optimizer) -> float:
         if grad.is_sparse:
             grad = grad.coalesce().values()
         if inv_scale is not None:
-            grad = grad * inv_scale.to(grad.device)
-        total += float(grad.detach().double().pow(2).sum())
+            grad = aten.mul.Tensor(grad.detach(), inv_scale.to(grad.device))
+        values = _float64(grad)
+        total += aten.sum.default(aten.mul.Tensor(values, values)).item()
     return math.sqrt(total)
 
 
 def _param_sums(optimizer) -> tuple[float, float]:
+    import torch
+
+    aten = torch.ops.aten
     total = absolute = 0.0
     for p in _params(optimizer):
-        values = p.detach().double()
-        total += float(values.sum())
-        absolute += float(values.abs().sum())
+        values = _float64(p)
+        total += aten.sum.default(values).item()
+        absolute += aten.sum.default(aten.abs.default(values)).item()
     return total, absolute
 
 

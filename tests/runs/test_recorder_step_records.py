@@ -47,6 +47,25 @@ for step in range(6):
 """
 )
 
+APEX_HANDLE = (
+    MODEL
+    + """
+from apex import amp
+
+# The old API: amp.init() and handle.wrap_optimizer, whose step skips after an overflow.
+handle = amp.init(enabled=True)
+optimizer = handle.wrap_optimizer(optimizer)
+for step in range(6):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    if step == 3:
+        loss = loss * float("inf")
+    optimizer.zero_grad()
+    with optimizer.scale_loss(loss) as scaled_loss:
+        scaled_loss.backward()
+    optimizer.step()
+"""
+)
+
 NATIVE_O1 = (
     MODEL
     + """
@@ -143,8 +162,9 @@ def record(tmp_path: Path, name: str, source: str, mode: str, *options: str) -> 
     return json.loads(result.read_text()), proc.stdout
 
 
-def test_apex_o1_and_its_native_rewrite_give_equal_step_records_through_an_overflow(tmp_path):
-    shim, _ = record(tmp_path, "apex_o1", APEX_O1, "shim")
+@pytest.mark.parametrize("legacy", [APEX_O1, APEX_HANDLE], ids=["initialize", "old_handle_api"])
+def test_apex_o1_and_its_native_rewrite_give_equal_step_records_through_an_overflow(tmp_path, legacy):
+    shim, _ = record(tmp_path, "apex_o1", legacy, "shim")
     native, _ = record(tmp_path, "native_o1", NATIVE_O1, "native")
 
     records = native["step_records"]

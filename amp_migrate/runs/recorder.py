@@ -353,8 +353,9 @@ class Recorder:
         scaler_cls.update = update
 
     def _install_shim(self) -> None:
-        from amp_shim import amp
-        from amp_shim.amp import _process_optimizer, handle, opt
+        from amp_shim.amp import _process_optimizer, opt
+        from amp_shim.engine import loss_scaler
+        from amp_shim.fp16_utils import fp16_optimizer
 
         recorder = self
         original_init = opt.OptimWrapper.__init__
@@ -371,16 +372,26 @@ class Recorder:
             optimizer.step = types.MethodType(self.recorded_step(optimizer.step), optimizer)
 
         _process_optimizer._patch_step = patch_step
-        wrapper_step = self.recorded_step(opt.OptimWrapper.step)
-        setattr(opt.OptimWrapper, "step", lambda self, closure=None: wrapper_step(self, self, closure))  # noqa: B010 - a patch, not an assignment mypy should check
-        remembering = self.remembering(handle.scale_loss)
-        handle.scale_loss = remembering
-        amp.scale_loss = remembering
-        setattr(opt.OptimWrapper, "scale_loss", self.remembering(opt.OptimWrapper.scale_loss, method=True))  # noqa: B010 - a patch, not an assignment mypy should check
+        for cls in (opt.OptimWrapper, fp16_optimizer.FP16_Optimizer):
+            setattr(cls, "step", self.recorded_method(cls.step))  # noqa: B010 - a patch, not an assignment mypy should check
+        # `amp.scale_loss` and `FP16_Optimizer.backward` scale through the engine's scaler; the old
+        # API's `OptimWrapper.scale_loss` multiplies by itself.
+        original_scaled = loss_scaler.DeviceLossScaler.scaled
+
+        def scaled(self, loss):
+            result = original_scaled(self, loss)
+            recorder.log.remember_scaled(result, loss)
+            return result
+
+        setattr(loss_scaler.DeviceLossScaler, "scaled", scaled)  # noqa: B010 - a patch, not an assignment mypy should check
+        setattr(opt.OptimWrapper, "scale_loss", self.remembering(opt.OptimWrapper.scale_loss))  # noqa: B010 - a patch, not an assignment mypy should check
 
     def recorded_step(self, step):
-        """Shim: a step the program calls (`amp.initialize`'s patched step, `OptimWrapper.step`)
-        is one record, skipped when the real step did not run or its kernel skipped."""
+        """Shim: a step the program calls (`amp.initialize`'s patched step, the old API's
+        `OptimWrapper.step`, `FP16_Optimizer.step`) is one record, skipped when the real step
+        did not run or its kernel skipped."""
+        import torch
+
         recorder = self
 
         def recorded(owner, *args, **kwargs):
@@ -391,22 +402,33 @@ class Recorder:
             finally:
                 recorder._wrapped_steps.pop()
             if ran:
-                optimizer = ran[0][0]  # the optimizer that really stepped (an OptimWrapper's)
-            else:
-                optimizer = getattr(owner, "_optimizer", owner)  # OptimWrapper: the one it wraps
+                optimizer = ran[0][0]  # the optimizer that really stepped (a wrapper's)
+            elif isinstance(owner, torch.optim.Optimizer):
+                optimizer = owner
+            else:  # OptimWrapper, FP16_Optimizer: the optimizer they wrap
+                optimizer = getattr(owner, "_optimizer", None) or getattr(owner, "optimizer", owner)
             recorder.log.record(optimizer, not ran or any(skipped for _, skipped in ran))
             return retval
 
         return recorded
 
-    def remembering(self, scale_loss, method: bool = False):
-        """Shim: the loss `scale_loss` yields scaled backpropagates as the loss it was given."""
+    def recorded_method(self, step):
+        recorded = self.recorded_step(step)
+
+        @functools.wraps(step)
+        def method(owner, *args, **kwargs):
+            return recorded(owner, owner, *args, **kwargs)
+
+        return method
+
+    def remembering(self, scale_loss):
+        """Shim: the loss the old API's `scale_loss` yields scaled backpropagates as the loss it
+        was given."""
         recorder = self
 
         @contextlib.contextmanager
-        def wrapper(*args, **kwargs):
-            loss = args[1 if method else 0] if len(args) > method else kwargs.get("loss")
-            with scale_loss(*args, **kwargs) as scaled:
+        def wrapper(owner, loss, *args, **kwargs):
+            with scale_loss(owner, loss, *args, **kwargs) as scaled:
                 recorder.log.remember_scaled(scaled, loss)
                 yield scaled
 

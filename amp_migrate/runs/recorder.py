@@ -193,7 +193,7 @@ class StepLog:
 
     def settle(self, stop: bool = True) -> None:
         if self._unsettled:
-            scales = self.recorder.current_scales()
+            scales = self.recorder.record_scales()
             for entry in self._unsettled:
                 entry["scales"] = list(scales)
             self._unsettled = []
@@ -211,6 +211,7 @@ class Recorder:
         self.optimizers: list = []
         self.grad_scalers: list = []
         self.optim_wrappers: list = []
+        self.fp16_optimizers: list = []
         self.log = StepLog(self, max_steps)
         self._in_scaler_step = 0
         self._in_backward = 0
@@ -239,6 +240,11 @@ class Recorder:
         for wrapper in self.optim_wrappers:
             scales.extend(float(s.loss_scale()) for s in wrapper._loss_scaler)
         return scales
+
+    def record_scales(self) -> list[float]:
+        """A step record's scales: `current_scales()` and, unlike the per-iteration `scales` (kept
+        as they were), the shim's `FP16_Optimizer` scalers, which are not part of amp's state."""
+        return self.current_scales() + [float(o.loss_scaler.loss_scale()) for o in self.fp16_optimizers]
 
     # -- hooks ------------------------------------------------------------------------------
     def optimizer_index(self, optimizer) -> int:
@@ -365,6 +371,13 @@ class Recorder:
             recorder.optim_wrappers.append(self)
 
         setattr(opt.OptimWrapper, "__init__", init)  # noqa: B010 - a patch, not an assignment mypy should check
+        original_fp16_init = fp16_optimizer.FP16_Optimizer.__init__
+
+        def fp16_init(self, *args, **kwargs):
+            original_fp16_init(self, *args, **kwargs)
+            recorder.fp16_optimizers.append(self)
+
+        setattr(fp16_optimizer.FP16_Optimizer, "__init__", fp16_init)  # noqa: B010 - a patch, not an assignment mypy should check
         original_patch_step = _process_optimizer._patch_step
 
         def patch_step(optimizer, properties) -> None:

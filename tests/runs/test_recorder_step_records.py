@@ -229,3 +229,38 @@ def test_seed_makes_two_runs_of_a_random_program_identical(tmp_path):
     for source in range(3):
         assert [d[source] for d in draws] != [d[source] for d in other_draws]
     assert first[0]["step_records"] != other[0]["step_records"]
+
+
+FP16_OPTIMIZER = """
+import torch
+from apex.fp16_utils import FP16_Optimizer
+
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 4).half()
+optimizer = FP16_Optimizer(
+    torch.optim.SGD(model.parameters(), lr=0.05),
+    dynamic_loss_scale=True,
+    dynamic_loss_args={"init_scale": 2.0**10},
+    verbose=False,
+)
+x = torch.randn(32, 8).half()
+y = torch.randn(32, 4)
+for step in range(6):
+    loss = torch.nn.functional.mse_loss(model(x).float(), y)
+    if step == 3:
+        loss = loss * float("inf")
+    print("loss value", repr(float(loss)))
+    optimizer.zero_grad()
+    optimizer.backward(loss)
+    optimizer.step()
+"""
+
+
+def test_fp16_optimizer_steps_are_records_with_their_own_scale_and_unscaled_losses(tmp_path):
+    result, stdout = record(tmp_path, "fp16_optimizer", FP16_OPTIMIZER, "shim")
+    records = result["step_records"]
+    assert [r["skipped"] for r in records] == [False, False, False, True, False, False]
+    printed = [line.split()[-1] for line in stdout.splitlines() if line.startswith("loss value")]
+    assert [str(r["losses"][0]) for r in records] == printed
+    assert [r["scales"] for r in records[2:4]] == [[1024.0], [512.0]]
+    assert records[3]["grad_norm"] is None and records[3]["param_sum"] == records[2]["param_sum"]

@@ -20,10 +20,12 @@ reports to the harness; the recorder watches it through hooks installed before i
   the shim's O2), saved next to RESULT.json as RESULT.pt;
 * the step records ("step_records"): one per optimizer step the program asked for, real or
   skipped, whatever it prints (see `StepLog`). The step hook is `GradScaler.step` in native
-  mode and the step `amp.initialize` patches onto each optimizer (or the old API's
-  `OptimWrapper.step`) in shim mode; any other `optimizer.step()` comes through torch's global
-  step hook. The losses are those of each `backward`, unscaled: the value that went into
-  `GradScaler.scale` / `amp.scale_loss` when the tensor backpropagated is the scaled one.
+  mode and, in shim mode, the step `amp.initialize` patches onto each optimizer, the old API's
+  `OptimWrapper.step` and `FP16_Optimizer.step`; any other `optimizer.step()` comes through
+  torch's global step hook. The losses are those of each `backward` (`Tensor.backward` or
+  `torch.autograd.backward`), unscaled: when the tensor is a scaled loss (`GradScaler.scale`,
+  the shim's scaler behind `amp.scale_loss` and `FP16_Optimizer.backward`, `OptimWrapper`'s
+  `scale_loss`), the value of the loss that was scaled.
 
 `--max-steps N` ends the program once N step records are complete (their scales included: in
 native mode a scaler step's record completes at the scaler's `update()`), by an exception that

@@ -157,6 +157,8 @@ class StepLog:
         import torch
 
         if isinstance(loss, torch.Tensor) and isinstance(scaled, torch.Tensor) and loss.numel() == 1:
+            if len(self._scaled) > 64:  # scaled losses that never backpropagated
+                self._scaled = {k: v for k, v in self._scaled.items() if v[0]() is not None}
             self._scaled[id(scaled)] = (weakref.ref(scaled), float(loss.detach()))
 
     def on_backward(self, tensor) -> None:

@@ -50,6 +50,7 @@ import os
 import re
 import runpy
 import sys
+import traceback
 import types
 import weakref
 from typing import Any, Optional
@@ -517,6 +518,11 @@ def _run_program(recorder: Recorder, program: str, args: list) -> int:
         exit_code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except _StopRun:
         pass  # --max-steps: recorder.log.stopped says so
+    except Exception:
+        # The steps before the failure are still recorded, so that a comparison can say
+        # where two runs parted before one of them failed.
+        traceback.print_exc()
+        exit_code = 1
     finally:
         sys.stdout.flush()
         sys.stdout = stdout

@@ -201,6 +201,22 @@ def test_max_steps_ends_the_run_cleanly_after_that_many_records(tmp_path, mode, 
     assert "program ran to its end" not in stdout
 
 
+def test_a_program_that_raises_keeps_its_step_records_and_fails(tmp_path):
+    program = tmp_path / "raises.py"
+    source = TEN_STEPS_PLAIN.replace('    print("finished step", step)', "    assert step < 2, 'boom'")
+    program.write_text(textwrap.dedent(source))
+    result = tmp_path / "raises.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "shim"), str(ROOT), env.get("PYTHONPATH")]))
+    argv = [sys.executable, str(RECORDER), "--mode", "native", str(result), str(program)]
+    proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 1
+    assert "AssertionError: boom" in proc.stderr
+    data = json.loads(result.read_text())
+    assert data["exit_code"] == 1 and data["stopped"] is False
+    assert len(data["step_records"]) == 3
+
+
 def test_a_run_that_ends_by_itself_is_not_stopped(tmp_path):
     source = TEN_STEPS_PLAIN + 'print("program ran to its end")\n'
     result, stdout = record(tmp_path, "plain", source, "native", "--max-steps", "40")

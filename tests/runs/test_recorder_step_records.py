@@ -148,8 +148,11 @@ for step in range(3):
 """
 
 
-def record(tmp_path: Path, name: str, source: str, mode: str, *options: str) -> tuple[dict, str]:
-    """Run `source` under the recorder; the result and the program's stdout."""
+def record(
+    tmp_path: Path, name: str, source: str, mode: str, *options: str, exit_code: int = 0
+) -> tuple[dict, str]:
+    """Run `source` under the recorder, which must exit with `exit_code`; the result and the
+    program's stdout (stderr after it, for a run that fails)."""
     program = tmp_path / f"{name}.py"
     program.write_text(textwrap.dedent(source))
     result = tmp_path / f"{name}-{mode}.json"
@@ -158,8 +161,8 @@ def record(tmp_path: Path, name: str, source: str, mode: str, *options: str) -> 
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "shim"), str(ROOT), env.get("PYTHONPATH")]))
     proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(result.read_text()), proc.stdout
+    assert proc.returncode == exit_code, proc.stderr
+    return json.loads(result.read_text()), proc.stdout + ("" if exit_code == 0 else proc.stderr)
 
 
 @pytest.mark.parametrize("legacy", [APEX_O1, APEX_HANDLE], ids=["initialize", "old_handle_api"])
@@ -202,19 +205,11 @@ def test_max_steps_ends_the_run_cleanly_after_that_many_records(tmp_path, mode, 
 
 
 def test_a_program_that_raises_keeps_its_step_records_and_fails(tmp_path):
-    program = tmp_path / "raises.py"
     source = TEN_STEPS_PLAIN.replace('    print("finished step", step)', "    assert step < 2, 'boom'")
-    program.write_text(textwrap.dedent(source))
-    result = tmp_path / "raises.json"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "shim"), str(ROOT), env.get("PYTHONPATH")]))
-    argv = [sys.executable, str(RECORDER), "--mode", "native", str(result), str(program)]
-    proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 1
-    assert "AssertionError: boom" in proc.stderr
-    data = json.loads(result.read_text())
-    assert data["exit_code"] == 1 and data["stopped"] is False
-    assert len(data["step_records"]) == 3
+    result, output = record(tmp_path, "raises", source, "native", exit_code=1)
+    assert "AssertionError: boom" in output
+    assert result["exit_code"] == 1 and result["stopped"] is False
+    assert len(result["step_records"]) == 3
 
 
 def test_a_run_that_ends_by_itself_is_not_stopped(tmp_path):

@@ -236,9 +236,9 @@ class Recorder:
     def iteration(self) -> int:
         return len(self.losses)
 
-    def current_scales(self) -> list[float]:
+    def current_scales(self, live_only: bool = False) -> list[float]:
         if self.mode == "native":
-            return [float(s.get_scale()) for s in self.grad_scalers]
+            return [float(s.get_scale()) for s in self.grad_scalers if s.is_enabled() or not live_only]
         from amp_shim.amp._amp_state import _amp_state
 
         scales = [float(s.loss_scale()) for s in getattr(_amp_state, "loss_scalers", [])]
@@ -247,9 +247,39 @@ class Recorder:
         return scales
 
     def record_scales(self) -> list[float]:
-        """A step record's scales: `current_scales()` and, unlike the per-iteration `scales` (kept
-        as they were), the shim's `FP16_Optimizer` scalers, which are not part of amp's state."""
-        return self.current_scales() + [float(o.loss_scaler.loss_scale()) for o in self.fp16_optimizers]
+        """A step record's scales, unlike the per-iteration `scales` (kept as they were): the live
+        ones (a disabled GradScaler scales nothing) and the shim's `FP16_Optimizer` scalers, which
+        are not part of amp's state."""
+        fp16 = [float(o.loss_scaler.loss_scale()) for o in self.fp16_optimizers]
+        return self.current_scales(live_only=True) + fp16
+
+    def precision(self) -> list[str]:
+        """Why this (shim) run computes in another precision than the native recipe, float32
+        weights under autocast: what a comparison may expect to differ."""
+        if self.mode == "native":
+            return []
+        import torch
+
+        from amp_shim.amp._amp_state import _amp_state
+
+        reasons = []
+        properties = getattr(_amp_state, "opt_properties", None)
+        model_type = getattr(properties, "cast_model_type", None)
+        if model_type in (torch.float16, torch.bfloat16):
+            level, kind = getattr(properties, "opt_level", None) or "cast_model_type", str(model_type)[6:]
+            if getattr(properties, "master_weights", False):
+                reasons.append(
+                    f"{level} runs a {kind} copy of the model and steps float32 master weights, the "
+                    "migration float32 weights under autocast (they differ where autocast keeps an op in float32)"
+                )
+            else:
+                reasons.append(f"{level} steps {kind} weights, the migration float32 weights under autocast")
+        if self.fp16_optimizers:
+            reasons.append(
+                "FP16_Optimizer runs a float16 model and steps float32 master weights, the migration "
+                "float32 weights under autocast"
+            )
+        return reasons
 
     # -- hooks ------------------------------------------------------------------------------
     def optimizer_index(self, optimizer) -> int:
@@ -575,6 +605,7 @@ def main(argv=None) -> int:
                 "imported": imported,
                 "apex_installed": apex_installed,
                 "step_records": recorder.log.records,
+                "precision": recorder.precision(),
                 "stopped": recorder.log.stopped,
             },
             f,

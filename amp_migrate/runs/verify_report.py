@@ -85,6 +85,8 @@ def print_text(console: Console, outcome: Outcome) -> None:
         if run.exit_code != 0 and run.stderr.strip():
             console.print(Text(f"{run.mode} run, end of stderr:", style="bold"))
             console.print(Text(stderr_tail(run.stderr)))
+    for note in outcome.verdict.notes:
+        console.print(Text(f"note: {note}"))
     style = "bold green" if outcome.verdict.passed else "bold red"
     console.print(Text(outcome.verdict.message, style=style))
 
@@ -116,6 +118,7 @@ def json_document(outcome: Outcome, exit_code: int) -> dict:
             "native": divergence.native,
         },
         "max_relative_difference": verdict.max_relative,
+        "notes": list(verdict.notes),
         "exit_codes": {"shim": outcome.shim.exit_code, "native": outcome.native.exit_code},
         "stderr_tail": {run.mode: stderr_tail(run.stderr) for run in (outcome.shim, outcome.native)},
         "migrated": list(outcome.migration.changed),

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 from ..project import migrate_project
 from .compare import Run, Verdict, judge
@@ -48,7 +48,7 @@ class Settings:
     device: str = "cuda"
     dtype: str = "float16"
     target: str = "auto"
-    rtol: float = 0.0
+    rtol: Optional[float] = None  # None: bit for bit, or compare.PRECISION_RTOL (see compare.judge)
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,8 @@ def run_recorded(
         return Run(
             label, proc.returncode or 1, (), proc.stderr + "\nverify: the recorder wrote no step records"
         )
-    return Run(label, proc.returncode, tuple(data["step_records"]), proc.stderr)
+    precision = tuple(data.get("precision", ()))
+    return Run(label, proc.returncode, tuple(data["step_records"]), proc.stderr, precision)
 
 
 def verify(parsed: Command, root: Path, settings: Settings) -> Outcome:

@@ -265,13 +265,23 @@ def run(case: Case, mode: str, base: Path, fresh: bool = False) -> dict:
         source = workdir / (Path(case.program).stem + ".py")
         source.write_text(migrate(case, "native" if mode == "native" else "shim"))
     phases = case.phases or (case.args,)
-    combined = {"losses": [], "scales": [], "steps": [], "imported": [], "stdout": "", "stderr": ""}
+    combined = {
+        "losses": [],
+        "scales": [],
+        "steps": [],
+        "step_records": [],
+        "imported": [],
+        "stdout": "",
+        "stderr": "",
+    }
     for n, phase in enumerate(phases):
         args = [a.replace("{dir}", str(workdir)) for a in phase]
         data = _run_once(case, mode, workdir, source, args, f"phase{n}", fresh)
         offset = len(combined["losses"])
         combined["losses"] += [[float(v) for v in line] for line in data["losses"]]
         combined["scales"] += data["scales"]
+        combined["step_records"] += data["step_records"]
+        combined["precision"] = sorted(set(combined.get("precision", [])) | set(data["precision"]))
         combined["steps"] += [[it + offset, opt] for it, opt in data["steps"]]
         combined["imported"] = sorted(set(combined["imported"]) | set(data["imported"]))
         combined["apex_installed"] = combined.get("apex_installed", False) or data["apex_installed"]

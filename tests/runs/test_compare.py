@@ -7,10 +7,12 @@ import math
 import pytest
 
 from amp_migrate.runs.compare import (
+    AS_DOCUMENTED,
     DIVERGED,
     FAILED,
     IDENTICAL,
     NO_STEPS,
+    PRECISION_RTOL,
     STEP_COUNTS,
     WITHIN_TOLERANCE,
     Run,
@@ -171,3 +173,75 @@ def test_relative_difference_of_a_finite_and_a_non_finite_value_is_infinite():
     assert relative_difference(float("nan"), 1.0) == math.inf
     assert relative_difference(2.0, 1.0) == 0.5
     assert relative_difference(0.0, 0.0) == 0.0
+
+
+def with_scales(records, *scales_per_step):
+    return [dict(r, scales=list(s)) for r, s in zip(records, scales_per_step)]
+
+
+def test_loss_scales_of_runs_with_as_many_scalers_are_compared():
+    shim = with_scales(steps(2), [65536.0], [65536.0])
+    native = with_scales(steps(2), [65536.0], [32768.0])
+    verdict = judge(*runs(shim, native))
+    assert (
+        verdict.kind == DIVERGED and verdict.divergence.step == 2 and verdict.divergence.quantity == "scales"
+    )
+
+
+@pytest.mark.parametrize(
+    "shim_scales, native_scales",
+    [
+        ([65536.0, 65536.0, 65536.0], [65536.0]),  # Apex's one scaler per loss, one GradScaler
+        ([1.0], []),  # Apex O0's constant scale, a disabled GradScaler
+        ([65536.0], [65536.0, 65536.0]),  # only the newest `initialize`'s, one GradScaler each
+    ],
+)
+def test_loss_scales_of_runs_keeping_different_numbers_of_scalers_are_noted_not_compared(
+    shim_scales, native_scales
+):
+    shim = with_scales(steps(3), [65536.0], shim_scales, shim_scales)
+    native = with_scales(steps(3), [65536.0], native_scales, native_scales)
+    verdict = judge(*runs(shim, native))
+    assert verdict.kind == IDENTICAL and verdict.passed
+    assert len(verdict.notes) == 1 and verdict.notes[0].startswith("loss scales not compared from step 2")
+
+
+def test_different_numbers_of_scalers_do_not_hide_a_difference_in_what_training_does():
+    shim = with_scales(steps(2), [65536.0, 65536.0], [65536.0, 65536.0])
+    native = with_scales(steps(2, **{"2": {"grad_norm": 0.5}}), [65536.0], [65536.0])
+    verdict = judge(*runs(shim, native))
+    assert verdict.kind == DIVERGED and verdict.divergence.quantity == "grad_norm"
+
+
+def test_a_static_scale_applying_an_overflowed_step_is_the_documented_difference():
+    shim = steps(4, **{"3": {"grad_norm": "inf"}, "4": {"loss": "nan"}})
+    native = steps(4, **{"3": {"skipped": True}})
+    verdict = judge(*runs(shim, native))
+    assert verdict.kind == AS_DOCUMENTED and verdict.passed
+    assert verdict.divergence.step == 3
+    assert "AMP111" in verdict.message and "2 steps before it are equal bit for bit" in verdict.message
+
+
+def test_a_skip_in_the_migration_where_the_legacy_gradients_were_finite_diverges():
+    verdict = judge(*runs(steps(3), steps(3, **{"2": {"skipped": True}})))
+    assert verdict.kind == DIVERGED and verdict.divergence.quantity == "skipped"
+
+
+def test_a_legacy_run_in_another_precision_is_judged_within_the_precision_tolerance_by_default():
+    nudged = 1.5 * (1 + PRECISION_RTOL / 2)
+    shim = Run("shim", 0, steps(3), precision=("O3 steps float16 weights",))
+    verdict = judge(shim, Run("native", 0, steps(3, **{"2": {"loss": nudged}})))
+    assert verdict.kind == WITHIN_TOLERANCE and "expected: O3 steps float16 weights" in verdict.message
+    assert any("another precision" in note for note in verdict.notes)
+
+
+def test_a_given_rtol_overrides_the_precision_tolerance():
+    nudged = 1.5 * (1 + PRECISION_RTOL / 2)
+    shim = Run("shim", 0, steps(3), precision=("O3 steps float16 weights",))
+    verdict = judge(shim, Run("native", 0, steps(3, **{"2": {"loss": nudged}})), rtol=0.0)
+    assert verdict.kind == DIVERGED
+
+
+def test_without_another_precision_the_default_is_bit_for_bit():
+    nudged = math.nextafter(1.5, 2.0)
+    assert judge(*runs(steps(3), steps(3, **{"2": {"loss": nudged}}))).kind == DIVERGED

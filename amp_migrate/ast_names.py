@@ -16,3 +16,41 @@ def dotted_chain(node: ast.AST) -> Optional[str]:
         return None
     parts.append(node.id)
     return ".".join(reversed(parts))
+
+
+def _bound_names(node: ast.AST) -> list[str]:
+    """The names `node` binds (or may bind, for `global`/`nonlocal` declarations), other than
+    through an import."""
+    if isinstance(node, ast.Name):
+        return [] if isinstance(node.ctx, ast.Load) else [node.id]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, ast.arg):
+        return [node.arg]
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return list(node.names)
+    if isinstance(node, ast.ExceptHandler):
+        return [node.name] if node.name else []
+    name = getattr(node, "name", None) or getattr(node, "rest", None)  # match patterns
+    return [name] if isinstance(name, str) else []
+
+
+def module_only_names(module: str, nodes: list[ast.AST]) -> frozenset[str]:
+    """The names that can only ever hold `module` in this file: bound by `import module` or
+    `import module as name`, and by nothing else anywhere (no other import, store, parameter,
+    definition, handler or pattern binds them; no `*` import could). `nodes` are the file's nodes
+    as `source_index.walk_ast` gives them."""
+    imported: set[str] = set()
+    other: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                bound = alias.asname or alias.name.split(".")[0]
+                (imported if alias.name == module else other).add(bound)
+        elif isinstance(node, ast.ImportFrom):
+            if any(alias.name == "*" for alias in node.names):
+                return frozenset()
+            other.update(alias.asname or alias.name for alias in node.names)
+        else:
+            other.update(_bound_names(node))
+    return frozenset(imported - other)

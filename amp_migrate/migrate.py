@@ -21,6 +21,7 @@ from typing import Optional, Sequence
 import libcst as cst
 from libcst.codemod import CodemodContext
 
+from .ast_names import module_only_names
 from .binding import apex_import_words, imports_apex
 from .diagnostics import (
     INDENTATION_UNREADABLE,
@@ -116,15 +117,22 @@ def touches_apex(tree: ast.Module) -> bool:
     Apex or of torch's deprecated amp, an `amp` attribute other than `torch.amp`, or a call
     that reaches Apex by a name in a string (`importlib.import_module("apex.amp")`,
     `exec("from apex import amp")`), which a file whose only Apex it is must still report.
-    Every other rule acts on names those bind, so a file without them is left as it is."""
+    Every other rule acts on names those bind, so a file without them is left as it is. The
+    `amp` of a name that can only hold `amp_shim` (a shim migration's `import amp_shim as apex`)
+    is the shim's, not Apex's."""
     imports = list(SourceIndex.imports_of(tree))
     if any(imports_apex(node) for node in imports):
         return True
     importers = importer_aliases(imports)
-    for node in walk_ast(tree):
+    nodes = list(walk_ast(tree))
+    shim: Optional[frozenset[str]] = None  # names that only ever hold amp_shim: its `amp` is not Apex's
+    for node in nodes:
         if isinstance(node, ast.Attribute):
             if node.attr == "amp" and not (isinstance(node.value, ast.Name) and node.value.id == "torch"):
-                return True
+                if shim is None:
+                    shim = module_only_names("amp_shim", nodes)
+                if not (isinstance(node.value, ast.Name) and node.value.id in shim):
+                    return True
         elif isinstance(node, ast.Call) and dynamic_apex_use(node, importers=importers) is not None:
             return True
     return False

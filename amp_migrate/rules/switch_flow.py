@@ -273,10 +273,17 @@ def _sets_flag(node: ast.Try, name: str) -> bool:
 
 def file_stores(rule) -> Optional[tuple[ast.Module, "_Stores"]]:
     """The file's `ast` (the index's where there is one) and every store in it; None where it
-    does not parse."""
-    index = rule.state.index
+    does not parse. Read from the file as given, so found once per file for every rule."""
+    scratch = rule.state.scratch
+    if "file_stores" not in scratch:
+        scratch["file_stores"] = _file_stores(rule.state)
+    return scratch["file_stores"]
+
+
+def _file_stores(state) -> Optional[tuple[ast.Module, "_Stores"]]:
+    index = state.index
     try:
-        tree = index.tree if index is not None else ast.parse(rule.state.original)
+        tree = index.tree if index is not None else ast.parse(state.original)
     except (SyntaxError, ValueError):
         return None
     stores = _Stores()

@@ -203,3 +203,42 @@ def test_rules_do_not_enter_functions_that_spell_no_apex_word(monkeypatch):
     entered.clear()
     assert migrate_source(SAMPLE).code == result.code
     assert "evaluate" in entered
+
+
+SHIM_OUTPUT = """\
+import torch
+import amp_shim as apex
+model, optimizer = apex.amp.initialize(model, optimizer, opt_level="O1")
+with apex.amp.scale_loss(loss, optimizer) as scaled_loss:
+    scaled_loss.backward()
+"""
+
+
+def test_the_amp_of_a_name_that_only_holds_amp_shim_is_not_apex():
+    """A shim migration's output (`import amp_shim as apex`) is left without a libcst parse, on
+    a second run and in the output check that simulates one."""
+    from amp_migrate.migrate import touches_apex
+
+    assert not touches_apex(ast.parse(SHIM_OUTPUT))
+    result = migrate_source(SHIM_OUTPUT)
+    assert not result.changed and result.diagnostics == ()
+
+
+@pytest.mark.parametrize(
+    "rebinding",
+    [
+        "apex = load_module()\n",
+        "def f(apex):\n    return apex\n",
+        "from apex_helpers import *\n",
+        "for apex in modules:\n    pass\n",
+        "def g():\n    global apex\n",
+        "import real_apex as apex\n",
+        "from elsewhere import apex\n",
+        "class apex:\n    pass\n",
+        "try:\n    pass\nexcept Exception as apex:\n    pass\n",
+    ],
+)
+def test_a_name_bound_to_anything_else_anywhere_may_still_hold_apex(rebinding):
+    from amp_migrate.migrate import touches_apex
+
+    assert touches_apex(ast.parse(SHIM_OUTPUT + rebinding))

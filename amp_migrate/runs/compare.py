@@ -35,6 +35,8 @@ class Run:
     exit_code: int
     records: Sequence[Record] = ()
     stderr: str = ""
+    # Per record, [call, file, line] of the amp calls made for it (the recorder's "step_calls").
+    calls: Sequence[Sequence[Any]] = ()
 
 
 @dataclass(frozen=True)

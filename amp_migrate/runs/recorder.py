@@ -298,6 +298,8 @@ class Recorder:
         self.steps: list[list[int]] = []  # [iteration, optimizer index] of every real step
         self.optimizers: list = []
         self.grad_scalers: list = []
+        self._generation_start = 0  # the step records' first GradScaler (native)
+        self._records_at_last_scaler = 0
         self.optim_wrappers: list = []
         self.fp16_optimizers: list = []
         self.log = StepLog(self, max_steps)
@@ -333,8 +335,22 @@ class Recorder:
 
     def record_scales(self) -> list[float]:
         """A step record's scales: `current_scales()` and, unlike the per-iteration `scales` (kept
-        as they were), the shim's `FP16_Optimizer` scalers, which are not part of amp's state."""
+        as they were), the shim's `FP16_Optimizer` scalers, which are not part of amp's state.
+        Native: only the newest generation of GradScalers (see `_new_scaler`), as a second
+        `amp.initialize` replaces Apex's loss scalers."""
+        if self.mode == "native":
+            return [float(s.get_scale()) for s in self.grad_scalers[self._generation_start :]]
         return self.current_scales() + [float(o.loss_scaler.loss_scale()) for o in self.fp16_optimizers]
+
+    def _new_scaler(self, scaler) -> None:
+        """A GradScaler built after steps were recorded since the previous one was built (a new
+        fold, a resume in the same process) starts a new generation: the step records forget
+        the older scalers, as Apex forgets its loss scalers at a second `initialize`. Scalers
+        built together (one per loss) stay one generation."""
+        if len(self.log.records) > self._records_at_last_scaler:
+            self._generation_start = len(self.grad_scalers)
+        self._records_at_last_scaler = len(self.log.records)
+        self.grad_scalers.append(scaler)
 
     # -- hooks ------------------------------------------------------------------------------
     def optimizer_index(self, optimizer) -> int:
@@ -442,7 +458,7 @@ class Recorder:
 
         def init(self, *args, **kwargs):
             original_init(self, *args, **kwargs)
-            recorder.grad_scalers.append(self)
+            recorder._new_scaler(self)
             recorder.note("GradScaler()")
 
         def step(self, optimizer, *args, **kwargs):
@@ -486,7 +502,8 @@ class Recorder:
 
         @functools.wraps(function)
         def noted(*args, **kwargs):
-            recorder.note(what)
+            if not recorder._in_scaler_step:  # GradScaler.step unscales by itself
+                recorder.note(what)
             return function(*args, **kwargs)
 
         return noted

@@ -119,6 +119,20 @@ def test_a_dropped_unscale_before_the_clip_is_caught_at_the_first_clipped_step(t
     assert divergence["shim"] != divergence["native"]
     assert document["exit_codes"] == {"shim": 0, "native": 0}
     assert document["message"].startswith("diverged at step 2: grad_norm")
+    # Located: the original's clip over amp.master_params made no unscale_ at step 2, and the
+    # line the migration put in its place is the clip alone.
+    [missing] = document["location"]["missing"]
+    clip = (
+        TRAIN.splitlines().index("    torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 0.5)") + 1
+    )
+    assert (missing["call"], missing["file"], missing["original_line"]) == (
+        "amp.master_params",
+        "train.py",
+        clip,
+    )
+    assert missing["expected"] == ["scaler.unscale_"]
+    [migrated] = missing["migrated_text"]
+    assert migrated.startswith("torch.nn.utils.clip_grad_norm_((p for group in optimizer.param_groups")
 
 
 def test_a_small_difference_passes_within_rtol_with_its_size_per_quantity(tree, monkeypatch):

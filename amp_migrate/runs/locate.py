@@ -223,19 +223,19 @@ def describe(location: Optional[Location]) -> list[str]:
         times = f" ({site.times} times)" if site.times > 1 else ""
         suffix = f"  <- {site.note}" if site.note else ""
         lines.append(f"  {site.file}:{site.line}{mark} {site.call}{times}: {site.text}{suffix}")
+    if location.missing:
+        lines.append(
+            f"the original's amp calls at step {location.step} that the migrated program did not make:"
+        )
     for missing in location.missing:
         first, last = missing.migrated_lines
-        where = (
-            f"deleted after line {last}"
-            if last < first
-            else f"line {first}"
-            if first == last
-            else f"lines {first}-{last}"
-        )
+        if last < first:
+            where = f"deleted after line {last}"
+        else:
+            where = f"line {first}" if first == last else f"lines {first}-{last}"
+            where += ": " + " | ".join(missing.migrated_text)
         lines.append(
-            f"  the original's {missing.call} at {missing.file}:{missing.original_line} "
-            f"({missing.original_text}) made no {' or '.join(missing.expected)} in the migrated "
-            f"program at this step; its migration, {missing.file} {where}: "
-            + (" | ".join(missing.migrated_text) or "nothing")
+            f"  {missing.file}:{missing.original_line} {missing.call}: {missing.original_text}  "
+            f"-> no {' or '.join(missing.expected)} ran; migrated: {where}"
         )
     return lines

@@ -89,7 +89,7 @@ def print_text(console: Console, outcome: Outcome) -> None:
     style = "bold green" if outcome.verdict.passed else "bold red"
     console.print(Text(outcome.verdict.message, style=style))
     for line in describe(outcome.location):
-        console.print(Text(line))
+        console.print(Text(line), soft_wrap=True)  # long source lines stay whole, for grep and copy
 
 
 def _plain(value: Any) -> Any:

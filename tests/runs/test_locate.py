@@ -86,7 +86,12 @@ def test_an_original_amp_call_with_no_migrated_counterpart_at_the_step_is_missin
     text = "\n".join(describe(location))
     assert "train.py:6* scaler.update: scaler.update()" in text
     assert "train.py:4* scaler.scale (2 times)" in text
-    assert "the original's amp.load_state_dict at train.py:6" in text
+    assert "the original's amp calls at step 1 that the migrated program did not make:" in text
+    assert (
+        '  train.py:6 amp.load_state_dict: amp.load_state_dict(checkpoint["amp"])  '
+        "-> no scaler.load_state_dict ran; migrated: lines 4-6: "
+        "scaler.scale(loss).backward() | scaler.step(optimizer) | scaler.update()"
+    ) in text
 
 
 def test_unmigrated_files_are_read_for_their_lines_and_steps_out_of_range_locate_nothing():

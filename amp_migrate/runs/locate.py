@@ -165,10 +165,32 @@ def _ran(tree: _Tree, native: list, shim: list) -> tuple[Site, ...]:
         known = sites.get(key)
         if known is None:
             text = tree.migrated_line(file, line)
+            note = note or _written_guard(tree, file, line, changed.get(file, frozenset()))
             sites[key] = Site(call, file, line, text, line in changed.get(file, ()), note)
         else:
             sites[key] = dataclasses.replace(known, note=known.note or note, times=known.times + 1)
     return tuple(sites.values())
+
+
+#: Block headers that decide whether the statements under them run.
+_GUARDS = ("if ", "elif ", "else:", "while ")
+
+
+def _written_guard(tree: _Tree, file: str, line: int, changed: frozenset[int]) -> str:
+    """A note when the block holding `line` opens with a guard the migration wrote (Apex has
+    none around its steps: a migration that adds one decides when the scaler acts)."""
+    source = tree.sources.get(file)
+    if source is None or not 0 < line <= len(source.migrated):
+        return ""
+    indent = len(source.migrated[line - 1]) - len(source.migrated[line - 1].lstrip())
+    for number in range(line - 1, 0, -1):
+        text = source.migrated[number - 1]
+        stripped = text.lstrip()
+        if not stripped or stripped.startswith("#") or len(text) - len(stripped) >= indent:
+            continue
+        written = stripped.startswith(_GUARDS) and number in changed
+        return f"under `{stripped}` (line {number}), which the migration wrote" if written else ""
+    return ""
 
 
 def _missing(tree: _Tree, native: list, shim: list) -> tuple[Missing, ...]:

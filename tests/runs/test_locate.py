@@ -103,6 +103,19 @@ def test_unmigrated_files_are_read_for_their_lines_and_steps_out_of_range_locate
     assert describe(locate(5, [], calls, {}, lambda path: None)) == []
 
 
+def test_a_scaler_call_under_a_guard_the_migration_wrote_names_the_guard():
+    migrated = MIGRATED.replace(
+        "    scaler.step(optimizer)\n    scaler.update()\n",
+        "    if torch.isfinite(loss):\n        scaler.step(optimizer)\n        scaler.update()\n",
+    )
+    guarded = Source.of(ORIGINAL, migrated)
+    location = locate(1, [SHIM_STEP], [[["scaler.update", "train.py", 7]]], {"train.py": guarded}, print)
+    assert location.ran[0].note == "under `if torch.isfinite(loss):` (line 5), which the migration wrote"
+    # The user's own loop around it is no guard the migration wrote.
+    kept = locate(1, [SHIM_STEP], [[["scaler.scale", "train.py", 4]]], {"train.py": source()}, print)
+    assert kept.ran[0].note == ""
+
+
 def test_changed_sources_keeps_only_files_whose_text_changed():
     sources = changed_sources({"a.py": "x\n", "b.py": "y\n"}, {"a.py": "x\n", "b.py": "z\n"})
     assert list(sources) == ["b.py"]

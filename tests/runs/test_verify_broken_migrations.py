@@ -147,6 +147,8 @@ def test_step_and_update_moved_under_a_finite_loss_guard_never_back_off_and_poin
     ran = {(site["call"], site["line"]): site for site in location["ran"]}
     update = ran[("scaler.update", line_of(broken["code"], "scaler.update()"))]
     assert update["changed"] is True and update["text"] == "scaler.update()"
+    guard = line_of(broken["code"], "if torch.isfinite(loss):")
+    assert update["note"] == f"under `if torch.isfinite(loss):` (line {guard}), which the migration wrote"
     # The native step 4 ran two iterations' forwards and scales: a step was missing before it.
     assert ran[("scaler.scale", line_of(broken["code"], "scaler.scale(loss)"))]["times"] == 2
     assert ran[("scaler.step", line_of(broken["code"], "scaler.step(optimizer)"))]["times"] == 1

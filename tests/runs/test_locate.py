@@ -94,6 +94,12 @@ def test_an_original_amp_call_with_no_migrated_counterpart_at_the_step_is_missin
     ) in text
 
 
+def test_a_copy_kept_on_the_shim_makes_the_originals_calls_and_misses_none():
+    shim_copy = [[call, "train.py", line] for call, _, line in SHIM_STEP]
+    location = locate(1, [SHIM_STEP], [shim_copy], {}, lambda path: ORIGINAL)
+    assert location.missing == ()
+
+
 def test_unmigrated_files_are_read_for_their_lines_and_steps_out_of_range_locate_nothing():
     calls = [[["forward (no autocast)", "model.py", 2]]]
     location = locate(1, [[]], calls, {}, lambda path: "class Net:\n    out = self.fc(x)\n")

@@ -5,8 +5,9 @@ The recorder writes, per step, the call sites of the amp calls each run made for
 For the step where the runs diverged this module lists
 
 * the migrated statements that ran for it (native call sites, with their source line, and
-  whether the migration wrote that line), a forward that ran under a different autocast than
-  the original's forward at the same place in the step being marked;
+  whether the migration wrote that line), marking a forward that ran under a different autocast
+  than the original's forward at the same place in the step, and a statement under a guard
+  (`if`, `while`, ...) that the migration wrote;
 * the original's amp calls at that step whose migration made no call at all in the native run
   (a deleted `scaler.unscale_`, a `scaler.load_state_dict` that never ran), with the original
   line and the lines the migration put in its place.
@@ -19,8 +20,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+#: Reads a file of the migrated tree by its relative path (None: unreadable).
+Reader = Callable[[str], Optional[str]]
 
 #: What the migration turns each Apex call into: an original call whose counterparts are all
 #: missing from the native run's calls for the same step did not survive the migration.
@@ -45,12 +50,15 @@ class Source:
     def of(cls, original: str, migrated: str) -> "Source":
         return cls(tuple(original.splitlines()), tuple(migrated.splitlines()))
 
+    @functools.cached_property
+    def _opcodes(self) -> Sequence[tuple[str, int, int, int, int]]:
+        return difflib.SequenceMatcher(None, self.original, self.migrated, autojunk=False).get_opcodes()
+
     def changed_lines(self) -> frozenset[int]:
         """1-based lines of the migrated text that the migration wrote or rewrote."""
-        matcher = difflib.SequenceMatcher(None, self.original, self.migrated, autojunk=False)
         return frozenset(
             line + 1
-            for tag, _, _, j1, j2 in matcher.get_opcodes()
+            for tag, _, _, j1, j2 in self._opcodes
             if tag in ("replace", "insert")
             for line in range(j1, j2)
         )
@@ -60,9 +68,8 @@ class Source:
         stood: the line itself when unchanged; in a changed block, the one line that reads
         mostly like it (a rewritten call), else the whole block (empty, last < first, where the
         block was deleted)."""
-        matcher = difflib.SequenceMatcher(None, self.original, self.migrated, autojunk=False)
         index = original_line - 1
-        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        for tag, i1, i2, j1, j2 in self._opcodes:
             if i1 <= index < i2:
                 if tag == "equal":
                     return j1 + index - i1 + 1, j1 + index - i1 + 1
@@ -126,7 +133,7 @@ class _Tree:
     """The sources `locate` reads: the migrated files with their originals, and a reader for
     the files the migration left as they were."""
 
-    def __init__(self, sources: Mapping[str, Source], read: Any) -> None:
+    def __init__(self, sources: Mapping[str, Source], read: Reader) -> None:
         self.sources = sources
         self.read = read
         self._unchanged: dict[str, tuple[str, ...]] = {}
@@ -217,7 +224,7 @@ def locate(
     shim_calls: Sequence[Any],
     native_calls: Sequence[Any],
     sources: Mapping[str, Source],
-    read: Any,
+    read: Reader,
 ) -> Location:
     """The statements to look at for `step` (1-based). `sources` holds each migrated file by
     its path relative to the tree; `read(path)` returns the text of any other file (or None)."""

@@ -200,18 +200,35 @@ def _written_guard(tree: _Tree, file: str, line: int, changed: frozenset[int]) -
     return ""
 
 
+def _unmade(call: str, made: set[str]) -> Optional[tuple[str, ...]]:
+    """The counterparts of the original's `call` of which the migrated program made none, or None
+    when it made one (a copy kept on the shim makes the original's own calls). Apex's step also
+    leaves the step's new loss scale behind: a `scaler.step` with no `update()` is half of it."""
+    expected = COUNTERPARTS.get(call)
+    if expected is None or call in made:
+        return None
+    if call == "optimizer.step" and "scaler.step" in made and "scaler.update" not in made:
+        return ("scaler.update",)
+    return None if made.intersection(expected) else expected
+
+
 def _missing(tree: _Tree, native: list, shim: list) -> tuple[Missing, ...]:
     made = {_kind(call) for call, _, _ in native}
     found = []
     seen = set()
     for call, file, line in shim:
-        expected = COUNTERPARTS.get(call)
-        # A copy kept on the shim makes the same amp calls as the original.
-        if expected is None or made.intersection((*expected, call)) or (call, file, line) in seen:
+        expected = _unmade(call, made)
+        if expected is None or (call, file, line) in seen:
             continue
         seen.add((call, file, line))
         source = tree.sources.get(file)
         first, last = source.migrated_range(line) if source else (line, line)
+        # Within a changed block, the line where the migration made the call's other half.
+        related = [
+            n for c, f, n in native if f == file and first <= n <= last and _kind(c) in COUNTERPARTS[call]
+        ]
+        if related:
+            first = last = related[0]
         texts = tuple(tree.migrated_line(file, n) for n in range(first, last + 1))
         found.append(
             Missing(call, expected, file, line, tree.original_line(file, line), (first, last), texts)

@@ -225,12 +225,12 @@ class StepLog:
         self.calls: list[list[list]] = []  # per record: [what, file, line] of its amp calls
         self._pending_calls: list[list] = []
 
-    def note(self, what: str, site: Optional[tuple[str, int]]) -> None:
-        """A call made from the program's files: it belongs to the record it helps settle (a
-        native `update()` after its step) or else to the next record."""
+    def note(self, what: str, site: Optional[tuple[str, int]], settling: bool = False) -> None:
+        """A call made from the program's files: it belongs to the next record, unless it is
+        `settling` the record before (a native `update()` after its step)."""
         if site is None or self.stopped:
             return
-        calls = self.calls[-1] if self._unsettled and self.calls else self._pending_calls
+        calls = self.calls[-1] if settling and self._unsettled and self.calls else self._pending_calls
         if len(calls) < _MAX_CALLS:
             calls.append([what, site[0], site[1]])
 
@@ -360,9 +360,9 @@ class Recorder:
         self.optimizers.append(optimizer)
         return len(self.optimizers) - 1
 
-    def note(self, what: str) -> None:
+    def note(self, what: str, settling: bool = False) -> None:
         """Record where the program made the call the calling hook is running for."""
-        self.log.note(what, self.sites.site(sys._getframe(1)))
+        self.log.note(what, self.sites.site(sys._getframe(1)), settling)
 
     def _install_forward_sites(self, torch) -> None:
         """Each outermost module forward the program runs, with the autocast it runs under: where
@@ -484,7 +484,7 @@ class Recorder:
             return scaled
 
         def update(self, *args, **kwargs):
-            recorder.note("scaler.update")
+            recorder.note("scaler.update", settling=True)
             original_update(self, *args, **kwargs)
             recorder.log.settle()
 

@@ -94,6 +94,18 @@ def test_an_original_amp_call_with_no_migrated_counterpart_at_the_step_is_missin
     ) in text
 
 
+def test_a_scaler_step_without_its_update_misses_the_update_of_the_originals_step():
+    native = [call for call in NATIVE_STEP if call[0] != "scaler.update"]
+    location = locate(1, [SHIM_STEP], [native], {"train.py": source()}, print)
+    assert [(m.call, m.expected, m.original_line) for m in location.missing] == [
+        ("amp.load_state_dict", ("scaler.load_state_dict",), 6),
+        ("optimizer.step", ("scaler.update",), 7),
+    ]
+    # In the changed block, the line of the scaler.step that ran without its update.
+    assert location.missing[1].migrated_lines == (5, 5)
+    assert location.missing[1].migrated_text == ("scaler.step(optimizer)",)
+
+
 def test_a_copy_kept_on_the_shim_makes_the_originals_calls_and_misses_none():
     shim_copy = [[call, "train.py", line] for call, _, line in SHIM_STEP]
     location = locate(1, [SHIM_STEP], [shim_copy], {}, lambda path: ORIGINAL)

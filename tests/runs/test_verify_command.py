@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -169,6 +170,12 @@ def test_a_deleted_scaler_update_fails_the_native_run_and_shows_why(tree, monkey
     assert "the native run failed (exit 1)" in result.output
     assert "RuntimeError: unscale_() is being called after step()." in result.output
     assert "identical" not in result.output
+    # The first step kept its scale (no update), and the location names the original's step,
+    # whose migration made no update().
+    assert "the runs had already diverged at step 1: scales shim [32768.0], native [65536.0]" in result.output
+    step = TRAIN.splitlines().index("    optimizer.step()") + 1
+    located = f"train.py:{step} optimizer.step: optimizer.step()  -> no scaler.update ran; migrated: line "
+    assert re.search(re.escape(located) + r"\d+: scaler\.step\(optimizer\)\n", result.output), result.output
 
 
 def test_a_script_that_never_steps_is_reported_as_such(tmp_path):

@@ -44,6 +44,8 @@ class Run:
     # Why the legacy run computes in another precision than native autocast (the recorder's
     # `precision`, shim runs only): O3's float16 weights, FP16_Optimizer.
     precision: tuple[str, ...] = ()
+    # Per record, [call, file, line] of the amp calls made for it (the recorder's "step_calls").
+    calls: Sequence[Sequence[Any]] = ()
 
 
 @dataclass(frozen=True)

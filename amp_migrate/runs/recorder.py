@@ -27,6 +27,16 @@ reports to the harness; the recorder watches it through hooks installed before i
   the shim's scaler behind `amp.scale_loss` and `FP16_Optimizer.backward`, `OptimWrapper`'s
   `scale_loss`), the value of the loss that was scaled.
 
+* the call sites ("step_calls", one list per step record): where in the program's own files
+  (those under its folder) the amp calls since the previous record were made, as
+  `[what, file, line]` (file relative to the starting directory): in native mode
+  `GradScaler()`, its `scale`, `unscale_`, `step`, `update`, `state_dict`, `load_state_dict`
+  and `torch.autocast` entered; in shim mode `amp.initialize`, `amp.scale_loss`,
+  `amp.master_params`, `amp.state_dict`, `amp.load_state_dict` and the optimizer's step; in
+  both, each outermost module forward, with the autocast it ran under. Kept apart from the
+  step records, which the two modes must write equal; `verify` uses them to say where a
+  diverging step's statements are.
+
 `--max-steps N` ends the program once N step records are complete (their scales included: in
 native mode a scaler step's record completes at the scaler's `update()`), by an exception that
 the recorder catches, so the run still exits 0 and writes its result, with "stopped": true.
@@ -50,6 +60,7 @@ import os
 import re
 import runpy
 import sys
+import threading
 import traceback
 import types
 import weakref
@@ -59,6 +70,11 @@ LOSS = re.compile(
     r"\b[Ll]oss(?!_scale)(?:_\w+)?\s*[:=]?\s+([-+]?(?:inf|nan|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?))\b"
 )
 BLOCKED = ("apex", "amp_shim")
+#: Where the run started: call sites are written relative to it (verify starts each run in the
+#: root of the tree it migrated, so they read as the migration's own paths).
+_START_DIR = os.getcwd()
+#: Calls kept per step record at most: a step that makes more is not a normal training step.
+_MAX_CALLS = 200
 
 
 class _Blocker(importlib.abc.MetaPathFinder):
@@ -132,6 +148,60 @@ def _param_sums(optimizer) -> tuple[float, float]:
     return total, absolute
 
 
+class CallSites:
+    """Where in the program's own files a call was made: the first frame outward whose file lies
+    under the program's folder (the recorder's, the shim's and torch's frames never count)."""
+
+    def __init__(self) -> None:
+        self._folder: Optional[str] = None
+        self._mine: dict[str, bool] = {}
+        self._recorder = os.path.abspath(__file__)
+
+    def _is_user_file(self, filename: str) -> bool:
+        known = self._mine.get(filename)
+        if known is None:
+            if self._folder is None:  # the program's path: `sys.argv[0]` while it runs
+                self._folder = os.path.dirname(os.path.abspath(sys.argv[0])) + os.sep
+            path = os.path.abspath(filename)
+            known = (
+                not filename.startswith("<")
+                and path.startswith(self._folder)
+                and path != self._recorder
+                and "site-packages" not in path
+            )
+            self._mine[filename] = known
+        return known
+
+    def site(
+        self, frame: Optional[types.FrameType] = None, outward: bool = True
+    ) -> Optional[tuple[str, int]]:
+        """(file, line) of the user's frame at or outward from `frame` (default: the caller);
+        with `outward` False, only `frame` itself may be it."""
+        frame = frame or sys._getframe(1)
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            if self._is_user_file(filename):
+                path = os.path.abspath(filename)
+                if path.startswith(_START_DIR + os.sep):
+                    path = os.path.relpath(path, _START_DIR)
+                return path.replace(os.sep, "/"), frame.f_lineno
+            if not outward:
+                return None
+            frame = frame.f_back
+        return None
+
+
+def _autocast_state(torch) -> str:
+    """The autocast a forward runs under, as the report shows it."""
+    for device in ("cuda", "cpu"):
+        try:
+            if torch.is_autocast_enabled(device):
+                return f"autocast {device} {str(torch.get_autocast_dtype(device)).replace('torch.', '')}"
+        except (TypeError, RuntimeError, AttributeError):  # a torch without per-device queries
+            continue
+    return "no autocast"
+
+
 class StepLog:
     """The step records: one per optimizer step the program asked for, in order, with the
     unscaled losses of the backwards since the previous record, the loss scales after the step,
@@ -152,6 +222,17 @@ class StepLog:
         self._unsettled: list[dict] = []
         self._scaled: dict[int, tuple[Any, float]] = {}  # id(scaled) -> (weakref, unscaled value)
         self._norms: dict[int, float] = {}  # id(optimizer) -> grad norm as its step began
+        self.calls: list[list[list]] = []  # per record: [what, file, line] of its amp calls
+        self._pending_calls: list[list] = []
+
+    def note(self, what: str, site: Optional[tuple[str, int]], settling: bool = False) -> None:
+        """A call made from the program's files: it belongs to the next record, unless it is
+        `settling` the record before (a native `update()` after its step)."""
+        if site is None or self.stopped:
+            return
+        calls = self.calls[-1] if settling and self._unsettled and self.calls else self._pending_calls
+        if len(calls) < _MAX_CALLS:
+            calls.append([what, site[0], site[1]])
 
     def remember_scaled(self, scaled, loss) -> None:
         """`scaled` is `loss` times a loss scale: its backward records `loss`'s value."""
@@ -192,6 +273,8 @@ class StepLog:
         }
         self._losses = []
         self.records.append(entry)
+        self.calls.append(self._pending_calls)
+        self._pending_calls = []
         self._unsettled.append(entry)
         if settle:
             self.settle()
@@ -215,9 +298,13 @@ class Recorder:
         self.steps: list[list[int]] = []  # [iteration, optimizer index] of every real step
         self.optimizers: list = []
         self.grad_scalers: list = []
+        self._generation_start = 0  # the step records' first GradScaler (native)
+        self._records_at_last_scaler = 0
         self.optim_wrappers: list = []
         self.fp16_optimizers: list = []
         self.log = StepLog(self, max_steps)
+        self.sites = CallSites()
+        self._forward_depth = threading.local()
         self._in_scaler_step = 0
         self._in_backward = 0
         # One list per step being run by a recorded step wrapper (shim): the (optimizer, skipped
@@ -236,9 +323,9 @@ class Recorder:
     def iteration(self) -> int:
         return len(self.losses)
 
-    def current_scales(self, live_only: bool = False) -> list[float]:
+    def current_scales(self) -> list[float]:
         if self.mode == "native":
-            return [float(s.get_scale()) for s in self.grad_scalers if s.is_enabled() or not live_only]
+            return [float(s.get_scale()) for s in self.grad_scalers]
         from amp_shim.amp._amp_state import _amp_state
 
         scales = [float(s.loss_scale()) for s in getattr(_amp_state, "loss_scalers", [])]
@@ -247,11 +334,14 @@ class Recorder:
         return scales
 
     def record_scales(self) -> list[float]:
-        """A step record's scales, unlike the per-iteration `scales` (kept as they were): the live
-        ones (a disabled GradScaler scales nothing) and the shim's `FP16_Optimizer` scalers, which
-        are not part of amp's state."""
-        fp16 = [float(o.loss_scaler.loss_scale()) for o in self.fp16_optimizers]
-        return self.current_scales(live_only=True) + fp16
+        """A step record's scales, unlike the per-iteration `scales` (kept as they were): the shim's
+        `FP16_Optimizer` scalers too, which are not part of amp's state; natively only the live
+        GradScalers (a disabled one scales nothing) of the newest generation (see `_new_scaler`),
+        as a second `amp.initialize` replaces Apex's loss scalers."""
+        if self.mode == "native":
+            newest = self.grad_scalers[self._generation_start :]
+            return [float(s.get_scale()) for s in newest if s.is_enabled()]
+        return self.current_scales() + [float(o.loss_scaler.loss_scale()) for o in self.fp16_optimizers]
 
     def precision(self) -> list[str]:
         """Why this (shim) run computes in another precision than the native recipe, float32
@@ -281,6 +371,16 @@ class Recorder:
             )
         return reasons
 
+    def _new_scaler(self, scaler) -> None:
+        """A GradScaler built after steps were recorded since the previous one was built (a new
+        fold, a resume in the same process) starts a new generation: the step records forget
+        the older scalers, as Apex forgets its loss scalers at a second `initialize`. Scalers
+        built together (one per loss) stay one generation."""
+        if len(self.log.records) > self._records_at_last_scaler:
+            self._generation_start = len(self.grad_scalers)
+        self._records_at_last_scaler = len(self.log.records)
+        self.grad_scalers.append(scaler)
+
     # -- hooks ------------------------------------------------------------------------------
     def optimizer_index(self, optimizer) -> int:
         for i, known in enumerate(self.optimizers):
@@ -288,6 +388,29 @@ class Recorder:
                 return i
         self.optimizers.append(optimizer)
         return len(self.optimizers) - 1
+
+    def note(self, what: str, settling: bool = False) -> None:
+        """Record where the program made the call the calling hook is running for."""
+        self.log.note(what, self.sites.site(sys._getframe(1)), settling)
+
+    def _install_forward_sites(self, torch) -> None:
+        """Each outermost module forward the program runs, with the autocast it runs under: where
+        a migration dropped or narrowed an autocast region, the forward says so."""
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        depth = self._forward_depth
+
+        def before(module, args):
+            level = getattr(depth, "level", 0)
+            if level == 0:
+                self.note(f"forward ({_autocast_state(torch)})")
+            depth.level = level + 1
+
+        def after(module, args, output):
+            depth.level = max(getattr(depth, "level", 1) - 1, 0)
+
+        register_module_forward_pre_hook(before)
+        register_module_forward_hook(after, always_call=True)
 
     def install(self) -> None:
         import torch
@@ -306,6 +429,7 @@ class Recorder:
         register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: self.log.on_step_start(optimizer))
         register_optimizer_step_post_hook(self._post_step)
         self._install_backward(torch)
+        self._install_forward_sites(torch)
         if self.mode == "native":
             self._install_native(torch)
         else:
@@ -326,6 +450,7 @@ class Recorder:
         if self._wrapped_steps:
             self._wrapped_steps[-1].append((optimizer, skipped))
         else:
+            self.note("optimizer.step")
             self.log.record(optimizer, skipped)
 
     def _install_backward(self, torch) -> None:
@@ -362,9 +487,11 @@ class Recorder:
 
         def init(self, *args, **kwargs):
             original_init(self, *args, **kwargs)
-            recorder.grad_scalers.append(self)
+            recorder._new_scaler(self)
+            recorder.note("GradScaler()")
 
         def step(self, optimizer, *args, **kwargs):
+            recorder.note("scaler.step")
             recorder._in_scaler_step += 1
             try:
                 retval = original_step(self, optimizer, *args, **kwargs)
@@ -380,11 +507,13 @@ class Recorder:
 
         def scale(self, outputs):
             recorder.log.settle()
+            recorder.note("scaler.scale")
             scaled = original_scale(self, outputs)
             recorder.log.remember_scaled(scaled, outputs)
             return scaled
 
         def update(self, *args, **kwargs):
+            recorder.note("scaler.update", settling=True)
             original_update(self, *args, **kwargs)
             recorder.log.settle()
 
@@ -392,6 +521,40 @@ class Recorder:
         scaler_cls.step = step
         scaler_cls.scale = scale
         scaler_cls.update = update
+        for name in ("unscale_", "state_dict", "load_state_dict"):
+            setattr(scaler_cls, name, self._noting(f"scaler.{name}", getattr(scaler_cls, name)))
+        self._install_autocast_sites(torch)
+
+    def _noting(self, what: str, function):
+        """`function`, noting where the program calls it."""
+        recorder = self
+
+        @functools.wraps(function)
+        def noted(*args, **kwargs):
+            if not recorder._in_scaler_step:  # GradScaler.step unscales by itself
+                recorder.note(what)
+            return function(*args, **kwargs)
+
+        return noted
+
+    def _install_autocast_sites(self, torch) -> None:
+        """Native: each `torch.autocast` region the program's own code enters (not those torch
+        enters for it, such as a checkpoint's recomputation)."""
+        recorder = self
+        autocast_cls = torch.amp.autocast_mode.autocast
+        original_enter = autocast_cls.__enter__
+
+        @functools.wraps(original_enter)
+        def enter(self):
+            site = recorder.sites.site(sys._getframe(1), outward=False)
+            if site is not None:
+                state = (
+                    f"{self.device} {str(self.fast_dtype).replace('torch.', '')}" if self._enabled else "off"
+                )
+                recorder.log.note(f"torch.autocast ({state})", site)
+            return original_enter(self)
+
+        autocast_cls.__enter__ = enter
 
     def _install_shim(self) -> None:
         from amp_shim.amp import _process_optimizer, opt
@@ -433,6 +596,14 @@ class Recorder:
 
         setattr(loss_scaler.DeviceLossScaler, "scaled", scaled)  # noqa: B010 - a patch, not an assignment mypy should check
         setattr(opt.OptimWrapper, "scale_loss", self.remembering(opt.OptimWrapper.scale_loss))  # noqa: B010 - a patch, not an assignment mypy should check
+        self._install_shim_sites()
+
+    def _install_shim_sites(self) -> None:
+        """Shim: where the program calls the amp functions it reaches as `apex.amp.NAME`."""
+        import amp_shim.amp as amp
+
+        for name in ("initialize", "scale_loss", "master_params", "state_dict", "load_state_dict"):
+            setattr(amp, name, self._noting(f"amp.{name}", getattr(amp, name)))
 
     def recorded_step(self, step):
         """Shim: a step the program calls (`amp.initialize`'s patched step, the old API's
@@ -443,6 +614,7 @@ class Recorder:
         recorder = self
 
         def recorded(owner, *args, **kwargs):
+            recorder.note("optimizer.step")
             ran: list[tuple[Any, bool]] = []
             recorder._wrapped_steps.append(ran)
             try:
@@ -606,6 +778,7 @@ def main(argv=None) -> int:
                 "apex_installed": apex_installed,
                 "step_records": recorder.log.records,
                 "precision": recorder.precision(),
+                "step_calls": recorder.log.calls,
                 "stopped": recorder.log.stopped,
             },
             f,

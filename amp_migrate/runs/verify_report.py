@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .compare import Record, stderr_tail
+from .locate import Location, describe
 from .verify_run import Outcome
 
 
@@ -89,6 +90,8 @@ def print_text(console: Console, outcome: Outcome) -> None:
         console.print(Text(f"note: {note}"))
     style = "bold green" if outcome.verdict.passed else "bold red"
     console.print(Text(outcome.verdict.message, style=style))
+    for line in describe(outcome.location):
+        console.print(Text(line), soft_wrap=True)  # long source lines stay whole, for grep and copy
 
 
 def _plain(value: Any) -> Any:
@@ -124,6 +127,39 @@ def json_document(outcome: Outcome, exit_code: int) -> dict:
         "migrated": list(outcome.migration.changed),
         "kept_shim": list(outcome.migration.shim_files),
         "records": {"shim": list(outcome.shim.records), "native": list(outcome.native.records)},
+        "location": _location(outcome.location),
         "exit_code": exit_code,
     }
     return _plain(document)
+
+
+def _location(location: Optional[Location]) -> Optional[dict]:
+    if location is None:
+        return None
+    return {
+        "step": location.step,
+        "ran": [
+            {
+                "call": site.call,
+                "file": site.file,
+                "line": site.line,
+                "text": site.text,
+                "changed": site.changed,
+                "note": site.note or None,
+                "times": site.times,
+            }
+            for site in location.ran
+        ],
+        "missing": [
+            {
+                "call": missing.call,
+                "expected": list(missing.expected),
+                "file": missing.file,
+                "original_line": missing.original_line,
+                "original_text": missing.original_text,
+                "migrated_lines": list(missing.migrated_lines),
+                "migrated_text": list(missing.migrated_text),
+            }
+            for missing in location.missing
+        ],
+    }

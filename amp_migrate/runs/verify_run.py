@@ -22,6 +22,7 @@ from typing import Optional, Sequence
 
 from ..project import migrate_project
 from .compare import Run, Verdict, judge
+from .locate import Location, changed_sources, locate
 
 RECORDER = Path(__file__).with_name("recorder.py")
 SUPPORTED = "python SCRIPT [ARGS...]"
@@ -64,6 +65,8 @@ class Outcome:
     native: Run
     migration: Migration
     command: Command
+    # The statements to look at where the runs diverged (None when they did not).
+    location: Optional[Location] = None
 
 
 def parse_command(command: Sequence[str], root: Path) -> Command:
@@ -157,8 +160,8 @@ def run_recorded(
         return Run(
             label, proc.returncode or 1, (), proc.stderr + "\nverify: the recorder wrote no step records"
         )
-    precision = tuple(data.get("precision", ()))
-    return Run(label, proc.returncode, tuple(data["step_records"]), proc.stderr, precision)
+    precision, calls = tuple(data.get("precision", ())), tuple(data.get("step_calls", ()))
+    return Run(label, proc.returncode, tuple(data["step_records"]), proc.stderr, precision, calls)
 
 
 def verify(parsed: Command, root: Path, settings: Settings) -> Outcome:
@@ -174,7 +177,28 @@ def verify(parsed: Command, root: Path, settings: Settings) -> Outcome:
             "shim", ["-m", "amp_shim"], "shim", root, parsed, work / "shim.json", settings.steps
         )
         native = run_recorded("native", [], copy_mode, copy, parsed, work / "native.json", settings.steps)
-    return Outcome(judge(shim, native, settings.rtol), shim, native, migration, parsed)
+        verdict = judge(shim, native, settings.rtol)
+        location = _locate(verdict, shim, native, root, copy, migration)
+    return Outcome(verdict, shim, native, migration, parsed, location)
+
+
+def _read(root: Path, path: str) -> Optional[str]:
+    try:
+        return (root / path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _locate(
+    verdict: Verdict, shim: Run, native: Run, root: Path, copy: Path, migration: Migration
+) -> Optional[Location]:
+    """Where the diverging step's statements are, read while the migrated copy still exists."""
+    if verdict.divergence is None:
+        return None
+    originals = {path: _read(root, path) or "" for path in migration.changed}
+    migrated = {path: _read(copy, path) or "" for path in migration.changed}
+    sources = changed_sources(originals, migrated)
+    return locate(verdict.divergence.step, shim.calls, native.calls, sources, lambda path: _read(copy, path))
 
 
 def default_device() -> str:

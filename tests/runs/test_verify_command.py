@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,20 @@ def test_a_dropped_unscale_before_the_clip_is_caught_at_the_first_clipped_step(t
     assert divergence["shim"] != divergence["native"]
     assert document["exit_codes"] == {"shim": 0, "native": 0}
     assert document["message"].startswith("diverged at step 2: grad_norm")
+    # Located: the original's clip over amp.master_params made no unscale_ at step 2, and the
+    # line the migration put in its place is the clip alone.
+    [missing] = document["location"]["missing"]
+    clip = (
+        TRAIN.splitlines().index("    torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 0.5)") + 1
+    )
+    assert (missing["call"], missing["file"], missing["original_line"]) == (
+        "amp.master_params",
+        "train.py",
+        clip,
+    )
+    assert missing["expected"] == ["scaler.unscale_"]
+    [migrated] = missing["migrated_text"]
+    assert migrated.startswith("torch.nn.utils.clip_grad_norm_((p for group in optimizer.param_groups")
 
 
 def test_a_small_difference_passes_within_rtol_with_its_size_per_quantity(tree, monkeypatch):
@@ -155,6 +170,12 @@ def test_a_deleted_scaler_update_fails_the_native_run_and_shows_why(tree, monkey
     assert "the native run failed (exit 1)" in result.output
     assert "RuntimeError: unscale_() is being called after step()." in result.output
     assert "identical" not in result.output
+    # The first step kept its scale (no update), and the location names the original's step,
+    # whose migration made no update().
+    assert "the runs had already diverged at step 1: scales shim [32768.0], native [65536.0]" in result.output
+    step = TRAIN.splitlines().index("    optimizer.step()") + 1
+    located = f"train.py:{step} optimizer.step: optimizer.step()  -> no scaler.update ran; migrated: line "
+    assert re.search(re.escape(located) + r"\d+: scaler\.step\(optimizer\)\n", result.output), result.output
 
 
 def test_a_script_that_never_steps_is_reported_as_such(tmp_path):

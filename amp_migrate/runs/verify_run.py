@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -37,6 +38,8 @@ _ALIAS_VARIABLES = ("AMP_SHIM_ALIAS", "AMP_SHIM_ALIAS_ANNOUNCED")
 _NPROC = ("--nproc-per-node", "--nproc_per_node")
 #: The exit status of a run stopped at the timeout, as coreutils' `timeout` reports it.
 TIMED_OUT = 124
+#: Carries a token unique to each run into every process the run starts, so that none outlives it.
+_RUN_TOKEN = "AMP_MIGRATE_VERIFY_RUN"
 #: Verdicts from worst to best: a distributed verdict is its worst rank's.
 _WORST_FIRST = (FAILED, NO_STEPS, STEP_COUNTS, DIVERGED, WITHIN_TOLERANCE, IDENTICAL)
 
@@ -228,14 +231,15 @@ def _recorder(mode: str, steps: int) -> list[str]:
 
 
 def _launch(argv: Sequence[str], cwd: Path, stderr_path: Path, timeout: Optional[float]) -> _Launch:
-    """Run `argv` in a session of its own, killed whole when it ends, times out or verify is
-    interrupted: a hung rank, a DataLoader worker or a rank torchrun left behind goes with it.
-    Output goes to a file, not a pipe, which a leftover process would hold open."""
+    """Run `argv`, and when it ends, times out or verify is interrupted, kill what is left of
+    it: a hung rank, a DataLoader worker. Output goes to a file, not a pipe, which a leftover
+    process would hold open."""
+    token = uuid.uuid4().hex
     with open(stderr_path, "w") as stderr:
         proc = subprocess.Popen(
             argv,
             cwd=cwd,
-            env=run_environment(),
+            env={**run_environment(), _RUN_TOKEN: token},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
@@ -247,7 +251,7 @@ def _launch(argv: Sequence[str], cwd: Path, stderr_path: Path, timeout: Optional
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
-            _kill_session(proc)
+            _kill_leftovers(proc, token)
     text = stderr_path.read_text(errors="replace")
     if timed_out:
         note = f"\nverify: the run had not finished after {timeout:g} s and was killed (hung?)"
@@ -255,12 +259,24 @@ def _launch(argv: Sequence[str], cwd: Path, stderr_path: Path, timeout: Optional
     return _Launch(proc.returncode, text)
 
 
-def _kill_session(proc: subprocess.Popen) -> None:
-    """SIGKILL to every process left in the run's session (its process group), then reap it."""
+def _kill_leftovers(proc: subprocess.Popen, token: str) -> None:
+    """SIGKILL to the run's process group and to every process that carries the run's token in
+    its environment: torchrun starts each rank in a session of its own, and a rank whose agent
+    is gone is nobody's child any more."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
-        pass  # nothing left
+        pass  # nothing left in the group
+    marker = f"{_RUN_TOKEN}={token}".encode()
+    processes = Path("/proc")
+    for entry in processes.iterdir() if processes.is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue  # gone meanwhile, or not ours to read
     proc.wait()
 
 
@@ -397,6 +413,9 @@ def _distributed_outcome(
         message = f"{verdict.message} on each of {len(ranks)} ranks"
     else:
         message = f"rank {worst.rank} of {len(ranks)}: {verdict.message}"
+        others = [str(r.rank) for r in ranks if r is not worst and not r.verdict.passed]
+        if others:
+            message += f" (rank {', '.join(others)} did not pass either)"
     verdict = dataclasses.replace(verdict, message=message, max_relative=largest)
     return Outcome(verdict, worst.shim, worst.native, migration, command, ranks, worst.rank)
 

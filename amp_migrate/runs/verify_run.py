@@ -333,27 +333,28 @@ def run_ranks(
     argv += ["--nproc-per-node", str(command.nproc), "--log-dir", str(logs), "--redirects", "3"]
     argv += [*_recorder(mode, steps), str(results), str(cwd / command.script), *command.args]
     launch = _launch(argv, cwd, work / f"{label}-torchrun.stderr", timeout)
+    paths = [Path(str(results).replace("{rank}", str(rank))) for rank in range(command.nproc)]
+    recorded = [_recorded_exit_code(path, mode) for path in paths]
+    # torchrun failed (or was killed) after every rank said it succeeded: at their exit.
+    after_all = launch.returncode != 0 and all(code == 0 for code in recorded)
     ranks = []
-    for rank in range(command.nproc):
-        result = Path(str(results).replace("{rank}", str(rank)))
+    for rank, (path, code) in enumerate(zip(paths, recorded)):
         logged = sorted(logs.glob(f"*/attempt_*/{rank}/stderr.log"))
-        stderr = "".join(path.read_text(errors="replace") for path in logged)
-        code = _rank_exit_code(result, mode, launch.returncode)
-        if code and not result.exists():
+        stderr = "".join(log.read_text(errors="replace") for log in logged)
+        if code is None or after_all:
+            code = launch.returncode or 1
             stderr += launch.stderr  # torchrun's own account: rendezvous, signals, the timeout
-        ranks.append(_read_result(label, result, code, stderr))
+        ranks.append(_read_result(label, path, code, stderr))
     return ranks
 
 
-def _rank_exit_code(result: Path, mode: str, launch_code: int) -> int:
-    """A rank's exit status, as its recorder gave it; torchrun's where the rank wrote no result
-    or where torchrun failed after ranks that all say they succeeded."""
+def _recorded_exit_code(result: Path, mode: str) -> Optional[int]:
+    """A rank's exit status as its recorder wrote it; None where it wrote no result."""
     try:
         data = json.loads(result.read_text())
     except (OSError, ValueError):
-        return launch_code or 1
-    own = 3 if mode == "native" and data.get("imported") else int(data.get("exit_code", 1))
-    return own or (launch_code if launch_code == TIMED_OUT else 0)
+        return None
+    return 3 if mode == "native" and data.get("imported") else int(data.get("exit_code", 1))
 
 
 def verify(parsed: Command, root: Path, settings: Settings) -> Outcome:
@@ -372,7 +373,7 @@ def verify(parsed: Command, root: Path, settings: Settings) -> Outcome:
             native_ranks = run_ranks(
                 "native", [], copy_mode, copy, parsed, work, settings.steps, settings.timeout
             )
-            return _distributed_outcome(shim_ranks, native_ranks, migration, parsed, settings.rtol)
+            return judge_ranks(shim_ranks, native_ranks, migration, parsed, settings.rtol)
         shim = run_recorded(
             "shim",
             ["-m", "amp_shim"],
@@ -389,7 +390,7 @@ def verify(parsed: Command, root: Path, settings: Settings) -> Outcome:
     return Outcome(judge(shim, native, settings.rtol), shim, native, migration, parsed)
 
 
-def _distributed_outcome(
+def judge_ranks(
     shim: list[tuple[Run, float]],
     native: list[tuple[Run, float]],
     migration: Migration,

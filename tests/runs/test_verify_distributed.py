@@ -2,7 +2,8 @@
 DDP ranks over gloo (127.0.0.1) runs on the shim and migrated, each rank recorded and compared.
 
 Each verify here starts two torchruns of two ranks (about 10 s each on a loaded 2-core
-machine); the command parsing is tested without running anything."""
+machine); how the ranks' verdicts combine is tested on records made by hand, and the command
+parsing without running anything."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import uuid
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
-from amp_migrate.runs import verify_run
+from amp_migrate.runs import verify_report, verify_run
+from amp_migrate.runs.compare import Run
 
 from .test_verify_command import break_migration, verify
 
@@ -124,6 +127,66 @@ def test_a_rank_that_hangs_is_killed_at_the_timeout_and_fails(ddp_tree, monkeypa
         assert rank["exit_codes"] == {"shim": 0, "native": 124}
         assert "had not finished after 60 s and was killed" in rank["stderr_tail"]["native"]
     assert processes_with(tag) == []  # the agent and both ranks are gone
+
+
+def step(param_sum: float) -> dict:
+    return {
+        "optimizer": 0,
+        "skipped": False,
+        "losses": [0.5],
+        "scales": [65536.0],
+        "grad_norm": 1.0,
+        "param_sum": param_sum,
+        "param_abs_sum": 3.0,
+    }
+
+
+def judged(shim: list[tuple[Run, float]], native: list[tuple[Run, float]], rtol: float = 0.0):
+    migration = verify_run.Migration(("train.py",), ())
+    command = verify_run.Command(Path("train.py"), (), len(shim))
+    return verify_run.judge_ranks(shim, native, migration, command, rtol)
+
+
+def ok(*sums: float) -> tuple[Run, float]:
+    return Run("shim", 0, tuple(step(s) for s in sums)), float("inf")
+
+
+def test_the_verdict_is_the_rank_that_diverged_and_the_report_names_it():
+    native = [(Run("native", 0, (step(1.0), step(2.0))), float("inf"))]
+    native.append((Run("native", 0, (step(1.0), step(2.5))), float("inf")))
+    outcome = judged([ok(1.0, 2.0), ok(1.0, 2.0)], native)
+    assert outcome.verdict.kind == "diverged" and outcome.rank == 1
+    assert outcome.verdict.message == "rank 1 of 2: diverged at step 2: param_sum shim 2.0, native 2.5"
+    assert outcome.native.records[1]["param_sum"] == 2.5  # the table shows the rank named
+    document = verify_report.json_document(outcome, 1)
+    assert document["rank"] == 1 and document["first_divergence"]["step"] == 2
+    assert [(r["rank"], r["verdict"]) for r in document["ranks"]] == [(0, "identical"), (1, "diverged")]
+    console = Console(record=True, width=160)
+    verify_report.print_text(console, outcome)
+    text = console.export_text()
+    assert "rank 0: identical: 2 steps equal bit for bit\nrank 1: diverged at step 2" in text
+    assert "rank 1, step by step:" in text
+
+
+def test_among_failed_ranks_the_one_that_raised_first_is_named():
+    # Rank 1 raised at t=100; rank 0's all-reduce lost its peer and raised at t=101.
+    shim = [ok(1.0), ok(1.0)]
+    native = [(Run("native", 1, (step(1.0),), "RuntimeError: Connection closed by peer"), 101.0)]
+    native.append((Run("native", 1, (step(1.0),), "RuntimeError: rank 1 broke"), 100.0))
+    outcome = judged(shim, native)
+    assert outcome.rank == 1 and outcome.native.stderr.endswith("rank 1 broke")
+    assert (
+        outcome.verdict.message == "rank 1 of 2: the native run failed (exit 1) (rank 0 did not pass either)"
+    )
+
+
+def test_within_tolerance_reports_the_largest_difference_over_all_ranks():
+    shim = [ok(1.0, 2.0), ok(1.0, 2.0)]
+    native = [(Run("native", 0, (step(1.0), step(2.0002))), float("inf"))]
+    native.append((Run("native", 0, (step(1.0), step(2.00002))), float("inf")))
+    outcome = judged(shim, native, rtol=1e-3)
+    assert outcome.verdict.passed and outcome.verdict.kind == "within tolerance" and outcome.rank == 0
+    assert outcome.verdict.max_relative["param_sum"] == pytest.approx(1e-4, rel=1e-3)
 
 
 @pytest.mark.parametrize(

@@ -52,6 +52,7 @@ import os
 import re
 import runpy
 import sys
+import threading
 import time
 import traceback
 import types
@@ -523,6 +524,20 @@ def result_path(template: str) -> str:
     return template.replace("{rank}", os.environ.get("RANK", "0"))
 
 
+def _end_threads_quietly_at_stop() -> None:
+    """A program that trains in a thread of its own gets the --max-steps stop in that thread:
+    the stop ends the thread, as it ends the main thread's training elsewhere, and the program's
+    main thread goes on (further steps are not recorded). Such a thread ends without the
+    "Exception in thread" report a failure gets."""
+    previous = threading.excepthook
+
+    def excepthook(args) -> None:
+        if args.exc_type is not _StopRun:
+            previous(args)
+
+    threading.excepthook = excepthook
+
+
 def _run_program(recorder: Recorder, program: str, args: list) -> tuple[int, Optional[float]]:
     """Run the program as `__main__` with its stdout teed to the recorder; its exit code and,
     when it raised, the time it did (distributed ranks fail in a chain: the first is the cause)."""
@@ -531,6 +546,7 @@ def _run_program(recorder: Recorder, program: str, args: list) -> tuple[int, Opt
     sys.argv = [program, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(program))
     exit_code, failed_at = 0, None
+    _end_threads_quietly_at_stop()
     try:
         runpy.run_path(program, run_name="__main__")
     except SystemExit as exc:

@@ -5,7 +5,8 @@ The dataset draws its samples with torch's global RNG inside `__getitem__`, in t
 the runs can only agree if both seed the workers alike (DataLoader derives their seeds from the
 main process's RNG, which the recorder seeds). `--steps` stops the program by an exception from
 the optimizer step, in the middle of the loop over the loader: the workers must end with it,
-without a hang and without errors on stderr."""
+without a hang and without errors on stderr. Where the step runs in a thread of the program's
+own, the stop ends that thread instead of the main one."""
 
 from __future__ import annotations
 
@@ -161,3 +162,44 @@ def test_both_runs_start_seeded_with_deterministic_algorithms_on(loader_tree):
     random.seed(0)
     numpy.random.seed(0)
     assert [float(v) for v in draws] == [random.random(), numpy.random.rand()]
+
+
+THREAD_TRAIN = """\
+import threading
+
+import torch
+import torch.nn as nn
+from apex import amp
+
+model = nn.Linear(8, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+
+
+def train():
+    for it in range(100000):
+        optimizer.zero_grad()
+        loss = model(torch.randn(4, 8)).pow(2).mean()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+
+
+thread = threading.Thread(target=train)
+thread.start()
+thread.join()
+print("the main thread goes on after the training thread")
+"""
+
+
+def test_a_training_loop_in_a_thread_of_its_own_stops_there_quietly(tmp_path):
+    (tmp_path / "train.py").write_text(THREAD_TRAIN)
+    outcome = verify_run.verify(
+        verify_run.parse_command(["python", "train.py"], tmp_path),
+        tmp_path,
+        verify_run.Settings(steps=3, device="cpu"),
+    )
+    assert outcome.verdict.message == "identical: 3 steps equal bit for bit", outcome.native.stderr
+    for run in (outcome.shim, outcome.native):
+        assert run.exit_code == 0 and len(run.records) == 3
+        assert "Exception in thread" not in run.stderr and "_StopRun" not in run.stderr, run.stderr

@@ -4,7 +4,10 @@ The original program runs as it is, through the shim's `apex` alias, in the curr
 directory; the migrated program runs from a temporary copy of the tree (data and config files
 included, so relative paths resolve as they do in the original). Both go through the same
 recorder the equivalence tests use, with the same command line, seed, step limit and
-environment, one after the other; `compare.judge` gives the verdict.
+environment, one after the other; `compare.judge` gives the verdict. A torchrun command runs
+as torchrun on each side, the recorder in every rank; each rank is judged, and the verdict is
+the worst rank's (`judge_ranks`). No run outlives verify: a run past the timeout, and whatever
+a run leaves behind, is killed.
 """
 
 from __future__ import annotations

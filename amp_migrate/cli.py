@@ -427,6 +427,13 @@ def run(force: bool, command: tuple[str, ...]) -> None:
     show_default=True,
     help="json: one document on stdout for CI (docs/cli.md, verify).",
 )
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.0),
+    default=900.0,
+    show_default=True,
+    help="Seconds each run may take; a run still going then is killed and fails (0: no limit).",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def verify(
     steps: int,
@@ -435,9 +442,12 @@ def verify(
     target: str,
     rtol: Optional[float],
     fmt: str,
+    timeout: float,
     command: tuple[str, ...],
 ) -> None:
     """Prove a migration on your own script: amp-migrate verify -- python train.py ARGS.
+
+    Also `-- torchrun --nproc-per-node N train.py ARGS`: every rank is compared.
 
     Migrates a temporary copy of the current directory, runs the original on the shim and the
     copy migrated, each recorded for --steps optimizer steps with the same seed, and compares
@@ -450,7 +460,9 @@ def verify(
         parsed = verify_run.parse_command(command, Path.cwd())
     except verify_run.UsageProblem as exc:
         raise click.UsageError(str(exc)) from None
-    settings = verify_run.Settings(steps, device or verify_run.default_device(), dtype, target, rtol)
+    settings = verify_run.Settings(
+        steps, device or verify_run.default_device(), dtype, target, rtol, timeout or None
+    )
     outcome = verify_run.verify(parsed, Path.cwd(), settings)
     code = 0 if outcome.verdict.passed else 1
     if fmt == "json":

@@ -40,7 +40,9 @@ reports to the harness; the recorder watches it through hooks installed before i
 `--max-steps N` ends the program once N step records are complete (their scales included: in
 native mode a scaler step's record completes at the scaler's `update()`), by an exception that
 the recorder catches, so the run still exits 0 and writes its result, with "stopped": true.
-`--seed S` seeds torch, `random` and numpy (when importable) before the program starts.
+`--seed S` seeds torch, `random` and numpy (when importable) before the program starts;
+`--deterministic` then turns on torch's deterministic algorithms (`warn_only`). Under torchrun,
+`{rank}` in RESULT becomes the rank (the RANK variable), so that each rank writes its own.
 
 `--mode native` also makes `apex` and `amp_shim` unimportable and checks at exit that neither
 was imported. `--mode shim` expects the shim: either the `apex` alias (`python -m amp_shim
@@ -61,6 +63,7 @@ import re
 import runpy
 import sys
 import threading
+import time
 import traceback
 import types
 import weakref
@@ -707,13 +710,44 @@ def _seed(seed: int) -> None:
     numpy.random.seed(seed)
 
 
-def _run_program(recorder: Recorder, program: str, args: list) -> int:
-    """Run the program as `__main__` with its stdout teed to the recorder; its exit code."""
+def _deterministic() -> None:
+    """Deterministic algorithms where torch has them; `warn_only`, because an op without one
+    should run as the program would without the recorder, not crash it. On CUDA, cuBLAS also
+    needs CUBLAS_WORKSPACE_CONFIG in the environment (verify sets it for both runs)."""
+    import torch
+
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def result_path(template: str) -> str:
+    """RESULT with `{rank}` replaced by this process's rank (torchrun's RANK, 0 without it), so
+    that every rank of a distributed run writes its own result."""
+    return template.replace("{rank}", os.environ.get("RANK", "0"))
+
+
+def _end_threads_quietly_at_stop() -> None:
+    """A program that trains in a thread of its own gets the --max-steps stop in that thread:
+    the stop ends the thread, as it ends the main thread's training elsewhere, and the program's
+    main thread goes on (further steps are not recorded). Such a thread ends without the
+    "Exception in thread" report a failure gets."""
+    previous = threading.excepthook
+
+    def excepthook(args) -> None:
+        if args.exc_type is not _StopRun:
+            previous(args)
+
+    threading.excepthook = excepthook
+
+
+def _run_program(recorder: Recorder, program: str, args: list) -> tuple[int, Optional[float]]:
+    """Run the program as `__main__` with its stdout teed to the recorder; its exit code and,
+    when it raised, the time it did (distributed ranks fail in a chain: the first is the cause)."""
     stdout = sys.stdout
     sys.stdout = _Tee(stdout, recorder)
     sys.argv = [program, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(program))
-    exit_code = 0
+    exit_code, failed_at = 0, None
+    _end_threads_quietly_at_stop()
     try:
         runpy.run_path(program, run_name="__main__")
     except SystemExit as exc:
@@ -723,23 +757,33 @@ def _run_program(recorder: Recorder, program: str, args: list) -> int:
     except Exception:
         # The steps before the failure are still recorded, so that a comparison can say
         # where two runs parted before one of them failed.
+        failed_at = time.time()
         traceback.print_exc()
         exit_code = 1
     finally:
         sys.stdout.flush()
         sys.stdout = stdout
-    return exit_code
+    return exit_code, failed_at
 
 
-def main(argv=None) -> int:
+def _arguments(argv) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", choices=("shim", "native"), required=True)
     parser.add_argument("--max-steps", type=int, default=None, help="stop after this many step records")
     parser.add_argument("--seed", type=int, default=None, help="seed torch, random and numpy first")
-    parser.add_argument("result")
+    parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="torch.use_deterministic_algorithms(True, warn_only=True)",
+    )
+    parser.add_argument("result", help="RESULT.json; `{rank}` in it becomes the process's rank")
     parser.add_argument("program")
     parser.add_argument("args", nargs=argparse.REMAINDER)
-    ns = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    ns = _arguments(argv)
 
     import importlib.util
 
@@ -756,19 +800,26 @@ def main(argv=None) -> int:
     recorder.install()
     if ns.seed is not None:
         _seed(ns.seed)
-    exit_code = _run_program(recorder, ns.program, ns.args)
+    if ns.deterministic:
+        _deterministic()
 
     import torch
 
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    exit_code, failed_at = _run_program(recorder, ns.program, ns.args)
     recorder.log.settle(stop=False)
-    params_path = os.path.splitext(ns.result)[0] + ".pt"
+    result = result_path(ns.result)
+    params_path = os.path.splitext(result)[0] + ".pt"
     torch.save(recorder.final_params(), params_path)
     imported = sorted({name.split(".")[0] for name in sys.modules} & set(BLOCKED))
-    with open(ns.result, "w") as f:
+    with open(result, "w") as f:
         json.dump(
             {
                 "mode": ns.mode,
                 "exit_code": exit_code,
+                "failed_at": failed_at,
+                "rank": int(os.environ.get("RANK", "0")),
+                "deterministic": deterministic,
                 "losses": [_finite(v) for v in recorder.losses],
                 "scales": recorder.scales,
                 "steps": recorder.steps,

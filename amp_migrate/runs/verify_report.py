@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .compare import Record, stderr_tail
+from .compare import Record, Run, stderr_tail
 from .locate import Location, describe
 from .verify_run import Outcome
 
@@ -73,6 +73,13 @@ def table(outcome: Outcome) -> Table:
     return grid
 
 
+def _runs(outcome: Outcome) -> list[tuple[str, Run]]:
+    """Every run, with the rank it ran as under torchrun ("rank 1 ")."""
+    if not outcome.ranks:
+        return [("", outcome.shim), ("", outcome.native)]
+    return [(f"rank {r.rank} ", run) for r in outcome.ranks for run in (r.shim, r.native)]
+
+
 def print_text(console: Console, outcome: Outcome) -> None:
     migration = outcome.migration
     console.print(
@@ -80,11 +87,15 @@ def print_text(console: Console, outcome: Outcome) -> None:
     )
     if migration.shim_files:
         console.print(f"kept on the shim (the copy runs with amp_shim): {', '.join(migration.shim_files)}")
+    for rank in outcome.ranks:
+        console.print(f"rank {rank.rank}: {rank.verdict.message}")
+    if outcome.ranks and (outcome.shim.records or outcome.native.records):
+        console.print(f"rank {outcome.rank}, step by step:")
     if outcome.shim.records or outcome.native.records:
         console.print(table(outcome))
-    for run in (outcome.shim, outcome.native):
+    for where, run in _runs(outcome):
         if run.exit_code != 0 and run.stderr.strip():
-            console.print(Text(f"{run.mode} run, end of stderr:", style="bold"))
+            console.print(Text(f"{where}{run.mode} run, end of stderr:", style="bold"))
             console.print(Text(stderr_tail(run.stderr)))
     for note in outcome.verdict.notes:
         console.print(Text(f"note: {note}"))
@@ -129,6 +140,18 @@ def json_document(outcome: Outcome, exit_code: int) -> dict:
         "records": {"shim": list(outcome.shim.records), "native": list(outcome.native.records)},
         "location": _location(outcome.location),
         "exit_code": exit_code,
+        "rank": outcome.rank,
+        "ranks": [
+            {
+                "rank": rank.rank,
+                "verdict": rank.verdict.kind,
+                "passed": rank.verdict.passed,
+                "message": rank.verdict.message,
+                "exit_codes": {"shim": rank.shim.exit_code, "native": rank.native.exit_code},
+                "stderr_tail": {run.mode: stderr_tail(run.stderr) for run in (rank.shim, rank.native)},
+            }
+            for rank in outcome.ranks
+        ],
     }
     return _plain(document)
 

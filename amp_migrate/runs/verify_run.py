@@ -4,33 +4,59 @@ The original program runs as it is, through the shim's `apex` alias, in the curr
 directory; the migrated program runs from a temporary copy of the tree (data and config files
 included, so relative paths resolve as they do in the original). Both go through the same
 recorder the equivalence tests use, with the same command line, seed, step limit and
-environment, one after the other; `compare.judge` gives the verdict.
+environment, one after the other; `compare.judge` gives the verdict. A torchrun command runs
+as torchrun on each side, the recorder in every rank; each rank is judged, and the verdict is
+the worst rank's (`judge_ranks`). No run outlives verify: a run past the timeout, and whatever
+a run leaves behind, is killed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
 from ..project import migrate_project
-from .compare import Run, Verdict, judge
+from .compare import (
+    AS_DOCUMENTED,
+    DIVERGED,
+    FAILED,
+    IDENTICAL,
+    NO_STEPS,
+    STEP_COUNTS,
+    WITHIN_TOLERANCE,
+    Run,
+    Verdict,
+    judge,
+)
 from .locate import Location, changed_sources, locate
 
 RECORDER = Path(__file__).with_name("recorder.py")
 SUPPORTED = "python SCRIPT [ARGS...]"
+DISTRIBUTED = "torchrun [--standalone] [--nnodes 1] --nproc-per-node N SCRIPT [ARGS...]"
 #: Folders that are no part of the program: version control, caches, virtual environments.
 _SKIPPED = frozenset({".git", ".hg", ".svn", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?(\.exe)?")
 #: The shim's alias switches: the shim run sets its own, the native run must not inherit one.
 _ALIAS_VARIABLES = ("AMP_SHIM_ALIAS", "AMP_SHIM_ALIAS_ANNOUNCED")
+#: The spellings of torchrun's processes-per-node option.
+_NPROC = ("--nproc-per-node", "--nproc_per_node")
+#: The exit status of a run stopped at the timeout, as coreutils' `timeout` reports it.
+TIMED_OUT = 124
+#: Carries a token unique to each run into every process the run starts, so that none outlives it.
+_RUN_TOKEN = "AMP_MIGRATE_VERIFY_RUN"
+#: Verdicts from worst to best: a distributed verdict is its worst rank's.
+_WORST_FIRST = (FAILED, NO_STEPS, STEP_COUNTS, DIVERGED, AS_DOCUMENTED, WITHIN_TOLERANCE, IDENTICAL)
 
 
 class UsageProblem(ValueError):
@@ -41,6 +67,7 @@ class UsageProblem(ValueError):
 class Command:
     script: Path  # relative to the tree's root
     args: tuple[str, ...]
+    nproc: int = 0  # torchrun's processes (ranks) on this machine; 0: one `python SCRIPT` process
 
 
 @dataclass(frozen=True)
@@ -50,6 +77,7 @@ class Settings:
     dtype: str = "float16"
     target: str = "auto"
     rtol: Optional[float] = None  # None: bit for bit, or compare.PRECISION_RTOL (see compare.judge)
+    timeout: Optional[float] = 900.0  # seconds each run may take before it counts as hung; None: no limit
 
 
 @dataclass(frozen=True)
@@ -59,31 +87,92 @@ class Migration:
 
 
 @dataclass(frozen=True)
+class RankOutcome:
+    """One rank of a torchrun command: its two runs and their verdict."""
+
+    rank: int
+    verdict: Verdict
+    shim: Run
+    native: Run
+    failed_at: float = float("inf")  # when the first of its runs raised (time.time()); inf: neither
+
+
+@dataclass(frozen=True)
 class Outcome:
+    """The verdict and the runs it is about. Under torchrun `ranks` holds every rank, and
+    `shim`, `native` and the verdict's divergence are those of the worst one, `rank`."""
+
     verdict: Verdict
     shim: Run
     native: Run
     migration: Migration
     command: Command
+    ranks: tuple[RankOutcome, ...] = ()
+    rank: Optional[int] = None
     # The statements to look at where the runs diverged (None when they did not).
     location: Optional[Location] = None
 
 
 def parse_command(command: Sequence[str], root: Path) -> Command:
-    """`python SCRIPT ARGS...` with SCRIPT a file in the tree; anything else is a usage problem."""
-    if not command or not _PYTHON.fullmatch(os.path.basename(command[0])):
+    """`python SCRIPT ARGS...`, or `torchrun [options] SCRIPT ARGS...` (also written `python -m
+    torch.distributed.run`), with SCRIPT a file in the tree; anything else is a usage problem."""
+    command = list(command)
+    launcher = os.path.basename(command[0]) if command else ""
+    if launcher == "torchrun":
+        return _script_command(*_torchrun_options(command[1:]), root)
+    if _PYTHON.fullmatch(launcher) and command[1:3] == ["-m", "torch.distributed.run"]:
+        return _script_command(*_torchrun_options(command[3:]), root)
+    if not _PYTHON.fullmatch(launcher):
         shown = " ".join(command[:2]) or "nothing"
-        raise UsageProblem(f"verify runs `{SUPPORTED}` (one process); got `{shown}`")
+        raise UsageProblem(f"verify runs `{SUPPORTED}` or `{DISTRIBUTED}`; got `{shown}`")
     if len(command) < 2 or command[1].startswith("-"):
-        raise UsageProblem(f"verify runs `{SUPPORTED}`: a script path after python, no interpreter options")
-    absolute = Path(os.path.normpath(root / command[1]))  # a symlinked script stays in the tree
+        raise UsageProblem(
+            f"verify runs `{SUPPORTED}`: a script path after python, no interpreter options "
+            "(but `python -m torch.distributed.run`)"
+        )
+    return _script_command(command[1:], 0, root)
+
+
+def _torchrun_options(argv: list[str]) -> tuple[list[str], int]:
+    """The arguments after torchrun's options, and its processes per node. verify runs one
+    node and picks its own rendezvous, so only the options that fit that are accepted."""
+    nproc = 1  # torchrun's own default
+    while argv and argv[0].startswith("-"):
+        option, equals, value = argv[0].partition("=")
+        if option == "--standalone" and not equals:
+            argv = argv[1:]
+            continue
+        if option not in (*_NPROC, "--nnodes"):
+            raise UsageProblem(
+                f"torchrun option {option} is not supported: verify runs `{DISTRIBUTED}` on this "
+                "machine, with a rendezvous of its own"
+            )
+        if not equals:
+            if len(argv) < 2:
+                raise UsageProblem(f"torchrun option {option} needs a value")
+            value, argv = argv[1], argv[1:]
+        argv = argv[1:]
+        if option == "--nnodes":
+            if value not in ("1", "1:1"):
+                raise UsageProblem(f"verify runs torchrun on one node (--nnodes 1); got --nnodes {value}")
+        elif not value.isdigit() or int(value) < 1:
+            raise UsageProblem(f"{option} takes a number of processes here; got {value!r}")
+        else:
+            nproc = int(value)
+    return argv, nproc
+
+
+def _script_command(argv: list[str], nproc: int, root: Path) -> Command:
+    if not argv or argv[0].startswith("-"):
+        raise UsageProblem(f"verify runs `{DISTRIBUTED}`: a script path after torchrun's options")
+    absolute = Path(os.path.normpath(root / argv[0]))  # a symlinked script stays in the tree
     if not absolute.is_file():
-        raise UsageProblem(f"{command[1]}: no such script")
+        raise UsageProblem(f"{argv[0]}: no such script")
     try:
         relative = absolute.relative_to(root)
     except ValueError:
-        raise UsageProblem(f"{command[1]}: the script must be inside the current directory") from None
-    return Command(relative, tuple(command[2:]))
+        raise UsageProblem(f"{argv[0]}: the script must be inside the current directory") from None
+    return Command(relative, tuple(argv[1:]), nproc)
 
 
 def _ignored(directory: str, names: list[str]) -> list[str]:
@@ -140,28 +229,149 @@ def migrate_copy(root: Path, settings: Settings) -> Migration:
 
 
 def run_environment() -> dict[str, str]:
-    """The user's environment (OMP_NUM_THREADS and all) less the alias switches."""
-    return {k: v for k, v in os.environ.items() if k not in _ALIAS_VARIABLES}
+    """The user's environment (OMP_NUM_THREADS and all) less the alias switches, plus the
+    cuBLAS workspace that deterministic CUDA matmuls need (unless the user set one)."""
+    environment = {k: v for k, v in os.environ.items() if k not in _ALIAS_VARIABLES}
+    environment.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    return environment
 
 
-def run_recorded(
-    label: str, launcher: Sequence[str], mode: str, cwd: Path, command: Command, result: Path, steps: int
-) -> Run:
-    """One recorded run of `command` in `cwd` (`launcher` goes between python and the recorder)."""
-    argv = [sys.executable, *launcher, str(RECORDER), "--mode", mode, "--max-steps", str(steps)]
-    argv += ["--seed", "0", str(result), str(cwd / command.script), *command.args]
-    proc = subprocess.run(argv, cwd=cwd, env=run_environment(), capture_output=True, text=True)
+@dataclass(frozen=True)
+class _Launch:
+    returncode: int
+    stderr: str
+
+
+def _recorder(mode: str, steps: int) -> list[str]:
+    """The recorder's options, the same for every run: the steps, the seed, deterministic algorithms."""
+    return [str(RECORDER), "--mode", mode, "--max-steps", str(steps), "--seed", "0", "--deterministic"]
+
+
+def _launch(argv: Sequence[str], cwd: Path, stderr_path: Path, timeout: Optional[float]) -> _Launch:
+    """Run `argv`, and when it ends, times out or verify is interrupted, kill what is left of
+    it: a hung rank, a DataLoader worker. Output goes to a file, not a pipe, which a leftover
+    process would hold open."""
+    token = uuid.uuid4().hex
+    with open(stderr_path, "w") as stderr:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env={**run_environment(), _RUN_TOKEN: token},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            _kill_leftovers(proc, token)
+    text = stderr_path.read_text(errors="replace")
+    if timed_out:
+        note = f"\nverify: the run had not finished after {timeout:g} s and was killed (hung?)"
+        return _Launch(TIMED_OUT, text + note)
+    return _Launch(proc.returncode, text)
+
+
+def _kill_leftovers(proc: subprocess.Popen, token: str) -> None:
+    """SIGKILL to the run's process group and to every process that carries the run's token in
+    its environment: torchrun starts each rank in a session of its own, and a rank whose agent
+    is gone is nobody's child any more."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # nothing left in the group
+    marker = f"{_RUN_TOKEN}={token}".encode()
+    processes = Path("/proc")
+    for entry in processes.iterdir() if processes.is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue  # gone meanwhile, or not ours to read
+    proc.wait()
+
+
+def _read_result(label: str, result: Path, exit_code: int, stderr: str) -> tuple[Run, float]:
+    """The run a result file describes (none: the recorder never got to write it), and when
+    its program raised (inf: it did not)."""
     try:
         data = json.loads(result.read_text())
     except (OSError, ValueError):
-        note = "" if proc.returncode else "\nverify: the recorder wrote no result"
-        return Run(label, proc.returncode or 1, (), proc.stderr + note)
+        note = "" if exit_code else "\nverify: the recorder wrote no result"
+        return Run(label, exit_code or 1, (), stderr + note), float("inf")
     if "step_records" not in data:
-        return Run(
-            label, proc.returncode or 1, (), proc.stderr + "\nverify: the recorder wrote no step records"
+        return Run(label, exit_code or 1, (), stderr + "\nverify: the recorder wrote no step records"), float(
+            "inf"
         )
+    failed_at = data.get("failed_at")
     precision, calls = tuple(data.get("precision", ())), tuple(data.get("step_calls", ()))
-    return Run(label, proc.returncode, tuple(data["step_records"]), proc.stderr, precision, calls)
+    run = Run(label, exit_code, tuple(data["step_records"]), stderr, precision, calls)
+    return run, float("inf" if failed_at is None else failed_at)
+
+
+def run_recorded(
+    label: str,
+    launcher: Sequence[str],
+    mode: str,
+    cwd: Path,
+    command: Command,
+    result: Path,
+    steps: int,
+    timeout: Optional[float] = None,
+) -> Run:
+    """One recorded run of `command` in `cwd` (`launcher` goes between python and the recorder)."""
+    argv = [sys.executable, *launcher, *_recorder(mode, steps), str(result)]
+    argv += [str(cwd / command.script), *command.args]
+    launch = _launch(argv, cwd, result.with_suffix(".stderr"), timeout)
+    return _read_result(label, result, launch.returncode, launch.stderr)[0]
+
+
+def run_ranks(
+    label: str,
+    launcher: Sequence[str],
+    mode: str,
+    cwd: Path,
+    command: Command,
+    work: Path,
+    steps: int,
+    timeout: Optional[float] = None,
+) -> list[tuple[Run, float]]:
+    """A recorded torchrun of `command`: each rank runs the recorder, which writes its own
+    result. A standalone rendezvous on a free port, so that runs never share one; each rank's
+    stderr in its own log. Per rank: its run, and when its program raised (inf: never)."""
+    logs, results = work / f"{label}-logs", work / f"{label}-rank{{rank}}.json"
+    argv = [sys.executable, *launcher, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
+    argv += ["--nproc-per-node", str(command.nproc), "--log-dir", str(logs), "--redirects", "3"]
+    argv += [*_recorder(mode, steps), str(results), str(cwd / command.script), *command.args]
+    launch = _launch(argv, cwd, work / f"{label}-torchrun.stderr", timeout)
+    paths = [Path(str(results).replace("{rank}", str(rank))) for rank in range(command.nproc)]
+    recorded = [_recorded_exit_code(path, mode) for path in paths]
+    # torchrun failed (or was killed) after every rank said it succeeded: at their exit.
+    after_all = launch.returncode != 0 and all(code == 0 for code in recorded)
+    ranks = []
+    for rank, (path, code) in enumerate(zip(paths, recorded)):
+        logged = sorted(logs.glob(f"*/attempt_*/{rank}/stderr.log"))
+        stderr = "".join(log.read_text(errors="replace") for log in logged)
+        if code is None or after_all:
+            code = launch.returncode or 1
+            stderr += launch.stderr  # torchrun's own account: rendezvous, signals, the timeout
+        ranks.append(_read_result(label, path, code, stderr))
+    return ranks
+
+
+def _recorded_exit_code(result: Path, mode: str) -> Optional[int]:
+    """A rank's exit status as its recorder wrote it; None where it wrote no result."""
+    try:
+        data = json.loads(result.read_text())
+    except (OSError, ValueError):
+        return None
+    return 3 if mode == "native" and data.get("imported") else int(data.get("exit_code", 1))
 
 
 def verify(parsed: Command, root: Path, settings: Settings) -> Outcome:
@@ -173,13 +383,32 @@ def verify(parsed: Command, root: Path, settings: Settings) -> Outcome:
         migration = migrate_copy(copy, settings)
         # A copy that keeps the shim imports amp_shim itself: the recorder's shim mode, no alias.
         copy_mode = "shim" if migration.shim_files else "native"
+        if parsed.nproc:
+            shim_ranks = run_ranks(
+                "shim", ["-m", "amp_shim"], "shim", root, parsed, work, settings.steps, settings.timeout
+            )
+            native_ranks = run_ranks(
+                "native", [], copy_mode, copy, parsed, work, settings.steps, settings.timeout
+            )
+            outcome = judge_ranks(shim_ranks, native_ranks, migration, parsed, settings.rtol)
+            location = _locate(outcome.verdict, outcome.shim, outcome.native, root, copy, migration)
+            return dataclasses.replace(outcome, location=location)
         shim = run_recorded(
-            "shim", ["-m", "amp_shim"], "shim", root, parsed, work / "shim.json", settings.steps
+            "shim",
+            ["-m", "amp_shim"],
+            "shim",
+            root,
+            parsed,
+            work / "shim.json",
+            settings.steps,
+            settings.timeout,
         )
-        native = run_recorded("native", [], copy_mode, copy, parsed, work / "native.json", settings.steps)
+        native = run_recorded(
+            "native", [], copy_mode, copy, parsed, work / "native.json", settings.steps, settings.timeout
+        )
         verdict = judge(shim, native, settings.rtol)
         location = _locate(verdict, shim, native, root, copy, migration)
-    return Outcome(verdict, shim, native, migration, parsed, location)
+    return Outcome(verdict, shim, native, migration, parsed, location=location)
 
 
 def _read(root: Path, path: str) -> Optional[str]:
@@ -199,6 +428,47 @@ def _locate(
     migrated = {path: _read(copy, path) or "" for path in migration.changed}
     sources = changed_sources(originals, migrated)
     return locate(verdict.divergence.step, shim.calls, native.calls, sources, lambda path: _read(copy, path))
+
+
+def judge_ranks(
+    shim: list[tuple[Run, float]],
+    native: list[tuple[Run, float]],
+    migration: Migration,
+    command: Command,
+    rtol: Optional[float],
+) -> Outcome:
+    """Every rank judged on its own; the verdict is the worst rank's, named in its message.
+    Among failed ranks the one whose program raised first is the worst: when one rank fails,
+    the others fail after it (a collective whose peer is gone), and the first is the cause."""
+    ranks = tuple(
+        RankOutcome(rank, judge(a, b, rtol), a, b, min(a_at, b_at))
+        for rank, ((a, a_at), (b, b_at)) in enumerate(zip(shim, native))
+    )
+    worst = min(ranks, key=_badness)
+    verdict = worst.verdict
+    largest: dict[str, float] = {}
+    for rank in ranks:
+        for quantity, value in rank.verdict.max_relative.items():
+            largest[quantity] = max(largest.get(quantity, 0.0), value)
+    if all(rank.verdict.kind == IDENTICAL for rank in ranks):
+        message = f"{verdict.message} on each of {len(ranks)} ranks"
+    else:
+        message = f"rank {worst.rank} of {len(ranks)}: {verdict.message}"
+        others = [str(r.rank) for r in ranks if r is not worst and not r.verdict.passed]
+        if others:
+            message += f" (rank {', '.join(others)} did not pass either)"
+    verdict = dataclasses.replace(verdict, message=message, max_relative=largest)
+    return Outcome(verdict, worst.shim, worst.native, migration, command, ranks, worst.rank)
+
+
+def _badness(rank: RankOutcome) -> tuple:
+    divergence = rank.verdict.divergence
+    return (
+        _WORST_FIRST.index(rank.verdict.kind),
+        rank.failed_at,
+        divergence.step if divergence else 0,
+        rank.rank,
+    )
 
 
 def default_device() -> str:

@@ -197,8 +197,9 @@ def test_a_migrated_copy_that_crashes_is_a_failed_run_with_its_traceback(tree, m
     "command, message",
     [
         (
-            ["torchrun", "--nproc-per-node", "2", "train.py"],
-            "verify runs `python SCRIPT [ARGS...]` (one process); got `torchrun --nproc-per-node`",
+            ["accelerate", "launch", "train.py"],
+            "verify runs `python SCRIPT [ARGS...]` or `torchrun [--standalone] [--nnodes 1] "
+            "--nproc-per-node N SCRIPT [ARGS...]`; got `accelerate launch`",
         ),
         (["python", "-m", "train"], "no interpreter options"),
         (["python", "missing.py"], "missing.py: no such script"),

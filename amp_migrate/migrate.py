@@ -124,14 +124,18 @@ def touches_apex(tree: ast.Module) -> bool:
     if any(imports_apex(node) for node in imports):
         return True
     importers = importer_aliases(imports)
-    nodes = list(walk_ast(tree))
+    imports_shim = any(
+        isinstance(n, ast.Import) and any(a.name == "amp_shim" for a in n.names) for n in imports
+    )
     shim: Optional[frozenset[str]] = None  # names that only ever hold amp_shim: its `amp` is not Apex's
-    for node in nodes:
+    for node in walk_ast(tree):
         if isinstance(node, ast.Attribute):
             if node.attr == "amp" and not (isinstance(node.value, ast.Name) and node.value.id == "torch"):
+                if not imports_shim or not isinstance(node.value, ast.Name):
+                    return True
                 if shim is None:
-                    shim = module_only_names("amp_shim", nodes)
-                if not (isinstance(node.value, ast.Name) and node.value.id in shim):
+                    shim = module_only_names("amp_shim", list(walk_ast(tree)))
+                if node.value.id not in shim:
                     return True
         elif isinstance(node, ast.Call) and dynamic_apex_use(node, importers=importers) is not None:
             return True

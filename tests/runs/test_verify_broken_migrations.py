@@ -9,13 +9,9 @@ clip: tests/runs/test_verify_command.py.)"""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-from click.testing import CliRunner
-
-from amp_migrate.cli import main
-from amp_migrate.runs import verify_run
+from .test_verify_command import break_migration, verify
 
 #: A legacy Apex O1 script whose fourth batch holds an inf (a corrupt sample): Apex skips that
 #: step and halves the loss scale.
@@ -78,35 +74,6 @@ for phase in range(2):
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "amp": amp.state_dict()}
     torch.save(state, "checkpoint.pt")
 '''
-
-
-def verify(cwd: Path, *args: str):
-    """`amp-migrate verify ARGS` in process, in `cwd` (the runs are real subprocesses)."""
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        return CliRunner().invoke(main, ["verify", *args], catch_exceptions=False)
-    finally:
-        os.chdir(old)
-
-
-def break_migration(monkeypatch, old: str, new: str) -> dict[str, str]:
-    """Make the migration return its code with `old` replaced by `new`; the broken code is
-    left under "code" of the returned dict once verify has migrated the copy."""
-    real = verify_run.migrate_project
-    broken_code: dict[str, str] = {}
-
-    def broken(files, **options):
-        results = real(files, **options)
-        for path, result in results.items():
-            if old in result.code:
-                broken_code["code"] = result.code.replace(old, new)
-                results[path] = type(result)(broken_code["code"], result.diagnostics, "native", True)
-                return results
-        raise AssertionError(f"the migration never wrote {old!r}")
-
-    monkeypatch.setattr(verify_run, "migrate_project", broken)
-    return broken_code
 
 
 def line_of(code: str, fragment: str) -> int:

@@ -81,21 +81,23 @@ def verify(cwd: Path, *args: str):
         os.chdir(old)
 
 
-def break_migration(monkeypatch, old: str, new: str) -> None:
-    """Make the migration step return code with `old` replaced by `new` (which must be there)."""
+def break_migration(monkeypatch, old: str, new: str) -> dict[str, str]:
+    """Make the migration return its code with `old` replaced by `new` (which must be there);
+    the broken code is left under "code" of the returned dict once verify has migrated the copy."""
     real = verify_run.migrate_project
+    broken_code: dict[str, str] = {}
 
     def broken(files, **options):
         results = real(files, **options)
         for path, result in results.items():
             if old in result.code:
-                results[path] = type(result)(
-                    result.code.replace(old, new), result.diagnostics, "native", True
-                )
+                broken_code["code"] = result.code.replace(old, new)
+                results[path] = type(result)(broken_code["code"], result.diagnostics, "native", True)
                 return results
         raise AssertionError(f"the migration never wrote {old!r}")
 
     monkeypatch.setattr(verify_run, "migrate_project", broken)
+    return broken_code
 
 
 def test_a_faithful_migration_is_identical_and_leaves_the_tree_alone(tree):

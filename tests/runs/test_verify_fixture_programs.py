@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runs.test_verify_command import verify
+from .test_verify_command import verify
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "fixtures" / "programs" / "equivalence"

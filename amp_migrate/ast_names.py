@@ -31,8 +31,14 @@ def _bound_names(node: ast.AST) -> list[str]:
         return list(node.names)
     if isinstance(node, ast.ExceptHandler):
         return [node.name] if node.name else []
-    name = getattr(node, "name", None) or getattr(node, "rest", None)  # match patterns
-    return [name] if isinstance(name, str) else []
+    if type(node).__name__ in _CAPTURING_PATTERNS:  # `case x`, `case [*x]`, `case {**x}`
+        name = getattr(node, "name", None) or getattr(node, "rest", None)
+        return [name] if isinstance(name, str) else []
+    return []
+
+
+#: The match patterns that bind a name (by name: `ast` has them from Python 3.10 on).
+_CAPTURING_PATTERNS = frozenset({"MatchAs", "MatchStar", "MatchMapping"})
 
 
 def module_only_names(module: str, nodes: list[ast.AST]) -> frozenset[str]:

@@ -220,6 +220,7 @@ def test_the_amp_of_a_name_that_only_holds_amp_shim_is_not_apex():
     from amp_migrate.migrate import touches_apex
 
     assert not touches_apex(ast.parse(SHIM_OUTPUT))
+    assert not touches_apex(ast.parse("import amp_shim\namp_shim.amp.initialize(model, optimizer)\n"))
     result = migrate_source(SHIM_OUTPUT)
     assert not result.changed and result.diagnostics == ()
 
@@ -236,6 +237,8 @@ def test_the_amp_of_a_name_that_only_holds_amp_shim_is_not_apex():
         "from elsewhere import apex\n",
         "class apex:\n    pass\n",
         "try:\n    pass\nexcept Exception as apex:\n    pass\n",
+        "match value:\n    case apex:\n        pass\n",
+        "match value:\n    case [*apex]:\n        pass\n",
     ],
 )
 def test_a_name_bound_to_anything_else_anywhere_may_still_hold_apex(rebinding):

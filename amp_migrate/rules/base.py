@@ -836,10 +836,11 @@ def add_requested_imports(
 ) -> cst.Module:
     """Add the plain `import X` lines rules asked for (through AddImportsVisitor's context
     key) where AddImportsVisitor puts them: after the docstring and the leading imports, with
-    a blank line before what follows. A module bound at top level by `import X` anywhere is
-    not imported again (AddImportsVisitor looks only at the leading block, so an `import
-    torch` after a `sys.path.insert(...)` would be added a second time). Done here, not by
-    AddImportsVisitor, because that one walks the whole file for a one-line change."""
+    a blank line before what follows. A module that a top-level `import` anywhere already
+    binds to its name is not imported again: `import torch` after a `sys.path.insert(...)`
+    (AddImportsVisitor looks only at the leading block) or `import torch.distributed`, which
+    binds `torch` too. Done here, not by AddImportsVisitor, because that one walks the whole
+    file for a one-line change."""
     requested = context.scratch.get(AddImportsVisitor.CONTEXT_KEY, [])
     context.scratch[AddImportsVisitor.CONTEXT_KEY] = []
     if not requested:
@@ -849,15 +850,19 @@ def add_requested_imports(
         tree = AddImportsVisitor(context).transform_module(tree)
         context.scratch[AddImportsVisitor.CONTEXT_KEY] = []
         return tree
-    bound = {
-        alias.evaluated_alias or alias.evaluated_name
+    imported = [
+        alias
         for stmt in tree.body
         if isinstance(stmt, cst.SimpleStatementLine)
         for small in stmt.body
         if isinstance(small, cst.Import)
         for alias in small.names
-    }
-    missing = sorted({item.module_name for item in requested} - bound)
+    ]
+    missing = sorted(
+        name
+        for name in {item.module_name for item in requested}
+        if not any(_binds(a, name) for a in imported)
+    )
     if not missing:
         return tree
     at = _leading_block_end(tree)
@@ -872,6 +877,16 @@ def add_requested_imports(
                 index.inherit(following, moved)
             body[at] = moved
     return tree.with_changes(body=body[:at] + new + body[at:])
+
+
+def _binds(alias: cst.ImportAlias, module: str) -> bool:
+    """After `import <alias>`, the name `module`'s first part is bound to it and `module` is
+    loaded: `import torch.distributed` binds `torch` (and loads `torch`), while `import
+    torch.distributed as dist` binds only `dist`."""
+    full = alias.evaluated_name
+    if alias.asname is not None:
+        return alias.evaluated_alias == module == full
+    return full == module or full.startswith(module + ".")
 
 
 def _leading_block_end(tree: cst.Module) -> int:

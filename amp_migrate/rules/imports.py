@@ -6,15 +6,20 @@ Shim target: `from apex import amp` becomes `from amp_shim import amp`, `import 
 Native target: once the other rules have replaced every use, Apex imports that nothing reads
 are removed, together with the scaffolding that existed only to guard them
 (`try: from apex import amp / except ImportError: amp = None`, `if args.fp16: from apex import
-amp`), and `import torch` is added where a rule needs it. Any Apex use still left is reported
-and sends the file to the shim: native output never keeps an import of a package that no
-longer exists.
+amp`), and `import torch` is added where a rule needs it and no top-level import binds `torch`
+already (`import torch.distributed` does). Any Apex use still left is reported and sends the
+file to the shim: native output never keeps an import of a package that no longer exists.
 
 What it does
     `ShimImports` (shim target) points Apex imports at `amp_shim`. `SettleImports` (native
     target) removes the Apex imports nothing reads any more, with the guards that existed only
-    for them, and adds the imports the other rules asked for. `RemainingApexUses` reports any
-    Apex use no rule rewrote (AMP900), which sends the file to the shim.
+    for them: a `try:` whose body held only those imports (and `pass`, or flags set to
+    constants) loses its handlers when they only report that Apex is missing (pass, print,
+    warn, log, raise or exit, set a flag); its `else:` arm then stands in its place, and flags
+    the body set stay as plain assignments. A handler that does more (imports a fallback,
+    defines something) stays. It adds the imports the other rules asked for.
+    `RemainingApexUses` reports any Apex use no rule rewrote (AMP900), which sends the file to
+    the shim.
 
 Why
     A native output must not import the package the project is leaving; a shim output must
@@ -38,7 +43,12 @@ Soundness
     at it changes what module is loaded and nothing the program does. Native target: an import
     is removed only when no read of its names is left, and any Apex use that no rule rewrote is
     reported and sends the file to the shim, so a native output never runs part Apex, part
-    native.
+    native. A guard's handler goes only when what is left of its `try:` body (`pass`,
+    `NAME = <constant>`) cannot raise: the handler can never run, so removing it changes
+    nothing, and the program behaves as it did where Apex imported. The `else:` arm ran exactly
+    then, and its exceptions were never the handlers', so it runs in the `try:`'s place (inside
+    a `try:`/`finally:` when there is a `finally:` arm). A body that still holds anything else
+    (another import, a call) keeps its `try:` as it is: that may still raise ImportError.
 """
 
 from __future__ import annotations
@@ -46,7 +56,6 @@ from __future__ import annotations
 from typing import Optional, Sequence, Union, cast
 
 import libcst as cst
-import libcst.matchers as m
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import ScopeProvider
@@ -54,6 +63,7 @@ from libcst.metadata import ScopeProvider
 from ..binding import APEX, is_apex_name, read_names
 from ..diagnostics import Severity, define
 from .base import Rule, add_requested_imports
+from .import_guards import apex_import, settled_try
 from .plan import pure
 
 SHIM = "amp_shim"
@@ -149,26 +159,6 @@ class ShimImports(Rule):
         return updated_node.with_changes(module=_dotted(shim_module_name(full)))
 
 
-def _apex_import(stmt: cst.CSTNode) -> bool:
-    if isinstance(stmt, cst.SimpleStatementLine):
-        return all(_apex_import(s) for s in stmt.body)
-    if isinstance(stmt, cst.Import):
-        return all(is_apex_name(get_full_name_for_node(a.name) or "") for a in stmt.names)
-    if isinstance(stmt, cst.ImportFrom):
-        return (
-            not stmt.relative
-            and stmt.module is not None
-            and is_apex_name(get_full_name_for_node(stmt.module) or "")
-        )
-    return False
-
-
-def _constant_target(line: cst.CSTNode) -> str:
-    """`NAME` of a line matched as `NAME = <constant>`."""
-    assign = cast(cst.Assign, cast(cst.SimpleStatementLine, line).body[0])
-    return cast(cst.Name, assign.targets[0].target).value
-
-
 def _emptied(original: cst.CSTNode, updated: cst.CSTNode) -> bool:
     """An `if` (no `else`, a side-effect-free test) whose body this pass removed entirely."""
     return (
@@ -180,14 +170,6 @@ def _emptied(original: cst.CSTNode, updated: cst.CSTNode) -> bool:
         and bool(original.body.body)
         and pure(original.test)
     )
-
-
-_GUARD_HANDLER_STATEMENT = m.OneOf(
-    m.Pass(),
-    m.Raise(),
-    m.Expr(m.Call()),  # print(...), warnings.warn(...), logger.info(...)
-    m.Assign(value=m.OneOf(m.Name("None"), m.Name("False"), m.Name("True"))),
-)
 
 
 class SettleImports(Rule):
@@ -214,9 +196,9 @@ class SettleImports(Rule):
 
     def _unused(self, stmt: cst.CSTNode) -> bool:
         """An Apex import statement none of whose bound names is read anywhere."""
-        if not _apex_import(stmt):
+        if not apex_import(stmt):
             return False
-        body = cast(  # what `_apex_import` accepted
+        body = cast(  # what `apex_import` accepted
             Sequence[Union[cst.Import, cst.ImportFrom]],
             stmt.body if isinstance(stmt, cst.SimpleStatementLine) else [stmt],
         )
@@ -248,83 +230,22 @@ class SettleImports(Rule):
                         return False
         return True
 
-    def _guard_names(self, stmts) -> set[str]:
-        names: set[str] = set()
-        for stmt in stmts:
-            if isinstance(stmt, cst.SimpleStatementLine):
-                for small in stmt.body:
-                    if isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(
-                        small.names, cst.ImportStar
-                    ):
-                        for alias in small.names:
-                            names.add(alias.evaluated_alias or alias.evaluated_name.split(".")[0])
-        return names
-
-    def _only_guard(self, block: cst.BaseSuite, names: set[str]) -> bool:
-        for stmt in block.body:
-            if not isinstance(stmt, cst.SimpleStatementLine):
-                return False
-            for small in stmt.body:
-                if not m.matches(small, _GUARD_HANDLER_STATEMENT):
-                    return False
-                if isinstance(small, cst.Assign) and not all(
-                    isinstance(t.target, cst.Name) and t.target.value in names for t in small.targets
-                ):
-                    return False
-        return True
-
     def _dead_guard(self, node: cst.CSTNode) -> bool:
-        """`try: <apex imports> except ImportError: ...` or `if cond: <apex imports>`, all unused."""
-        if isinstance(node, cst.Try):
-            if node.orelse or node.finalbody or not node.body.body:
-                return False
-            if not all(self._unused(s) for s in node.body.body):
-                return False
-            names = self._guard_names(node.body.body)
-            return all(self._only_guard(h.body, names) for h in node.handlers)
-        if isinstance(node, cst.If):
-            return (
-                node.orelse is None and bool(node.body.body) and all(self._unused(s) for s in node.body.body)
-            )
-        return False
-
-    def _flag_only_try(self, node: cst.CSTNode):
-        """`try: <unused apex imports>; FLAG = True / except ImportError: FLAG = False`: the
-        imports go, and what is left cannot raise ImportError, so only the body stays."""
-        if not isinstance(node, cst.Try) or node.orelse or node.finalbody:
-            return None
-        imports = [s for s in node.body.body if _apex_import(s)]
-        rest = [s for s in node.body.body if not _apex_import(s)]
-        if not imports or not rest or not all(self._unused(s) for s in imports):
-            return None
-        constant = m.SimpleStatementLine(
-            body=[
-                m.Assign(
-                    targets=[m.AssignTarget(m.Name())],
-                    value=m.OneOf(
-                        m.Name("True"), m.Name("False"), m.Name("None"), m.Integer(), m.SimpleString()
-                    ),
-                )
-            ]
+        """`if cond: <apex imports>`, all unused."""
+        return (
+            isinstance(node, cst.If)
+            and node.orelse is None
+            and bool(node.body.body)
+            and all(self._unused(s) for s in node.body.body)
         )
-        if not all(m.matches(s, constant) for s in rest):
-            return None
-        import_errors = m.OneOf(m.Name("ImportError"), m.Name("ModuleNotFoundError"))
-        names = self._guard_names(imports) | {_constant_target(s) for s in rest}
-        if not all(
-            h.type is not None and m.matches(h.type, import_errors) and self._only_guard(h.body, names)
-            for h in node.handlers
-        ):
-            return None
-        rest[0] = rest[0].with_changes(leading_lines=node.leading_lines)
-        return cst.FlattenSentinel(rest)
 
     def leave_node(self, original_node, updated_node):
-        if isinstance(original_node, (cst.Try, cst.If)) and self._dead_guard(original_node):
+        if self._dead_guard(original_node):
             return cst.RemoveFromParent()
-        flattened = self._flag_only_try(original_node)
-        if flattened is not None:
-            return flattened
+        if isinstance(original_node, cst.Try):
+            settled = settled_try(original_node, updated_node, self._unused)
+            if settled is not None:
+                return settled
         if isinstance(original_node, cst.SimpleStatementLine) and self._unused(original_node):
             return cst.RemoveFromParent()
         if _emptied(original_node, updated_node):

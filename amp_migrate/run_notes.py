@@ -3,10 +3,15 @@ output here, and how to read the positions the report gives."""
 
 from __future__ import annotations
 
+import re
 from typing import Optional, Sequence
 
 from .file_result import FileResult
 from .options import Options
+
+#: A GradScaler or autocast for device "cuda" as the rules write it (in a notebook's JSON the
+#: quotes are escaped): what torch turns off where CUDA is missing.
+_CUDA_AMP = re.compile(rb"""\b(?:GradScaler|autocast)\(\s*(?:device_type\s*=\s*)?\\?["']cuda\\?["']""")
 
 
 def _written(result: FileResult, mode: str) -> bool:
@@ -28,7 +33,10 @@ def cuda_note(results: Sequence[FileResult], options: Options, mode: str) -> Opt
     how to target this machine's CPU. The machine is looked at only when such a file exists."""
     if options.device != "cuda":
         return None
-    native = sum(r.target_used == "native" and _written(r, mode) for r in results)
+    native = sum(
+        r.target_used == "native" and _written(r, mode) and _CUDA_AMP.search(r.new_bytes or b"") is not None
+        for r in results
+    )
     if not native:
         return None
     from .cuda_here import cuda_available

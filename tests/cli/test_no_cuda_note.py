@@ -17,6 +17,7 @@ import pytest
 from amp_migrate import cuda_here
 
 from .conftest import NATIVE_INPUT, SHIM_INPUT, run_cli, run_process, write
+from .test_notebooks import make_notebook
 
 NOTE = 'this machine has no CUDA, and the native code this run would write for device "cuda" (1 file)'
 WRITTEN_NOTE = 'this machine has no CUDA, and the native code written for device "cuda" (1 file)'
@@ -69,6 +70,19 @@ def test_no_note_and_no_look_at_the_machine_without_a_native_file(project, no_gp
     document = json.loads(run_cli(["--check", "--format", "json", "."], project).stdout)
     assert document["files"][0]["target_used"] == "shim" and document["notes"] == []
     assert not _note_lines(run_cli(["--diff", "."], project).output)
+
+
+def test_no_note_for_native_code_without_a_cuda_scaler_or_autocast(project, no_gpu):
+    write(project / "norm.py", "from apex.normalization import FusedLayerNorm\nnorm = FusedLayerNorm(8)\n")
+    document = json.loads(run_cli(["--check", "--format", "json", "norm.py"], project).stdout)
+    assert document["files"][0]["target_used"] == "native" and document["notes"] == []
+
+
+def test_a_notebook_written_for_cuda_counts(project, no_gpu):
+    make_notebook(project / "nb.ipynb", [("code", NATIVE_INPUT)])
+    write(project / "train.py", NATIVE_INPUT)
+    (line,) = _note_lines(run_cli(["--check", "."], project).output)
+    assert "(2 files)" in line
 
 
 def test_no_note_where_cuda_is_there(project, monkeypatch):

@@ -172,6 +172,7 @@ def migrate(
 ) -> None:
     """Rewrite Apex-using Python files and notebooks under PATHS in place."""
     from . import report
+    from .run_notes import run_notes
 
     if interactive and (diff or check or fmt == "json"):
         raise click.UsageError("--interactive cannot be combined with --diff, --check or --format json")
@@ -187,6 +188,7 @@ def migrate(
     start = time.perf_counter()
     results = _migrate_files(files, options, mode, diff or interactive, jobs, quiet, console)
     summary = report.Summary.of(results, time.perf_counter() - start)
+    notes = run_notes(results, options, mode)
     if summary.failed:
         code = EXIT_ERRORS
     elif check and (summary.changed or summary.kept_apex):
@@ -195,11 +197,11 @@ def migrate(
         code = EXIT_OK
     if fmt == "json":
         document = report.json_document(
-            results, summary, mode=mode, options=options, include_diff=diff, exit_code=code
+            results, summary, mode=mode, options=options, include_diff=diff, exit_code=code, notes=notes
         )
         click.echo(json.dumps(document, indent=2))
     else:
-        report.print_report(console, results, summary, mode=mode, show_diff=diff, quiet=quiet)
+        report.print_report(console, results, summary, mode=mode, show_diff=diff, quiet=quiet, notes=notes)
     sys.exit(code)
 
 

@@ -47,6 +47,9 @@ class FileResult:
     new_bytes: Optional[bytes] = None
     written: bool = False
     stamp: Optional[Stamp] = None  # what was read: the write checks the file is still that
+    #: Where the lines went: for the file (cell None) or each changed cell, every original
+    #: line's line in the new text (None: no counterpart); see output_lines.py.
+    line_maps: tuple[tuple[Optional[int], tuple[Optional[int], ...]], ...] = ()
 
     @property
     def failed(self) -> bool:
@@ -56,6 +59,30 @@ class FileResult:
     def fallback_codes(self) -> list[str]:
         codes = [f.diagnostic.code for f in self.findings if f.diagnostic.falls_back]
         return sorted(set(codes))
+
+    @property
+    def reason(self) -> Optional[str]:
+        """Why a failed file was left untouched: its error, or else its first error diagnostic
+        (code, position, message), so that every file counted as an error says why in one field."""
+        if self.error is not None:
+            return self.error
+        for finding in self.findings:
+            if finding.severity == Severity.ERROR:
+                d = finding.diagnostic
+                where = f"cell {finding.cell} line {d.line}" if finding.cell is not None else f"line {d.line}"
+                return f"{d.code} at {where}: {d.message}"
+        return None
+
+    def output_line(self, finding: Finding) -> Optional[int]:
+        """`finding`'s line in the file as this run leaves it (written, or as `--check` and
+        `--diff` would write it); None where the migration removed or rewrote that line."""
+        line = finding.diagnostic.line
+        if not self.changed or self.new_bytes is None or self.error is not None or line < 1:
+            return line
+        for cell, lines in self.line_maps:
+            if cell == finding.cell:
+                return lines[line - 1] if line <= len(lines) else None
+        return line  # a notebook cell the migration left as it was
 
     def with_error(self, error: str) -> "FileResult":
         return replace(self, error=error, new_bytes=None, written=False)

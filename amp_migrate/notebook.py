@@ -36,6 +36,7 @@ from .file_result import FileResult, Finding
 from .lines import count_line_breaks, split_lines
 from .migrate import MigrationError, MigrationResult, migrate_source, python_ast
 from .options import Options, Target
+from .output_lines import line_map
 from .report import unified_diff
 from .source_file import SourceError
 from .source_index import SourceIndex
@@ -623,12 +624,13 @@ def _with_cells(
     """`result` carrying the notebook with each (cell, new source) put back, in the JSON
     layout the file had, and the per-cell diffs when asked for."""
     style = _style_of(text, nb)
-    diffs = []
+    diffs, line_maps = [], []
     for cell, new_source in rewritten:
         entry = nb["cells"][cell.index]
         old_source = _source_text(entry.get("source", ""))
         if new_source == old_source:
             continue
+        line_maps.append((cell.index + 1, line_map(old_source, new_source)))
         if want_diff:
             # A cell's last line has no newline by convention; saying so in every hunk is noise.
             name = f"{result.path}:cell {cell.index + 1}"
@@ -649,4 +651,5 @@ def _with_cells(
         new_bytes=new_bytes,
         diff="".join(diffs),
         notes=tuple(notes),
+        line_maps=tuple(line_maps),
     )

@@ -182,9 +182,18 @@ def print_report(
     mode: str,
     show_diff: bool,
     quiet: bool,
+    notes: Sequence[str] = (),
 ) -> None:
+    from .run_notes import positions_note
+
     for result in results:
         print_file(console, result, mode, show_diff)
+    positions = positions_note(results)
+    run_notes = [*notes, *([positions] if positions else [])]
+    for note in run_notes:
+        console.print(Text(f"note: {note}", style="dim"))
+    if run_notes:
+        console.print()
     if not quiet:
         console.print(summary_table(summary, mode))
 
@@ -197,6 +206,7 @@ def json_document(
     options: Options,
     include_diff: bool,
     exit_code: int,
+    notes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The `--format json` document; its schema is documented in docs/cli.md."""
     files = []
@@ -209,8 +219,8 @@ def json_document(
             "changed": r.changed and r.error is None,
             "written": r.written,
             "target_used": r.target_used,
-            "error": r.error,
-            "diagnostics": [f.to_dict() for f in r.findings],
+            "error": r.reason,
+            "diagnostics": [{**f.to_dict(), "output_line": r.output_line(f)} for f in r.findings],
             "notes": list(r.notes),
         }
         if include_diff:
@@ -222,6 +232,7 @@ def json_document(
         "mode": mode,
         "options": {"target": options.target, "device": options.device, "dtype": options.dtype},
         "files": files,
+        "notes": list(notes),
         "summary": summary.to_dict(),
         "exit_code": exit_code,
     }

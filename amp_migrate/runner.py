@@ -20,6 +20,7 @@ from . import notebook
 from .file_result import FileResult, Finding
 from .migrate import MigrationError, might_use_apex, migrate_source
 from .options import Options
+from .output_lines import line_map
 from .report import unified_diff
 from .rules.plan import SharedScaler
 from .source_file import SourceError, decode, read_stamped, write_atomic
@@ -57,6 +58,7 @@ def _migrate_python(job: Job, data: bytes) -> FileResult:
         target_used=migrated.target_used,
         new_bytes=source.to_bytes(migrated.code),
         diff=diff,
+        line_maps=((None, line_map(source.text, migrated.code)),),
     )
 
 

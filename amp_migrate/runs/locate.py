@@ -76,6 +76,26 @@ class Source:
                 return self._closest(self.original[index].strip(), j1, j2) or (j1 + 1, j2)
         return len(self.migrated) + 1, len(self.migrated)
 
+    def counterparts(self) -> tuple[Optional[int], ...]:
+        """For each original line (index: line - 1), the 1-based migrated line that is it moved
+        or rewritten (the line of its changed block that reads mostly like it), or None: deleted, or
+        replaced by code that reads like none of it. A line of a changed block that reappears
+        there as it was (re-indented under a new `with`) is found by its text, not scored
+        against every line of the block."""
+        out: list[Optional[int]] = [None] * len(self.original)
+        for tag, i1, i2, j1, j2 in self._opcodes:
+            if tag == "equal":
+                out[i1:i2] = range(j1 + 1, j1 + 1 + i2 - i1)
+                continue
+            first: dict[str, int] = {}
+            for j in range(j2 - 1, j1 - 1, -1):
+                first[self.migrated[j].strip()] = j + 1
+            for i in range(i1, i2):
+                text = self.original[i].strip()
+                closest = (first[text], 0) if text in first else self._closest(text, j1, j2)
+                out[i] = closest[0] if closest else None
+        return tuple(out)
+
     def _closest(self, text: str, j1: int, j2: int) -> Optional[tuple[int, int]]:
         scored = [
             (difflib.SequenceMatcher(None, text, self.migrated[j].strip()).ratio(), j + 1)

@@ -36,6 +36,11 @@ reports to the harness; the recorder watches it through hooks installed before i
   both, each outermost module forward, with the autocast it ran under. Kept apart from the
   step records, which the two modes must write equal; `verify` uses them to say where a
   diverging step's statements are.
+* the amp calls of the whole run ("amp_calls", shim mode; from the start, calls before the
+  first step record and from any file included): how often `amp.initialize`, `amp.scale_loss`,
+  `amp.init`, the step `amp.initialize` patches on ("amp optimizer.step"), the old API's
+  `OptimWrapper.scale_loss`/`step` and `FP16_Optimizer.backward`/`step` ran; `verify` passes no
+  run in which none of them ran.
 
 `--max-steps N` ends the program once N step records are complete (their scales included: in
 native mode a scaler step's record completes at the scaler's `update()`), by an exception that
@@ -313,6 +318,8 @@ class Recorder:
         # One list per step being run by a recorded step wrapper (shim): the (optimizer, skipped
         # on the device) of each real step the global hook saw inside it.
         self._wrapped_steps: list[list[tuple[Any, bool]]] = []
+        # Shim: how often each amp call ran over the whole run, wherever it was called from.
+        self.amp_calls: dict[str, int] = {}
 
     # -- clock: the loss lines ----------------------------------------------------------------
     def on_line(self, line: str) -> None:
@@ -600,6 +607,33 @@ class Recorder:
         setattr(loss_scaler.DeviceLossScaler, "scaled", scaled)  # noqa: B010 - a patch, not an assignment mypy should check
         setattr(opt.OptimWrapper, "scale_loss", self.remembering(opt.OptimWrapper.scale_loss))  # noqa: B010 - a patch, not an assignment mypy should check
         self._install_shim_sites()
+        self._install_amp_counts()
+
+    def _install_amp_counts(self) -> None:
+        """Shim: count the amp calls that show Apex's amp at work (verify passes no run in which
+        none ran), from the program's start: calls before the first step record count too."""
+        import amp_shim.amp as amp
+        from amp_shim.amp import opt
+        from amp_shim.fp16_utils import fp16_optimizer
+
+        for owner, name, what in (
+            (amp, "initialize", "amp.initialize"),
+            (amp, "scale_loss", "amp.scale_loss"),
+            (amp, "init", "amp.init"),
+            (opt.OptimWrapper, "scale_loss", "OptimWrapper.scale_loss"),
+            (fp16_optimizer.FP16_Optimizer, "backward", "FP16_Optimizer.backward"),
+        ):
+            setattr(owner, name, self._counted(what, getattr(owner, name)))
+
+    def _counted(self, what: str, function):
+        counts = self.amp_calls
+
+        @functools.wraps(function)
+        def counted(*args, **kwargs):
+            counts[what] = counts.get(what, 0) + 1
+            return function(*args, **kwargs)
+
+        return counted
 
     def _install_shim_sites(self) -> None:
         """Shim: where the program calls the amp functions it reaches as `apex.amp.NAME`."""
@@ -618,6 +652,9 @@ class Recorder:
 
         def recorded(owner, *args, **kwargs):
             recorder.note("optimizer.step")
+            kind = type(owner).__name__
+            what = f"{kind}.step" if kind in ("OptimWrapper", "FP16_Optimizer") else "amp optimizer.step"
+            recorder.amp_calls[what] = recorder.amp_calls.get(what, 0) + 1
             ran: list[tuple[Any, bool]] = []
             recorder._wrapped_steps.append(ran)
             try:
@@ -830,6 +867,7 @@ def main(argv=None) -> int:
                 "step_records": recorder.log.records,
                 "precision": recorder.precision(),
                 "step_calls": recorder.log.calls,
+                "amp_calls": recorder.amp_calls,
                 "stopped": recorder.log.stopped,
             },
             f,

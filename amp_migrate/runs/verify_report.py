@@ -133,7 +133,9 @@ def json_document(outcome: Outcome, exit_code: int) -> dict:
         },
         "max_relative_difference": verdict.max_relative,
         "notes": list(verdict.notes),
-        "exit_codes": {"shim": outcome.shim.exit_code, "native": outcome.native.exit_code},
+        "exit_codes": {"shim": outcome.shim.exit_code, "native": _exit_code(outcome.native)},
+        "started": {"shim": outcome.shim.started, "native": outcome.native.started},
+        "amp_calls": outcome.shim.amp_calls,
         "stderr_tail": {run.mode: stderr_tail(run.stderr) for run in (outcome.shim, outcome.native)},
         "migrated": list(outcome.migration.changed),
         "kept_shim": list(outcome.migration.shim_files),
@@ -147,13 +149,19 @@ def json_document(outcome: Outcome, exit_code: int) -> dict:
                 "verdict": rank.verdict.kind,
                 "passed": rank.verdict.passed,
                 "message": rank.verdict.message,
-                "exit_codes": {"shim": rank.shim.exit_code, "native": rank.native.exit_code},
+                "exit_codes": {"shim": rank.shim.exit_code, "native": _exit_code(rank.native)},
+                "amp_calls": rank.shim.amp_calls,
                 "stderr_tail": {run.mode: stderr_tail(run.stderr) for run in (rank.shim, rank.native)},
             }
             for rank in outcome.ranks
         ],
     }
     return _plain(document)
+
+
+def _exit_code(run: Run) -> Optional[int]:
+    """None for a run verify never started."""
+    return run.exit_code if run.started else None
 
 
 def _location(location: Optional[Location]) -> Optional[dict]:

@@ -28,6 +28,7 @@ from typing import Optional, Sequence
 
 from ..project import migrate_project
 from .compare import (
+    AMP_NEVER_RAN,
     AS_DOCUMENTED,
     DIVERGED,
     FAILED,
@@ -37,6 +38,7 @@ from .compare import (
     WITHIN_TOLERANCE,
     Run,
     Verdict,
+    failed_before_first_step,
     judge,
 )
 from .locate import Location, changed_sources, locate
@@ -55,8 +57,19 @@ _NPROC = ("--nproc-per-node", "--nproc_per_node")
 TIMED_OUT = 124
 #: Carries a token unique to each run into every process the run starts, so that none outlives it.
 _RUN_TOKEN = "AMP_MIGRATE_VERIFY_RUN"
+#: The migrated run where the legacy run failed before its first step: nothing to compare it with.
+NOT_STARTED = Run("native", 0, started=False)
 #: Verdicts from worst to best: a distributed verdict is its worst rank's.
-_WORST_FIRST = (FAILED, NO_STEPS, STEP_COUNTS, DIVERGED, AS_DOCUMENTED, WITHIN_TOLERANCE, IDENTICAL)
+_WORST_FIRST = (
+    FAILED,
+    NO_STEPS,
+    STEP_COUNTS,
+    DIVERGED,
+    AMP_NEVER_RAN,
+    AS_DOCUMENTED,
+    WITHIN_TOLERANCE,
+    IDENTICAL,
+)
 
 
 class UsageProblem(ValueError):
@@ -78,6 +91,7 @@ class Settings:
     target: str = "auto"
     rtol: Optional[float] = None  # None: bit for bit, or compare.PRECISION_RTOL (see compare.judge)
     timeout: Optional[float] = 900.0  # seconds each run may take before it counts as hung; None: no limit
+    allow_no_amp: bool = False  # a legacy run in which no amp call ran may pass (compare.judge)
 
 
 @dataclass(frozen=True)
@@ -311,7 +325,8 @@ def _read_result(label: str, result: Path, exit_code: int, stderr: str) -> tuple
         )
     failed_at = data.get("failed_at")
     precision, calls = tuple(data.get("precision", ())), tuple(data.get("step_calls", ()))
-    run = Run(label, exit_code, tuple(data["step_records"]), stderr, precision, calls)
+    amp_calls = dict(data.get("amp_calls") or {})
+    run = Run(label, exit_code, tuple(data["step_records"]), stderr, precision, calls, amp_calls)
     return run, float("inf" if failed_at is None else failed_at)
 
 
@@ -387,10 +402,15 @@ def verify(parsed: Command, root: Path, settings: Settings) -> Outcome:
             shim_ranks = run_ranks(
                 "shim", ["-m", "amp_shim"], "shim", root, parsed, work, settings.steps, settings.timeout
             )
-            native_ranks = run_ranks(
-                "native", [], copy_mode, copy, parsed, work, settings.steps, settings.timeout
+            if all(failed_before_first_step(run) for run, _ in shim_ranks):
+                native_ranks = [(NOT_STARTED, float("inf")) for _ in shim_ranks]
+            else:
+                native_ranks = run_ranks(
+                    "native", [], copy_mode, copy, parsed, work, settings.steps, settings.timeout
+                )
+            outcome = judge_ranks(
+                shim_ranks, native_ranks, migration, parsed, settings.rtol, settings.allow_no_amp
             )
-            outcome = judge_ranks(shim_ranks, native_ranks, migration, parsed, settings.rtol)
             location = _locate(outcome.verdict, outcome.shim, outcome.native, root, copy, migration)
             return dataclasses.replace(outcome, location=location)
         shim = run_recorded(
@@ -403,10 +423,13 @@ def verify(parsed: Command, root: Path, settings: Settings) -> Outcome:
             settings.steps,
             settings.timeout,
         )
-        native = run_recorded(
-            "native", [], copy_mode, copy, parsed, work / "native.json", settings.steps, settings.timeout
-        )
-        verdict = judge(shim, native, settings.rtol)
+        if failed_before_first_step(shim):
+            native = NOT_STARTED
+        else:
+            native = run_recorded(
+                "native", [], copy_mode, copy, parsed, work / "native.json", settings.steps, settings.timeout
+            )
+        verdict = judge(shim, native, settings.rtol, settings.allow_no_amp)
         location = _locate(verdict, shim, native, root, copy, migration)
     return Outcome(verdict, shim, native, migration, parsed, location=location)
 
@@ -436,12 +459,13 @@ def judge_ranks(
     migration: Migration,
     command: Command,
     rtol: Optional[float],
+    allow_no_amp: bool = False,
 ) -> Outcome:
     """Every rank judged on its own; the verdict is the worst rank's, named in its message.
     Among failed ranks the one whose program raised first is the worst: when one rank fails,
     the others fail after it (a collective whose peer is gone), and the first is the cause."""
     ranks = tuple(
-        RankOutcome(rank, judge(a, b, rtol), a, b, min(a_at, b_at))
+        RankOutcome(rank, judge(a, b, rtol, allow_no_amp), a, b, min(a_at, b_at))
         for rank, ((a, a_at), (b, b_at)) in enumerate(zip(shim, native))
     )
     worst = min(ranks, key=_badness)

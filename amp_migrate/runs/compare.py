@@ -68,6 +68,9 @@ class Run:
     amp_calls: Optional[Mapping[str, int]] = None
     # False: verify never started this run (the legacy run had failed before its first step).
     started: bool = True
+    # The watched lines that executed, per file (the recorder's "executed_lines": verify's
+    # migrated run, for the coverage of the migration's statements); None: not watched.
+    executed: Optional[Mapping[str, Sequence[int]]] = None
 
 
 @dataclass(frozen=True)

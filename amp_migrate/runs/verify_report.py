@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from . import coverage
 from .compare import Record, Run, stderr_tail
 from .locate import Location, describe
 from .verify_run import Outcome
@@ -103,6 +104,8 @@ def print_text(console: Console, outcome: Outcome) -> None:
     console.print(Text(outcome.verdict.message, style=style))
     for line in describe(outcome.location):
         console.print(Text(line), soft_wrap=True)  # long source lines stay whole, for grep and copy
+    for line in coverage.describe(outcome.coverage):
+        console.print(Text(line), soft_wrap=True)
 
 
 def _plain(value: Any) -> Any:
@@ -141,6 +144,7 @@ def json_document(outcome: Outcome, exit_code: int) -> dict:
         "kept_shim": list(outcome.migration.shim_files),
         "records": {"shim": list(outcome.shim.records), "native": list(outcome.native.records)},
         "location": _location(outcome.location),
+        "coverage": coverage.as_json(outcome.coverage),
         "exit_code": exit_code,
         "rank": outcome.rank,
         "ranks": [

@@ -41,7 +41,8 @@ from .compare import (
     failed_before_first_step,
     judge,
 )
-from .locate import Location, changed_sources, locate
+from .coverage import Coverage, Statement, covered, watch_list, written_statements
+from .locate import Location, Source, changed_sources, locate
 
 RECORDER = Path(__file__).with_name("recorder.py")
 SUPPORTED = "python SCRIPT [ARGS...]"
@@ -125,6 +126,9 @@ class Outcome:
     rank: Optional[int] = None
     # The statements to look at where the runs diverged (None when they did not).
     location: Optional[Location] = None
+    # Which statements the migration wrote ran in the migrated run (None: it did not run, or
+    # wrote nothing about them).
+    coverage: Optional[Coverage] = None
 
 
 def parse_command(command: Sequence[str], root: Path) -> Command:
@@ -256,9 +260,11 @@ class _Launch:
     stderr: str
 
 
-def _recorder(mode: str, steps: int) -> list[str]:
-    """The recorder's options, the same for every run: the steps, the seed, deterministic algorithms."""
-    return [str(RECORDER), "--mode", mode, "--max-steps", str(steps), "--seed", "0", "--deterministic"]
+def _recorder(mode: str, steps: int, watch: Optional[Path] = None) -> list[str]:
+    """The recorder's options, the same for every run: the steps, the seed, deterministic
+    algorithms; for the migrated run, the lines whose execution it records."""
+    options = [str(RECORDER), "--mode", mode, "--max-steps", str(steps), "--seed", "0", "--deterministic"]
+    return options + (["--watch-lines", str(watch)] if watch is not None else [])
 
 
 def _launch(argv: Sequence[str], cwd: Path, stderr_path: Path, timeout: Optional[float]) -> _Launch:
@@ -326,7 +332,10 @@ def _read_result(label: str, result: Path, exit_code: int, stderr: str) -> tuple
     failed_at = data.get("failed_at")
     precision, calls = tuple(data.get("precision", ())), tuple(data.get("step_calls", ()))
     amp_calls = dict(data.get("amp_calls") or {})
-    run = Run(label, exit_code, tuple(data["step_records"]), stderr, precision, calls, amp_calls)
+    executed = data.get("executed_lines")
+    run = Run(
+        label, exit_code, tuple(data["step_records"]), stderr, precision, calls, amp_calls, executed=executed
+    )
     return run, float("inf" if failed_at is None else failed_at)
 
 
@@ -339,9 +348,10 @@ def run_recorded(
     result: Path,
     steps: int,
     timeout: Optional[float] = None,
+    watch: Optional[Path] = None,
 ) -> Run:
     """One recorded run of `command` in `cwd` (`launcher` goes between python and the recorder)."""
-    argv = [sys.executable, *launcher, *_recorder(mode, steps), str(result)]
+    argv = [sys.executable, *launcher, *_recorder(mode, steps, watch), str(result)]
     argv += [str(cwd / command.script), *command.args]
     launch = _launch(argv, cwd, result.with_suffix(".stderr"), timeout)
     return _read_result(label, result, launch.returncode, launch.stderr)[0]
@@ -356,6 +366,7 @@ def run_ranks(
     work: Path,
     steps: int,
     timeout: Optional[float] = None,
+    watch: Optional[Path] = None,
 ) -> list[tuple[Run, float]]:
     """A recorded torchrun of `command`: each rank runs the recorder, which writes its own
     result. A standalone rendezvous on a free port, so that runs never share one; each rank's
@@ -363,7 +374,7 @@ def run_ranks(
     logs, results = work / f"{label}-logs", work / f"{label}-rank{{rank}}.json"
     argv = [sys.executable, *launcher, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
     argv += ["--nproc-per-node", str(command.nproc), "--log-dir", str(logs), "--redirects", "3"]
-    argv += [*_recorder(mode, steps), str(results), str(cwd / command.script), *command.args]
+    argv += [*_recorder(mode, steps, watch), str(results), str(cwd / command.script), *command.args]
     launch = _launch(argv, cwd, work / f"{label}-torchrun.stderr", timeout)
     paths = [Path(str(results).replace("{rank}", str(rank))) for rank in range(command.nproc)]
     recorded = [_recorded_exit_code(path, mode) for path in paths]
@@ -398,6 +409,9 @@ def verify(parsed: Command, root: Path, settings: Settings) -> Outcome:
         migration = migrate_copy(copy, settings)
         # A copy that keeps the shim imports amp_shim itself: the recorder's shim mode, no alias.
         copy_mode = "shim" if migration.shim_files else "native"
+        statements = written_statements(_sources(root, copy, migration))
+        watch = work / "watch-lines.json"
+        watch.write_text(json.dumps(watch_list(statements, copy)))
         if parsed.nproc:
             shim_ranks = run_ranks(
                 "shim", ["-m", "amp_shim"], "shim", root, parsed, work, settings.steps, settings.timeout
@@ -406,13 +420,14 @@ def verify(parsed: Command, root: Path, settings: Settings) -> Outcome:
                 native_ranks = [(NOT_STARTED, float("inf")) for _ in shim_ranks]
             else:
                 native_ranks = run_ranks(
-                    "native", [], copy_mode, copy, parsed, work, settings.steps, settings.timeout
+                    "native", [], copy_mode, copy, parsed, work, settings.steps, settings.timeout, watch
                 )
             outcome = judge_ranks(
                 shim_ranks, native_ranks, migration, parsed, settings.rtol, settings.allow_no_amp
             )
             location = _locate(outcome.verdict, outcome.shim, outcome.native, root, copy, migration)
-            return dataclasses.replace(outcome, location=location)
+            coverage = _coverage(statements, copy, [run for run, _ in native_ranks])
+            return dataclasses.replace(outcome, location=location, coverage=coverage)
         shim = run_recorded(
             "shim",
             ["-m", "amp_shim"],
@@ -427,11 +442,20 @@ def verify(parsed: Command, root: Path, settings: Settings) -> Outcome:
             native = NOT_STARTED
         else:
             native = run_recorded(
-                "native", [], copy_mode, copy, parsed, work / "native.json", settings.steps, settings.timeout
+                "native",
+                [],
+                copy_mode,
+                copy,
+                parsed,
+                work / "native.json",
+                settings.steps,
+                settings.timeout,
+                watch,
             )
         verdict = judge(shim, native, settings.rtol, settings.allow_no_amp)
         location = _locate(verdict, shim, native, root, copy, migration)
-    return Outcome(verdict, shim, native, migration, parsed, location=location)
+        coverage = _coverage(statements, copy, [native])
+    return Outcome(verdict, shim, native, migration, parsed, location=location, coverage=coverage)
 
 
 def _read(root: Path, path: str) -> Optional[str]:
@@ -441,15 +465,27 @@ def _read(root: Path, path: str) -> Optional[str]:
         return None
 
 
+def _sources(root: Path, copy: Path, migration: Migration) -> dict[str, Source]:
+    """The migrated files of the copy with their originals, read while the copy exists."""
+    originals = {path: _read(root, path) or "" for path in migration.changed}
+    migrated = {path: _read(copy, path) or "" for path in migration.changed}
+    return changed_sources(originals, migrated)
+
+
+def _coverage(statements: Sequence[Statement], copy: Path, runs: Sequence[Run]) -> Optional[Coverage]:
+    """The migration's statements that ran in the migrated run (any rank); None where no run
+    recorded its lines (not started, or no result)."""
+    executed = [run.executed for run in runs if run.executed is not None]
+    return covered(statements, copy, executed) if executed else None
+
+
 def _locate(
     verdict: Verdict, shim: Run, native: Run, root: Path, copy: Path, migration: Migration
 ) -> Optional[Location]:
     """Where the diverging step's statements are, read while the migrated copy still exists."""
     if verdict.divergence is None:
         return None
-    originals = {path: _read(root, path) or "" for path in migration.changed}
-    migrated = {path: _read(copy, path) or "" for path in migration.changed}
-    sources = changed_sources(originals, migrated)
+    sources = _sources(root, copy, migration)
     return locate(verdict.divergence.step, shim.calls, native.calls, sources, lambda path: _read(copy, path))
 
 

@@ -410,11 +410,22 @@ def verify(parsed: Command, root: Path, settings: Settings) -> Outcome:
         # A copy that keeps the shim imports amp_shim itself: the recorder's shim mode, no alias.
         copy_mode = "shim" if migration.shim_files else "native"
         statements = written_statements(_sources(root, copy, migration))
-        watch = work / "watch-lines.json"
+        watch, unwatched = work / "watch-lines.json", work / "watch-no-lines.json"
         watch.write_text(json.dumps(watch_list(statements, copy)))
+        # The legacy run is traced too, watching nothing: both runs execute under the same trace
+        # function, whatever the program does differently under one (torch.compile).
+        unwatched.write_text("{}")
         if parsed.nproc:
             shim_ranks = run_ranks(
-                "shim", ["-m", "amp_shim"], "shim", root, parsed, work, settings.steps, settings.timeout
+                "shim",
+                ["-m", "amp_shim"],
+                "shim",
+                root,
+                parsed,
+                work,
+                settings.steps,
+                settings.timeout,
+                unwatched,
             )
             if all(failed_before_first_step(run) for run, _ in shim_ranks):
                 native_ranks = [(NOT_STARTED, float("inf")) for _ in shim_ranks]
@@ -437,6 +448,7 @@ def verify(parsed: Command, root: Path, settings: Settings) -> Outcome:
             work / "shim.json",
             settings.steps,
             settings.timeout,
+            unwatched,
         )
         if failed_before_first_step(shim):
             native = NOT_STARTED

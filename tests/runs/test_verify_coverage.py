@@ -95,3 +95,16 @@ def test_a_run_to_the_end_runs_the_checkpoint_save_too(tree):
     coverage = json.loads(verify(tree, *args).output)["coverage"]
     assert coverage["not_run"] == []
     assert '"amp": scaler.state_dict(),' in {entry["text"] for entry in coverage["ran"]}
+
+
+def test_each_torchrun_rank_watches_its_own_lines(tmp_path: Path):
+    from .test_verify_distributed import DDP_TRAIN
+
+    (tmp_path / "train.py").write_text(DDP_TRAIN)
+    command = ("torchrun", "--nproc-per-node", "2", "train.py", "--iterations", "3")
+    result = verify(tmp_path, "--steps", "3", "--device", "cpu", "--format", "json", "--", *command)
+    document = json.loads(result.output)
+    assert document["passed"], document["message"]
+    ran = {entry["text"] for entry in document["coverage"]["ran"]}
+    assert {"scaler.scale(loss).backward()", "scaler.step(optimizer)", "scaler.update()"} <= ran
+    assert document["coverage"]["not_run"] == []

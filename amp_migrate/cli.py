@@ -436,6 +436,12 @@ def run(force: bool, command: tuple[str, ...]) -> None:
     show_default=True,
     help="Seconds each run may take; a run still going then is killed and fails (0: no limit).",
 )
+@click.option(
+    "--allow-no-amp",
+    is_flag=True,
+    help="Let a run pass in which the legacy program made no Apex amp call (amp.initialize, "
+    "amp.scale_loss, an amp or FP16_Optimizer step): such runs do not exercise the migration.",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def verify(
     steps: int,
@@ -445,6 +451,7 @@ def verify(
     rtol: Optional[float],
     fmt: str,
     timeout: float,
+    allow_no_amp: bool,
     command: tuple[str, ...],
 ) -> None:
     """Prove a migration on your own script: amp-migrate verify -- python train.py ARGS.
@@ -454,7 +461,8 @@ def verify(
     Migrates a temporary copy of the current directory, runs the original on the shim and the
     copy migrated, each recorded for --steps optimizer steps with the same seed, and compares
     them step by step. Exit 0: identical, within the tolerance, or different only where the
-    migration is documented to differ; 1: diverged, failed or never stepped.
+    migration is documented to differ; 1: diverged, failed, never stepped, or no amp call ran
+    in the legacy run (--allow-no-amp accepts that).
     """
     from .runs import verify_report, verify_run
 
@@ -463,7 +471,13 @@ def verify(
     except verify_run.UsageProblem as exc:
         raise click.UsageError(str(exc)) from None
     settings = verify_run.Settings(
-        steps, device or verify_run.default_device(), dtype, target, rtol, timeout or None
+        steps,
+        device or verify_run.default_device(),
+        dtype,
+        target,
+        rtol,
+        timeout or None,
+        allow_no_amp=allow_no_amp,
     )
     outcome = verify_run.verify(parsed, Path.cwd(), settings)
     code = 0 if outcome.verdict.passed else 1

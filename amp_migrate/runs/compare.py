@@ -8,6 +8,7 @@ number of times from the other: a migration is only proven by runs that did the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import struct
 from dataclasses import dataclass, field
@@ -23,12 +24,28 @@ DIVERGED = "diverged"
 STEP_COUNTS = "different number of steps"
 NO_STEPS = "no steps"
 FAILED = "run failed"
+AMP_NEVER_RAN = "amp never ran"
 PASSING = (IDENTICAL, WITHIN_TOLERANCE, AS_DOCUMENTED)
 
 #: The tolerance when the legacy run computes in another precision than its migration (its
 #: model weights in float16: O3, FP16_Optimizer) and none is given: the project's fixtures at O3
 #: and with FP16_Optimizer stay well inside it over their runs (docs/differences.md).
 PRECISION_RTOL = 5e-2
+
+#: The recorder's counts ("amp_calls") that show Apex's amp at work in the legacy run: its
+#: initialize and scale_loss, the step amp.initialize patches onto an optimizer, the old API's
+#: handle and OptimWrapper, FP16_Optimizer's backward and step. amp.state_dict and the like alone
+#: exercise none of what a migration rewrites.
+AMP_RAN = (
+    "amp.initialize",
+    "amp.scale_loss",
+    "amp.init",
+    "amp optimizer.step",
+    "OptimWrapper.scale_loss",
+    "OptimWrapper.step",
+    "FP16_Optimizer.backward",
+    "FP16_Optimizer.step",
+)
 
 Record = Mapping[str, Any]
 
@@ -46,6 +63,14 @@ class Run:
     precision: tuple[str, ...] = ()
     # Per record, [call, file, line] of the amp calls made for it (the recorder's "step_calls").
     calls: Sequence[Sequence[Any]] = ()
+    # How often each amp call ran over the whole run (the recorder's "amp_calls", shim mode);
+    # None where nothing counted them (records made by hand).
+    amp_calls: Optional[Mapping[str, int]] = None
+    # False: verify never started this run (the legacy run had failed before its first step).
+    started: bool = True
+    # The watched lines that executed, per file (the recorder's "executed_lines": verify's
+    # migrated run, for the coverage of the migration's statements); None: not watched.
+    executed: Optional[Mapping[str, Sequence[int]]] = None
 
 
 @dataclass(frozen=True)
@@ -158,7 +183,29 @@ def overflow_applied(shim: Record, native: Record) -> bool:
     )
 
 
+def amp_ran(run: Run) -> Optional[bool]:
+    """Whether any of Apex's amp calls ran in `run` (None: not counted)."""
+    if run.amp_calls is None:
+        return None
+    return any(run.amp_calls.get(name, 0) > 0 for name in AMP_RAN)
+
+
+def failed_before_first_step(run: Run) -> bool:
+    """A run that failed without recording a step: there is nothing to compare a second run
+    with, so verify does not start one."""
+    return run.exit_code != 0 and not run.records
+
+
+def _not_started(shim: Run) -> str:
+    return (
+        f"the legacy run ({shim.mode}) failed (exit {shim.exit_code}) before its first step; "
+        "the migrated run was not started"
+    )
+
+
 def _failure(shim: Run, native: Run) -> Optional[Verdict]:
+    if not native.started:
+        return Verdict(FAILED, _not_started(shim))
     failed = [run for run in (shim, native) if run.exit_code != 0]
     if failed:
         message = "; ".join(f"the {run.mode} run failed (exit {run.exit_code})" for run in failed)
@@ -208,7 +255,26 @@ def _compare_steps(shim: Sequence[Record], native: Sequence[Record], rtol: float
     return steps
 
 
-def judge(shim: Run, native: Run, rtol: Optional[float] = None) -> Verdict:
+def judge(shim: Run, native: Run, rtol: Optional[float] = None, allow_no_amp: bool = False) -> Verdict:
+    """The verdict of `compare_runs`, unless no amp call ran in the legacy run (`shim`): then
+    the runs prove nothing about the migration, whose statements replace those calls, and a
+    passing comparison is the "amp never ran" verdict; with `allow_no_amp` it stays a pass,
+    with a note saying so. A verdict that does not pass keeps its kind, with the note."""
+    verdict = compare_runs(shim, native, rtol)
+    if amp_ran(shim) is not False or not native.started:
+        return verdict
+    never = (
+        "amp never ran in the legacy run (no amp.initialize, amp.scale_loss, amp or FP16_Optimizer "
+        "step), so the migration was not exercised"
+    )
+    if verdict.passed and not allow_no_amp:
+        message = f"{never}; the runs agree ({verdict.message}), which proves nothing about the migration"
+        return dataclasses.replace(verdict, kind=AMP_NEVER_RAN, message=message)
+    note = f"{never} (accepted by --allow-no-amp)" if verdict.passed else never
+    return dataclasses.replace(verdict, notes=(*verdict.notes, note))
+
+
+def compare_runs(shim: Run, native: Run, rtol: Optional[float] = None) -> Verdict:
     """The verdict on a shim run and a native run of the same program.
 
     A step diverges when its structure differs (optimizer, skipped flag, number of losses, a

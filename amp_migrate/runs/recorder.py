@@ -36,6 +36,13 @@ reports to the harness; the recorder watches it through hooks installed before i
   both, each outermost module forward, with the autocast it ran under. Kept apart from the
   step records, which the two modes must write equal; `verify` uses them to say where a
   diverging step's statements are.
+* the amp calls of the whole run ("amp_calls", shim mode; from the start, calls before the
+  first step record and from any file included): how often `amp.initialize`, `amp.scale_loss`,
+  `amp.init`, the step `amp.initialize` patches on ("amp optimizer.step"), the old API's
+  `OptimWrapper.scale_loss`/`step` and `FP16_Optimizer.backward`/`step` ran; `verify` passes no
+  run in which none of them ran.
+* with `--watch-lines FILE` (verify's migrated run: the lines the migration wrote), which of
+  those lines executed ("executed_lines", per file).
 
 `--max-steps N` ends the program once N step records are complete (their scales included: in
 native mode a scaler step's record completes at the scaler's `update()`), by an exception that
@@ -313,6 +320,8 @@ class Recorder:
         # One list per step being run by a recorded step wrapper (shim): the (optimizer, skipped
         # on the device) of each real step the global hook saw inside it.
         self._wrapped_steps: list[list[tuple[Any, bool]]] = []
+        # Shim: how often each amp call ran over the whole run, wherever it was called from.
+        self.amp_calls: dict[str, int] = {}
 
     # -- clock: the loss lines ----------------------------------------------------------------
     def on_line(self, line: str) -> None:
@@ -600,6 +609,33 @@ class Recorder:
         setattr(loss_scaler.DeviceLossScaler, "scaled", scaled)  # noqa: B010 - a patch, not an assignment mypy should check
         setattr(opt.OptimWrapper, "scale_loss", self.remembering(opt.OptimWrapper.scale_loss))  # noqa: B010 - a patch, not an assignment mypy should check
         self._install_shim_sites()
+        self._install_amp_counts()
+
+    def _install_amp_counts(self) -> None:
+        """Shim: count the amp calls that show Apex's amp at work (verify passes no run in which
+        none ran), from the program's start: calls before the first step record count too."""
+        import amp_shim.amp as amp
+        from amp_shim.amp import opt
+        from amp_shim.fp16_utils import fp16_optimizer
+
+        for owner, name, what in (
+            (amp, "initialize", "amp.initialize"),
+            (amp, "scale_loss", "amp.scale_loss"),
+            (amp, "init", "amp.init"),
+            (opt.OptimWrapper, "scale_loss", "OptimWrapper.scale_loss"),
+            (fp16_optimizer.FP16_Optimizer, "backward", "FP16_Optimizer.backward"),
+        ):
+            setattr(owner, name, self._counted(what, getattr(owner, name)))
+
+    def _counted(self, what: str, function):
+        counts = self.amp_calls
+
+        @functools.wraps(function)
+        def counted(*args, **kwargs):
+            counts[what] = counts.get(what, 0) + 1
+            return function(*args, **kwargs)
+
+        return counted
 
     def _install_shim_sites(self) -> None:
         """Shim: where the program calls the amp functions it reaches as `apex.amp.NAME`."""
@@ -618,6 +654,9 @@ class Recorder:
 
         def recorded(owner, *args, **kwargs):
             recorder.note("optimizer.step")
+            kind = type(owner).__name__
+            what = f"{kind}.step" if kind in ("OptimWrapper", "FP16_Optimizer") else "amp optimizer.step"
+            recorder.amp_calls[what] = recorder.amp_calls.get(what, 0) + 1
             ran: list[tuple[Any, bool]] = []
             recorder._wrapped_steps.append(ran)
             try:
@@ -663,6 +702,54 @@ class Recorder:
             [p.detach().float().cpu().clone() for group in o.param_groups for p in group["params"]]
             for o in self.optimizers
         ]
+
+
+class LineWatch:
+    """Which of the given lines of the given files executed (`--watch-lines`: verify's
+    statements the migration wrote). A trace function that looks at each code object once and
+    traces the lines only of those in the files, until all of their watched lines were seen;
+    in every thread (`threading.settrace`); each torchrun rank records its own."""
+
+    def __init__(self, watched: dict[str, list[int]]) -> None:
+        self._wanted = {os.path.realpath(path): (path, frozenset(lines)) for path, lines in watched.items()}
+        # Per code object seen: its watched lines not yet executed, and where to note them.
+        self._state: dict[types.CodeType, Optional[tuple[set[int], set[int]]]] = {}
+        self.executed: dict[str, set[int]] = {path: set() for path in watched}
+
+    def start(self) -> None:
+        threading.settrace(self._call)
+        sys.settrace(self._call)
+
+    def _watched(self, code: types.CodeType) -> Optional[tuple[set[int], set[int]]]:
+        wanted = self._wanted.get(os.path.realpath(code.co_filename))
+        if wanted is None:
+            return None
+        remaining = set(wanted[1]) & {line for _, _, line in code.co_lines() if line is not None}
+        return (remaining, self.executed[wanted[0]]) if remaining else None
+
+    def _call(self, frame, event, arg):
+        code = frame.f_code
+        try:
+            state = self._state[code]
+        except KeyError:
+            state = self._state[code] = self._watched(code)
+        if state is None or not state[0]:
+            return None
+        remaining, executed = state
+
+        def line(frame, event, arg):
+            if event == "line" and frame.f_lineno in remaining:
+                remaining.discard(frame.f_lineno)
+                executed.add(frame.f_lineno)
+                if not remaining:  # every watched line of this code seen: stop tracing it
+                    self._state[code] = None
+                    frame.f_trace_lines = False
+            return line
+
+        return line
+
+    def result(self) -> dict[str, list[int]]:
+        return {path: sorted(lines) for path, lines in self.executed.items()}
 
 
 class _Tee(io.TextIOBase):
@@ -776,6 +863,11 @@ def _arguments(argv) -> argparse.Namespace:
         action="store_true",
         help="torch.use_deterministic_algorithms(True, warn_only=True)",
     )
+    parser.add_argument(
+        "--watch-lines",
+        default=None,
+        help='JSON file {"/abs/file.py": [lines]}: record which of those lines executed',
+    )
     parser.add_argument("result", help="RESULT.json; `{rank}` in it becomes the process's rank")
     parser.add_argument("program")
     parser.add_argument("args", nargs=argparse.REMAINDER)
@@ -806,7 +898,14 @@ def main(argv=None) -> int:
     import torch
 
     deterministic = torch.are_deterministic_algorithms_enabled()
+    watch = None
+    if ns.watch_lines:
+        with open(ns.watch_lines) as f:
+            watch = LineWatch(json.load(f))
+        watch.start()
     exit_code, failed_at = _run_program(recorder, ns.program, ns.args)
+    if watch is not None:
+        sys.settrace(None)
     recorder.log.settle(stop=False)
     result = result_path(ns.result)
     params_path = os.path.splitext(result)[0] + ".pt"
@@ -830,6 +929,8 @@ def main(argv=None) -> int:
                 "step_records": recorder.log.records,
                 "precision": recorder.precision(),
                 "step_calls": recorder.log.calls,
+                "amp_calls": recorder.amp_calls,
+                "executed_lines": None if watch is None else watch.result(),
                 "stopped": recorder.log.stopped,
             },
             f,

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from . import coverage
 from .compare import Record, Run, stderr_tail
 from .locate import Location, describe
 from .verify_run import Outcome
@@ -103,6 +104,8 @@ def print_text(console: Console, outcome: Outcome) -> None:
     console.print(Text(outcome.verdict.message, style=style))
     for line in describe(outcome.location):
         console.print(Text(line), soft_wrap=True)  # long source lines stay whole, for grep and copy
+    for line in coverage.describe(outcome.coverage):
+        console.print(Text(line), soft_wrap=True)
 
 
 def _plain(value: Any) -> Any:
@@ -133,12 +136,15 @@ def json_document(outcome: Outcome, exit_code: int) -> dict:
         },
         "max_relative_difference": verdict.max_relative,
         "notes": list(verdict.notes),
-        "exit_codes": {"shim": outcome.shim.exit_code, "native": outcome.native.exit_code},
+        "exit_codes": {"shim": outcome.shim.exit_code, "native": _exit_code(outcome.native)},
+        "started": {"shim": outcome.shim.started, "native": outcome.native.started},
+        "amp_calls": outcome.shim.amp_calls,
         "stderr_tail": {run.mode: stderr_tail(run.stderr) for run in (outcome.shim, outcome.native)},
         "migrated": list(outcome.migration.changed),
         "kept_shim": list(outcome.migration.shim_files),
         "records": {"shim": list(outcome.shim.records), "native": list(outcome.native.records)},
         "location": _location(outcome.location),
+        "coverage": coverage.as_json(outcome.coverage),
         "exit_code": exit_code,
         "rank": outcome.rank,
         "ranks": [
@@ -147,13 +153,19 @@ def json_document(outcome: Outcome, exit_code: int) -> dict:
                 "verdict": rank.verdict.kind,
                 "passed": rank.verdict.passed,
                 "message": rank.verdict.message,
-                "exit_codes": {"shim": rank.shim.exit_code, "native": rank.native.exit_code},
+                "exit_codes": {"shim": rank.shim.exit_code, "native": _exit_code(rank.native)},
+                "amp_calls": rank.shim.amp_calls,
                 "stderr_tail": {run.mode: stderr_tail(run.stderr) for run in (rank.shim, rank.native)},
             }
             for rank in outcome.ranks
         ],
     }
     return _plain(document)
+
+
+def _exit_code(run: Run) -> Optional[int]:
+    """None for a run verify never started."""
+    return run.exit_code if run.started else None
 
 
 def _location(location: Optional[Location]) -> Optional[dict]:

@@ -28,6 +28,7 @@ from typing import Optional, Sequence
 
 from ..project import migrate_project
 from .compare import (
+    AMP_NEVER_RAN,
     AS_DOCUMENTED,
     DIVERGED,
     FAILED,
@@ -37,9 +38,11 @@ from .compare import (
     WITHIN_TOLERANCE,
     Run,
     Verdict,
+    failed_before_first_step,
     judge,
 )
-from .locate import Location, changed_sources, locate
+from .coverage import Coverage, Statement, covered, watch_list, written_statements
+from .locate import Location, Source, changed_sources, locate
 
 RECORDER = Path(__file__).with_name("recorder.py")
 SUPPORTED = "python SCRIPT [ARGS...]"
@@ -55,8 +58,19 @@ _NPROC = ("--nproc-per-node", "--nproc_per_node")
 TIMED_OUT = 124
 #: Carries a token unique to each run into every process the run starts, so that none outlives it.
 _RUN_TOKEN = "AMP_MIGRATE_VERIFY_RUN"
+#: The migrated run where the legacy run failed before its first step: nothing to compare it with.
+NOT_STARTED = Run("native", 0, started=False)
 #: Verdicts from worst to best: a distributed verdict is its worst rank's.
-_WORST_FIRST = (FAILED, NO_STEPS, STEP_COUNTS, DIVERGED, AS_DOCUMENTED, WITHIN_TOLERANCE, IDENTICAL)
+_WORST_FIRST = (
+    FAILED,
+    NO_STEPS,
+    STEP_COUNTS,
+    DIVERGED,
+    AMP_NEVER_RAN,
+    AS_DOCUMENTED,
+    WITHIN_TOLERANCE,
+    IDENTICAL,
+)
 
 
 class UsageProblem(ValueError):
@@ -78,6 +92,7 @@ class Settings:
     target: str = "auto"
     rtol: Optional[float] = None  # None: bit for bit, or compare.PRECISION_RTOL (see compare.judge)
     timeout: Optional[float] = 900.0  # seconds each run may take before it counts as hung; None: no limit
+    allow_no_amp: bool = False  # a legacy run in which no amp call ran may pass (compare.judge)
 
 
 @dataclass(frozen=True)
@@ -111,6 +126,9 @@ class Outcome:
     rank: Optional[int] = None
     # The statements to look at where the runs diverged (None when they did not).
     location: Optional[Location] = None
+    # Which statements the migration wrote ran in the migrated run (None: it did not run, or
+    # wrote nothing about them).
+    coverage: Optional[Coverage] = None
 
 
 def parse_command(command: Sequence[str], root: Path) -> Command:
@@ -242,9 +260,11 @@ class _Launch:
     stderr: str
 
 
-def _recorder(mode: str, steps: int) -> list[str]:
-    """The recorder's options, the same for every run: the steps, the seed, deterministic algorithms."""
-    return [str(RECORDER), "--mode", mode, "--max-steps", str(steps), "--seed", "0", "--deterministic"]
+def _recorder(mode: str, steps: int, watch: Optional[Path] = None) -> list[str]:
+    """The recorder's options, the same for every run: the steps, the seed, deterministic
+    algorithms; for the migrated run, the lines whose execution it records."""
+    options = [str(RECORDER), "--mode", mode, "--max-steps", str(steps), "--seed", "0", "--deterministic"]
+    return options + (["--watch-lines", str(watch)] if watch is not None else [])
 
 
 def _launch(argv: Sequence[str], cwd: Path, stderr_path: Path, timeout: Optional[float]) -> _Launch:
@@ -311,7 +331,11 @@ def _read_result(label: str, result: Path, exit_code: int, stderr: str) -> tuple
         )
     failed_at = data.get("failed_at")
     precision, calls = tuple(data.get("precision", ())), tuple(data.get("step_calls", ()))
-    run = Run(label, exit_code, tuple(data["step_records"]), stderr, precision, calls)
+    amp_calls = dict(data.get("amp_calls") or {})
+    executed = data.get("executed_lines")
+    run = Run(
+        label, exit_code, tuple(data["step_records"]), stderr, precision, calls, amp_calls, executed=executed
+    )
     return run, float("inf" if failed_at is None else failed_at)
 
 
@@ -324,9 +348,10 @@ def run_recorded(
     result: Path,
     steps: int,
     timeout: Optional[float] = None,
+    watch: Optional[Path] = None,
 ) -> Run:
     """One recorded run of `command` in `cwd` (`launcher` goes between python and the recorder)."""
-    argv = [sys.executable, *launcher, *_recorder(mode, steps), str(result)]
+    argv = [sys.executable, *launcher, *_recorder(mode, steps, watch), str(result)]
     argv += [str(cwd / command.script), *command.args]
     launch = _launch(argv, cwd, result.with_suffix(".stderr"), timeout)
     return _read_result(label, result, launch.returncode, launch.stderr)[0]
@@ -341,6 +366,7 @@ def run_ranks(
     work: Path,
     steps: int,
     timeout: Optional[float] = None,
+    watch: Optional[Path] = None,
 ) -> list[tuple[Run, float]]:
     """A recorded torchrun of `command`: each rank runs the recorder, which writes its own
     result. A standalone rendezvous on a free port, so that runs never share one; each rank's
@@ -348,7 +374,7 @@ def run_ranks(
     logs, results = work / f"{label}-logs", work / f"{label}-rank{{rank}}.json"
     argv = [sys.executable, *launcher, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
     argv += ["--nproc-per-node", str(command.nproc), "--log-dir", str(logs), "--redirects", "3"]
-    argv += [*_recorder(mode, steps), str(results), str(cwd / command.script), *command.args]
+    argv += [*_recorder(mode, steps, watch), str(results), str(cwd / command.script), *command.args]
     launch = _launch(argv, cwd, work / f"{label}-torchrun.stderr", timeout)
     paths = [Path(str(results).replace("{rank}", str(rank))) for rank in range(command.nproc)]
     recorded = [_recorded_exit_code(path, mode) for path in paths]
@@ -383,16 +409,36 @@ def verify(parsed: Command, root: Path, settings: Settings) -> Outcome:
         migration = migrate_copy(copy, settings)
         # A copy that keeps the shim imports amp_shim itself: the recorder's shim mode, no alias.
         copy_mode = "shim" if migration.shim_files else "native"
+        statements = written_statements(_sources(root, copy, migration))
+        watch, unwatched = work / "watch-lines.json", work / "watch-no-lines.json"
+        watch.write_text(json.dumps(watch_list(statements, copy)))
+        # The legacy run is traced too, watching nothing: both runs execute under the same trace
+        # function, whatever the program does differently under one (torch.compile).
+        unwatched.write_text("{}")
         if parsed.nproc:
             shim_ranks = run_ranks(
-                "shim", ["-m", "amp_shim"], "shim", root, parsed, work, settings.steps, settings.timeout
+                "shim",
+                ["-m", "amp_shim"],
+                "shim",
+                root,
+                parsed,
+                work,
+                settings.steps,
+                settings.timeout,
+                unwatched,
             )
-            native_ranks = run_ranks(
-                "native", [], copy_mode, copy, parsed, work, settings.steps, settings.timeout
+            if all(failed_before_first_step(run) for run, _ in shim_ranks):
+                native_ranks = [(NOT_STARTED, float("inf")) for _ in shim_ranks]
+            else:
+                native_ranks = run_ranks(
+                    "native", [], copy_mode, copy, parsed, work, settings.steps, settings.timeout, watch
+                )
+            outcome = judge_ranks(
+                shim_ranks, native_ranks, migration, parsed, settings.rtol, settings.allow_no_amp
             )
-            outcome = judge_ranks(shim_ranks, native_ranks, migration, parsed, settings.rtol)
             location = _locate(outcome.verdict, outcome.shim, outcome.native, root, copy, migration)
-            return dataclasses.replace(outcome, location=location)
+            coverage = _coverage(statements, copy, [run for run, _ in native_ranks])
+            return dataclasses.replace(outcome, location=location, coverage=coverage)
         shim = run_recorded(
             "shim",
             ["-m", "amp_shim"],
@@ -402,13 +448,26 @@ def verify(parsed: Command, root: Path, settings: Settings) -> Outcome:
             work / "shim.json",
             settings.steps,
             settings.timeout,
+            unwatched,
         )
-        native = run_recorded(
-            "native", [], copy_mode, copy, parsed, work / "native.json", settings.steps, settings.timeout
-        )
-        verdict = judge(shim, native, settings.rtol)
+        if failed_before_first_step(shim):
+            native = NOT_STARTED
+        else:
+            native = run_recorded(
+                "native",
+                [],
+                copy_mode,
+                copy,
+                parsed,
+                work / "native.json",
+                settings.steps,
+                settings.timeout,
+                watch,
+            )
+        verdict = judge(shim, native, settings.rtol, settings.allow_no_amp)
         location = _locate(verdict, shim, native, root, copy, migration)
-    return Outcome(verdict, shim, native, migration, parsed, location=location)
+        coverage = _coverage(statements, copy, [native])
+    return Outcome(verdict, shim, native, migration, parsed, location=location, coverage=coverage)
 
 
 def _read(root: Path, path: str) -> Optional[str]:
@@ -418,15 +477,27 @@ def _read(root: Path, path: str) -> Optional[str]:
         return None
 
 
+def _sources(root: Path, copy: Path, migration: Migration) -> dict[str, Source]:
+    """The migrated files of the copy with their originals, read while the copy exists."""
+    originals = {path: _read(root, path) or "" for path in migration.changed}
+    migrated = {path: _read(copy, path) or "" for path in migration.changed}
+    return changed_sources(originals, migrated)
+
+
+def _coverage(statements: Sequence[Statement], copy: Path, runs: Sequence[Run]) -> Optional[Coverage]:
+    """The migration's statements that ran in the migrated run (any rank); None where no run
+    recorded its lines (not started, or no result)."""
+    executed = [run.executed for run in runs if run.executed is not None]
+    return covered(statements, copy, executed) if executed else None
+
+
 def _locate(
     verdict: Verdict, shim: Run, native: Run, root: Path, copy: Path, migration: Migration
 ) -> Optional[Location]:
     """Where the diverging step's statements are, read while the migrated copy still exists."""
     if verdict.divergence is None:
         return None
-    originals = {path: _read(root, path) or "" for path in migration.changed}
-    migrated = {path: _read(copy, path) or "" for path in migration.changed}
-    sources = changed_sources(originals, migrated)
+    sources = _sources(root, copy, migration)
     return locate(verdict.divergence.step, shim.calls, native.calls, sources, lambda path: _read(copy, path))
 
 
@@ -436,12 +507,13 @@ def judge_ranks(
     migration: Migration,
     command: Command,
     rtol: Optional[float],
+    allow_no_amp: bool = False,
 ) -> Outcome:
     """Every rank judged on its own; the verdict is the worst rank's, named in its message.
     Among failed ranks the one whose program raised first is the worst: when one rank fails,
     the others fail after it (a collective whose peer is gone), and the first is the cause."""
     ranks = tuple(
-        RankOutcome(rank, judge(a, b, rtol), a, b, min(a_at, b_at))
+        RankOutcome(rank, judge(a, b, rtol, allow_no_amp), a, b, min(a_at, b_at))
         for rank, ((a, a_at), (b, b_at)) in enumerate(zip(shim, native))
     )
     worst = min(ranks, key=_badness)

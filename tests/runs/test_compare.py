@@ -7,6 +7,7 @@ import math
 import pytest
 
 from amp_migrate.runs.compare import (
+    AMP_NEVER_RAN,
     AS_DOCUMENTED,
     DIVERGED,
     FAILED,
@@ -16,6 +17,7 @@ from amp_migrate.runs.compare import (
     STEP_COUNTS,
     WITHIN_TOLERANCE,
     Run,
+    failed_before_first_step,
     judge,
     relative_difference,
     same_bits,
@@ -245,3 +247,55 @@ def test_a_given_rtol_overrides_the_precision_tolerance():
 def test_without_another_precision_the_default_is_bit_for_bit():
     nudged = math.nextafter(1.5, 2.0)
     assert judge(*runs(steps(3), steps(3, **{"2": {"loss": nudged}}))).kind == DIVERGED
+
+
+def test_a_legacy_run_with_no_amp_call_never_passes():
+    shim = Run("shim", 0, steps(3), amp_calls={"amp.state_dict": 1})
+    verdict = judge(shim, Run("native", 0, steps(3)))
+    assert verdict.kind == AMP_NEVER_RAN and not verdict.passed
+    assert verdict.message.startswith("amp never ran in the legacy run")
+    assert "the migration was not exercised" in verdict.message
+    assert "identical: 3 steps equal bit for bit" in verdict.message
+
+
+def test_allow_no_amp_passes_a_run_with_no_amp_call_and_says_so():
+    shim = Run("shim", 0, steps(3), amp_calls={})
+    verdict = judge(shim, Run("native", 0, steps(3)), allow_no_amp=True)
+    assert verdict.kind == IDENTICAL and verdict.passed
+    assert any("amp never ran" in note and "--allow-no-amp" in note for note in verdict.notes)
+
+
+@pytest.mark.parametrize(
+    "call",
+    ["amp.initialize", "amp.scale_loss", "amp optimizer.step", "FP16_Optimizer.step", "OptimWrapper.step"],
+)
+def test_any_amp_call_in_the_legacy_run_lets_it_pass(call):
+    shim = Run("shim", 0, steps(3), amp_calls={call: 1})
+    assert judge(shim, Run("native", 0, steps(3))).kind == IDENTICAL
+
+
+def test_only_the_legacy_run_counts_for_amp_having_run():
+    # A copy kept on the shim makes amp calls of its own: they do not make up for the original's.
+    shim = Run("shim", 0, steps(3), amp_calls={})
+    native = Run("native", 0, steps(3), amp_calls={"amp.initialize": 1, "amp.scale_loss": 3})
+    assert judge(shim, native).kind == AMP_NEVER_RAN
+
+
+def test_a_divergence_without_amp_stays_a_divergence_with_a_note():
+    shim = Run("shim", 0, steps(3), amp_calls={})
+    verdict = judge(shim, Run("native", 0, steps(3, **{"2": {"param_sum": 9.0}})))
+    assert verdict.kind == DIVERGED
+    assert any("amp never ran" in note for note in verdict.notes)
+
+
+def test_a_legacy_run_that_failed_before_its_first_step_reports_the_migrated_run_not_started():
+    shim = Run("shim", 1, (), "RuntimeError: no data", amp_calls={})
+    verdict = judge(shim, Run("native", 0, started=False))
+    assert verdict.kind == FAILED
+    assert verdict.message == (
+        "the legacy run (shim) failed (exit 1) before its first step; the migrated run was not started"
+    )
+    assert verdict.notes == ()
+    assert failed_before_first_step(shim)
+    assert not failed_before_first_step(Run("shim", 1, steps(1)))
+    assert not failed_before_first_step(Run("shim", 0, ()))

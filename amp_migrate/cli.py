@@ -259,7 +259,13 @@ def _migrate_files(
         for f in files
         if not f.taken
     ]
-    files = [f for f in files if f.taken]
+    from .install.kinds import KINDS
+
+    install_files = [(f.path, f.kind) for f in files if f.taken and f.kind in KINDS]
+    install_files += [
+        (f.path, "setup-py") for f in files if f.taken and os.path.basename(f.path) == "setup.py"
+    ]
+    files = [f for f in files if f.taken and f.kind not in KINDS]
     show_progress = not quiet and sys.stderr.isatty() and len(files) >= _PROGRESS_FROM
     jobs_ = [runner.Job(f.path, f.kind, options, want_diff=want_diff) for f in files]
     try:
@@ -276,6 +282,14 @@ def _migrate_files(
         results.sort(key=lambda r: r.path)
         if mode == "interactive":
             results = _review(results, console)
+        if install_files:  # judged by what the Python files import once migrated
+            from .install.run import migrate_install_files
+
+            installs = migrate_install_files(sorted(install_files), results, mode, want_diff)
+            if mode == "interactive":
+                installs = _review(installs, console)
+            results += [runner.write(r) if mode == "fix" else r for r in installs]
+            results.sort(key=lambda r: (r.path, r.kind))
     except (KeyboardInterrupt, click.Abort):
         written = sum(r.written for r in results)
         click.echo(

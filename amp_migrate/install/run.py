@@ -84,7 +84,7 @@ def _dependency_findings(found: Sequence[Found], needs: Needs) -> list[Finding]:
                 _diagnostic(codes.APEX_DEPENDENCY_NOT_EDITED, item.line, item.col, message, False)
             )
         elif item.requirement in item.new:
-            message = f"{req} kept: {needs.apex[0]} (still Apex after the migration)"
+            message = f"{req} kept: {needs.apex[0]} after the migration"
             if new:
                 message += f"; `{new[0]}` added for amp_shim: {needs.shim[0]}"
             findings.append(_diagnostic(codes.APEX_DEPENDENCY_KEPT, item.line, item.col, message, False))
@@ -106,7 +106,7 @@ def _step_findings(text: str, kind: str, needs: Needs) -> list[Finding]:
     findings = []
     for step in steps(text, dockerfile=kind == "dockerfile"):
         if needs.apex:
-            message = f"{describe(step)}; still needed: {needs.apex[0]} (still Apex after the migration)"
+            message = f"{describe(step)}; still needed: {needs.apex[0]} after the migration"
             findings.append(_diagnostic(codes.APEX_INSTALL_STEP_NEEDED, step.line, step.col, message, False))
             continue
         if needs.shim:

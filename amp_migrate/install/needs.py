@@ -41,11 +41,18 @@ class Use:
 class Needs:
     apex: tuple[Use, ...]  # files that still import Apex
     shim: tuple[Use, ...]  # files that import amp_shim
+    files: int = 0  # Python files and notebooks looked at: with none, nothing is known
 
     @property
     def decision(self) -> str:
-        """ "keep", "replace" (by amp-migrate) or "remove": what an Apex entry becomes."""
-        return "keep" if self.apex else "replace" if self.shim else "remove"
+        """What an Apex entry becomes: "keep", "replace" (by amp-migrate) or "remove"."""
+        return "keep" if self.apex or not self.files else "replace" if self.shim else "remove"
+
+    @property
+    def why_kept(self) -> str:
+        if self.apex:
+            return f"{self.apex[0]} after the migration"
+        return "no Python file or notebook under the given paths says whether it is still needed"
 
 
 def _top(name: str) -> str:
@@ -77,21 +84,23 @@ def _python_imports(text: str) -> Iterable[tuple[str, int, str]]:
     return _text_imports(text) if tree is None else _imports(tree)
 
 
-def _notebook_imports(data: bytes) -> Iterable[tuple[str, int, str]]:
+def _notebook_imports(data: bytes) -> Iterable[tuple[str, int, str, int]]:
+    """Imports of a notebook's code cells, each with its cell (1-based over all cells)."""
     try:
         nb = json.loads(data.decode("utf-8-sig"))
-        cells = [c for c in nb.get("cells", []) if isinstance(c, dict) and c.get("cell_type") == "code"]
+        cells = [c for c in nb.get("cells", []) if isinstance(c, dict)]
     except (UnicodeDecodeError, ValueError, AttributeError):
-        yield from _text_imports(data.decode("latin-1"))
+        yield from ((top, line, name, 0) for top, line, name in _text_imports(data.decode("latin-1")))
         return
     for number, cell in enumerate(cells, 1):
+        if cell.get("cell_type") != "code":
+            continue
         source = cell.get("source", "")
         text = "".join(source) if isinstance(source, list) else str(source)
         code = "\n".join("" if _MAGIC.search(line) else line for line in text.split("\n"))
         tree = python_ast(code)
-        found = _text_imports(code) if tree is None else _imports(tree)
-        for top, line, name in found:
-            yield top, line, f"{name} (cell {number})"
+        for top, line, name in _text_imports(code) if tree is None else _imports(tree):
+            yield top, line, name, number
 
 
 def _final_bytes(result: FileResult, mode: str) -> Optional[bytes]:
@@ -109,9 +118,11 @@ def tree_needs(results: Sequence[FileResult], mode: str) -> Needs:
     """What the migrated Python files and notebooks among `results` import."""
     apex: list[Use] = []
     shim: list[Use] = []
+    files = 0
     for result in results:
         if result.kind not in ("python", "notebook"):
             continue
+        files += 1
         data = _final_bytes(result, mode)
         if data is None:
             if result.scanned or result.error is not None:
@@ -120,22 +131,28 @@ def tree_needs(results: Sequence[FileResult], mode: str) -> Needs:
         if b"apex" not in data and b"amp_shim" not in data:
             continue
         if result.kind == "notebook":
-            found = list(_notebook_imports(data))
+            found = [
+                (top, line, name, f"{result.path}:cell {cell}" if cell else result.path)
+                for top, line, name, cell in _notebook_imports(data)
+            ]
         else:
             try:
                 text = decode(data).text
             except SourceError:
                 text = data.decode("latin-1")
-            found = list(_python_imports(text))
+            found = [(top, line, name, result.path) for top, line, name in _python_imports(text)]
         why = sorted({f.diagnostic.code for f in result.findings if f.diagnostic.code in _WHY_CODES})
         suffix = f" ({', '.join(why)})" if why else ""
-        for top, line, name in found:
-            (apex if top == "apex" else shim).append(Use(result.path, line, f"`{name}`{suffix}"))
+        for top, line, name, where in found:
+            (apex if top == "apex" else shim).append(Use(where, line, f"`{name}`{suffix}"))
         kept = [f for f in result.findings if f.diagnostic.code in KEPT_APEX_CODES]
-        if kept and not any(top == "apex" for top, _, _ in found):
-            first = kept[0].diagnostic
-            apex.append(Use(result.path, first.line, f"Apex by a run-time name ({first.code})"))
-    return Needs(tuple(sorted(apex, key=_order)), tuple(sorted(shim, key=_order)))
+        if kept and not any(top == "apex" for top, *_ in found):
+            first = kept[0]
+            where = f"{result.path}:cell {first.cell}" if first.cell else result.path
+            apex.append(
+                Use(where, first.diagnostic.line, f"Apex by a run-time name ({first.diagnostic.code})")
+            )
+    return Needs(tuple(sorted(apex, key=_order)), tuple(sorted(shim, key=_order)), files)
 
 
 def _order(use: Use) -> tuple[str, int]:

@@ -77,14 +77,14 @@ def _dependency_findings(found: Sequence[Found], needs: Needs) -> list[Finding]:
             should = {
                 "remove": "remove it: no file imports Apex or amp_shim after the migration",
                 "replace": f"replace it by `{SHIM_DISTRIBUTION}`: {needs.shim[0] if needs.shim else ''}",
-                "keep": f"keep it: {needs.apex[0] if needs.apex else ''}",
+                "keep": f"keep it: {needs.why_kept}",
             }[needs.decision]
             message = f"{req} not edited ({item.why}); {should}"
             findings.append(
                 _diagnostic(codes.APEX_DEPENDENCY_NOT_EDITED, item.line, item.col, message, False)
             )
         elif item.requirement in item.new:
-            message = f"{req} kept: {needs.apex[0]} after the migration"
+            message = f"{req} kept: {needs.why_kept}"
             if new:
                 message += f"; `{new[0]}` added for amp_shim: {needs.shim[0]}"
             findings.append(_diagnostic(codes.APEX_DEPENDENCY_KEPT, item.line, item.col, message, False))
@@ -105,8 +105,9 @@ def _dependency_findings(found: Sequence[Found], needs: Needs) -> list[Finding]:
 def _step_findings(text: str, kind: str, needs: Needs) -> list[Finding]:
     findings = []
     for step in steps(text, dockerfile=kind == "dockerfile"):
-        if needs.apex:
-            message = f"{describe(step)}; still needed: {needs.apex[0]} after the migration"
+        if needs.decision == "keep":
+            still = f"still needed: {needs.why_kept}" if needs.apex else needs.why_kept
+            message = f"{describe(step)}; {still}"
             findings.append(_diagnostic(codes.APEX_INSTALL_STEP_NEEDED, step.line, step.col, message, False))
             continue
         if needs.shim:

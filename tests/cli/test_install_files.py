@@ -120,8 +120,11 @@ def test_a_notebook_still_on_apex_keeps_the_entry(tmp_path):
         "nbformat_minor": 5,
     }
     repo = _tree(tmp_path, {"explore.ipynb": json.dumps(notebook), "requirements.txt": "apex\n"})
-    run_cli(["repo"], tmp_path)
+    document = json.loads(run_cli(["--format", "json", "repo"], tmp_path).stdout)
     assert (repo / "requirements.txt").read_text() == "apex\n"
+    (diagnostic,) = _entry(document, "requirements.txt")["diagnostics"]
+    assert diagnostic["code"] == "AMP082"
+    assert "repo/explore.ipynb:cell 1:2 imports `apex.contrib.sparsity` (AMP470)" in diagnostic["message"]
 
 
 def test_install_files_follow_excludes_and_gitignore(tmp_path):
@@ -170,3 +173,34 @@ def test_a_file_that_does_not_mention_apex_is_counted_and_not_listed(tmp_path):
     _tree(tmp_path, {"train.py": NO_APEX, "README.md": "# A project\n", "requirements.txt": "torch\n"})
     document = json.loads(run_cli(["--check", "--format", "json", "repo"], tmp_path).stdout)
     assert document["files"] == [] and document["summary"]["files"] == 3
+
+
+def test_entries_are_kept_when_no_python_file_was_given_to_judge_by(tmp_path):
+    repo = _tree(tmp_path, {"requirements.txt": "apex\n", "Dockerfile": "RUN pip install apex\n"})
+    document = json.loads(
+        run_cli(["--format", "json", "repo/requirements.txt", "repo/Dockerfile"], tmp_path).stdout
+    )
+    assert (repo / "requirements.txt").read_text() == "apex\n"
+    messages = [d["message"] for f in document["files"] for d in f["diagnostics"]]
+    assert messages == [
+        "pip installs Apex; no Python file or notebook under the given paths says whether it is still needed",
+        "`apex` kept: no Python file or notebook under the given paths says whether it is still needed",
+    ]
+
+
+def test_a_dependency_file_changed_after_it_was_read_is_not_overwritten(tmp_path, monkeypatch):
+    from amp_migrate.install import run
+
+    repo = _tree(tmp_path, {"train.py": NATIVE_INPUT, "requirements.txt": "apex\n"})
+    real = run.read_stamped
+
+    def read_then_edited(path):
+        read = real(path)
+        (repo / "requirements.txt").write_text("apex\ntorch\n")  # someone saves the file meanwhile
+        return read
+
+    monkeypatch.setattr(run, "read_stamped", read_then_edited)
+    result = run_cli(["--format", "json", "repo"], tmp_path)
+    assert (repo / "requirements.txt").read_text() == "apex\ntorch\n"
+    assert result.exit_code == 2
+    assert _entry(json.loads(result.stdout), "requirements.txt")["error"]

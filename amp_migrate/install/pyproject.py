@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from .edits import Edited, Found, Rewrite
-from .requirement import normalised
+from .requirement import is_apex, normalised
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -153,6 +153,23 @@ def _expected(data: dict[str, Any], rewrite_of: dict[str, Optional[list[str]]]) 
     return {**data, "project": project} if "project" in data else data
 
 
+def _unseen(text: str, data: dict[str, Any], asked: dict[str, Optional[list[str]]]) -> list[Found]:
+    """Apex entries tomllib reads in `[project]` that the text scan did not reach (an inline
+    table, a dotted key): reported, never skipped in silence."""
+    project = data.get("project", {})
+    values = list(project.get("dependencies", []) or [])
+    optional = project.get("optional-dependencies", {})
+    if isinstance(optional, dict):
+        values += [v for group in optional.values() if isinstance(group, list) for v in group]
+    found = []
+    for value in values:
+        if isinstance(value, str) and value not in asked and is_apex(value):
+            at = max(text.find(json.dumps(value)), text.find(f"'{value}'"))
+            line, col = (text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)) if at >= 0 else (1, 1)
+            found.append(Found(line, col, value, False, "an array the editor does not reach"))
+    return found
+
+
 def _poetry(text: str, data: dict[str, Any]) -> list[Found]:
     found = []
     tool = data.get("tool", {})
@@ -186,6 +203,7 @@ def edit(text: str, rewrite: Rewrite) -> Edited:
             found.append(Found(line, col, item.value, new=tuple(new)))
             if new != [item.value]:
                 spans.append(_edit(text, item, new))
+    found += _unseen(text, data, asked)
     found += _poetry(text, data)
     new_text = text
     for start, end, replacement in sorted(spans, reverse=True):

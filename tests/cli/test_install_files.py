@@ -204,3 +204,17 @@ def test_a_dependency_file_changed_after_it_was_read_is_not_overwritten(tmp_path
     assert (repo / "requirements.txt").read_text() == "apex\ntorch\n"
     assert result.exit_code == 2
     assert _entry(json.loads(result.stdout), "requirements.txt")["error"]
+
+
+def test_pyproject_entries_the_editor_cannot_reach_are_reported_not_skipped(tmp_path):
+    pyproject = (
+        '[project]\nname = "x"\noptional-dependencies = {cuda = ["apex"]}\n\n'
+        '[tool.poetry.dependencies]\napex = {git = "https://github.com/NVIDIA/apex"}\n'
+    )
+    repo = _tree(tmp_path, {"train.py": NATIVE_INPUT, "pyproject.toml": pyproject})
+    document = json.loads(run_cli(["--format", "json", "repo"], tmp_path).stdout)
+    diagnostics = _entry(document, "pyproject.toml")["diagnostics"]
+    assert [(d["code"], d["line"]) for d in diagnostics] == [("AMP083", 3), ("AMP083", 6)]
+    assert "an array the editor does not reach" in diagnostics[0]["message"]
+    assert "a Poetry dependency table" in diagnostics[1]["message"]
+    assert (repo / "pyproject.toml").read_text() == pyproject

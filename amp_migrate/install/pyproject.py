@@ -119,9 +119,16 @@ def _edit(text: str, item: _String, new: list[str]) -> tuple[int, int, str]:
     whole = _line_span(text, item)
     if whole is not None:
         lead = text[whole[0] : item.start]
-        rest = text[item.end : whole[1]]  # the entry's comma, comment and line break
-        lines = [lead + entry + ",\n" for entry in spelled[:-1]] + [
-            lead + entry + rest for entry in spelled[-1:]
+        rest = re.match(r"([ \t]*,?)([ \t]*#[^\n]*)?(\n?)", text[item.end : whole[1]])
+        assert rest is not None  # every group may be empty
+        comma, comment, newline = rest.group(1), rest.group(2) or "", rest.group(3)
+        lines = [
+            lead
+            + entry
+            + ("," if k + 1 < len(spelled) else comma)
+            + (comment if k == 0 else "")
+            + (newline if k + 1 == len(spelled) else "\n")
+            for k, entry in enumerate(spelled)
         ]
         return whole[0], whole[1], "".join(lines)
     if new:

@@ -105,11 +105,13 @@ class _Edit(cst.CSTTransformer):
                 continue
             for index, entry in enumerate(new):
                 value = element.value if entry == text else _quoted(element.value, entry)
-                copy = element.with_changes(value=value)
-                if index + 1 < len(new) and not isinstance(copy.comma, cst.Comma):
-                    copy = copy.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-                elements.append(copy)
-        return updated.with_changes(elements=_commas_kept(updated.elements, elements))
+                elements.append(
+                    element.with_changes(value=value, comma=_comma(element.comma, index, len(new)))
+                )
+        last_removed = bool(updated.elements) and not any(e is updated.elements[-1] for e in elements)
+        return updated.with_changes(
+            elements=_commas_kept(updated.elements, elements) if last_removed else elements
+        )
 
     def leave_List(self, original_node: cst.List, updated_node: cst.List) -> cst.BaseExpression:
         return (
@@ -126,12 +128,32 @@ class _Edit(cst.CSTTransformer):
         return edited
 
 
+def _comma(
+    comma: Union[cst.Comma, cst.MaybeSentinel], index: int, count: int
+) -> Union[cst.Comma, cst.MaybeSentinel]:
+    """The comma of the `index`th of `count` elements that replace one: the first keeps the
+    original's (and its comment), the others take its layout without the comment, and only
+    the last may go without one."""
+    if count == 1:
+        return comma
+    if not isinstance(comma, cst.Comma):
+        return (
+            cst.MaybeSentinel.DEFAULT
+            if index == count - 1
+            else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        )
+    after = comma.whitespace_after
+    if index and isinstance(after, cst.ParenthesizedWhitespace) and after.first_line.comment is not None:
+        first = after.first_line.with_changes(whitespace=cst.SimpleWhitespace(""), comment=None)
+        return comma.with_changes(whitespace_after=after.with_changes(first_line=first))
+    return comma
+
+
 def _commas_kept(before: Sequence[cst.BaseElement], after: list[cst.Element]) -> list[cst.Element]:
-    """The last element keeps the comma (or its absence) the list's last element had, so that
-    removing `"apex"` from `["torch", "apex"]` leaves `["torch"]`."""
-    if after and before and after[-1] is not before[-1]:
-        last = before[-1]
-        after[-1] = after[-1].with_changes(comma=last.comma)
+    """With the list's last element removed, the new last one takes its comma (or its
+    absence), so that removing `"apex"` from `["torch", "apex"]` leaves `["torch"]`."""
+    if after and before:
+        after[-1] = after[-1].with_changes(comma=before[-1].comma)
     return after
 
 

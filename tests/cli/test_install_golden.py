@@ -1,5 +1,5 @@
 """Golden files for every install-file kind (fixtures/install/<case>/): each input, in a tree
-whose one Python file decides the outcome, becomes <case>/<outcome>/<file> (dependency files;
+whose Python files decide the outcome, becomes <case>/<outcome>/<file> (dependency files;
 the others stay byte for byte) with <case>/<outcome>/diagnostics.txt.
 AMP_MIGRATE_UPDATE_GOLDEN=1 rewrites the expected files; read every one before committing."""
 
@@ -18,12 +18,16 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "install"
 CASES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
 REPORTED = ("dockerfile", "shell", "markdown")
 
-#: The tree's one Python file for each outcome: migrated native (no Apex, no shim left), on the
-#: shim (AMP102 sends it there), and left on Apex (`apex.contrib` is not in the shim: AMP470).
+SHIM = "from apex import amp\nmodel, optimizer = amp.initialize(model, optimizer)\n"
+CONTRIB = "from apex.contrib.sparsity import ASP\nASP.prune_trained_model(model, optimizer)\n"
+#: The tree's Python files for each outcome: migrated native (no Apex, no shim left), on the
+#: shim (AMP102 sends it there), left on Apex (`apex.contrib` is not in the shim: AMP470), and
+#: one file left on Apex beside one on the shim.
 DECIDERS = {
-    "removed": NATIVE_INPUT,
-    "replaced": "from apex import amp\nmodel, optimizer = amp.initialize(model, optimizer)\n",
-    "kept": "from apex.contrib.sparsity import ASP\nASP.prune_trained_model(model, optimizer)\n",
+    "removed": {"train.py": NATIVE_INPUT},
+    "replaced": {"train.py": SHIM},
+    "kept": {"train.py": CONTRIB},
+    "kept_beside_shim": {"train.py": CONTRIB, "finetune.py": SHIM},
 }
 
 
@@ -39,7 +43,8 @@ def test_install_file_becomes_its_golden_output(tmp_path, case, outcome):
     tree = tmp_path / "repo"
     tree.mkdir()
     shutil.copyfile(source, tree / source.name)
-    (tree / "train.py").write_text(DECIDERS[outcome])
+    for name, text in DECIDERS[outcome].items():
+        (tree / name).write_text(text)
     document = json.loads(run_cli(["--format", "json", "repo"], tmp_path).stdout)
     entries = [f for f in document["files"] if f["path"] == f"repo/{source.name}" and f["kind"] != "python"]
     assert len(entries) == 1, document["files"]

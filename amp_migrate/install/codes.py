@@ -44,7 +44,9 @@ APEX_DEPENDENCY_KEPT = define(
     "AMP471; a use no rule rewrites, AMP031, AMP032 or AMP035; a file that could not be "
     "migrated) still imports `apex`, so removing the entry would break it. The message names "
     "the first such file; when other files use the shim, `amp-migrate` is added beside the "
-    "entry. Migrate the named file by hand and run amp-migrate again to drop the entry.",
+    "entry. Migrate the named file by hand and run amp-migrate again to drop the entry. When "
+    "the run was given no Python file or notebook at all (only `requirements.txt` named on the "
+    "command line), nothing says whether Apex is still needed, and every entry is kept.",
     before="apex",
     after="apex\namp-migrate",
 )
@@ -57,8 +59,12 @@ APEX_DEPENDENCY_NOT_EDITED = define(
     "setup.py's `install_requires` or `extras_require`, a line of setup.cfg's "
     "`install_requires`, a string of pyproject.toml's `[project]` dependency arrays, a pip "
     "entry of a conda environment file. A requirement computed in setup.py, a conda package "
-    "(`nvidia-apex`), a Poetry table or a line continued with a backslash cannot be edited "
-    "with a guarantee of what the result means, so it is reported with what it should become.",
+    "(`nvidia-apex`), a Poetry table, a line continued with a backslash, or a pyproject.toml "
+    "array the text scan does not reach (an inline table, a dotted key) cannot be edited with a "
+    "guarantee of what the result means, so it is reported with what it should become: remove "
+    "it, replace it by `amp-migrate`, or keep it. So is an edit the format's own reader "
+    "(tomllib, configparser, Python's parser) reads back otherwise than asked: the file is "
+    "then left as it was.",
     before='install_requires=["torch"] + (["apex"] if CUDA else [])',
 )
 APEX_INSTALL_STEP_OBSOLETE = define(
@@ -82,6 +88,7 @@ APEX_INSTALL_STEP_NEEDED = define(
     "A Dockerfile, shell script or Markdown line installs Apex, which a file in the tree "
     "still needs after the migration.",
     "The message names the first file that still imports Apex (see AMP082); the line stays "
-    "needed until that file is migrated by hand.",
+    "needed until that file is migrated by hand. When the run was given no Python file or "
+    "notebook, the message says that nothing tells whether the line is still needed.",
     before="pip install -v --no-build-isolation ./apex",
 )

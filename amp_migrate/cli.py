@@ -79,11 +79,12 @@ def _progress(total: int, enabled: bool) -> Iterator[Callable[[], None]]:
         yield lambda: progress.advance(task)
 
 
-def _review(results: list, console: Console) -> list:
-    """Ask about each changed file, as bowler does: y apply, n skip, a apply all, q quit."""
+def _review(results: list, console: Console, answer: str = "n") -> tuple[list, str]:
+    """Ask about each changed file, as bowler does: y apply, n skip, a apply all, q quit; the
+    last answer goes on to the next batch (the install files, judged after the Python files)."""
     from . import report, runner
 
-    reviewed, answer = [], "n"
+    reviewed = []
     for result in results:
         if result.changed and result.error is None and answer not in ("a", "q"):
             console.print(Text(result.path, style="bold"))
@@ -96,7 +97,7 @@ def _review(results: list, console: Console) -> list:
         if result.changed and result.error is None and answer in ("y", "a"):
             result = runner.write(result)
         reviewed.append(result)
-    return reviewed
+    return reviewed, answer
 
 
 @main.command()
@@ -261,7 +262,13 @@ def _migrate_files(
         for f in files
         if not f.taken
     ]
-    files = [f for f in files if f.taken]
+    from .install.kinds import KINDS
+
+    install_files = [(f.path, f.kind) for f in files if f.taken and f.kind in KINDS]
+    install_files += [
+        (f.path, "setup-py") for f in files if f.taken and os.path.basename(f.path) == "setup.py"
+    ]
+    files = [f for f in files if f.taken and f.kind not in KINDS]
     show_progress = not quiet and sys.stderr.isatty() and len(files) >= _PROGRESS_FROM
     jobs_ = [runner.Job(f.path, f.kind, options, want_diff=want_diff) for f in files]
     try:
@@ -276,8 +283,17 @@ def _migrate_files(
                     results.append(runner.write(final) if mode == "fix" else final)
                 advance()
         results.sort(key=lambda r: r.path)
+        answer = "n"
         if mode == "interactive":
-            results = _review(results, console)
+            results, answer = _review(results, console)
+        if install_files:  # judged by what the Python files import once migrated
+            from .install.run import migrate_install_files
+
+            installs = migrate_install_files(sorted(install_files), results, mode, want_diff)
+            if mode == "interactive":
+                installs, _ = _review(installs, console, answer)
+            results += [runner.write(r) if mode == "fix" else r for r in installs]
+            results.sort(key=lambda r: (r.path, r.kind))
     except (KeyboardInterrupt, click.Abort):
         written = sum(r.written for r in results)
         click.echo(

@@ -1,4 +1,6 @@
-"""Which files a run looks at: paths in, a sorted list of Python files and notebooks out.
+"""Which files a run looks at: paths in, a sorted list of Python files, notebooks and install
+files (requirements, setup.cfg, pyproject.toml, conda environments, Dockerfiles, shell
+scripts, Markdown: amp_migrate/install/kinds.py) out.
 
 Inside a git work tree git itself says which files are ignored (`git ls-files --others
 --exclude-standard`), so nested `.gitignore`s, `.git/info/exclude` and the global excludes
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Iterable, Iterator, Optional, Sequence
 
+from .install.kinds import install_kind
 from .source_file import file_type
 
 SUFFIXES = {".py": "python", ".ipynb": "notebook"}
@@ -87,7 +90,7 @@ class Candidate:
     """A file to migrate, or (with `error` or `note`) a path the run reports and does not read."""
 
     path: str
-    kind: str  # "python", "notebook", or "folder" for a folder that could not be read
+    kind: str  # "python", "notebook", an install kind, or "folder" for a folder that could not be read
     error: Optional[str] = None  # could not be taken: reported, and the run exits 2
     note: Optional[str] = None  # deliberately not taken (a symlink): reported only
 
@@ -101,7 +104,8 @@ _GIT_UNREADABLE = re.compile(r"could not open directory '(.*)': (.*)$")
 
 
 def kind_of(path: str) -> str:
-    return SUFFIXES.get(os.path.splitext(path)[1].lower(), "python")
+    suffix = os.path.splitext(path)[1].lower()
+    return SUFFIXES[suffix] if suffix in SUFFIXES else install_kind(path) or "python"
 
 
 def _git_listing(folder: str) -> Optional[tuple[list[str], list[tuple[str, str]]]]:
@@ -210,7 +214,7 @@ class _Walker:
         )
 
     def wanted(self, path: str) -> bool:
-        if os.path.splitext(path)[1].lower() not in SUFFIXES:
+        if os.path.splitext(path)[1].lower() not in SUFFIXES and install_kind(path) is None:
             return False
         if any(glob.matches(path) for glob in self.filters.exclude):
             return False

@@ -58,8 +58,8 @@ def render_code(code: Code, level: int = 2) -> str:
 
 
 #: Modules whose codes no rule reports: the driver's (AMP001-AMP003), the notebook reader's
-#: (AMP021) and the whole-project pass's.
-NON_RULE_CODE_MODULES = ("amp_migrate.diagnostics", "amp_migrate.project.codes")
+#: (AMP021), the whole-project pass's and the install pass's (AMP080-AMP085).
+NON_RULE_CODE_MODULES = ("amp_migrate.diagnostics", "amp_migrate.project.codes", "amp_migrate.install.codes")
 
 
 def register_all_codes() -> None:
@@ -157,7 +157,9 @@ _OTHERS_INTRO = """\
 ## Codes reported outside the rules
 
 The driver (a file that does not parse, an output that fails verification, native refused),
-the notebook reader and the whole-project pass report these.
+the notebook reader, the whole-project pass and the install pass (requirements files,
+setup.py, setup.cfg, pyproject.toml, conda environments, Dockerfiles, shell scripts, Markdown)
+report these.
 """
 
 

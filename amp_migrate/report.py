@@ -53,6 +53,7 @@ class Summary:
     severities: dict[str, int]
     elapsed: float
     kept_apex: int = 0  # files whose Apex uses no rule rewrites (KEPT_APEX_CODES): --check counts them
+    dependencies: int = 0  # changed install files (amp_migrate/install/), in `changed` too
 
     @classmethod
     def of(cls, results: Sequence[FileResult], elapsed: float) -> "Summary":
@@ -69,6 +70,7 @@ class Summary:
             severities={str(s): severities.get(str(s), 0) for s in Severity},
             elapsed=elapsed,
             kept_apex=sum(any(f.diagnostic.code in KEPT_APEX_CODES for f in r.findings) for r in results),
+            dependencies=sum(r.kind not in ("python", "notebook") for r in changed),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -81,6 +83,7 @@ class Summary:
             "shim": self.shim,
             "errors": self.failed,
             "kept_apex": self.kept_apex,
+            "dependency_files": self.dependencies,
             "diagnostics": dict(self.severities),
             "elapsed_s": round(self.elapsed, 3),
         }
@@ -93,7 +96,7 @@ def _status(result: FileResult, mode: str) -> Optional[Text]:
         )
     if not result.changed:
         return None
-    target = result.target_used or "?"
+    target = result.target_used or result.kind  # an install file: its kind
     if target == "shim" and result.fallback_codes:
         target += " fallback: " + ", ".join(result.fallback_codes)
     if result.written:
@@ -166,6 +169,8 @@ def summary_table(summary: Summary, mode: str) -> Table:
     table.add_row(changed, str(summary.written if mode in ("fix", "interactive") else summary.changed))
     table.add_row("  native torch.amp", str(summary.native))
     table.add_row("  shim fallback", str(summary.shim))
+    if summary.dependencies:
+        table.add_row("  dependency files", str(summary.dependencies))
     table.add_row("Errors (left untouched)", str(summary.failed))
     if summary.kept_apex:
         table.add_row("Apex left in place", str(summary.kept_apex))

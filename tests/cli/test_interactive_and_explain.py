@@ -49,3 +49,31 @@ def test_explain_without_a_code_lists_them_and_an_unknown_code_is_an_error(proje
     assert listing.exit_code == 0 and "AMP001" in listing.output and "AMP900" in listing.output
     unknown = run_cli(["explain", "AMP999"], project)
     assert unknown.exit_code == 2 and "no diagnostic 'AMP999'" in unknown.output
+
+
+def test_interactive_asks_about_a_dependency_file_after_the_python_files(project, monkeypatch):
+    monkeypatch.setattr(cli, "_stdin_is_terminal", lambda: True)
+    write(project / "a.py", SHIM_INPUT)
+    write(project / "requirements.txt", "apex\n")
+    result = run_cli(["-i", "--target", "shim", "."], project, input="y\ny\n")
+    assert result.output.count("Apply this change?") == 2
+    assert (project / "requirements.txt").read_text() == "amp-migrate\n"
+
+
+def test_interactive_keeps_the_apex_entry_of_a_file_the_user_skipped(project, monkeypatch):
+    monkeypatch.setattr(cli, "_stdin_is_terminal", lambda: True)
+    write(project / "a.py", SHIM_INPUT)
+    write(project / "requirements.txt", "apex\n")
+    result = run_cli(["-i", "--target", "shim", "."], project, input="n\n")
+    assert result.output.count("Apply this change?") == 1
+    assert "requirements.txt:1:1: AMP082 `apex` kept: a.py:1 imports `apex`" in result.output
+    assert (project / "requirements.txt").read_text() == "apex\n"
+
+
+def test_interactive_apply_all_covers_the_dependency_files_too(project, monkeypatch):
+    monkeypatch.setattr(cli, "_stdin_is_terminal", lambda: True)
+    write(project / "a.py", SHIM_INPUT)
+    write(project / "requirements.txt", "apex\n")
+    result = run_cli(["-i", "--target", "shim", "."], project, input="a\n")
+    assert result.output.count("Apply this change?") == 1
+    assert (project / "requirements.txt").read_text() == "amp-migrate\n"

@@ -14,15 +14,15 @@ import os
 import signal
 import sys
 from dataclasses import dataclass, replace
-from typing import Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional
 
-from . import notebook
 from .file_result import FileResult, Finding
-from .migrate import MigrationError, might_use_apex, migrate_source
 from .options import Options
-from .report import unified_diff
-from .rules.plan import SharedScaler
+from .prefilter import might_use_apex
 from .source_file import SourceError, decode, read_stamped, write_atomic
+
+if TYPE_CHECKING:
+    from .rules.plan import SharedScaler
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,9 @@ class Job:
 
 
 def _migrate_python(job: Job, data: bytes) -> FileResult:
+    from .migrate import MigrationError, migrate_source
+    from .report import unified_diff
+
     source = decode(data)
     result = FileResult(job.path, "python", scanned=True)
     try:
@@ -79,6 +82,8 @@ def _process(job: Job, data: bytes) -> FileResult:
         return FileResult(job.path, job.kind)
     try:
         if job.kind == "notebook":
+            from . import notebook
+
             return notebook.migrate(job.path, data, job.options, job.want_diff)
         return _migrate_python(job, data)
     except SourceError as exc:
@@ -139,6 +144,11 @@ class Workers:
         # does); reference counting frees each file's trees as before.
         # Both are process-wide: put back at exit, so a long-running caller of the API keeps
         # its own collector settings (and what it froze itself stays frozen).
+        if self.size > 1:
+            # The codemod is imported on first use (a run over files without Apex never needs
+            # it); before a fork it is imported here, once, rather than by every worker.
+            from . import migrate, notebook  # noqa: F401 - loaded for the workers to inherit
+
         self._thresholds, self._froze = gc.get_threshold(), gc.get_freeze_count() == 0
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)

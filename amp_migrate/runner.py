@@ -137,6 +137,11 @@ class Workers:
         self.pool: Optional[multiprocessing.pool.Pool] = None
 
     def __enter__(self) -> "Workers":
+        if self.size > 1:
+            # The codemod is imported on first use (a run over files without Apex never needs
+            # it); before a fork it is imported here, once, rather than by every worker.
+            from . import migrate, notebook  # noqa: F401 - loaded for the workers to inherit
+
         # What the imports made (libcst's grammar and node classes) lives as long as the
         # process: out of the collector's sight, the first files do not pay for rescanning it,
         # and forked workers do not copy it page by page. Syntax trees hold no reference
@@ -144,11 +149,6 @@ class Workers:
         # does); reference counting frees each file's trees as before.
         # Both are process-wide: put back at exit, so a long-running caller of the API keeps
         # its own collector settings (and what it froze itself stays frozen).
-        if self.size > 1:
-            # The codemod is imported on first use (a run over files without Apex never needs
-            # it); before a fork it is imported here, once, rather than by every worker.
-            from . import migrate, notebook  # noqa: F401 - loaded for the workers to inherit
-
         self._thresholds, self._froze = gc.get_threshold(), gc.get_freeze_count() == 0
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)

@@ -28,7 +28,7 @@ def named_elsewhere(
     diagnostics = list(diagnostics)
     if not diagnostics:
         return None
-    # Only a file the rules ran on has diagnostics: the rules are imported by then.
+    # Diagnostics come from the codemod, which has imported the rules by then.
     from ..rules.loss_callers import CALLED_OTHERWISE, CALLERS_CAST
 
     lines = text.splitlines()

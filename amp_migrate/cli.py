@@ -13,14 +13,16 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, NoReturn, Optional, cast
+from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Optional, cast
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.text import Text
 
 from . import __version__
+
+# Each command imports what it uses (rich, the codemod, torch): `--version`, and `--check` on
+# files without Apex, start fast enough for pre-commit and editors to call on every save.
+if TYPE_CHECKING:
+    from rich.console import Console
 
 EXIT_OK, EXIT_CHANGES, EXIT_ERRORS, EXIT_INTERRUPTED = 0, 1, 2, 130
 _PROGRESS_FROM = 20  # files; fewer finish before a bar would be worth drawing
@@ -73,6 +75,9 @@ def _progress(total: int, enabled: bool) -> Iterator[Callable[[], None]]:
     if not enabled:
         yield lambda: None
         return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     columns = (TextColumn("migrating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task("migrating", total=total)
@@ -82,6 +87,8 @@ def _progress(total: int, enabled: bool) -> Iterator[Callable[[], None]]:
 def _review(results: list, console: Console, answer: str = "n") -> tuple[list, str]:
     """Ask about each changed file, as bowler does: y apply, n skip, a apply all, q quit; the
     last answer goes on to the next batch (the install files, judged after the Python files)."""
+    from rich.text import Text
+
     from . import report, runner
 
     reviewed = []
@@ -172,6 +179,8 @@ def migrate(
     no_color: bool,
 ) -> None:
     """Rewrite Apex-using Python files and notebooks under PATHS in place."""
+    from rich.console import Console
+
     from . import report
     from .run_notes import run_notes
 
@@ -307,6 +316,8 @@ def _migrate_files(
 @click.argument("code", required=False)
 def explain(code: Optional[str]) -> None:
     """Say what diagnostic CODE means, why, with a before/after example (no CODE: list all)."""
+    from rich.console import Console
+
     from . import docs, report
     from .diagnostics import CODES
 
@@ -480,6 +491,8 @@ def verify(
     migration is documented to differ; 1: diverged, failed, never stepped, or no amp call ran
     in the legacy run (--allow-no-amp accepts that).
     """
+    from rich.console import Console
+
     from .runs import verify_report, verify_run
 
     try:

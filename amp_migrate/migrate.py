@@ -36,6 +36,7 @@ from .indentation import TabIndents, tab_indents
 from .indentation import message as indentation_message
 from .lines import form_feed_indents
 from .options import Options, Target
+from .prefilter import might_use_apex
 from .provided import ProvidedPart, migrate_part
 from .rules import NATIVE_RULES, SHIM_RULES
 from .rules.base import FileState, Rule
@@ -44,11 +45,6 @@ from .rules.plan import SharedScaler
 from .source_index import SourceIndex, walk_ast
 from .verify import VerificationError, shim_names_missing, verify_output
 from .verify import imports_apex as output_imports_apex
-
-# Cheap text test: a file that never spells these cannot use Apex or torch's deprecated
-# `torch.cuda.amp` / `torch.cpu.amp` (`from torch.cuda import amp` included), and is
-# returned without parsing.
-_MARKERS = ("apex", "cuda.amp", "cpu.amp", "torch.cuda import", "torch.cpu import")
 
 
 class MigrationError(Exception):
@@ -71,10 +67,6 @@ class MigrationResult:
     diagnostics: tuple[Diagnostic, ...]
     target_used: Optional[str]  # "native" or "shim" when the code changed, else None
     changed: bool = False
-
-
-def might_use_apex(text: str) -> bool:
-    return any(marker in text for marker in _MARKERS)
 
 
 def python_ast(text: str) -> Optional[ast.Module]:

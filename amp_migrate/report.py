@@ -14,8 +14,6 @@ from typing import Any, Optional, Sequence
 
 from rich import box
 from rich.console import Console
-from rich.markdown import Markdown
-from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
@@ -128,6 +126,8 @@ def print_diff(console: Console, diff: str) -> None:
     if not diff:
         return
     if console.is_terminal and not console.no_color:
+        from rich.syntax import Syntax  # pygments: only for a diff shown in colour
+
         console.print(Syntax(diff, "diff", theme="ansi_dark", background_color="default", word_wrap=False))
     else:
         console.file.write(diff)
@@ -249,6 +249,8 @@ def explain(console: Console, code: str) -> None:
     entry = CODES[code]
     text = render_code(entry)
     if console.is_terminal:
+        from rich.markdown import Markdown
+
         console.print(Markdown(text, code_theme="ansi_dark"))
     else:
         console.file.write(text)

@@ -14,16 +14,16 @@ import os
 import signal
 import sys
 from dataclasses import dataclass, replace
-from typing import Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional
 
-from . import notebook
 from .file_result import FileResult, Finding
-from .migrate import MigrationError, might_use_apex, migrate_source
 from .options import Options
 from .output_lines import line_map
-from .report import unified_diff
-from .rules.plan import SharedScaler
+from .prefilter import might_use_apex
 from .source_file import SourceError, decode, read_stamped, write_atomic
+
+if TYPE_CHECKING:
+    from .rules.plan import SharedScaler
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,9 @@ class Job:
 
 
 def _migrate_python(job: Job, data: bytes) -> FileResult:
+    from .migrate import MigrationError, migrate_source
+    from .report import unified_diff
+
     source = decode(data)
     result = FileResult(job.path, "python", scanned=True)
     try:
@@ -81,6 +84,8 @@ def _process(job: Job, data: bytes) -> FileResult:
         return FileResult(job.path, job.kind)
     try:
         if job.kind == "notebook":
+            from . import notebook
+
             return notebook.migrate(job.path, data, job.options, job.want_diff)
         return _migrate_python(job, data)
     except SourceError as exc:
@@ -134,6 +139,11 @@ class Workers:
         self.pool: Optional[multiprocessing.pool.Pool] = None
 
     def __enter__(self) -> "Workers":
+        if self.size > 1:
+            # The codemod is imported on first use (a run over files without Apex never needs
+            # it); before a fork it is imported here, once, rather than by every worker.
+            from . import migrate, notebook  # noqa: F401 - loaded for the workers to inherit
+
         # What the imports made (libcst's grammar and node classes) lives as long as the
         # process: out of the collector's sight, the first files do not pay for rescanning it,
         # and forked workers do not copy it page by page. Syntax trees hold no reference

@@ -16,7 +16,6 @@ import re
 from typing import Iterable, Mapping, Optional
 
 from ..diagnostics import Diagnostic
-from ..rules.loss_callers import CALLED_OTHERWISE, CALLERS_CAST
 
 _DEF = re.compile(r"\s*def\s+(\w+)")
 
@@ -26,6 +25,12 @@ def named_elsewhere(
 ) -> Optional[Diagnostic]:
     """AMP206 for the first function this file's result puts autocast in the callers of
     (AMP207) whose name another module of the tree spells; None when there is none."""
+    diagnostics = list(diagnostics)
+    if not diagnostics:
+        return None
+    # Diagnostics come from the codemod, which has imported the rules by then.
+    from ..rules.loss_callers import CALLED_OTHERWISE, CALLERS_CAST
+
     lines = text.splitlines()
     for found in diagnostics:
         if found.code != CALLERS_CAST.code or not 0 < found.line <= len(lines):

@@ -11,24 +11,24 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, replace
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
 
 from ..diagnostics import Diagnostic, Severity
 from ..file_result import FileResult, Finding
-from ..migrate import MigrationError, MigrationResult, migrate_source
 from ..options import Options, Target
-from ..provided import ProvidedPart
-from ..rules.dynamic_apex import DYNAMIC_USE
-from ..rules.plan import SharedScaler
 from ..source_file import SourceError, read_bytes
 from . import codes
 from .groups import Group, find_groups
 from .index import ProjectIndex, build_index
 from .loss_helpers import named_elsewhere
-from .notes import handover_notes, notes_for
-from .provide import provider_roles
 from .settle import Outcome, Verdict, blocker, own_warnings, settle
-from .share import shared_scalers
+
+# The codemod (libcst, the rules) and the group passes that read its plans are imported where
+# a file or a group needs them: a run whose files never spell Apex imports neither.
+if TYPE_CHECKING:
+    from ..migrate import MigrationResult
+    from ..rules.plan import SharedScaler
+    from .notes import Notes
 
 
 def _by_line(diagnostics: Iterable[Diagnostic]) -> tuple[Diagnostic, ...]:
@@ -39,6 +39,10 @@ def _restated(kept: Iterable[Diagnostic], added: Iterable[Diagnostic]) -> set[Di
     """The per-file reports of a run-time import (AMP035) that the project pass's own
     report of the same call (AMP032, which says what the group does about it) restates."""
     imports = {(d.line, d.col) for d in added if d.code == codes.IMPORTED_DYNAMICALLY.code}
+    if not imports:
+        return set()
+    from ..rules.dynamic_apex import DYNAMIC_USE
+
     return {d for d in kept if d.code == DYNAMIC_USE.code and (d.line, d.col) in imports}
 
 
@@ -58,6 +62,8 @@ def _outcome_of(diagnostics: Sequence[Diagnostic], changed: bool, target_used: O
 def _migrate_one(
     text: str, target: Target, device: str, dtype: str, project: Optional[SharedScaler] = None
 ) -> MigrationResult:
+    from ..migrate import MigrationError, MigrationResult, migrate_source
+
     try:
         return migrate_source(text, target=target, device=device, dtype=dtype, project=project)
     except MigrationError as exc:
@@ -69,6 +75,11 @@ def migrate_project(
 ) -> dict[str, MigrationResult]:
     """Migrate a tree given as relative path -> text: files that share Apex objects end on one
     target (docs/cli.md, "Projects"). Files not ending in `.py` are migrated alone."""
+    from ..migrate import MigrationResult
+    from .notes import handover_notes, notes_for
+    from .provide import provider_roles
+    from .share import shared_scalers
+
     python = {p: t for p, t in files.items() if p.endswith(".py")}
     index = build_index(python)
     groups = find_groups(index)
@@ -101,6 +112,8 @@ def migrate_project(
 
 def _provided(roles: Mapping[str, SharedScaler], outcomes: Mapping[str, Outcome]) -> frozenset[str]:
     """The callers whose provider calls went native with their part (project/provide.py)."""
+    from ..provided import ProvidedPart
+
     return frozenset(
         p
         for p, r in roles.items()
@@ -122,6 +135,8 @@ def _callers_elsewhere(
     if target == "auto":
         result = _migrate_one(texts[path], "shim", device, dtype)
     else:
+        from ..migrate import MigrationResult
+
         result = MigrationResult(texts[path], result.diagnostics, None)
     return replace(result, diagnostics=_by_line(result.diagnostics + (found,)))
 
@@ -183,9 +198,16 @@ class Tree:
         self.index: ProjectIndex = build_index(texts)
         # Under --target shim every file already uses the shim: nothing to settle or wait for.
         groups = find_groups(self.index) if options.target != "shim" else []
-        self.roles = shared_scalers(self.index, groups, texts, self.names) if groups else {}
-        self.notes = handover_notes(self.index, groups, texts, self.names) if groups else {}
-        self.roles.update(provider_roles(self.index, groups, texts, self.names) if groups else {})
+        self.roles: dict[str, SharedScaler] = {}
+        self.notes: Notes = {}
+        if groups:
+            from .notes import handover_notes
+            from .provide import provider_roles
+            from .share import shared_scalers
+
+            self.roles = shared_scalers(self.index, groups, texts, self.names)
+            self.notes = handover_notes(self.index, groups, texts, self.names)
+            self.roles.update(provider_roles(self.index, groups, texts, self.names))
         self.pending: dict[str, _Pending] = {}
         for group in groups:
             shared = _Pending(group, {})
@@ -214,6 +236,7 @@ class Tree:
 
     def _settle(self, pending: _Pending) -> list[FileResult]:
         from ..runner import Job, process
+        from .notes import notes_for
 
         outcomes = {rel: _file_outcome(r) for rel, r in pending.results.items()}
         if self._share(pending, outcomes):

@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from amp_shim import amp
+from amp_shim import _deprecation, amp
 from amp_shim._deprecation import DeprecatedFeatureWarning, deprecated_warning
 from amp_shim.amp import frontend
 from amp_shim.amp._amp_state import _amp_state
@@ -50,9 +50,9 @@ BAD_OPT_LEVEL = (
     "Unexpected optimization level {}. Options are 'O0', 'O1', 'O2', 'O3'.  Note that in `O0`, "
     "`O1`, etc., the prefix O is the letter O, not the number zero."
 )
-DEPRECATION = (
-    "apex.amp is deprecated and will be removed by the end of February 2023. "
-    "Use [PyTorch AMP](https://pytorch.org/docs/stable/amp.html)"
+NOTICE = (
+    "this program runs Apex's amp API on amp_shim over torch.amp; "
+    "to migrate it to torch.amp itself, run `amp-migrate PATH`"
 )
 
 
@@ -563,15 +563,18 @@ def test_deprecated_feature_warning_is_a_future_warning():
     assert issubclass(DeprecatedFeatureWarning, FutureWarning)
 
 
-def test_initialize_emits_the_deprecation_warning():
+def test_initialize_gives_the_shim_notice_in_apex_deprecation_category(monkeypatch):
+    monkeypatch.setattr(_deprecation, "_notice_given", False)  # as in a fresh process
     model, optimizer = _model_and_optimizer()
-    with pytest.warns(DeprecatedFeatureWarning, match="^" + re.escape(DEPRECATION) + "$"):
+    with pytest.warns(DeprecatedFeatureWarning, match="^" + re.escape(NOTICE) + "$"):
         amp.initialize(model, optimizer, opt_level="O0", verbosity=0)
 
 
-def test_deprecation_warning_fires_even_when_disabled_or_invalid():
+def test_the_notice_comes_even_when_disabled_or_invalid(monkeypatch):
+    monkeypatch.setattr(_deprecation, "_notice_given", False)
     with pytest.warns(DeprecatedFeatureWarning):
         amp.initialize(torch.nn.Linear(2, 2), enabled=False)
+    monkeypatch.setattr(_deprecation, "_notice_given", False)
     with pytest.warns(DeprecatedFeatureWarning):
         with pytest.raises(RuntimeError):
             amp.initialize(torch.nn.Linear(2, 2), opt_level="O9")

@@ -29,11 +29,10 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .._deprecation import deprecated_warning
+from .._deprecation import shim_notice
 from . import legacy_init_casts
 from ._amp_state import _amp_state
 from .autocast_casts import AutocastCasts, shim_dtype
-from .frontend import _DEPRECATION_MESSAGE
 from .handle import AmpHandle, NoOpHandle
 from .lists import functional_overrides, tensor_overrides, torch_overrides  # noqa: F401 (Apex's names)
 
@@ -230,15 +229,15 @@ def _decorator(fn: Callable, kind: str) -> Callable:
 
 
 def half_function(fn: Callable) -> Callable:
-    deprecated_warning(_DEPRECATION_MESSAGE)
+    shim_notice()
     return _decorator(fn, HALF)
 
 
 def float_function(fn: Callable) -> Callable:
-    deprecated_warning(_DEPRECATION_MESSAGE)
+    shim_notice()
     return _decorator(fn, FLOAT)
 
 
 def promote_function(fn: Callable) -> Callable:
-    deprecated_warning(_DEPRECATION_MESSAGE)
+    shim_notice()
     return _decorator(fn, PROMOTE)

@@ -15,13 +15,8 @@ from typing import Any, Optional, Protocol
 
 import torch
 
-from .._deprecation import deprecated_warning
+from .._deprecation import shim_notice
 from ._amp_state import _amp_state, maybe_print, warn_or_err
-
-_DEPRECATION_MESSAGE = (
-    "apex.amp is deprecated and will be removed by the end of February 2023. "
-    "Use [PyTorch AMP](https://pytorch.org/docs/stable/amp.html)"
-)
 
 
 class Properties:
@@ -244,7 +239,7 @@ def initialize(
     optimizers on top of torch.amp. With `enabled=False` the arguments come back untouched,
     which scripts use as their "amp off" switch.
     """
-    deprecated_warning(_DEPRECATION_MESSAGE)
+    shim_notice()
     _amp_state.opt_properties = Properties()
     _amp_state.verbosity = verbosity
 

@@ -297,9 +297,25 @@ class ForwardOutsideAutocast(TrainingRule):
             return "O1"
         return min(str(level) for level in levels) if of_initialize else None
 
-    def _message(self, call: _Call, model: str, level: str, of_initialize: bool) -> str:
+    def _suggestion(self, call: _Call, sources: tuple[CastSource, ...]) -> str:
+        """The autocast the file's training region opens; its `enabled=` switch only where it
+        reads the names of the function it was built in (the one that called `initialize`)."""
         assert self.plan is not None
-        autocast = _code(self.plan.at(self.position(call.node)[0]).autocast_call)
+        autocast = self.plan.at(self.position(call.node)[0]).autocast_call
+        switch = next(
+            (a for a in autocast.args if a.keyword is not None and a.keyword.value == "enabled"), None
+        )
+        scope = self.position(call.scope)[0] if call.scope is not None else 0
+        if switch is None or any(s.scope == scope for s in sources):
+            return f"`with {_code(autocast)}:`"
+        bare = autocast.with_changes(args=[a for a in autocast.args if a is not switch])
+        bare = bare.with_changes(
+            args=[*bare.args[:-1], bare.args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+        )
+        return f"`with {_code(bare)}:` (where amp is on: the training region has `enabled={_code(switch.value)}`)"
+
+    def _message(self, call: _Call, model: str, level: str, of_initialize: bool) -> str:
+        autocast = self._suggestion(call, tuple(self.state.scratch["casts"]))
         if level == "O1":
             apex = "Apex O1 ran it in float16 (its casts held for the whole process from `amp.initialize` on)"
         elif level == "run time":
@@ -310,7 +326,7 @@ class ForwardOutsideAutocast(TrainingRule):
             apex = f"Apex {level} cast `{model}` to float16, so it ran in float16"
         return (
             f"`{call.callee}(...)` is outside every autocast region: {apex}; natively it runs in "
-            f"float32. To run it as Apex did, wrap it in `with {autocast}:`"
+            f"float32. To run it as Apex did, wrap it in {autocast}"
         )
 
 

@@ -198,3 +198,23 @@ def test_a_file_that_falls_back_does_not_report_it():
     result = migrate_source(HEAD + textwrap.dedent(body).replace("LEVEL", '"O1"'), target="auto")
     assert result.target_used == "shim"
     assert "AMP170" not in {d.code for d in result.diagnostics}
+
+
+def test_a_function_away_from_initialize_gets_the_autocast_without_the_switch_it_cannot_read():
+    body = """
+    def evaluate(model, x):
+        return model(x)
+
+    def main(args, model, optimizer, batches, x_test):
+        model, optimizer = amp.initialize(model, optimizer, opt_level=args.opt_level)
+        for x, y in batches:
+            loss = F.cross_entropy(model(x), y)
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            optimizer.step()
+        print(evaluate(model, x_test))
+    """
+    [(line, message)] = _outside(HEAD + textwrap.dedent(body))
+    assert line == HEAD.count("\n") + 3
+    assert 'wrap it in `with torch.autocast("cuda", dtype=torch.float16):`' in message
+    assert 'the training region has `enabled=args.opt_level != "O0"`' in message

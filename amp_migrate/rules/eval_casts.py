@@ -28,7 +28,8 @@ Example
 Soundness
     The check reads the output, so "outside autocast" is what the migrated file does, and
     reports only where that is certain: a call is skipped when it lies inside any `with` whose
-    context manager is an `autocast` call (written by the migration or the user's own), inside
+    context manager is an `autocast` call (written by the migration or the user's own) or a
+    function decorated with one, inside
     a function that a name inside such a region calls (transitively: autocast is dynamically
     scoped, so the function may run under it), inside an `nn.Module` subclass or a `forward`
     method (a module's internals run under whatever calls the module), or in the function that
@@ -172,13 +173,23 @@ class ForwardOutsideAutocast(TrainingRule):
             self.module_classes -= 1
         return updated_node
 
+    def _decorated(self, node: cst.FunctionDef) -> bool:
+        """`@torch.autocast(...)` (or `@autocast()`): the whole body runs under autocast."""
+        return any(
+            isinstance(d.decorator, cst.Call)
+            and (_last(d.decorator.func) == "autocast" or _code(d.decorator.func) in self.aliases)
+            for d in node.decorators
+        )
+
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.functions.append(node)
+        self.regions += self._decorated(node)
 
     def leave_FunctionDef(
         self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
     ) -> cst.FunctionDef:
         self.functions.pop()
+        self.regions -= self._decorated(original_node)
         return updated_node
 
     def visit_Assign(self, node: cst.Assign) -> None:

@@ -218,3 +218,10 @@ def test_a_function_away_from_initialize_gets_the_autocast_without_the_switch_it
     assert line == HEAD.count("\n") + 3
     assert 'wrap it in `with torch.autocast("cuda", dtype=torch.float16):`' in message
     assert 'the training region has `enabled=args.opt_level != "O0"`' in message
+
+
+def test_a_function_decorated_with_autocast_runs_under_it_and_is_not_named():
+    body = TRAIN.replace(
+        "def train(", '@torch.autocast("cuda")\ndef evaluate(model, x):\n    return model(x)\n\n\ndef train('
+    )
+    assert _lines(body) == [EVAL_LINE + 5]

@@ -37,20 +37,23 @@ Soundness
     name, as the file spells them (`model`, `self.model`): `initialize`'s models and the names
     it binds, names assigned from them (`ema = deepcopy(model)`, `AveragedModel(model)`, a
     DataParallel wrapper, any call whose name says EMA), and at O1 names assigned from a call
-    of a `nn.Module` class the file defines. O0 and `enabled=False` cast nothing and report
+    of a `nn.Module` class the file defines. Those names, the file's module classes and which
+    function calls which come from Python's parse of the whole file, and a region's calls from
+    the region itself, so the statements the visit skips (those that name no model) still
+    count. O0 and `enabled=False` cast nothing and report
     nothing; a level only known at run time is reported with the levels at which Apex cast.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ast
+from dataclasses import dataclass, field
 from typing import Optional
 
 import libcst as cst
 
 from ..diagnostics import Severity, define
 from .plan import CastSource, TrainingRule
-from .plan_options import autocast_aliases
 
 OUTSIDE_AUTOCAST = define(
     "AMP170",
@@ -103,12 +106,105 @@ def _spelling(node: cst.BaseExpression) -> Optional[str]:
     return None
 
 
+def _spelled(node: ast.expr) -> Optional[str]:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _spelled(node.value)
+        return f"{base}.{node.attr}" if base is not None else None
+    return None
+
+
+def _called(node: ast.expr) -> Optional[str]:
+    if isinstance(node, ast.Name):
+        return node.id
+    return node.attr if isinstance(node, ast.Attribute) else None
+
+
 def _last(node: cst.BaseExpression) -> Optional[str]:
     if isinstance(node, cst.Name):
         return node.value
     if isinstance(node, cst.Attribute):
         return node.attr.value
     return None
+
+
+@dataclass
+class _Facts:
+    """What the file as given says about its models, read from Python's parse of it (which
+    holds every statement, where the rule's own visit skips those that name no model)."""
+
+    classes: set[str] = field(default_factory=set)  # the file's `nn.Module` subclasses
+    bindings: list[tuple[str, ast.expr]] = field(default_factory=list)  # (target, value)
+    callees: dict[str, set[str]] = field(default_factory=dict)  # function -> the names it calls
+    aliases: set[str] = field(default_factory=set)  # `from torch... import autocast as <name>`
+
+    @classmethod
+    def of(cls, tree: ast.Module) -> "_Facts":
+        facts = cls()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and any(_called(b) == "Module" for b in node.bases):
+                facts.classes.add(node.name)
+            elif isinstance(node, ast.Assign):
+                spelled = [_spelled(t) for t in node.targets]
+                facts.bindings += [(t, node.value) for t in spelled if t is not None]
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                calls = facts.callees.setdefault(node.name, set())
+                calls.update(
+                    c for n in ast.walk(node) if isinstance(n, ast.Call) for c in [_called(n.func)] if c
+                )
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
+                facts.aliases.update(a.asname or a.name for a in node.names if a.name == "autocast")
+        return facts
+
+    def derived(self, names: set[str]) -> set[str]:
+        """`names` and every name the file assigns from one of them, a copy or a wrapper of it."""
+        found = set(names)
+        changed = True
+        while changed:
+            changed = False
+            for target, value in self.bindings:
+                if target not in found and self._from(value, found):
+                    found.add(target)
+                    changed = True
+        return found
+
+    def _from(self, value: ast.expr, names: set[str]) -> bool:
+        if _spelled(value) in names:
+            return True
+        if not isinstance(value, ast.Call):
+            return False
+        called = _called(value.func) or ""
+        if (
+            isinstance(value.func, ast.Attribute)
+            and called in _WRAPPERS
+            and self._from(value.func.value, names)
+        ):
+            return True  # `model.to(device)`, `model.cuda()`
+        wraps = called in _WRAPPERS or "ema" in called.lower()
+        return wraps and any(_spelled(arg) in names for arg in value.args)
+
+    def instances(self) -> set[str]:
+        """Names assigned an instance of one of the file's `nn.Module` classes (`Net().to(d)`)."""
+        found = set()
+        for target, value in self.bindings:
+            root = value
+            while isinstance(root, ast.Call) and isinstance(root.func, ast.Attribute):
+                root = root.func.value
+            if isinstance(root, ast.Call) and _called(root.func) in self.classes:
+                found.add(target)
+        return found
+
+    def covered(self, called_in_regions: set[str]) -> set[str]:
+        """Functions that may run under autocast: called in a region, or by such a function."""
+        covered = set(called_in_regions)
+        pending = list(covered)
+        while pending:
+            for name in self.callees.get(pending.pop(), ()):
+                if name not in covered:
+                    covered.add(name)
+                    pending.append(name)
+        return covered
 
 
 @dataclass
@@ -127,63 +223,71 @@ class ForwardOutsideAutocast(TrainingRule):
 
     MARKERS = ("initialize", "init(")
 
-    def interest(self):
-        return None
-
     @classmethod
     def applies(cls, state, context) -> bool:
         return bool(state.scratch.get("casts")) and not state.falls_back and super().applies(state, context)
 
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
-        self.aliases: frozenset[str] = frozenset()
-        self.regions = 0  # autocast `with` blocks around the node being visited
+        self.sources: tuple[CastSource, ...] = tuple(
+            s for s in state.scratch["casts"] if s.enabled and s.opt_level != "O0"
+        )
+        index = state.index
+        self.facts = _Facts.of(index.tree) if index is not None else None
+        self.cast: set[str] = set()  # what `initialize` cast, and its copies and wrappers
+        self.instances: set[str] = set()  # at O1: the file's other modules
+        if self.facts is not None and self.sources:
+            self.cast = self.facts.derived(set().union(*(s.models for s in self.sources)))
+            if any(s.opt_level in ("O1", None) for s in self.sources):
+                self.instances = self.facts.derived(self.facts.instances()) - self.cast
+        self.regions = 0  # autocast `with` blocks (or decorated functions) around the node visited
         self.functions: list[cst.FunctionDef] = []
         self.module_classes = 0  # `nn.Module` subclasses around it
-        self.class_names: set[str] = set()  # the file's `nn.Module` subclasses
         self.calls: list[_Call] = []
         self.in_regions: set[str] = set()  # names called inside autocast regions
-        self.callees: dict[str, set[str]] = {}  # function name -> names its body calls
-        self.bindings: list[tuple[str, cst.BaseExpression]] = []
 
-    def visit_Module(self, node: cst.Module) -> None:
-        self.aliases = autocast_aliases(node)
+    def interest(self):
+        """Statements that name a model (a call of one names it) or an autocast; a region's
+        own calls are read from the region itself, whatever its statements spell."""
+        assert self.facts is not None or not self.sources
+        names = self.cast | self.instances
+        words = {name.rsplit(".", 1)[-1] for name in names}  # `self.model(x)` spells `model`
+        return frozenset(words | {"autocast"} | (self.facts.aliases if self.facts else set()))
 
-    def _autocast(self, node: cst.With) -> bool:
-        return any(
-            isinstance(item.item, cst.Call)
-            and (_last(item.item.func) == "autocast" or _code(item.item.func) in self.aliases)
-            for item in node.items
-        )
+    def _autocast(self, func: cst.BaseExpression) -> bool:
+        aliases = self.facts.aliases if self.facts is not None else set()
+        return _last(func) == "autocast" or _code(func) in aliases
+
+    def _region(self, node: cst.With) -> bool:
+        return any(isinstance(item.item, cst.Call) and self._autocast(item.item.func) for item in node.items)
 
     def visit_With(self, node: cst.With) -> None:
-        self.regions += self._autocast(node)
+        if self._region(node):
+            self.regions += 1
+            self.in_regions.update(_calls_in(node))
 
     def leave_With(self, original_node: cst.With, updated_node: cst.With) -> cst.With:
-        self.regions -= self._autocast(original_node)
+        self.regions -= self._region(original_node)
         return updated_node
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        if any(_last(base.value) == "Module" for base in node.bases):
-            self.module_classes += 1
-            self.class_names.add(node.name.value)
+        self.module_classes += any(_last(base.value) == "Module" for base in node.bases)
 
     def leave_ClassDef(self, original_node: cst.ClassDef, updated_node: cst.ClassDef) -> cst.ClassDef:
-        if any(_last(base.value) == "Module" for base in original_node.bases):
-            self.module_classes -= 1
+        self.module_classes -= any(_last(base.value) == "Module" for base in original_node.bases)
         return updated_node
 
     def _decorated(self, node: cst.FunctionDef) -> bool:
         """`@torch.autocast(...)` (or `@autocast()`): the whole body runs under autocast."""
         return any(
-            isinstance(d.decorator, cst.Call)
-            and (_last(d.decorator.func) == "autocast" or _code(d.decorator.func) in self.aliases)
-            for d in node.decorators
+            isinstance(d.decorator, cst.Call) and self._autocast(d.decorator.func) for d in node.decorators
         )
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.functions.append(node)
-        self.regions += self._decorated(node)
+        if self._decorated(node):
+            self.regions += 1
+            self.in_regions.add(node.name.value)
 
     def leave_FunctionDef(
         self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
@@ -192,20 +296,7 @@ class ForwardOutsideAutocast(TrainingRule):
         self.regions -= self._decorated(original_node)
         return updated_node
 
-    def visit_Assign(self, node: cst.Assign) -> None:
-        for target in node.targets:
-            spelled = _spelling(target.target)
-            if spelled is not None:
-                self.bindings.append((spelled, node.value))
-
     def visit_Call(self, node: cst.Call) -> None:
-        called = _last(node.func)
-        if called is None:
-            return
-        if self.regions:
-            self.in_regions.add(called)
-        for function in self.functions:
-            self.callees.setdefault(function.name.value, set()).add(called)
         callee = _spelling(node.func)
         owned = self.module_classes or any(f.name.value in _MODULE_OWNERS for f in self.functions)
         if callee is not None and not self.regions and not owned:
@@ -213,29 +304,21 @@ class ForwardOutsideAutocast(TrainingRule):
             self.calls.append(_Call(node, callee, names, self.functions[-1] if self.functions else None))
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        sources: tuple[CastSource, ...] = tuple(
-            s for s in self.state.scratch["casts"] if s.enabled and s.opt_level != "O0"
-        )
-        if sources and self.plan is not None and not _disabled(self.plan.autocast_call):
-            self._report_outside(sources)
+        if self.sources and self.facts is not None and self.plan is not None:
+            if not _disabled(self.plan.autocast_call):
+                self._report_outside(self.facts.covered(self.in_regions))
         return updated_node
 
-    def _report_outside(self, sources: tuple[CastSource, ...]) -> None:
-        cast = self._derived(set().union(*(s.models for s in sources)))
-        everywhere = any(s.opt_level in ("O1", None) for s in sources)
-        instances = self._derived(self._instances()) - cast if everywhere else set()
-        covered = self._covered()
+    def _report_outside(self, covered: set[str]) -> None:
         for call in self.calls:
-            model = self._model_of(call.callee, cast | instances)
-            if (
-                model is None
-                or covered.intersection(call.functions)
-                or self._before_initialize(call, sources)
-            ):
+            model = self._model_of(call.callee, self.cast | self.instances)
+            if model is None or covered.intersection(call.functions) or self._before_initialize(call):
                 continue
-            level = self._level(model in cast, sources)
+            level = self._level(model in self.cast)
             if level is not None:
-                self.report(call.node, OUTSIDE_AUTOCAST, self._message(call, model, level, model in cast))
+                self.report(
+                    call.node, OUTSIDE_AUTOCAST, self._message(call, model, level, model in self.cast)
+                )
 
     @staticmethod
     def _model_of(callee: str, models: set[str]) -> Optional[str]:
@@ -244,71 +327,23 @@ class ForwardOutsideAutocast(TrainingRule):
         base, _, attr = callee.rpartition(".")
         return base if attr in _FORWARDS and base in models else None
 
-    def _derived(self, names: set[str]) -> set[str]:
-        """`names` and every name the file assigns from one of them, a copy or a wrapper of it."""
-        found = set(names)
-        changed = True
-        while changed:
-            changed = False
-            for target, value in self.bindings:
-                if target not in found and self._from(value, found):
-                    found.add(target)
-                    changed = True
-        return found
+    def _scope_line(self, call: _Call) -> int:
+        return self.position(call.scope)[0] if call.scope is not None else 0
 
-    def _from(self, value: cst.BaseExpression, names: set[str]) -> bool:
-        if _spelling(value) in names:
-            return True
-        if not isinstance(value, cst.Call):
-            return False
-        called = _last(value.func) or ""
-        if (
-            isinstance(value.func, cst.Attribute)
-            and called in _WRAPPERS
-            and self._from(value.func.value, names)
-        ):
-            return True  # `model.to(device)`, `model.cuda()`
-        wraps = called in _WRAPPERS or "ema" in called.lower()
-        return wraps and any(_spelling(arg.value) in names for arg in value.args)
+    def _before_initialize(self, call: _Call) -> bool:
+        line, scope = self.position(call.node)[0], self._scope_line(call)
+        return all(s.scope == scope and line < s.line for s in self.sources)
 
-    def _instances(self) -> set[str]:
-        """Names assigned an instance of one of the file's `nn.Module` classes (`Net().to(d)`)."""
-        found = set()
-        for target, value in self.bindings:
-            root = value
-            while isinstance(root, cst.Call) and isinstance(root.func, cst.Attribute):
-                root = root.func.value
-            if isinstance(root, cst.Call) and _last(root.func) in self.class_names:
-                found.add(target)
-        return found
-
-    def _covered(self) -> set[str]:
-        """Functions that may run under autocast: called in a region, or by such a function."""
-        covered = set(self.in_regions)
-        pending = list(covered)
-        while pending:
-            for name in self.callees.get(pending.pop(), ()):
-                if name not in covered:
-                    covered.add(name)
-                    pending.append(name)
-        return covered
-
-    def _before_initialize(self, call: _Call, sources: tuple[CastSource, ...]) -> bool:
-        line = self.position(call.node)[0]
-        scope = self.position(call.scope)[0] if call.scope is not None else 0
-        return all(s.scope == scope and line < s.line for s in sources)
-
-    @staticmethod
-    def _level(of_initialize: bool, sources: tuple[CastSource, ...]) -> Optional[str]:
+    def _level(self, of_initialize: bool) -> Optional[str]:
         """What Apex ran the call at: "O1", "O2"/"O3", or "run time"; None: it did not cast it."""
-        levels = {s.opt_level for s in sources}
+        levels = {s.opt_level for s in self.sources}
         if None in levels:
             return "run time"
         if "O1" in levels:
             return "O1"
         return min(str(level) for level in levels) if of_initialize else None
 
-    def _suggestion(self, call: _Call, sources: tuple[CastSource, ...]) -> str:
+    def _suggestion(self, call: _Call) -> str:
         """The autocast the file's training region opens; its `enabled=` switch only where it
         reads the names of the function it was built in (the one that called `initialize`)."""
         assert self.plan is not None
@@ -316,17 +351,15 @@ class ForwardOutsideAutocast(TrainingRule):
         switch = next(
             (a for a in autocast.args if a.keyword is not None and a.keyword.value == "enabled"), None
         )
-        scope = self.position(call.scope)[0] if call.scope is not None else 0
-        if switch is None or any(s.scope == scope for s in sources):
+        if switch is None or any(s.scope == self._scope_line(call) for s in self.state.scratch["casts"]):
             return f"`with {_code(autocast)}:`"
-        bare = autocast.with_changes(args=[a for a in autocast.args if a is not switch])
-        bare = bare.with_changes(
-            args=[*bare.args[:-1], bare.args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+        kept = [a for a in autocast.args if a is not switch]
+        bare = autocast.with_changes(
+            args=[*kept[:-1], kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
         )
         return f"`with {_code(bare)}:` (where amp is on: the training region has `enabled={_code(switch.value)}`)"
 
     def _message(self, call: _Call, model: str, level: str, of_initialize: bool) -> str:
-        autocast = self._suggestion(call, tuple(self.state.scratch["casts"]))
         if level == "O1":
             apex = "Apex O1 ran it in float16 (its casts held for the whole process from `amp.initialize` on)"
         elif level == "run time":
@@ -337,8 +370,22 @@ class ForwardOutsideAutocast(TrainingRule):
             apex = f"Apex {level} cast `{model}` to float16, so it ran in float16"
         return (
             f"`{call.callee}(...)` is outside every autocast region: {apex}; natively it runs in "
-            f"float32. To run it as Apex did, wrap it in {autocast}"
+            f"float32. To run it as Apex did, wrap it in {self._suggestion(call)}"
         )
+
+
+def _calls_in(node: cst.CSTNode) -> set[str]:
+    """The names every call under `node` calls (`f(x)`: f; `self.step(x)`: step)."""
+    found: set[str] = set()
+    stack: list[cst.CSTNode] = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Call):
+            called = _last(current.func)
+            if called is not None:
+                found.add(called)
+        stack.extend(current.children)
+    return found
 
 
 def _disabled(autocast: cst.Call) -> bool:

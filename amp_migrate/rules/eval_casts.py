@@ -69,7 +69,10 @@ OUTSIDE_AUTOCAST = define(
     "last digits (a real repository's test loss went from 13.4751 to 13.4710), and on a GPU "
     "evaluation takes more memory and time. The code is left as it is; to run it as Apex did, "
     "wrap it in the `torch.autocast(...)` the message names (under `torch.inference_mode()` "
-    "too, if you like). Found by name: calls of the models `initialize` returned, of names "
+    "too, if you like): the training region's own, less its `enabled=` switch where the call "
+    "is in another function than `initialize` (which that function may not be able to read; "
+    "the message quotes it). Where `opt_level` is only known at run time the message says at "
+    "which levels Apex cast the call. Found by name: calls of the models `initialize` returned, of names "
     "assigned from them (an EMA copy, a DataParallel wrapper) and, at O1, of instances of the "
     "file's own `nn.Module` classes; calls inside an autocast region, in a function called from "
     "one, or inside a module's own methods are never reported.",

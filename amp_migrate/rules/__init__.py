@@ -14,6 +14,7 @@ from .casts import CastRegistrationToAutocast
 from .checkpoint import CheckpointToScaler
 from .deprecated_amp import DeprecatedTorchAmp
 from .dynamic_apex import DynamicApexUses
+from .eval_casts import ForwardOutsideAutocast
 from .fp16_optimizer import Fp16OptimizerToGradScaler
 from .fp16_utils import Fp16UtilsToTorch
 from .handle_api import WrapOptimizerToOptimizer
@@ -57,6 +58,7 @@ NATIVE_RULES = [
     DynamicApexUses,
     SettleImports,
     RemainingApexUses,
+    ForwardOutsideAutocast,
 ]
 
 # DynamicApexUses runs under every target: what it reports stays Apex whichever target is used.

@@ -151,6 +151,21 @@ class InferenceRegion:
     span: Optional[tuple] = None  # the region's first and last line, None when empty
 
 
+@dataclass(frozen=True)
+class CastSource:
+    """One `amp.initialize` (or `amp.init`) as the evaluation check (eval_casts.py) reads it:
+    which opt level it ran at and which model names it cast, so that forward calls the native
+    rewrite leaves outside autocast can be named."""
+
+    line: int  # of the call, in the file as given
+    scope: int  # line of the `def` around it (0: module level)
+    #: "O0".."O3" where literal ("O1" for `amp.init()`, Apex's default when none is given);
+    #: None where only known at run time.
+    opt_level: Optional[str]
+    enabled: bool  # False: `enabled=False` given literally (nothing was cast)
+    models: frozenset = frozenset()  # the models passed and the names `initialize` bound them to
+
+
 @dataclass
 class TrainingPlan:
     scaler: str  # how code reaches it: "scaler" or "self.scaler"

@@ -66,7 +66,7 @@ Soundness
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, NamedTuple, Optional, Union
+from typing import TYPE_CHECKING, NamedTuple, Optional, Sequence, Union
 
 import libcst as cst
 import libcst.matchers as m
@@ -77,6 +77,7 @@ from .plan import (
     INIT,
     INITIALIZE,
     INITIALIZE_ARGS,
+    LEVELS,
     LOAD_STATE_DICT,
     LOSS_SCALERS,
     MASTER_PARAMS,
@@ -87,6 +88,7 @@ from .plan import (
     SCALER_NAMES,
     STATE_DICT,
     WRAPPED_SCALE_LOSS,
+    CastSource,
     SharedScaler,
     TrainingPlan,
     bind_arguments,
@@ -388,6 +390,9 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
             return updated_node
         if not self.inits and not self.scale_losses:
             return updated_node
+        self.state.scratch["casts"] = tuple(
+            self._cast_source(call, statement) for call, statement in self.inits
+        )
         if self._only_inference(shared):
             self._plan_inference(original_node)
             return updated_node
@@ -405,6 +410,36 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
         self._keep(self._plan(call, statement, original_node))
         self._with_absorbed(absorbed)
         return updated_node
+
+    def _cast_source(self, call: cst.Call, statement: cst.CSTNode) -> CastSource:
+        """What this `initialize` cast, for the check of forwards left outside autocast."""
+        scope = self.scope_of(statement)
+        if self.apex_name(call.func) == INIT:
+            args: dict = bind_arguments(call, ("enabled",)) or {}
+            level: Optional[str] = "O1"
+        else:
+            args = bind_arguments(call) or {}
+            given = args.get("opt_level")
+            level = "O1" if given is None else literal(given) if literal(given) in LEVELS else None
+        models = set(expression_codes(args.get("models")))
+        body = getattr(statement, "body", ())
+        assign = body[0] if isinstance(body, Sequence) and len(body) == 1 else None
+        if isinstance(assign, cst.Assign) and assign.value is call and len(assign.targets) == 1:
+            target: cst.BaseExpression = assign.targets[0].target
+            if (
+                "optimizers" in args
+                and isinstance(target, (cst.Tuple, cst.List))
+                and len(target.elements) == 2
+            ):
+                target = target.elements[0].value
+            models.update(expression_codes(target))
+        return CastSource(
+            line=self.position(call)[0],
+            scope=self.position(scope)[0] if scope else 0,
+            opt_level=level,
+            enabled=literal(args.get("enabled")) is not False,
+            models=frozenset(models),
+        )
 
     def _keep(self, plan: Optional[TrainingPlan]) -> None:
         if plan is not None:

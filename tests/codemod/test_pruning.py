@@ -185,24 +185,47 @@ def test_text_check_lets_native_torch_amp_through():
 
 
 def test_rules_do_not_enter_functions_that_spell_no_apex_word(monkeypatch):
+    """Only ForwardOutsideAutocast reads `evaluate`, which spells no Apex word: it calls the
+    model `initialize` cast, outside autocast, which is what that rule reports (AMP170)."""
     from amp_migrate.rules.base import Rule
 
-    entered: set[str] = set()
+    entered: set[tuple[str, str]] = set()
     real = Rule.visit_node
+
+    def spy(self, node):
+        if isinstance(node, cst.FunctionDef):
+            entered.add((type(self).__name__, node.name.value))
+        return real(self, node)
+
+    monkeypatch.setattr(Rule, "visit_node", spy)
+    result = migrate_source(SAMPLE)
+    assert result.changed
+    readers = {rule for rule, function in entered if function == "evaluate"}
+    assert ("PlanTraining", "train") in entered and readers == {"ForwardOutsideAutocast"}
+    assert [d.line for d in result.diagnostics if d.code == "AMP170"] == [
+        SAMPLE.splitlines().index("        model(x)") + 1
+    ]
+    monkeypatch.setenv("AMP_MIGRATE_NO_PRUNE", "1")
+    entered.clear()
+    unpruned = migrate_source(SAMPLE)
+    assert (unpruned.code, unpruned.diagnostics) == (result.code, result.diagnostics)
+    assert len({rule for rule, function in entered if function == "evaluate"}) > 1
+
+
+def test_the_evaluation_check_does_not_enter_functions_that_name_no_model(monkeypatch):
+    from amp_migrate.rules.eval_casts import ForwardOutsideAutocast
+
+    entered: set[str] = set()
+    real = ForwardOutsideAutocast.visit_node
 
     def spy(self, node):
         if isinstance(node, cst.FunctionDef):
             entered.add(node.name.value)
         return real(self, node)
 
-    monkeypatch.setattr(Rule, "visit_node", spy)
-    result = migrate_source(SAMPLE)
-    assert result.changed
-    assert "train" in entered and "evaluate" not in entered
-    monkeypatch.setenv("AMP_MIGRATE_NO_PRUNE", "1")
-    entered.clear()
-    assert migrate_source(SAMPLE).code == result.code
-    assert "evaluate" in entered
+    monkeypatch.setattr(ForwardOutsideAutocast, "visit_node", spy)
+    migrate_source(SAMPLE + "\n\ndef log(values):\n    for v in values:\n        print(v)\n")
+    assert "evaluate" in entered and "log" not in entered
 
 
 SHIM_OUTPUT = """\

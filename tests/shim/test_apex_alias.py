@@ -19,8 +19,9 @@ def test_bundled_legacy_example_trains_through_the_shim(tmp_path):
     proc = run(["-m", "amp_shim", str(EXAMPLE), "--steps", "30"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "running with the Apex-compatible shim" in proc.stderr
-    losses = [float(v) for v in re.findall(r"loss (\d+\.\d+)", proc.stdout)]
+    losses = [float(v) for v in re.findall(r"step +\d+  loss (\d+\.\d+)", proc.stdout)]
     assert len(losses) == 4 and losses[-1] < 0.5 * losses[0]
+    assert re.search(r"held-out loss \d+\.\d+  accuracy 0\.\d+", proc.stdout)
     assert "'loss_scaler0': {'loss_scale': 65536.0, 'unskipped': 30}" in proc.stdout
 
 

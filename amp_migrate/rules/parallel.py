@@ -95,6 +95,7 @@ DDP_ARGUMENT_DROPPED = define(
     "overlaps on its own (tune it with `bucket_cap_mb`); the averaged gradients are the same.",
     before="model = DDP(model, delay_allreduce=True)",
     after="model = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)",
+    variants=("the averaged gradients",),
 )
 DDP_ARGUMENT = define(
     "AMP522",
@@ -141,6 +142,7 @@ PREDIVIDE_DROPPED = define(
     "expression is no longer evaluated: the message names any call it made.",
     before="model = DDP(model, gradient_predivide_factor=get_world_size())",
     after="model = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)",
+    variants=("by the world size before the allreduce",),
 )
 SUBGROUPS = define(
     "AMP531",
@@ -189,11 +191,16 @@ NO_TORCH_PARALLEL = define(
     "`Reducer` (manual gradient allreduce) and `LARC` (layer-wise adaptive rate clipping "
     "around an optimizer) have no one-line torch form. `create_syncbn_process_group` has one "
     "(AMP531) except where its size cannot be read (`*args`, a size with side effects, which "
-    "the native form reads twice). The shim provides them unchanged.",
+    "the native form reads twice). The shim provides them unchanged. "
+    "The message names the helper, or the `group_size` that is no group size.",
     before="from apex.parallel import LARC\nopt = LARC(opt)",
     after="from amp_shim.parallel import LARC\nopt = LARC(opt)",
     falls_back=True,
     refusal="no torch equivalent",
+    variants=(
+        "no group size",
+        "has no torch equivalent",
+    ),
 )
 PARALLEL_REFERENCE = define(
     "AMP526",

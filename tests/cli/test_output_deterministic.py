@@ -73,3 +73,42 @@ def test_fp16_optimizer_refusal_names_the_first_use_in_the_file_in_every_process
                 "where that condition cannot be read; the file uses the shim",
             )
         ], f"PYTHONHASHSEED={seed}: {proc.stdout}"
+
+
+PROVIDER = """def get_amp(fp16):
+    if fp16:
+        from apex import amp
+    else:
+        amp = None
+    return amp
+"""
+CALLER = """from amp_utils import get_amp
+
+USE_AMP = HALF = MIXED = True
+
+
+def train(model, optimizer, x, fp16=False):
+    amp = get_amp(fp16 and USE_AMP and HALF and MIXED)
+    if amp:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    loss = model(x).sum()
+    if amp:
+        with amp.scale_loss(loss, optimizer) as scaled:
+            scaled.backward()
+    else:
+        loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_provider_call_names_the_first_global_its_condition_reads_in_every_process(tmp_path):
+    """The condition's names were a set: the refusal named `USE_AMP`, `HALF` or `MIXED` by
+    hash seed. It names the first in the condition."""
+    (tmp_path / "amp_utils.py").write_text(PROVIDER)
+    (tmp_path / "train.py").write_text(CALLER)
+    for seed in (0, 1, 2, 3):
+        proc = run(["--check", "--jobs", "1", "."], tmp_path, seed)
+        found = re.findall(r"train\.py:7:\d+: AMP163 (.*)", proc.stdout)
+        assert found == [
+            "`USE_AMP` in `fp16 and USE_AMP and HALF and MIXED` is not a parameter of `train`"
+        ], f"PYTHONHASHSEED={seed}: {proc.stdout}"

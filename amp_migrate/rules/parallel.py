@@ -192,7 +192,7 @@ NO_TORCH_PARALLEL = define(
     "around an optimizer) have no one-line torch form. `create_syncbn_process_group` has one "
     "(AMP531) except where its size cannot be read (`*args`, a size with side effects, which "
     "the native form reads twice). The shim provides them unchanged. "
-    "The message names the helper, or the `group_size` that is no group size.",
+    "The message names the helper, or the `group_size` that is no group size or has side effects.",
     before="from apex.parallel import LARC\nopt = LARC(opt)",
     after="from amp_shim.parallel import LARC\nopt = LARC(opt)",
     falls_back=True,
@@ -200,6 +200,7 @@ NO_TORCH_PARALLEL = define(
     variants=(
         "no group size",
         "has no torch equivalent",
+        "side effects",
     ),
 )
 PARALLEL_REFERENCE = define(
@@ -211,11 +212,17 @@ PARALLEL_REFERENCE = define(
     "`isinstance(m, apex.parallel.DistributedDataParallel)` would become true for torch DDP "
     "models this file never wrapped and false for models Apex's DDP wrapped elsewhere; a bare "
     "DDP class is called elsewhere with arguments this codemod cannot see and map (Apex's "
-    "`message_size`, `delay_allreduce`, ... are not torch's).",
+    "`message_size`, `delay_allreduce`, ... are not torch's). The message says which: torch's "
+    "class would match objects this file never made (and miss those Apex made elsewhere), or "
+    "the class is called later with arguments this file does not show.",
     before="if isinstance(model, apex.parallel.DistributedDataParallel):\n    model = model.module",
     after="import amp_shim as apex  # import rewritten only",
     falls_back=True,
     refusal="a bare class would change meaning for objects made elsewhere",
+    variants=(
+        "would match objects this file never made",
+        "called later with arguments",
+    ),
 )
 SYNCBN_CPU = define(
     "AMP527",

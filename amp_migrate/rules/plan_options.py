@@ -39,9 +39,11 @@ OPTION_NOT_LITERAL = define(
     "condition around `initialize`, with side effects; an `opt_level` that calls a builtin the "
     "file rebinds (native code reads the level where the scaler is built and again for autocast); "
     "an `enabled` that is not a plain expression; an `opt_level` that is not one of O0-O3, or a "
-    "`loss_scale` that is no usable scale; `*args`/`**kwargs`; or, under O0, a scale set right "
-    "after `initialize` that is not a power of two (Apex scaled fp32 losses by it, native code "
-    "does not).",
+    "`loss_scale` that is no usable scale; `*args`/`**kwargs`; or a scale set right after "
+    "`initialize` that is known only at run time (the GradScaler may be built where it is not), "
+    "is no positive number, sets one of several per-loss scalers, turns on a scale Apex had at "
+    "1.0 (no scaling), which a disabled GradScaler cannot follow, or, under O0, is not a power "
+    "of two (Apex scaled fp32 losses by it, native code does not).",
     before="amp.initialize(model, opt, loss_scale=args.loss_scale)",
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
@@ -55,6 +57,10 @@ OPTION_NOT_LITERAL = define(
         "rebinds",
         "not one of O0-O3",
         "not a power of two",
+        "known only at run time",
+        "no positive number",
+        "one of several per-loss scalers",
+        "cannot follow",
     ),
 )
 O2_O3 = define(

@@ -137,7 +137,10 @@ NO_PLACE = define(
     "The message says which case this is: `initialize` runs inside a loop or a branch with an "
     "`else`, so no scaler built there reaches the rest of the code; or whether amp is enabled is "
     "only known where `initialize` runs, and the scaler cannot be passed on from there to the "
-    "functions that use it.",
+    "functions that use it; or autocast, which runs where the scaler is only reached, cannot "
+    "follow its switches (with bfloat16 or a static loss scale of 1.0 the scaler is disabled "
+    "while amp is on, and for some option values Apex cast without scaling losses or scaled "
+    "without casting).",
     before="def setup(args):\n    model, opt = amp.initialize(model, opt, opt_level=args.opt_level)\n"
     "def train(model, opt):\n    with amp.scale_loss(loss, opt) as s:\n        s.backward()",
     after="def setup(args):\n    model, opt = amp.initialize(model, opt, opt_level=args.opt_level)  # amp_shim",
@@ -146,6 +149,7 @@ NO_PLACE = define(
     variants=(
         "runs inside a loop or a branch",
         "cannot be passed on from there",
+        "cannot follow",
     ),
 )
 INIT_COUNT = define(
@@ -246,6 +250,7 @@ SHARE_REFUSED = define(
     variants=(
         "losses are not scaled",
         "runs more than once",
+        "per-loss scalers stay apart",
     ),
 )
 SHARED = define(

@@ -8,6 +8,7 @@ among them reported a different line from run to run).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -55,7 +56,16 @@ def test_report_and_written_code_do_not_depend_on_hash_seed_or_jobs(tmp_path):
         outputs[seed, jobs] = (proc.returncode, _ELAPSED.sub('"elapsed_s": 0', proc.stdout))
     first = outputs[RUNS[0]]
     for key, output in outputs.items():
-        assert output == first, f"PYTHONHASHSEED={key[0]} --jobs {key[1]} differs from {RUNS[0]}"
+        if output != first:
+            differ = _files_that_differ(first[1], output[1])
+            raise AssertionError(
+                f"PYTHONHASHSEED={key[0]} --jobs {key[1]} differs from {RUNS[0]} in {differ}"
+            )
+
+
+def _files_that_differ(a: str, b: str) -> list[str]:
+    one, other = ({f["path"]: f for f in json.loads(t)["files"]} for t in (a, b))
+    return sorted(p for p in one.keys() | other.keys() if one.get(p) != other.get(p)) or ["the summary"]
 
 
 def test_fp16_optimizer_refusal_names_the_first_use_in_the_file_in_every_process(tmp_path):

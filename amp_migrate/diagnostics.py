@@ -34,6 +34,9 @@ class Code:
     #: Why a careful person, migrating by hand, would not rewrite this natively either (or, for
     #: an error, would not touch the file): one short phrase, for reports that list the codes.
     refusal: str = ""
+    #: What tells this code's messages apart: a phrase of each message text the code can carry,
+    #: each also in the page (summary or why), so `amp-migrate explain` describes what fired.
+    variants: tuple[str, ...] = ()
 
 
 CODES: dict[str, Code] = {}
@@ -50,12 +53,22 @@ def define(
     after: str = "",
     falls_back: bool = False,
     refusal: str = "",
+    variants: tuple[str, ...] = (),
 ) -> Code:
     """Register a diagnostic code; rule modules call this at import time."""
     if code in CODES and CODES[code].name != name:
         raise ValueError(f"diagnostic code {code} registered twice ({CODES[code].name}, {name})")
     entry = Code(
-        code, name, severity, summary, why, before.strip("\n"), after.strip("\n"), falls_back, refusal
+        code,
+        name,
+        severity,
+        summary,
+        why,
+        before.strip("\n"),
+        after.strip("\n"),
+        falls_back,
+        refusal,
+        variants,
     )
     CODES[code] = entry
     return entry
@@ -145,6 +158,7 @@ MAGIC_USES_MIGRATED_NAME = define(
     after="from amp_shim import amp\n%store amp",
     falls_back=True,
     refusal="an IPython line names what the rewrite removes",
+    variants=("no longer binds",),
 )
 NATIVE_SPANS_CELLS = define(
     "AMP023",
@@ -163,4 +177,5 @@ NATIVE_SPANS_CELLS = define(
     after='from amp_shim import amp\nmodel = amp.initialize(model, opt_level="O1")\n# -- next cell --\nout = model(x)',
     falls_back=True,
     refusal="a block cannot span notebook cells",
+    variants=("cannot span cells",),
 )

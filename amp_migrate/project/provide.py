@@ -316,8 +316,9 @@ def _stable(function: ast.FunctionDef, condition: ast.expr, refuse: Refuse) -> N
     """The names the condition reads are parameters of `function` that it never rebinds or
     stores into, so the test after the call reads what the call was given."""
     params = set(_parameters(function))
-    roots = {n.id for n in ast.walk(condition) if isinstance(n, ast.Name) and n.id != "bool"}
-    for name in roots - params:
+    read = [n.id for n in ast.walk(condition) if isinstance(n, ast.Name) and n.id != "bool"]
+    roots = set(read)
+    for name in (n for n in read if n not in params):  # the condition's order, not a set's
         refuse(condition, f"`{name}` in `{_short(condition)}` is not a parameter of `{function.name}`")
     for node in ast.walk(function):
         target = node

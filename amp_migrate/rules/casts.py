@@ -100,9 +100,12 @@ DECORATED = define(
     "floating-point tensor arguments on the autocast device when autocast is on and calls the "
     "function with autocast off; outside autocast it calls the function unchanged. Behaviour "
     "note: Apex's patches stayed active inside the decorated function's body; here the body "
-    "runs with autocast off, so every op in it computes in the cast dtype.",
+    "runs with autocast off, so every op in it computes in the cast dtype. "
+    "The message names the decorator (or the call `amp.half_function(f)`) and the dtype of the "
+    "cast wrapper it became.",
     before="@amp.float_function\ndef log_partition(x):\n    return x.exp().sum().log()",
     after='@_cast_inputs("cuda", torch.float32)\ndef log_partition(x):\n    return x.exp().sum().log()',
+    variants=("cast wrapper",),
 )
 CUSTOM_FWD = define(
     "AMP402",
@@ -144,11 +147,18 @@ REGISTRATION_NOT_UNDERSTOOD = define(
     "`torch.nn.functional`, `my_ops`) and the name as a string literal. A name computed at run "
     "time (a variable, a loop over names) or a registration whose result is used cannot be "
     "rewritten safely, so the file keeps Apex's behaviour through the shim. Write the "
-    "registrations out one per literal name, or migrate them by hand.",
+    "registrations out one per literal name, or migrate them by hand. "
+    "The message says which case this is: the registration is used as a value (only a "
+    "registration statement can become an assignment), or its module is not a dotted name or its "
+    "function name not a string literal.",
     before='for name in ("bmm", "baddbmm"):\n    amp.register_half_function(torch, name)',
     after='from amp_shim import amp\nfor name in ("bmm", "baddbmm"):\n    amp.register_half_function(torch, name)',
     falls_back=True,
     refusal="a cast registration not in the one provable shape",
+    variants=(
+        "used as a value",
+        "string literal",
+    ),
 )
 
 _AMP_INTERNAL_MODULES = ("apex.amp.amp.", "apex.amp.handle.", "apex.amp.frontend.")

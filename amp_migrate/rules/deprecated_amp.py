@@ -124,6 +124,7 @@ CUSTOM_FWD_BWD_FIXED = define(
     before="@staticmethod\n@custom_fwd(cast_inputs=torch.float32)\ndef forward(ctx, x): ...",
     after='@staticmethod\n@torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)\n'
     "def forward(ctx, x): ...",
+    variants=("device_type=",),
 )
 TYPE_REFERENCE_FIXED = define(
     "AMP604",
@@ -136,6 +137,7 @@ TYPE_REFERENCE_FIXED = define(
     "other devices; check the rewritten `isinstance` if the file tells devices apart that way.",
     before="def step(scaler: torch.cuda.amp.GradScaler): ...",
     after="def step(scaler: torch.amp.GradScaler): ...",
+    variants=("base class",),
 )
 REFERENCE_KEPT = define(
     "AMP605",

@@ -74,6 +74,7 @@ DYNAMIC_USE = define(
     after="# unchanged: each line is reported",
     falls_back=True,
     refusal="the code reaches Apex by a name known only at run time",
+    variants=("dynamic Apex use",),
 )
 
 #: Builtins that read or change an attribute named by their second argument.

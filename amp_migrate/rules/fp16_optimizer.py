@@ -587,11 +587,13 @@ class Fp16OptimizerToGradScaler(Rule):
         inside = {id(n) for n in m.findall(flow.statement, m.Name())}
         line = self.position(flow.statement)[0]
         names: dict[int, cst.Name] = {}
-        for assignment in scope.assignments[flow.target]:
+        # libcst keeps assignments and references in sets: walk them in the file's order, so
+        # that the refusal reported is the first in the file in every process.
+        for assignment in self._in_order(scope.assignments[flow.target]):
             node = getattr(assignment, "node", None)
             if node is not target and isinstance(node, cst.Name) and self.position(node)[0] > line:
                 raise Refused(node, f"`{flow.target}` is bound again after the `FP16_Optimizer` is built")
-            for access in assignment.references:
+            for access in self._in_order(assignment.references):
                 name = access.node
                 if (
                     isinstance(name, cst.Name)
@@ -602,7 +604,16 @@ class Fp16OptimizerToGradScaler(Rule):
                     )
                 ):
                     names[id(name)] = name
-        return list(names.values())
+        return sorted(names.values(), key=self.position)
+
+    def _in_order(self, items) -> list:
+        """libcst's assignments or accesses (each has a `node`) sorted by where that node is."""
+
+        def where(item) -> tuple[int, int]:
+            node = getattr(item, "node", None)  # a builtin's assignment has none
+            return self.position(node) if isinstance(node, cst.CSTNode) else (0, 0)
+
+        return sorted(items, key=where)
 
     def _uses(self, flow: Flow) -> None:
         home = self._function_of(flow.statement)
@@ -855,8 +866,7 @@ class Fp16OptimizerToGradScaler(Rule):
                 "no conversion of a model to fp16 is visible in this file, so "
                 "the parameters the optimizer holds may be fp16 from code the rule cannot see",
             )
-        for model in flow.models:
-            self._model_reads(module, model)
+        self._model_reads(module, flow.models)
 
     def _refuse_half_values(self, module: cst.Module) -> None:
         """An fp16 dtype (`torch.float16`, `torch.cuda.HalfTensor`) that is neither called nor the
@@ -1002,10 +1012,11 @@ class Fp16OptimizerToGradScaler(Rule):
                 break
         return expr, prefixes
 
-    def _model_reads(self, module: cst.Module, model: str) -> None:
-        """The wrapper modules had a shape of their own (`model[1]`, `model.network`)."""
+    def _model_reads(self, module: cst.Module, models: set[str]) -> None:
+        """The wrapper modules had a shape of their own (`model[1]`, `model.network`); the first
+        such read in the file is reported, whichever model it reads (not a set's first)."""
         for node in m.findall(module, m.Subscript() | m.Attribute(attr=m.Name("network"))):
-            if isinstance(node, (cst.Subscript, cst.Attribute)) and _CODE(node.value) == model:
+            if isinstance(node, (cst.Subscript, cst.Attribute)) and _CODE(node.value) in models:
                 raise Refused(
                     node,
                     f"`{self.code_of(node)}` reads the fp16 wrapper module, which the "
@@ -1050,7 +1061,7 @@ class Fp16OptimizerToGradScaler(Rule):
         scope = self.get_metadata(ScopeProvider, flow.target_node)
         line = self.position(flow.statement)[0]
         found = None
-        for assignment in scope.assignments[flow.inner.value]:
+        for assignment in self._in_order(scope.assignments[flow.inner.value]):
             node = getattr(assignment, "node", None)
             if not isinstance(node, cst.Name):
                 continue

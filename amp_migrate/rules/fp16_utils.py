@@ -154,11 +154,17 @@ STAR_IMPORT_NEEDED = define(
     "takes from it was rewritten. The names in the message were not (a helper with no native "
     "form, a use other than a call, or a name such as `torch` that the star import happens to "
     "provide), or the star import sits inside a `try:` or `if` block, which amp-migrate does "
-    "not restructure. Import the names explicitly, or migrate them by hand.",
+    "not restructure. Import the names explicitly, or migrate them by hand. "
+    "The message names each name still needed for a use, or the block the star import sits "
+    "inside.",
     before="from apex.fp16_utils import *\noptimizer = FP16_Optimizer(optimizer)",
     after="from amp_shim.fp16_utils import *\noptimizer = FP16_Optimizer(optimizer)",
     falls_back=True,
     refusal="the star import still provides names the file uses",
+    variants=(
+        "still needed for",
+        "sits inside a",
+    ),
 )
 
 _TO_PYTHON_FLOAT = "apex.fp16_utils.to_python_float"

@@ -77,11 +77,17 @@ UNSUPPORTED = define(
     "differs. Uses that no rule understands (Apex internals such as `amp._amp_state`, "
     "optimizers without a torch equivalent, code that passes Apex objects around) would need "
     "judgement, so `--target auto` rewrites the file's imports to the shim instead, which "
-    "keeps Apex's behaviour. Migrate the named use by hand, then run amp-migrate again.",
+    "keeps Apex's behaviour. Migrate the named use by hand, then run amp-migrate again. "
+    "The message says which case this is: an import is still needed because a use of it has no "
+    "native rule, or a use has no native equivalent amp-migrate can prove right.",
     before="from apex import amp\nscaler = amp._amp_state.loss_scalers[0]",
     after="from amp_shim import amp\nscaler = amp._amp_state.loss_scalers[0]",
     falls_back=True,
     refusal="an Apex use no rule can prove right natively",
+    variants=(
+        "no native rule",
+        "can prove right",
+    ),
 )
 
 SHIM_NAME_MISSING = define(

@@ -43,12 +43,17 @@ CALLER_LOSS_UNPROVEN = define(
     "parameter of the caller, an attribute set elsewhere, a call that would run after the "
     "region, the parameter's default, or arguments given as `*args`/`**kwargs`), or the caller "
     "cannot reach the scaler autocast reads, so the file uses the shim. Compute the loss in a "
-    "local right before the call to migrate it natively.",
+    "local right before the call to migrate it natively. "
+    "The message names the loss given to the call and what it is instead.",
     before="def step(loss, opt):\n    with amp.scale_loss(loss, opt) as s:\n        s.backward()\n"
     "def train(batch_loss, opt):\n    step(batch_loss, opt)",
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="a caller hands on a loss whose forward it does not show",
+    variants=(
+        "not computed before the call in the caller",
+        "the loss given to",
+    ),
 )
 CALLED_OTHERWISE = define(
     "AMP206",
@@ -61,12 +66,22 @@ CALLED_OTHERWISE = define(
     "Native autocast goes around the forward in each caller of the function; a caller that this "
     "file does not show (another module, a callback registry, `functools.partial`) would run its "
     "forward in fp32 where Apex's O1 cast it, so the file uses the shim. Call the function "
-    "directly from the training loop to migrate it natively.",
+    "directly from the training loop to migrate it natively. "
+    "The message says which case this is: the function is used other than by a direct call, is "
+    "called from a lambda or a comprehension (where no statement of a block holds the forward), is "
+    "not called in this file, or is also named in another module of the tree, whose calls of it "
+    "would run their forward outside autocast.",
     before="def step(loss, opt):\n    with amp.scale_loss(loss, opt) as s:\n        s.backward()\n"
     "trainer = Trainer(backward_fn=step)",
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="the function that scales a given loss has callers the file does not show",
+    variants=(
+        "used other than by a direct call",
+        "is called",
+        "is not called in this file",
+        "is also named in",
+    ),
 )
 CALLERS_CAST = define(
     "AMP207",
@@ -79,7 +94,9 @@ CALLERS_CAST = define(
     "loss with the GradScaler. Apex's O1 cast those forwards from `initialize` on. A caller in "
     "another module cannot be seen from this file alone (it would run its forward in fp32); "
     "migrating the tree (`amp-migrate PATH`) moves the file to the shim where another module "
-    "names the function (AMP206).",
+    "names the function (AMP206). "
+    "The message gives the line of each call: autocast covers the forward before its call there.",
+    variants=("covers the forward before its call",),
 )
 
 

@@ -62,12 +62,21 @@ UNPROVEN = define(
     "shim: clipping on every micro-batch of an accumulation window while the step runs under "
     "`if last:` (`unscale_` would run twice), a step guarded by `if torch.isfinite(norm):` or "
     "skipped by an early `continue` (on an overflow Apex's skip stayed armed and also skipped "
-    "the next iteration's step), a helper method, or a read after the step.",
+    "the next iteration's step), a helper method, or a read after the step. "
+    "The message says which case this is: `amp.master_params(opt)` is read where the step does "
+    "not follow (with the reason), or on paths that no single `unscale_` before the step "
+    "precedes; or it is given other than one optimizer (`amp.master_params` takes one optimizer "
+    "here).",
     before="with amp.scale_loss(loss, opt, delay_unscale=not last) as s:\n    s.backward()\n"
     "clip_grad_norm_(amp.master_params(opt), 1.0)\nif last:\n    opt.step()",
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="no step follows master_params on every path",
+    variants=(
+        "is read where",
+        "no single `unscale_`",
+        "takes one optimizer",
+    ),
 )
 
 

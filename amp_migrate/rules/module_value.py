@@ -98,9 +98,15 @@ NOW_SCALER = define(
     "`scaler.is_enabled()`.",
     "A disabled GradScaler stands for the None branch (it scales, steps and saves as plain "
     "code does) and an enabled one for Apex's module, so the one scaler takes the value's "
-    "place and `is_enabled()` answers what `if amp:` asked.",
+    "place and `is_enabled()` answers what `if amp:` asked. "
+    "Where a statement that set the value to None goes, the message says the value is the "
+    "scaler, disabled where it was None.",
     before="if amp is not None:",
     after="if scaler.is_enabled():",
+    variants=(
+        ".is_enabled()`",
+        "disabled where it was None",
+    ),
 )
 
 IN_THE_SLOT = define(

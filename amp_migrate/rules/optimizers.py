@@ -68,6 +68,7 @@ CHECKPOINT_FORMAT = define(
     "loading it.",
     before="from apex.optimizers import FusedAdam\nopt = FusedAdam(model.parameters(), lr=1e-3)",
     after="import torch\nopt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0, fused=True)",
+    variants=("each parameter's state",),
 )
 ZERO_GRAD_SETS_NONE = define(
     "AMP501",

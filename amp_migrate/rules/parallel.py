@@ -95,6 +95,7 @@ DDP_ARGUMENT_DROPPED = define(
     "overlaps on its own (tune it with `bucket_cap_mb`); the averaged gradients are the same.",
     before="model = DDP(model, delay_allreduce=True)",
     after="model = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)",
+    variants=("the averaged gradients",),
 )
 DDP_ARGUMENT = define(
     "AMP522",
@@ -141,6 +142,7 @@ PREDIVIDE_DROPPED = define(
     "expression is no longer evaluated: the message names any call it made.",
     before="model = DDP(model, gradient_predivide_factor=get_world_size())",
     after="model = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)",
+    variants=("by the world size before the allreduce",),
 )
 SUBGROUPS = define(
     "AMP531",
@@ -189,11 +191,17 @@ NO_TORCH_PARALLEL = define(
     "`Reducer` (manual gradient allreduce) and `LARC` (layer-wise adaptive rate clipping "
     "around an optimizer) have no one-line torch form. `create_syncbn_process_group` has one "
     "(AMP531) except where its size cannot be read (`*args`, a size with side effects, which "
-    "the native form reads twice). The shim provides them unchanged.",
+    "the native form reads twice). The shim provides them unchanged. "
+    "The message names the helper, or the `group_size` that is no group size or has side effects.",
     before="from apex.parallel import LARC\nopt = LARC(opt)",
     after="from amp_shim.parallel import LARC\nopt = LARC(opt)",
     falls_back=True,
     refusal="no torch equivalent",
+    variants=(
+        "no group size",
+        "has no torch equivalent",
+        "side effects",
+    ),
 )
 PARALLEL_REFERENCE = define(
     "AMP526",
@@ -204,11 +212,17 @@ PARALLEL_REFERENCE = define(
     "`isinstance(m, apex.parallel.DistributedDataParallel)` would become true for torch DDP "
     "models this file never wrapped and false for models Apex's DDP wrapped elsewhere; a bare "
     "DDP class is called elsewhere with arguments this codemod cannot see and map (Apex's "
-    "`message_size`, `delay_allreduce`, ... are not torch's).",
+    "`message_size`, `delay_allreduce`, ... are not torch's). The message says which: torch's "
+    "class would match objects this file never made (and miss those Apex made elsewhere), or "
+    "the class is called later with arguments this file does not show.",
     before="if isinstance(model, apex.parallel.DistributedDataParallel):\n    model = model.module",
     after="import amp_shim as apex  # import rewritten only",
     falls_back=True,
     refusal="a bare class would change meaning for objects made elsewhere",
+    variants=(
+        "would match objects this file never made",
+        "called later with arguments",
+    ),
 )
 SYNCBN_CPU = define(
     "AMP527",

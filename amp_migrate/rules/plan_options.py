@@ -34,11 +34,34 @@ OPTION_NOT_LITERAL = define(
     "Options such as `opt_level=args.opt_level` are rewritten to an expression that is right "
     'for every value (`enabled=args.opt_level != "O0"`). A run-time `loss_scale` (which may be '
     '"dynamic" or a number), `**kwargs`, or an expression with side effects cannot be, so the '
-    "file uses the shim.",
+    "file uses the shim. "
+    "The message names the option and why: a `loss_scale` chosen at run time; an option, or a "
+    "condition around `initialize`, with side effects; an `opt_level` that calls a builtin the "
+    "file rebinds (native code reads the level where the scaler is built and again for autocast); "
+    "an `enabled` that is not a plain expression; an `opt_level` that is not one of O0-O3, or a "
+    "`loss_scale` that is no usable scale; `*args`/`**kwargs`; or a scale set right after "
+    "`initialize` that is known only at run time (the GradScaler may be built where it is not), "
+    "is no positive number, sets one of several per-loss scalers, turns on a scale Apex had at "
+    "1.0 (no scaling), which a disabled GradScaler cannot follow, or, under O0, is not a power "
+    "of two (Apex scaled fp32 losses by it, native code does not).",
     before="amp.initialize(model, opt, loss_scale=args.loss_scale)",
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="an initialize option only known at run time",
+    variants=(
+        "side effects",
+        "`**kwargs`",
+        "not a plain expression",
+        "no usable scale",
+        "chosen at run time",
+        "rebinds",
+        "not one of O0-O3",
+        "not a power of two",
+        "known only at run time",
+        "no positive number",
+        "one of several per-loss scalers",
+        "cannot follow",
+    ),
 )
 O2_O3 = define(
     "AMP110",
@@ -86,6 +109,7 @@ UNSCALED = define(
     before='amp.initialize(model, opt, opt_level="O1", loss_scale=1.0)',
     after='scaler = torch.amp.GradScaler("cuda", enabled=False)\n'
     '# the forward still runs under torch.autocast("cuda", dtype=torch.float16)',
+    variants=("so the GradScaler is disabled",),
 )
 RUNTIME_O3 = define(
     "AMP117",

@@ -144,7 +144,7 @@ UNSCALED_BRANCH = define(
     "that enables the GradScaler.",
     "Where `cond` is the very condition the scaler is built with (`enabled=args.fp16`), the "
     "two branches collapse to `scaler.scale(loss).backward()`: a disabled scaler's `scale` is "
-    "the loss itself. Otherwise the `else` branch may run while the scaler is enabled, and "
+    "the loss itself. Otherwise the `else` branch may run while the GradScaler is enabled, and "
     "`scaler.step` would then unscale gradients that were never scaled (Apex applied them as "
     "they were), so the file uses the shim.",
     before="if args.fp16 and step >= warmup:\n    with amp.scale_loss(loss, opt) as s:\n"
@@ -152,6 +152,7 @@ UNSCALED_BRANCH = define(
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="an unscaled backward under another condition than the scaler's",
+    variants=("while the GradScaler is enabled",),
 )
 
 INSTANCE_FLAG = define(

@@ -83,11 +83,35 @@ NOT_NATIVE = define(
     "scaler's whole entry or object, a loss scaler chosen at run time or one that no GradScaler "
     "stands for, the keys of `amp.state_dict()` (iterated, counted, `.items()`: GradScaler's "
     "state dict has other keys), and keys of Apex's checkpoint format read from some other "
-    'dict (`checkpoint["amp"]["loss_scaler0"]`). The message names the use.',
+    'dict (`checkpoint["amp"]["loss_scaler0"]`). '
+    "The message names the use: code that hands Apex's scaler object on, or uses "
+    "`_amp_state.loss_scalers` as a list of Apex's scaler objects; `amp.state_dict()` that reads "
+    "Apex's dict by its keys, is iterated over or unpacked key by key, is searched for a key, is "
+    "subscripted by a key known only at run time or by one that is not a loss scaler's key, is "
+    "read for `['loss_scaler0']` (a whole entry) or a key of it other than `loss_scale`, or is "
+    "called with a `destination` (which fills a dict in Apex's format); a key of Apex's "
+    "checkpoint format read from another dict; code that picks "
+    "its loss scaler at run time, or reads loss scaler N where one GradScaler serves every loss "
+    "or no loss id uses it; and a field that has no GradScaler counterpart.",
     before='print(amp.state_dict()["loss_scaler0"]["unskipped"])',
     after='print(amp.state_dict()["loss_scaler0"]["unskipped"])  # imports point at amp_shim',
     falls_back=True,
     refusal="Apex scaler state with no GradScaler counterpart",
+    variants=(
+        "hands Apex's scaler object on",
+        "list of Apex's scaler objects",
+        "reads Apex's dict by its keys",
+        "key by key",
+        "searched for a key",
+        "key known only at run time",
+        "not a loss scaler's key",
+        "is read for `[",
+        "with a `destination`",
+        "key of Apex's checkpoint format",
+        "picks its loss scaler at run time",
+        "reads loss scaler",
+        "has no GradScaler counterpart",
+    ),
 )
 READ_MID_STEP = define(
     "AMP312",
@@ -120,11 +144,17 @@ SCALE_WRITTEN = define(
     "moving, and GradScaler changes its scale only in `update()` (`update(new_scale)` after a "
     "step, which runs at another point than Apex's write), and other fields (`_unskipped`, "
     "`_has_overflow`) have no counterpart. Move the write right after `initialize`, or keep the "
-    "shim.",
+    "shim. "
+    "The message says whether the write is not the statement right after `initialize`, or sets a "
+    "field that has no counterpart.",
     before="amp._amp_state.loss_scalers[0]._loss_scale = 2**20",
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="Apex's scaler state is written directly",
+    variants=(
+        "not the statement right after `initialize`",
+        "no counterpart",
+    ),
 )
 
 START_SCALE = define(

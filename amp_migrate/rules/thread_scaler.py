@@ -57,9 +57,15 @@ THREADED = define(
     "Apex's loss scaler was process-global; the native one is built where `initialize` ran "
     "(with that function's `enabled=` condition) and passed down to the functions that scale, "
     "step or save with it. Calls from other modules of a project cannot be seen here and would "
-    "fail with a TypeError until they pass a scaler too.",
+    "fail with a TypeError until they pass a scaler too. "
+    "A function that took Apex's module as a parameter takes the scaler in that parameter's "
+    "place: the message says it takes the scaler as that parameter where it took Apex's module.",
     before="def train(args, model, optimizer):",
     after="def train(args, model, optimizer, scaler):",
+    variants=(
+        "now takes",
+        "where it took Apex's module",
+    ),
 )
 
 

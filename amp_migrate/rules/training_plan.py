@@ -135,29 +135,52 @@ NO_PLACE = define(
     "Apex's loss scalers are process-global; a GradScaler is an object that `initialize`'s "
     "replacement creates and that `scale_loss`, `step` and `state_dict` must reach. When they "
     "are spread over functions that share neither a class nor literal options that a "
-    "module-level scaler could be built from, the file is migrated to the shim instead.",
+    "module-level scaler could be built from, the file is migrated to the shim instead. "
+    "The message says which case this is: `initialize` runs inside a loop or a branch with an "
+    "`else`, so no scaler built there reaches the rest of the code; or whether amp is enabled is "
+    "only known where `initialize` runs, and the scaler cannot be passed on from there to the "
+    "functions that use it; or autocast, which runs where the scaler is only reached, cannot "
+    "follow its switches (with bfloat16 or a static loss scale of 1.0 the scaler is disabled "
+    "while amp is on, and for some option values Apex cast without scaling losses or scaled "
+    "without casting).",
     before="def setup(args):\n    model, opt = amp.initialize(model, opt, opt_level=args.opt_level)\n"
     "def train(model, opt):\n    with amp.scale_loss(loss, opt) as s:\n        s.backward()",
     after="def setup(args):\n    model, opt = amp.initialize(model, opt, opt_level=args.opt_level)  # amp_shim",
     falls_back=True,
     refusal="no single place for the scaler reaches every call",
+    variants=(
+        "runs inside a loop or a branch",
+        "cannot be passed on from there",
+        "cannot follow",
+    ),
 )
 INIT_COUNT = define(
     "AMP102",
     "initialize-not-once",
     Severity.WARNING,
-    "The file calls `amp.initialize` (or `amp.init`) more than once, or uses `scale_loss` "
-    "without calling it.",
+    "The file calls `amp.initialize` (or `amp.init`) more than once, calls it with no "
+    "`scale_loss` to go with it, or uses `scale_loss` without calling it.",
     "The native rewrite turns each `initialize` into a GradScaler built where it ran. Several "
     "calls (per fold, per branch, per training method of a class) each get their own where "
     "every `scale_loss`, step and `amp.state_dict()` is provably tied to the one Apex would have "
     "used: after it in its block, or in a method only calls from that block reach. Where a site "
     "may run after either (a helper both `fit()` and `lr_find()` call, a method called from "
     "outside the class), or no `initialize` is in the file (the call lives in another module "
-    "this run cannot see), the file keeps Apex's semantics through the shim; the message says "
-    "which.",
+    "this run cannot see), the file keeps Apex's semantics through the shim. The message says "
+    "which case this is: `initialize` is called more than once in this file (with the reason no "
+    "scaler per call could be tied to its uses); no `scale_loss` in this file goes with the one "
+    "`initialize` here (the losses it prepares for are scaled where this file does not show, so "
+    "a scaler built here would not be theirs); `scale_loss` or another amp call is used but "
+    "`amp.initialize` is not called in this file; or per-loss scalers (`num_losses`) come with "
+    "several `initialize` calls, which this rewrite does not split.",
     falls_back=True,
     refusal="several initialize calls, or none, leave no single scaler",
+    variants=(
+        "more than once",
+        "no `scale_loss` in this file goes with",
+        "is not called in this file",
+        "per-loss scalers (`num_losses`)",
+    ),
 )
 MAIN_ONLY = define(
     "AMP123",
@@ -205,6 +228,7 @@ FLAG_BRANCH = define(
     before="if APEX_OK:\n    model, opt = amp.initialize(model, opt, opt_level=level)\n"
     'else:\n    logger.warning("no apex")',
     after='scaler = torch.amp.GradScaler("cuda", enabled=level != "O0")',
+    variants=("always runs",),
 )
 SHARE_REFUSED = define(
     "AMP130",
@@ -217,11 +241,19 @@ SHARE_REFUSED = define(
     "run their forward under `torch.autocast(..., enabled=scaler.is_enabled())`. That is "
     "Apex's behaviour only where amp is on exactly when losses are scaled: not under O0 with a "
     "`loss_scale`, O3's static scale of 1.0, bfloat16, or per-loss scalers kept apart. Those "
-    "projects use the shim; the message says which case this is.",
+    "projects use the shim; the message says which case this is. "
+    "The message says which case this is: amp is on for some options where losses are not scaled; "
+    "Apex's per-loss scalers stay apart; or `initialize` runs more than once here, and the other "
+    "modules read one global.",
     before='model, opt = amp.initialize(model, opt, opt_level="O3")  # trainer.py scales',
     after="from amp_shim import amp  # every module of the group uses the shim",
     falls_back=True,
     refusal="modules sharing the scaler could not follow it as Apex did",
+    variants=(
+        "losses are not scaled",
+        "runs more than once",
+        "per-loss scalers stay apart",
+    ),
 )
 SHARED = define(
     "AMP131",
@@ -233,12 +265,18 @@ SHARED = define(
     "factory's `initialize` set up. The native scaler is an object: the module that builds it "
     "keeps it in a module global that the users import the module for, or sets it as an "
     "attribute of the user module it imports (`trainer.scaler = scaler`). Code that reads it "
-    "before `initialize` ran finds `None`, where Apex raised that amp was not initialized.",
+    "before `initialize` ran finds `None`, where Apex raised that amp was not initialized. "
+    "The message says which side this module is on: the GradScaler built here is read by the "
+    "modules it names, or the GradScaler used here is built by the module it names.",
     before='# optimization.py\nmodel, opt = amp.initialize(model, opt, opt_level="O1")\n'
     "# trainer.py\nwith amp.scale_loss(loss, opt) as s:\n    s.backward()",
     after='# optimization.py\nglobal scaler\nscaler = torch.amp.GradScaler("cuda")\n'
     "# trainer.py\nimport optimization as _amp_optimization\n"
     "_amp_optimization.scaler.scale(loss).backward()",
+    variants=(
+        "the GradScaler built here",
+        "the GradScaler used here",
+    ),
 )
 
 

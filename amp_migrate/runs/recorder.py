@@ -41,7 +41,8 @@ reports to the harness; the recorder watches it through hooks installed before i
 native mode a scaler step's record completes at the scaler's `update()`), by an exception that
 the recorder catches, so the run still exits 0 and writes its result, with "stopped": true.
 `--seed S` seeds torch, `random` and numpy (when importable) before the program starts;
-`--deterministic` then turns on torch's deterministic algorithms (`warn_only`). Under torchrun,
+`--deterministic` then turns on torch's deterministic algorithms (`warn_only`). `--progress
+FILE` appends `RANK COUNT` to FILE as each step record is made (verify's progress). Under torchrun,
 `{rank}` in RESULT becomes the rank (the RANK variable), so that each rank writes its own.
 
 `--mode native` also makes `apex` and `amp_shim` unimportable and checks at exit that neither
@@ -276,6 +277,7 @@ class StepLog:
         }
         self._losses = []
         self.records.append(entry)
+        _report_progress(len(self.records))
         self.calls.append(self._pending_calls)
         self._pending_calls = []
         self._unsettled.append(entry)
@@ -739,6 +741,19 @@ def _end_threads_quietly_at_stop() -> None:
     threading.excepthook = excepthook
 
 
+#: --progress: the file each completed step record is reported to, as a `RANK COUNT` line.
+_PROGRESS: Optional[str] = None
+
+
+def _report_progress(count: int) -> None:
+    """One line per step record, appended (every rank of a torchrun to the same file), for the
+    verify run that polls it; a line this short is written in one piece."""
+    if _PROGRESS is None:
+        return
+    with open(_PROGRESS, "a") as progress:
+        progress.write(f"{os.environ.get('RANK', '0')} {count}\n")
+
+
 def _run_program(recorder: Recorder, program: str, args: list) -> tuple[int, Optional[float]]:
     """Run the program as `__main__` with its stdout teed to the recorder; its exit code and,
     when it raised, the time it did (distributed ranks fail in a chain: the first is the cause)."""
@@ -776,6 +791,7 @@ def _arguments(argv) -> argparse.Namespace:
         action="store_true",
         help="torch.use_deterministic_algorithms(True, warn_only=True)",
     )
+    parser.add_argument("--progress", help="append `RANK COUNT` to this file as each step record completes")
     parser.add_argument("result", help="RESULT.json; `{rank}` in it becomes the process's rank")
     parser.add_argument("program")
     parser.add_argument("args", nargs=argparse.REMAINDER)
@@ -784,6 +800,8 @@ def _arguments(argv) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     ns = _arguments(argv)
+    global _PROGRESS
+    _PROGRESS = ns.progress
 
     import importlib.util
 

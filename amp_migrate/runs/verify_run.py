@@ -21,10 +21,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from ..project import migrate_project
 from .compare import (
@@ -40,6 +41,9 @@ from .compare import (
     judge,
 )
 from .locate import Location, changed_sources, locate
+from .progress import Watch
+from .run_logs import LEGACY, MIGRATED, RunLog, Tail, new_folder, rank_logs, steps_done
+from .tree_migration import Choice, beyond_arguments
 
 RECORDER = Path(__file__).with_name("recorder.py")
 SUPPORTED = "python SCRIPT [ARGS...]"
@@ -55,6 +59,8 @@ _NPROC = ("--nproc-per-node", "--nproc_per_node")
 TIMED_OUT = 124
 #: Carries a token unique to each run into every process the run starts, so that none outlives it.
 _RUN_TOKEN = "AMP_MIGRATE_VERIFY_RUN"
+#: How often a running run is looked at for progress and output, in seconds.
+_POLL = 0.2
 #: Verdicts from worst to best: a distributed verdict is its worst rank's.
 _WORST_FIRST = (FAILED, NO_STEPS, STEP_COUNTS, DIVERGED, AS_DOCUMENTED, WITHIN_TOLERANCE, IDENTICAL)
 
@@ -78,12 +84,17 @@ class Settings:
     target: str = "auto"
     rtol: Optional[float] = None  # None: bit for bit, or compare.PRECISION_RTOL (see compare.judge)
     timeout: Optional[float] = 900.0  # seconds each run may take before it counts as hung; None: no limit
+    # The tree's own migration, when it is not the copy's (the copy's migration is compared with it).
+    tree: Optional[Choice] = None
 
 
 @dataclass(frozen=True)
 class Migration:
     changed: tuple[str, ...]  # files of the copy that the migration rewrote, relative paths
     shim_files: tuple[str, ...]  # those rewritten to the shim rather than to native torch.amp
+    # Where the copy's code differs from the tree's migration beyond the device and dtype
+    # arguments (tree_migration.beyond_arguments); None: the two are migrated alike.
+    beyond_arguments: Optional[tuple[str, ...]] = None
 
 
 @dataclass(frozen=True)
@@ -111,6 +122,8 @@ class Outcome:
     rank: Optional[int] = None
     # The statements to look at where the runs diverged (None when they did not).
     location: Optional[Location] = None
+    logs: tuple[RunLog, ...] = ()  # each run's stdout and stderr, kept after verify ends
+    log_folder: Optional[Path] = None
 
 
 def parse_command(command: Sequence[str], root: Path) -> Command:
@@ -225,14 +238,27 @@ def migrate_copy(root: Path, settings: Settings) -> Migration:
         file.unlink()  # a symlink in the copy is replaced, never written through
         file.write_text(results[path].code, encoding="utf-8")
     shim = tuple(path for path in changed if results[path].target_used == "shim")
-    return Migration(tuple(changed), shim)
+    beyond = None
+    tree = settings.tree
+    if tree is not None and tree.differs:
+        theirs = migrate_project(
+            texts,
+            target=settings.target,  # type: ignore[arg-type]  # as above
+            device=tree.tree_device,
+            dtype=tree.tree_dtype,
+        )
+        beyond = tuple(beyond_arguments(results, theirs, tree))
+    return Migration(tuple(changed), shim, beyond)
 
 
-def run_environment() -> dict[str, str]:
+def run_environment(unbuffered: bool = False) -> dict[str, str]:
     """The user's environment (OMP_NUM_THREADS and all) less the alias switches, plus the
-    cuBLAS workspace that deterministic CUDA matmuls need (unless the user set one)."""
+    cuBLAS workspace that deterministic CUDA matmuls need (unless the user set one); with
+    `unbuffered`, PYTHONUNBUFFERED=1, so that output streamed live comes as it is written."""
     environment = {k: v for k, v in os.environ.items() if k not in _ALIAS_VARIABLES}
     environment.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if unbuffered:
+        environment["PYTHONUNBUFFERED"] = "1"
     return environment
 
 
@@ -242,34 +268,62 @@ class _Launch:
     stderr: str
 
 
-def _recorder(mode: str, steps: int) -> list[str]:
-    """The recorder's options, the same for every run: the steps, the seed, deterministic algorithms."""
-    return [str(RECORDER), "--mode", mode, "--max-steps", str(steps), "--seed", "0", "--deterministic"]
+def _recorder(mode: str, steps: int, progress: Optional[Path] = None) -> list[str]:
+    """The recorder's options, the same for every run: the steps, the seed, deterministic
+    algorithms; and the file it reports each step record to."""
+    options = [str(RECORDER), "--mode", mode, "--max-steps", str(steps), "--seed", "0", "--deterministic"]
+    return options + (["--progress", str(progress)] if progress is not None else [])
 
 
-def _launch(argv: Sequence[str], cwd: Path, stderr_path: Path, timeout: Optional[float]) -> _Launch:
+def _wait(proc: subprocess.Popen, timeout: Optional[float], poll: Optional[Callable[[], None]]) -> bool:
+    """Wait for `proc`, calling `poll` every _POLL seconds meanwhile; False when `timeout` ran out."""
+    if poll is None:
+        try:
+            proc.wait(timeout=timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = _POLL if deadline is None else min(_POLL, deadline - time.monotonic())
+        try:
+            proc.wait(timeout=max(left, 0.0))
+            return True
+        except subprocess.TimeoutExpired:
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+        poll()
+
+
+def _launch(
+    argv: Sequence[str],
+    cwd: Path,
+    log: RunLog,
+    timeout: Optional[float],
+    poll: Optional[Callable[[], None]] = None,
+    unbuffered: bool = False,
+) -> _Launch:
     """Run `argv`, and when it ends, times out or verify is interrupted, kill what is left of
-    it: a hung rank, a DataLoader worker. Output goes to a file, not a pipe, which a leftover
-    process would hold open."""
+    it: a hung rank, a DataLoader worker. Output goes to the log's files, not to pipes, which a
+    leftover process would hold open; `poll` looks at them while the run goes."""
     token = uuid.uuid4().hex
-    with open(stderr_path, "w") as stderr:
+    with open(log.stdout, "w") as stdout, open(log.stderr, "w") as stderr:
         proc = subprocess.Popen(
             argv,
             cwd=cwd,
-            env={**run_environment(), _RUN_TOKEN: token},
+            env={**run_environment(unbuffered), _RUN_TOKEN: token},
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
+            stdout=stdout,
             stderr=stderr,
             start_new_session=True,
         )
-        timed_out = False
+        finished = False
         try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+            finished = _wait(proc, timeout, poll)
         finally:
             _kill_leftovers(proc, token)
-    text = stderr_path.read_text(errors="replace")
+    timed_out = not finished
+    text = log.stderr.read_text(errors="replace")
     if timed_out:
         note = f"\nverify: the run had not finished after {timeout:g} s and was killed (hung?)"
         return _Launch(TIMED_OUT, text + note)
@@ -315,6 +369,27 @@ def _read_result(label: str, result: Path, exit_code: int, stderr: str) -> tuple
     return run, float("inf" if failed_at is None else failed_at)
 
 
+class _Follow:
+    """The poll of a running run: its step records from the recorder's progress file, and with
+    output wanted, the new lines of its logs (under torchrun, of every rank's as torchrun makes
+    them), each after its run's prefix."""
+
+    def __init__(self, watch: Watch, progress: Path, ranks: int, logs: Callable[[], list[RunLog]]) -> None:
+        self.watch, self.progress, self.ranks, self.logs = watch, progress, ranks, logs
+        self._tails: dict[Path, tuple[str, Tail]] = {}
+
+    def __call__(self, final: bool = False) -> None:
+        self.watch.step(steps_done(self.progress, self.ranks))
+        if not self.watch.wants_output:
+            return
+        for log in self.logs():
+            for path in (log.stdout, log.stderr):
+                self._tails.setdefault(path, (log.prefix, Tail(path)))
+        for prefix, tail in self._tails.values():
+            for line in tail.lines(final):
+                self.watch.output(prefix, line)
+
+
 def run_recorded(
     label: str,
     launcher: Sequence[str],
@@ -324,11 +399,20 @@ def run_recorded(
     result: Path,
     steps: int,
     timeout: Optional[float] = None,
+    log: Optional[RunLog] = None,
+    watch: Optional[Watch] = None,
 ) -> Run:
-    """One recorded run of `command` in `cwd` (`launcher` goes between python and the recorder)."""
-    argv = [sys.executable, *launcher, *_recorder(mode, steps), str(result)]
+    """One recorded run of `command` in `cwd` (`launcher` goes between python and the recorder);
+    its output in `log` (beside `result` when none is given), followed by `watch`."""
+    if log is None:
+        log = RunLog(label, None, result.with_suffix(".stdout"), result.with_suffix(".stderr"))
+    progress = result.with_suffix(".progress")
+    argv = [sys.executable, *launcher, *_recorder(mode, steps, progress), str(result)]
     argv += [str(cwd / command.script), *command.args]
-    launch = _launch(argv, cwd, result.with_suffix(".stderr"), timeout)
+    follow = None if watch is None else _Follow(watch, progress, 1, lambda: [log])
+    launch = _launch(argv, cwd, log, timeout, follow, unbuffered=bool(watch and watch.wants_output))
+    if follow is not None:
+        follow(final=True)
     return _read_result(label, result, launch.returncode, launch.stderr)[0]
 
 
@@ -341,28 +425,44 @@ def run_ranks(
     work: Path,
     steps: int,
     timeout: Optional[float] = None,
-) -> list[tuple[Run, float]]:
+    logs: Optional[Path] = None,
+    watch: Optional[Watch] = None,
+    name: Optional[str] = None,
+) -> tuple[list[tuple[Run, float]], list[RunLog]]:
     """A recorded torchrun of `command`: each rank runs the recorder, which writes its own
     result. A standalone rendezvous on a free port, so that runs never share one; each rank's
-    stderr in its own log. Per rank: its run, and when its program raised (inf: never)."""
-    logs, results = work / f"{label}-logs", work / f"{label}-rank{{rank}}.json"
+    stdout and stderr in its own log under `logs` (a folder in `work` when none is given), named
+    `name` (the label when none is given). Per rank: its run, and when its program raised (inf:
+    never); and the logs: torchrun's own, then each rank's."""
+    name = name or label
+    logs = logs or work
+    rank_dir, results = logs / f"{name}-ranks", work / f"{label}-rank{{rank}}.json"
+    progress = work / f"{label}.progress"
+    own = RunLog(name, None, logs / f"{name}-torchrun.stdout", logs / f"{name}-torchrun.stderr")
     argv = [sys.executable, *launcher, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
-    argv += ["--nproc-per-node", str(command.nproc), "--log-dir", str(logs), "--redirects", "3"]
-    argv += [*_recorder(mode, steps), str(results), str(cwd / command.script), *command.args]
-    launch = _launch(argv, cwd, work / f"{label}-torchrun.stderr", timeout)
+    argv += ["--nproc-per-node", str(command.nproc), "--log-dir", str(rank_dir), "--redirects", "3"]
+    argv += [*_recorder(mode, steps, progress), str(results), str(cwd / command.script), *command.args]
+
+    def every_log() -> list[RunLog]:
+        return [own, *rank_logs(name, rank_dir, command.nproc)]
+
+    follow = None if watch is None else _Follow(watch, progress, command.nproc, every_log)
+    launch = _launch(argv, cwd, own, timeout, follow, unbuffered=bool(watch and watch.wants_output))
+    if follow is not None:
+        follow(final=True)
     paths = [Path(str(results).replace("{rank}", str(rank))) for rank in range(command.nproc)]
     recorded = [_recorded_exit_code(path, mode) for path in paths]
     # torchrun failed (or was killed) after every rank said it succeeded: at their exit.
     after_all = launch.returncode != 0 and all(code == 0 for code in recorded)
     ranks = []
     for rank, (path, code) in enumerate(zip(paths, recorded)):
-        logged = sorted(logs.glob(f"*/attempt_*/{rank}/stderr.log"))
+        logged = sorted(rank_dir.glob(f"*/attempt_*/{rank}/stderr.log"))
         stderr = "".join(log.read_text(errors="replace") for log in logged)
         if code is None or after_all:
             code = launch.returncode or 1
             stderr += launch.stderr  # torchrun's own account: rendezvous, signals, the timeout
         ranks.append(_read_result(label, path, code, stderr))
-    return ranks
+    return ranks, every_log()
 
 
 def _recorded_exit_code(result: Path, mode: str) -> Optional[int]:
@@ -374,25 +474,57 @@ def _recorded_exit_code(result: Path, mode: str) -> Optional[int]:
     return 3 if mode == "native" and data.get("imported") else int(data.get("exit_code", 1))
 
 
-def verify(parsed: Command, root: Path, settings: Settings) -> Outcome:
-    """Copy, migrate, run the original on the shim and the copy migrated, compare."""
+def verify(parsed: Command, root: Path, settings: Settings, watch: Optional[Watch] = None) -> Outcome:
+    """Copy, migrate, run the original on the shim and the copy migrated, compare. Each run's
+    output is kept in a folder of its own under the system's temporary directory."""
+    watch = watch or Watch()
+    folder = new_folder()
     with tempfile.TemporaryDirectory(prefix="amp-migrate-verify-") as temporary:
         work = Path(temporary)
         copy = work / "tree"
+        watch.phase("copying the tree")
         copy_tree(root, copy)
+        watch.phase("migrating the copy")
         migration = migrate_copy(copy, settings)
         # A copy that keeps the shim imports amp_shim itself: the recorder's shim mode, no alias.
         copy_mode = "shim" if migration.shim_files else "native"
+        ranks = f" ({parsed.nproc} ranks)" if parsed.nproc else ""
         if parsed.nproc:
-            shim_ranks = run_ranks(
-                "shim", ["-m", "amp_shim"], "shim", root, parsed, work, settings.steps, settings.timeout
+            watch.phase(f"legacy run{ranks}", settings.steps)
+            shim_ranks, shim_logs = run_ranks(
+                "shim",
+                ["-m", "amp_shim"],
+                "shim",
+                root,
+                parsed,
+                work,
+                settings.steps,
+                settings.timeout,
+                folder,
+                watch,
+                LEGACY,
             )
-            native_ranks = run_ranks(
-                "native", [], copy_mode, copy, parsed, work, settings.steps, settings.timeout
+            watch.phase(f"migrated run{ranks}", settings.steps)
+            native_ranks, native_logs = run_ranks(
+                "native",
+                [],
+                copy_mode,
+                copy,
+                parsed,
+                work,
+                settings.steps,
+                settings.timeout,
+                folder,
+                watch,
+                MIGRATED,
             )
             outcome = judge_ranks(shim_ranks, native_ranks, migration, parsed, settings.rtol)
             location = _locate(outcome.verdict, outcome.shim, outcome.native, root, copy, migration)
-            return dataclasses.replace(outcome, location=location)
+            logs = (*shim_logs, *native_logs)
+            return dataclasses.replace(outcome, location=location, logs=logs, log_folder=folder)
+        legacy_log = RunLog(LEGACY, None, folder / "legacy.stdout", folder / "legacy.stderr")
+        migrated_log = RunLog(MIGRATED, None, folder / "migrated.stdout", folder / "migrated.stderr")
+        watch.phase("legacy run", settings.steps)
         shim = run_recorded(
             "shim",
             ["-m", "amp_shim"],
@@ -402,13 +534,26 @@ def verify(parsed: Command, root: Path, settings: Settings) -> Outcome:
             work / "shim.json",
             settings.steps,
             settings.timeout,
+            legacy_log,
+            watch,
         )
+        watch.phase("migrated run", settings.steps)
         native = run_recorded(
-            "native", [], copy_mode, copy, parsed, work / "native.json", settings.steps, settings.timeout
+            "native",
+            [],
+            copy_mode,
+            copy,
+            parsed,
+            work / "native.json",
+            settings.steps,
+            settings.timeout,
+            migrated_log,
+            watch,
         )
         verdict = judge(shim, native, settings.rtol)
         location = _locate(verdict, shim, native, root, copy, migration)
-    return Outcome(verdict, shim, native, migration, parsed, location=location)
+    logs = (legacy_log, migrated_log)
+    return Outcome(verdict, shim, native, migration, parsed, location=location, logs=logs, log_folder=folder)
 
 
 def _read(root: Path, path: str) -> Optional[str]:

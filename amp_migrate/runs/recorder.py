@@ -750,8 +750,11 @@ def _report_progress(count: int) -> None:
     verify run that polls it; a line this short is written in one piece."""
     if _PROGRESS is None:
         return
-    with open(_PROGRESS, "a") as progress:
-        progress.write(f"{os.environ.get('RANK', '0')} {count}\n")
+    try:
+        with open(_PROGRESS, "a") as progress:
+            progress.write(f"{os.environ.get('RANK', '0')} {count}\n")
+    except OSError:
+        pass  # progress is for show: the run goes on without it
 
 
 def _run_program(recorder: Recorder, program: str, args: list) -> tuple[int, Optional[float]]:
@@ -791,7 +794,7 @@ def _arguments(argv) -> argparse.Namespace:
         action="store_true",
         help="torch.use_deterministic_algorithms(True, warn_only=True)",
     )
-    parser.add_argument("--progress", help="append `RANK COUNT` to this file as each step record completes")
+    parser.add_argument("--progress", help="append `RANK COUNT` to this file as each step record is made")
     parser.add_argument("result", help="RESULT.json; `{rank}` in it becomes the process's rank")
     parser.add_argument("program")
     parser.add_argument("args", nargs=argparse.REMAINDER)

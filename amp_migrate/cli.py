@@ -477,7 +477,7 @@ def verify(
         watch = progress.Lines(console)
     if fmt == "text":
         for line in tree_migration.note_lines(choice):
-            console.print(Text(line), soft_wrap=True)
+            console.print(Text(line))
     try:
         outcome = verify_run.verify(parsed, Path.cwd(), settings, watch)
     finally:

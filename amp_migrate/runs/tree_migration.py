@@ -74,7 +74,7 @@ def choose(root: Path, target: Optional[str], device: Optional[str], dtype: Opti
     elif runnable(tree_device):
         copy_device, reason = tree_device, "the tree's device"
     else:
-        copy_device, reason = "cpu", f"torch cannot run {tree_device} on this machine"
+        copy_device, reason = "cpu", f"torch cannot run {tree_device} here"
     for checked in ((tree_target, tree_device, tree_dtype), (tree_target, copy_device, copy_dtype)):
         try:
             Options(*checked)  # type: ignore[arg-type]  # Options checks the target itself
@@ -138,14 +138,14 @@ def beyond_arguments(
 
 
 def note_lines(choice: Choice) -> list[str]:
-    """The first line of verify's text output where the copy is not migrated as the tree is."""
+    """The first lines of verify's text output where the copy is not migrated as the tree is."""
     if not choice.differs:
         return []
     where = f"{choice.config_path} [tool.amp-migrate]" if choice.config_path else "the defaults"
     return [
-        f"note: the copy is migrated with --device {choice.device} --dtype {choice.dtype} "
-        f"({choice.device_reason}); `amp-migrate .` here targets --device {choice.tree_device} "
-        f"--dtype {choice.tree_dtype} ({where})."
+        f"note: the copy is migrated with --device {choice.device} --dtype {choice.dtype} ({choice.device_reason});",
+        f"      `amp-migrate .` in this tree targets --device {choice.tree_device} --dtype {choice.tree_dtype} "
+        f"({where}).",
     ]
 
 

@@ -153,7 +153,7 @@ def _runs(outcome: Outcome) -> list[tuple[str, Run, str]]:
 def print_text(console: Console, outcome: Outcome) -> None:
     migration = outcome.migration
     for line in tree_migration.comparison_lines(migration.beyond_arguments):
-        console.print(Text(line), soft_wrap=True)
+        console.print(Text(line), soft_wrap=line.startswith("  "))  # a line of code stays whole
     console.print(
         f"migrated {len(migration.changed)} file(s) in the copy: {', '.join(migration.changed) or '-'}"
     )

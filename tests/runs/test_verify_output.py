@@ -175,10 +175,10 @@ def test_the_copy_migrated_for_cpu_says_so_first_and_what_the_tree_migration_tar
     result = verify(tree, "--steps", "3", "--show-output", "--", "python", "train.py", "--iterations", "4")
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0] == (
-        "note: the copy is migrated with --device cpu --dtype float16 (torch cannot run cuda on this "
-        "machine); `amp-migrate .` here targets --device cuda --dtype float16 (the defaults)."
-    )
+    assert lines[:2] == [
+        "note: the copy is migrated with --device cpu --dtype float16 (torch cannot run cuda here);",
+        "      `amp-migrate .` in this tree targets --device cuda --dtype float16 (the defaults).",
+    ]
     # The script's own "cpu" default is no difference: only lines the migrations wrote count.
     assert "note: the two migrations differ only in the device and dtype arguments." in lines
     assert any(re.fullmatch(r"\[legacy\] it 0 loss [\d.]+", line) for line in lines)
@@ -254,7 +254,7 @@ def test_flags_win_over_the_config_and_an_unrunnable_device_becomes_cpu(tmp_path
         "cuda",
         "bfloat16",
     )
-    assert choice.device_reason == "torch cannot run cuda on this machine" and choice.target == "auto"
+    assert choice.device_reason == "torch cannot run cuda here" and choice.target == "auto"
     flagged = tree_migration.choose(tmp_path, "native", "cpu", "float16")
     assert (flagged.target, flagged.device, flagged.dtype, flagged.device_reason) == (
         "native",

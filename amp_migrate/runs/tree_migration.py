@@ -143,9 +143,9 @@ def note_lines(choice: Choice) -> list[str]:
         return []
     where = f"{choice.config_path} [tool.amp-migrate]" if choice.config_path else "the defaults"
     return [
-        f"note: the copy is migrated with --device {choice.device} --dtype {choice.dtype} ({choice.device_reason});",
-        f"      `amp-migrate .` in this tree targets --device {choice.tree_device} --dtype {choice.tree_dtype} "
-        f"({where}).",
+        f"note: the copy is migrated with --device {choice.device} --dtype {choice.dtype}",
+        f"      ({choice.device_reason}); `amp-migrate .` in this tree targets",
+        f"      --device {choice.tree_device} --dtype {choice.tree_dtype} ({where}).",
     ]
 
 

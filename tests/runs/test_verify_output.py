@@ -175,9 +175,10 @@ def test_the_copy_migrated_for_cpu_says_so_first_and_what_the_tree_migration_tar
     result = verify(tree, "--steps", "3", "--show-output", "--", "python", "train.py", "--iterations", "4")
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[:2] == [
-        "note: the copy is migrated with --device cpu --dtype float16 (torch cannot run cuda here);",
-        "      `amp-migrate .` in this tree targets --device cuda --dtype float16 (the defaults).",
+    assert lines[:3] == [
+        "note: the copy is migrated with --device cpu --dtype float16",
+        "      (torch cannot run cuda here); `amp-migrate .` in this tree targets",
+        "      --device cuda --dtype float16 (the defaults).",
     ]
     # The script's own "cpu" default is no difference: only lines the migrations wrote count.
     assert "note: the two migrations differ only in the device and dtype arguments." in lines

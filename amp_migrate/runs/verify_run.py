@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from .. import project
 from ..project import migrate_project
 from .compare import (
     AS_DOCUMENTED,
@@ -241,7 +242,8 @@ def migrate_copy(root: Path, settings: Settings) -> Migration:
     beyond = None
     tree = settings.tree
     if tree is not None and tree.differs:
-        theirs = migrate_project(
+        # What `amp-migrate .` writes in the tree (project's own, also where a test breaks verify's).
+        theirs = project.migrate_project(
             texts,
             target=settings.target,  # type: ignore[arg-type]  # as above
             device=tree.tree_device,

@@ -70,7 +70,7 @@ def choose(root: Path, target: Optional[str], device: Optional[str], dtype: Opti
     tree_dtype = found.dtype or DEFAULT_DTYPE
     copy_dtype = dtype or tree_dtype
     if device:
-        copy_device, reason = device, f"--device {device}"
+        copy_device, reason = device, "verify's --device"
     elif runnable(tree_device):
         copy_device, reason = tree_device, "the tree's device"
     else:
@@ -149,10 +149,18 @@ def note_lines(choice: Choice) -> list[str]:
     ]
 
 
-def comparison_lines(differences: Optional[Sequence[str]]) -> list[str]:
+def same_code(copy: Mapping[str, MigrationResult], tree: Mapping[str, MigrationResult]) -> bool:
+    """Whether the two migrations wrote the same files alike (nothing in them names a device)."""
+    paths = set(copy) | set(tree)
+    return all(p in copy and p in tree and copy[p].code == tree[p].code for p in paths)
+
+
+def comparison_lines(differences: Optional[Sequence[str]], same: bool = False) -> list[str]:
     """What comparing the two migrations found (None: they were not compared, being alike)."""
     if differences is None:
         return []
+    if same:
+        return ["note: the two migrations write the same code (none of it names the device or dtype)."]
     if not differences:
         return ["note: the two migrations differ only in the device and dtype arguments."]
     lines = ["note: the two migrations differ beyond the device and dtype arguments, first at:"]

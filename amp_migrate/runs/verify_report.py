@@ -152,7 +152,7 @@ def _runs(outcome: Outcome) -> list[tuple[str, Run, str]]:
 
 def print_text(console: Console, outcome: Outcome) -> None:
     migration = outcome.migration
-    for line in tree_migration.comparison_lines(migration.beyond_arguments):
+    for line in tree_migration.comparison_lines(migration.beyond_arguments, migration.same_as_tree):
         console.print(Text(line), soft_wrap=line.startswith("  "))  # a line of code stays whole
     console.print(
         f"migrated {len(migration.changed)} file(s) in the copy: {', '.join(migration.changed) or '-'}"
@@ -219,6 +219,7 @@ def _migration(outcome: Outcome, choice: Optional[Choice]) -> Optional[dict]:
         "config": choice.config_path,
         "differs_from_tree": choice.differs,
         "beyond_arguments": None if beyond is None else list(beyond),
+        "same_code": None if beyond is None else outcome.migration.same_as_tree,
     }
 
 

@@ -44,7 +44,7 @@ from .compare import (
 from .locate import Location, changed_sources, locate
 from .progress import Watch
 from .run_logs import LEGACY, MIGRATED, RunLog, Tail, new_folder, rank_logs, steps_done
-from .tree_migration import Choice, beyond_arguments
+from .tree_migration import Choice, beyond_arguments, same_code
 
 RECORDER = Path(__file__).with_name("recorder.py")
 SUPPORTED = "python SCRIPT [ARGS...]"
@@ -96,6 +96,7 @@ class Migration:
     # Where the copy's code differs from the tree's migration beyond the device and dtype
     # arguments (tree_migration.beyond_arguments); None: the two are migrated alike.
     beyond_arguments: Optional[tuple[str, ...]] = None
+    same_as_tree: bool = False  # compared, and the two codes are the same
 
 
 @dataclass(frozen=True)
@@ -250,6 +251,7 @@ def migrate_copy(root: Path, settings: Settings) -> Migration:
             dtype=tree.tree_dtype,
         )
         beyond = tuple(beyond_arguments(results, theirs, tree))
+        return Migration(tuple(changed), shim, beyond, same_code(results, theirs))
     return Migration(tuple(changed), shim, beyond)
 
 

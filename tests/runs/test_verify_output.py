@@ -208,6 +208,7 @@ def test_the_trees_config_chooses_target_and_dtype_and_json_says_so(tree):
         "config": str(tree / "pyproject.toml"),
         "differs_from_tree": False,
         "beyond_arguments": None,
+        "same_code": None,
     }
     assert document["labels"] == {"shim": "legacy", "native": "migrated (shim)"}
     runs = document["logs"]["runs"]
@@ -261,7 +262,7 @@ def test_flags_win_over_the_config_and_an_unrunnable_device_becomes_cpu(tmp_path
         "native",
         "cpu",
         "float16",
-        "--device cpu",
+        "verify's --device",
     )
     assert (flagged.tree_device, flagged.tree_dtype) == ("cuda", "bfloat16")
     monkeypatch.setattr(tree_migration, "runnable", lambda device: True)
@@ -296,3 +297,27 @@ def test_a_copy_migrated_otherwise_than_the_tree_is_named_beyond_the_arguments(t
         "note: the two migrations differ beyond the device and dtype arguments, first at:",
         "  train.py: native in the tree, shim in the copy",
     ]
+
+
+@pytest.mark.parametrize(
+    "target, beyond, same, note",
+    [
+        ("auto", (), False, "note: the two migrations differ only in the device and dtype arguments."),
+        (
+            "shim",
+            (),
+            True,
+            "note: the two migrations write the same code (none of it names the device or dtype).",
+        ),
+    ],
+)
+def test_a_copy_migrated_for_cpu_is_compared_with_the_trees_cuda_migration(
+    tmp_path, target, beyond, same, note
+):
+    (tmp_path / "train.py").write_text(TRAIN)
+    choice = tree_migration.Choice(target, "cpu", "float16", "cuda", "float16", "verify's --device", None)
+    settings = verify_run.Settings(device="cpu", target=target, tree=choice)
+    migration = verify_run.migrate_copy(tmp_path, settings)
+    assert (migration.beyond_arguments, migration.same_as_tree) == (beyond, same)
+    assert tree_migration.comparison_lines(migration.beyond_arguments, migration.same_as_tree) == [note]
+    assert ('GradScaler("cpu")' in (tmp_path / "train.py").read_text()) is (target == "auto")

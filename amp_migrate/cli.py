@@ -424,22 +424,18 @@ def run(force: bool, command: tuple[str, ...]) -> None:
 )
 @click.option(
     "--device",
-    type=click.Choice(["cpu", "cuda"]),
-    help="Device type the migrated code autocasts on.  [default: cuda where torch sees a GPU, else cpu]",
+    help="Device type the copy's native code autocasts on, as for `migrate`.  [default: the tree's "
+    "(pyproject.toml [tool.amp-migrate], else cuda) where torch can run it, else cpu]",
 )
 @click.option(
     "--dtype",
     type=click.Choice(["float16", "bfloat16"]),
-    default="float16",
-    show_default=True,
-    help="Autocast dtype of the migrated code.",
+    help="Autocast dtype of the copy's native code, as for `migrate`.  [default: the tree's, else float16]",
 )
 @click.option(
     "--target",
     type=click.Choice(["auto", "native", "shim"]),
-    default="auto",
-    show_default=True,
-    help="The migration's target, as for `migrate`.",
+    help="The migration's target, as for `migrate`.  [default: the tree's, else auto]",
 )
 @click.option(
     "--rtol",
@@ -469,16 +465,23 @@ def run(force: bool, command: tuple[str, ...]) -> None:
     help="Let a run pass in which the legacy program made no Apex amp call (amp.initialize, "
     "amp.scale_loss, an amp or FP16_Optimizer step): such runs do not exercise the migration.",
 )
+@click.option(
+    "--show-output",
+    is_flag=True,
+    help="Stream each run's stdout and stderr as it goes, after a [legacy] or [migrated] prefix "
+    "(they are saved to files either way).",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def verify(
     steps: int,
     device: Optional[str],
-    dtype: str,
-    target: str,
+    dtype: Optional[str],
+    target: Optional[str],
     rtol: Optional[float],
     fmt: str,
     timeout: float,
     allow_no_amp: bool,
+    show_output: bool,
     command: tuple[str, ...],
 ) -> None:
     """Prove a migration on your own script: amp-migrate verify -- python train.py ARGS.
@@ -492,30 +495,37 @@ def verify(
     in the legacy run (--allow-no-amp accepts that).
     """
     from rich.console import Console
+    from rich.text import Text
 
-    from .runs import verify_report, verify_run
+    from .runs import progress, tree_migration, verify_report, verify_run
 
     try:
         parsed = verify_run.parse_command(command, Path.cwd())
-    except verify_run.UsageProblem as exc:
+        choice = tree_migration.choose(Path.cwd(), target, device, dtype)
+    except (verify_run.UsageProblem, tree_migration.SettingsProblem) as exc:
         raise click.UsageError(str(exc)) from None
     settings = verify_run.Settings(
-        steps,
-        device or verify_run.default_device(),
-        dtype,
-        target,
-        rtol,
-        timeout or None,
-        allow_no_amp=allow_no_amp,
+        steps, choice.device, choice.dtype, choice.target, rtol, timeout or None, allow_no_amp, choice
     )
-    outcome = verify_run.verify(parsed, Path.cwd(), settings)
+    console = Console(highlight=False, emoji=False, stderr=fmt == "json")
+    if not console.is_terminal:
+        console.width = 160  # the table's nine columns, readable in a log
+    watch: progress.Watch = progress.Watch()
+    if console.is_terminal and fmt == "text":
+        watch = progress.Live(console, show_output)
+    elif show_output:
+        watch = progress.Lines(console)
+    if fmt == "text":
+        for line in tree_migration.note_lines(choice):
+            console.print(Text(line))
+    try:
+        outcome = verify_run.verify(parsed, Path.cwd(), settings, watch)
+    finally:
+        watch.close()
     code = 0 if outcome.verdict.passed else 1
     if fmt == "json":
-        click.echo(json.dumps(verify_report.json_document(outcome, code), indent=2))
+        click.echo(json.dumps(verify_report.json_document(outcome, code, choice), indent=2))
     else:
-        console = Console(highlight=False, emoji=False)
-        if not console.is_terminal:
-            console.width = 160  # the table's nine columns, readable in a log
         verify_report.print_text(console, outcome)
     sys.exit(code)
 

@@ -48,7 +48,8 @@ reports to the harness; the recorder watches it through hooks installed before i
 native mode a scaler step's record completes at the scaler's `update()`), by an exception that
 the recorder catches, so the run still exits 0 and writes its result, with "stopped": true.
 `--seed S` seeds torch, `random` and numpy (when importable) before the program starts;
-`--deterministic` then turns on torch's deterministic algorithms (`warn_only`). Under torchrun,
+`--deterministic` then turns on torch's deterministic algorithms (`warn_only`). `--progress
+FILE` appends `RANK COUNT` to FILE as each step record is made (verify's progress). Under torchrun,
 `{rank}` in RESULT becomes the rank (the RANK variable), so that each rank writes its own.
 
 `--mode native` also makes `apex` and `amp_shim` unimportable and checks at exit that neither
@@ -283,6 +284,7 @@ class StepLog:
         }
         self._losses = []
         self.records.append(entry)
+        _report_progress(len(self.records))
         self.calls.append(self._pending_calls)
         self._pending_calls = []
         self._unsettled.append(entry)
@@ -826,6 +828,22 @@ def _end_threads_quietly_at_stop() -> None:
     threading.excepthook = excepthook
 
 
+#: --progress: the file each completed step record is reported to, as a `RANK COUNT` line.
+_PROGRESS: Optional[str] = None
+
+
+def _report_progress(count: int) -> None:
+    """One line per step record, appended (every rank of a torchrun to the same file), for the
+    verify run that polls it; a line this short is written in one piece."""
+    if _PROGRESS is None:
+        return
+    try:
+        with open(_PROGRESS, "a") as progress:
+            progress.write(f"{os.environ.get('RANK', '0')} {count}\n")
+    except OSError:
+        pass  # progress is for show: the run goes on without it
+
+
 def _run_program(recorder: Recorder, program: str, args: list) -> tuple[int, Optional[float]]:
     """Run the program as `__main__` with its stdout teed to the recorder; its exit code and,
     when it raised, the time it did (distributed ranks fail in a chain: the first is the cause)."""
@@ -868,6 +886,7 @@ def _arguments(argv) -> argparse.Namespace:
         default=None,
         help='JSON file {"/abs/file.py": [lines]}: record which of those lines executed',
     )
+    parser.add_argument("--progress", help="append `RANK COUNT` to this file as each step record is made")
     parser.add_argument("result", help="RESULT.json; `{rank}` in it becomes the process's rank")
     parser.add_argument("program")
     parser.add_argument("args", nargs=argparse.REMAINDER)
@@ -876,6 +895,8 @@ def _arguments(argv) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     ns = _arguments(argv)
+    global _PROGRESS
+    _PROGRESS = ns.progress
 
     import importlib.util
 
@@ -907,10 +928,22 @@ def main(argv=None) -> int:
     if watch is not None:
         sys.settrace(None)
     recorder.log.settle(stop=False)
+    imported = sorted({name.split(".")[0] for name in sys.modules} & set(BLOCKED))
+    facts = {"deterministic": deterministic, "imported": imported, "apex_installed": apex_installed}
+    _write_result(ns, recorder, exit_code, failed_at, facts, watch)
+    if ns.mode == "native" and imported:
+        print(f"recorder: native run imported {imported}", file=sys.stderr)
+        return 3
+    return exit_code
+
+
+def _write_result(ns, recorder: Recorder, exit_code: int, failed_at, facts: dict, watch) -> None:
+    """RESULT.json, and the final parameters beside it as RESULT.pt."""
+    import torch
+
     result = result_path(ns.result)
     params_path = os.path.splitext(result)[0] + ".pt"
     torch.save(recorder.final_params(), params_path)
-    imported = sorted({name.split(".")[0] for name in sys.modules} & set(BLOCKED))
     with open(result, "w") as f:
         json.dump(
             {
@@ -918,14 +951,14 @@ def main(argv=None) -> int:
                 "exit_code": exit_code,
                 "failed_at": failed_at,
                 "rank": int(os.environ.get("RANK", "0")),
-                "deterministic": deterministic,
+                "deterministic": facts["deterministic"],
                 "losses": [_finite(v) for v in recorder.losses],
                 "scales": recorder.scales,
                 "steps": recorder.steps,
                 "num_optimizers": len(recorder.optimizers),
                 "params": params_path,
-                "imported": imported,
-                "apex_installed": apex_installed,
+                "imported": facts["imported"],
+                "apex_installed": facts["apex_installed"],
                 "step_records": recorder.log.records,
                 "precision": recorder.precision(),
                 "step_calls": recorder.log.calls,
@@ -935,10 +968,6 @@ def main(argv=None) -> int:
             },
             f,
         )
-    if ns.mode == "native" and imported:
-        print(f"recorder: native run imported {imported}", file=sys.stderr)
-        return 3
-    return exit_code
 
 
 if __name__ == "__main__":

@@ -21,11 +21,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
+from .. import project
 from ..project import migrate_project
 from .compare import (
     AMP_NEVER_RAN,
@@ -43,6 +45,9 @@ from .compare import (
 )
 from .coverage import Coverage, Statement, covered, watch_list, written_statements
 from .locate import Location, Source, changed_sources, locate
+from .progress import Watch
+from .run_logs import LEGACY, MIGRATED, RunLog, Tail, new_folder, rank_logs, steps_done
+from .tree_migration import Choice, beyond_arguments, same_code
 
 RECORDER = Path(__file__).with_name("recorder.py")
 SUPPORTED = "python SCRIPT [ARGS...]"
@@ -60,6 +65,8 @@ TIMED_OUT = 124
 _RUN_TOKEN = "AMP_MIGRATE_VERIFY_RUN"
 #: The migrated run where the legacy run failed before its first step: nothing to compare it with.
 NOT_STARTED = Run("native", 0, started=False)
+#: How often a running run is looked at for progress and output, in seconds.
+_POLL = 0.2
 #: Verdicts from worst to best: a distributed verdict is its worst rank's.
 _WORST_FIRST = (
     FAILED,
@@ -93,12 +100,18 @@ class Settings:
     rtol: Optional[float] = None  # None: bit for bit, or compare.PRECISION_RTOL (see compare.judge)
     timeout: Optional[float] = 900.0  # seconds each run may take before it counts as hung; None: no limit
     allow_no_amp: bool = False  # a legacy run in which no amp call ran may pass (compare.judge)
+    # The tree's own migration, when it is not the copy's (the copy's migration is compared with it).
+    tree: Optional[Choice] = None
 
 
 @dataclass(frozen=True)
 class Migration:
     changed: tuple[str, ...]  # files of the copy that the migration rewrote, relative paths
     shim_files: tuple[str, ...]  # those rewritten to the shim rather than to native torch.amp
+    # Where the copy's code differs from the tree's migration beyond the device and dtype
+    # arguments (tree_migration.beyond_arguments); None: the two are migrated alike.
+    beyond_arguments: Optional[tuple[str, ...]] = None
+    same_as_tree: bool = False  # compared, and the two codes are the same
 
 
 @dataclass(frozen=True)
@@ -129,6 +142,8 @@ class Outcome:
     # Which statements the migration wrote ran in the migrated run (None: it did not run, or
     # wrote nothing about them).
     coverage: Optional[Coverage] = None
+    logs: tuple[RunLog, ...] = ()  # each run's stdout and stderr, kept after verify ends
+    log_folder: Optional[Path] = None
 
 
 def parse_command(command: Sequence[str], root: Path) -> Command:
@@ -243,14 +258,29 @@ def migrate_copy(root: Path, settings: Settings) -> Migration:
         file.unlink()  # a symlink in the copy is replaced, never written through
         file.write_text(results[path].code, encoding="utf-8")
     shim = tuple(path for path in changed if results[path].target_used == "shim")
-    return Migration(tuple(changed), shim)
+    beyond = None
+    tree = settings.tree
+    if tree is not None and tree.differs:
+        # What `amp-migrate .` writes in the tree (project's own, also where a test breaks verify's).
+        theirs = project.migrate_project(
+            texts,
+            target=settings.target,  # type: ignore[arg-type]  # as above
+            device=tree.tree_device,
+            dtype=tree.tree_dtype,
+        )
+        beyond = tuple(beyond_arguments(results, theirs, tree))
+        return Migration(tuple(changed), shim, beyond, same_code(results, theirs))
+    return Migration(tuple(changed), shim, beyond)
 
 
-def run_environment() -> dict[str, str]:
+def run_environment(unbuffered: bool = False) -> dict[str, str]:
     """The user's environment (OMP_NUM_THREADS and all) less the alias switches, plus the
-    cuBLAS workspace that deterministic CUDA matmuls need (unless the user set one)."""
+    cuBLAS workspace that deterministic CUDA matmuls need (unless the user set one); with
+    `unbuffered`, PYTHONUNBUFFERED=1, so that output streamed live comes as it is written."""
     environment = {k: v for k, v in os.environ.items() if k not in _ALIAS_VARIABLES}
     environment.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if unbuffered:
+        environment["PYTHONUNBUFFERED"] = "1"
     return environment
 
 
@@ -260,36 +290,65 @@ class _Launch:
     stderr: str
 
 
-def _recorder(mode: str, steps: int, watch: Optional[Path] = None) -> list[str]:
+def _recorder(
+    mode: str, steps: int, progress: Optional[Path] = None, lines: Optional[Path] = None
+) -> list[str]:
     """The recorder's options, the same for every run: the steps, the seed, deterministic
-    algorithms; for the migrated run, the lines whose execution it records."""
+    algorithms; the file it reports each step record to; the lines whose execution it records."""
     options = [str(RECORDER), "--mode", mode, "--max-steps", str(steps), "--seed", "0", "--deterministic"]
-    return options + (["--watch-lines", str(watch)] if watch is not None else [])
+    options += ["--progress", str(progress)] if progress is not None else []
+    return options + (["--watch-lines", str(lines)] if lines is not None else [])
 
 
-def _launch(argv: Sequence[str], cwd: Path, stderr_path: Path, timeout: Optional[float]) -> _Launch:
+def _wait(proc: subprocess.Popen, timeout: Optional[float], poll: Optional[Callable[[], None]]) -> bool:
+    """Wait for `proc`, calling `poll` every _POLL seconds meanwhile; False when `timeout` ran out."""
+    if poll is None:
+        try:
+            proc.wait(timeout=timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = _POLL if deadline is None else min(_POLL, deadline - time.monotonic())
+        try:
+            proc.wait(timeout=max(left, 0.0))
+            return True
+        except subprocess.TimeoutExpired:
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+        poll()
+
+
+def _launch(
+    argv: Sequence[str],
+    cwd: Path,
+    log: RunLog,
+    timeout: Optional[float],
+    poll: Optional[Callable[[], None]] = None,
+    unbuffered: bool = False,
+) -> _Launch:
     """Run `argv`, and when it ends, times out or verify is interrupted, kill what is left of
-    it: a hung rank, a DataLoader worker. Output goes to a file, not a pipe, which a leftover
-    process would hold open."""
+    it: a hung rank, a DataLoader worker. Output goes to the log's files, not to pipes, which a
+    leftover process would hold open; `poll` looks at them while the run goes."""
     token = uuid.uuid4().hex
-    with open(stderr_path, "w") as stderr:
+    with open(log.stdout, "w") as stdout, open(log.stderr, "w") as stderr:
         proc = subprocess.Popen(
             argv,
             cwd=cwd,
-            env={**run_environment(), _RUN_TOKEN: token},
+            env={**run_environment(unbuffered), _RUN_TOKEN: token},
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
+            stdout=stdout,
             stderr=stderr,
             start_new_session=True,
         )
-        timed_out = False
+        finished = False
         try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+            finished = _wait(proc, timeout, poll)
         finally:
             _kill_leftovers(proc, token)
-    text = stderr_path.read_text(errors="replace")
+    timed_out = not finished
+    text = log.stderr.read_text(errors="replace")
     if timed_out:
         note = f"\nverify: the run had not finished after {timeout:g} s and was killed (hung?)"
         return _Launch(TIMED_OUT, text + note)
@@ -339,6 +398,27 @@ def _read_result(label: str, result: Path, exit_code: int, stderr: str) -> tuple
     return run, float("inf" if failed_at is None else failed_at)
 
 
+class _Follow:
+    """The poll of a running run: its step records from the recorder's progress file, and with
+    output wanted, the new lines of its logs (under torchrun, of every rank's as torchrun makes
+    them), each after its run's prefix."""
+
+    def __init__(self, watch: Watch, progress: Path, ranks: int, logs: Callable[[], list[RunLog]]) -> None:
+        self.watch, self.progress, self.ranks, self.logs = watch, progress, ranks, logs
+        self._tails: dict[Path, tuple[str, Tail]] = {}
+
+    def __call__(self, final: bool = False) -> None:
+        self.watch.step(steps_done(self.progress, self.ranks))
+        if not self.watch.wants_output:
+            return
+        for log in self.logs():
+            for path in (log.stdout, log.stderr):
+                self._tails.setdefault(path, (log.prefix, Tail(path)))
+        for prefix, tail in self._tails.values():
+            for line in tail.lines(final):
+                self.watch.output(prefix, line)
+
+
 def run_recorded(
     label: str,
     launcher: Sequence[str],
@@ -348,12 +428,22 @@ def run_recorded(
     result: Path,
     steps: int,
     timeout: Optional[float] = None,
-    watch: Optional[Path] = None,
+    log: Optional[RunLog] = None,
+    watch: Optional[Watch] = None,
+    lines: Optional[Path] = None,
 ) -> Run:
-    """One recorded run of `command` in `cwd` (`launcher` goes between python and the recorder)."""
-    argv = [sys.executable, *launcher, *_recorder(mode, steps, watch), str(result)]
+    """One recorded run of `command` in `cwd` (`launcher` goes between python and the recorder);
+    its output in `log` (beside `result` when none is given), followed by `watch`; the
+    recorder records which of the `lines` file's lines executed."""
+    if log is None:
+        log = RunLog(label, None, result.with_suffix(".stdout"), result.with_suffix(".stderr"))
+    progress = result.with_suffix(".progress")
+    argv = [sys.executable, *launcher, *_recorder(mode, steps, progress, lines), str(result)]
     argv += [str(cwd / command.script), *command.args]
-    launch = _launch(argv, cwd, result.with_suffix(".stderr"), timeout)
+    follow = None if watch is None else _Follow(watch, progress, 1, lambda: [log])
+    launch = _launch(argv, cwd, log, timeout, follow, unbuffered=bool(watch and watch.wants_output))
+    if follow is not None:
+        follow(final=True)
     return _read_result(label, result, launch.returncode, launch.stderr)[0]
 
 
@@ -366,29 +456,46 @@ def run_ranks(
     work: Path,
     steps: int,
     timeout: Optional[float] = None,
-    watch: Optional[Path] = None,
-) -> list[tuple[Run, float]]:
+    logs: Optional[Path] = None,
+    watch: Optional[Watch] = None,
+    name: Optional[str] = None,
+    lines: Optional[Path] = None,
+) -> tuple[list[tuple[Run, float]], list[RunLog]]:
     """A recorded torchrun of `command`: each rank runs the recorder, which writes its own
     result. A standalone rendezvous on a free port, so that runs never share one; each rank's
-    stderr in its own log. Per rank: its run, and when its program raised (inf: never)."""
-    logs, results = work / f"{label}-logs", work / f"{label}-rank{{rank}}.json"
+    stdout and stderr in its own log under `logs` (a folder in `work` when none is given), named
+    `name` (the label when none is given). Per rank: its run, and when its program raised (inf:
+    never); and the logs: torchrun's own, then each rank's."""
+    name = name or label
+    logs = logs or work
+    rank_dir, results = logs / f"{name}-ranks", work / f"{label}-rank{{rank}}.json"
+    progress = work / f"{label}.progress"
+    own = RunLog(name, None, logs / f"{name}-torchrun.stdout", logs / f"{name}-torchrun.stderr")
     argv = [sys.executable, *launcher, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
-    argv += ["--nproc-per-node", str(command.nproc), "--log-dir", str(logs), "--redirects", "3"]
-    argv += [*_recorder(mode, steps, watch), str(results), str(cwd / command.script), *command.args]
-    launch = _launch(argv, cwd, work / f"{label}-torchrun.stderr", timeout)
+    argv += ["--nproc-per-node", str(command.nproc), "--log-dir", str(rank_dir), "--redirects", "3"]
+    argv += [*_recorder(mode, steps, progress, lines), str(results), str(cwd / command.script)]
+    argv += command.args
+
+    def every_log() -> list[RunLog]:
+        return [own, *rank_logs(name, rank_dir, command.nproc)]
+
+    follow = None if watch is None else _Follow(watch, progress, command.nproc, every_log)
+    launch = _launch(argv, cwd, own, timeout, follow, unbuffered=bool(watch and watch.wants_output))
+    if follow is not None:
+        follow(final=True)
     paths = [Path(str(results).replace("{rank}", str(rank))) for rank in range(command.nproc)]
     recorded = [_recorded_exit_code(path, mode) for path in paths]
     # torchrun failed (or was killed) after every rank said it succeeded: at their exit.
     after_all = launch.returncode != 0 and all(code == 0 for code in recorded)
     ranks = []
     for rank, (path, code) in enumerate(zip(paths, recorded)):
-        logged = sorted(logs.glob(f"*/attempt_*/{rank}/stderr.log"))
+        logged = sorted(rank_dir.glob(f"*/attempt_*/{rank}/stderr.log"))
         stderr = "".join(log.read_text(errors="replace") for log in logged)
         if code is None or after_all:
             code = launch.returncode or 1
             stderr += launch.stderr  # torchrun's own account: rendezvous, signals, the timeout
         ranks.append(_read_result(label, path, code, stderr))
-    return ranks
+    return ranks, every_log()
 
 
 def _recorded_exit_code(result: Path, mode: str) -> Optional[int]:
@@ -400,74 +507,136 @@ def _recorded_exit_code(result: Path, mode: str) -> Optional[int]:
     return 3 if mode == "native" and data.get("imported") else int(data.get("exit_code", 1))
 
 
-def verify(parsed: Command, root: Path, settings: Settings) -> Outcome:
-    """Copy, migrate, run the original on the shim and the copy migrated, compare."""
+def verify(parsed: Command, root: Path, settings: Settings, watch: Optional[Watch] = None) -> Outcome:
+    """Copy, migrate, run the original on the shim and the copy migrated, compare. Each run's
+    output is kept in a folder of its own under the system's temporary directory."""
+    watch = watch or Watch()
+    folder = new_folder()
     with tempfile.TemporaryDirectory(prefix="amp-migrate-verify-") as temporary:
         work = Path(temporary)
         copy = work / "tree"
+        watch.phase("copying the tree")
         copy_tree(root, copy)
+        watch.phase("migrating the copy")
         migration = migrate_copy(copy, settings)
-        # A copy that keeps the shim imports amp_shim itself: the recorder's shim mode, no alias.
-        copy_mode = "shim" if migration.shim_files else "native"
         statements = written_statements(_sources(root, copy, migration))
-        watch, unwatched = work / "watch-lines.json", work / "watch-no-lines.json"
-        watch.write_text(json.dumps(watch_list(statements, copy)))
+        lines, no_lines = work / "watch-lines.json", work / "watch-no-lines.json"
+        lines.write_text(json.dumps(watch_list(statements, copy)))
         # The legacy run is traced too, watching nothing: both runs execute under the same trace
         # function, whatever the program does differently under one (torch.compile).
-        unwatched.write_text("{}")
+        no_lines.write_text("{}")
+        # A copy that keeps the shim imports amp_shim itself: the recorder's shim mode, no alias.
+        copy_mode = "shim" if migration.shim_files else "native"
+        both = _Both(parsed, root, copy, work, folder, settings, watch, copy_mode, lines, no_lines)
         if parsed.nproc:
-            shim_ranks = run_ranks(
-                "shim",
-                ["-m", "amp_shim"],
-                "shim",
-                root,
-                parsed,
-                work,
-                settings.steps,
-                settings.timeout,
-                unwatched,
-            )
-            if all(failed_before_first_step(run) for run, _ in shim_ranks):
-                native_ranks = [(NOT_STARTED, float("inf")) for _ in shim_ranks]
-            else:
-                native_ranks = run_ranks(
-                    "native", [], copy_mode, copy, parsed, work, settings.steps, settings.timeout, watch
-                )
+            shim_ranks, native_ranks, logs = _run_ranks_both(both)
             outcome = judge_ranks(
                 shim_ranks, native_ranks, migration, parsed, settings.rtol, settings.allow_no_amp
             )
-            location = _locate(outcome.verdict, outcome.shim, outcome.native, root, copy, migration)
-            coverage = _coverage(statements, copy, [run for run, _ in native_ranks])
-            return dataclasses.replace(outcome, location=location, coverage=coverage)
-        shim = run_recorded(
-            "shim",
-            ["-m", "amp_shim"],
-            "shim",
-            root,
-            parsed,
-            work / "shim.json",
-            settings.steps,
-            settings.timeout,
-            unwatched,
-        )
-        if failed_before_first_step(shim):
-            native = NOT_STARTED
+            natives = [run for run, _ in native_ranks]
         else:
-            native = run_recorded(
-                "native",
-                [],
-                copy_mode,
-                copy,
-                parsed,
-                work / "native.json",
-                settings.steps,
-                settings.timeout,
-                watch,
-            )
-        verdict = judge(shim, native, settings.rtol, settings.allow_no_amp)
-        location = _locate(verdict, shim, native, root, copy, migration)
-        coverage = _coverage(statements, copy, [native])
-    return Outcome(verdict, shim, native, migration, parsed, location=location, coverage=coverage)
+            shim, native, logs = _run_both(both)
+            verdict = judge(shim, native, settings.rtol, settings.allow_no_amp)
+            outcome, natives = Outcome(verdict, shim, native, migration, parsed), [native]
+        location = _locate(outcome.verdict, outcome.shim, outcome.native, root, copy, migration)
+        coverage = _coverage(statements, copy, natives)
+    return dataclasses.replace(outcome, location=location, coverage=coverage, logs=logs, log_folder=folder)
+
+
+@dataclass(frozen=True)
+class _Both:
+    """What the two runs of one verify share."""
+
+    command: Command
+    root: Path
+    copy: Path
+    work: Path
+    folder: Path
+    settings: Settings
+    watch: Watch
+    copy_mode: str
+    lines: Path  # the lines of the migration whose execution the migrated run records
+    no_lines: Path  # the legacy run's: none
+
+
+def _run_both(both: _Both) -> tuple[Run, Run, tuple[RunLog, ...]]:
+    """The legacy run, then the migrated one unless the legacy run failed before its first step."""
+    steps, timeout, folder = both.settings.steps, both.settings.timeout, both.folder
+    legacy_log = RunLog(LEGACY, None, folder / "legacy.stdout", folder / "legacy.stderr")
+    migrated_log = RunLog(MIGRATED, None, folder / "migrated.stdout", folder / "migrated.stderr")
+    both.watch.phase("legacy run", steps)
+    shim = run_recorded(
+        "shim",
+        ["-m", "amp_shim"],
+        "shim",
+        both.root,
+        both.command,
+        both.work / "shim.json",
+        steps,
+        timeout,
+        legacy_log,
+        both.watch,
+        both.no_lines,
+    )
+    if failed_before_first_step(shim):
+        return shim, NOT_STARTED, (legacy_log,)
+    both.watch.phase("migrated run", steps)
+    native = run_recorded(
+        "native",
+        [],
+        both.copy_mode,
+        both.copy,
+        both.command,
+        both.work / "native.json",
+        steps,
+        timeout,
+        migrated_log,
+        both.watch,
+        both.lines,
+    )
+    return shim, native, (legacy_log, migrated_log)
+
+
+def _run_ranks_both(
+    both: _Both,
+) -> tuple[list[tuple[Run, float]], list[tuple[Run, float]], tuple[RunLog, ...]]:
+    """`_run_both` under torchrun: the migrated run starts unless every legacy rank failed
+    before its first step."""
+    steps, timeout, command = both.settings.steps, both.settings.timeout, both.command
+    ranks = f" ({command.nproc} ranks)"
+    both.watch.phase(f"legacy run{ranks}", steps)
+    shim_ranks, shim_logs = run_ranks(
+        "shim",
+        ["-m", "amp_shim"],
+        "shim",
+        both.root,
+        command,
+        both.work,
+        steps,
+        timeout,
+        both.folder,
+        both.watch,
+        LEGACY,
+        both.no_lines,
+    )
+    if all(failed_before_first_step(run) for run, _ in shim_ranks):
+        return shim_ranks, [(NOT_STARTED, float("inf")) for _ in shim_ranks], tuple(shim_logs)
+    both.watch.phase(f"migrated run{ranks}", steps)
+    native_ranks, native_logs = run_ranks(
+        "native",
+        [],
+        both.copy_mode,
+        both.copy,
+        command,
+        both.work,
+        steps,
+        timeout,
+        both.folder,
+        both.watch,
+        MIGRATED,
+        both.lines,
+    )
+    return shim_ranks, native_ranks, (*shim_logs, *native_logs)
 
 
 def _read(root: Path, path: str) -> Optional[str]:

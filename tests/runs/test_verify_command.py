@@ -104,7 +104,7 @@ def test_a_faithful_migration_is_identical_and_leaves_the_tree_alone(tree):
     result = verify(tree, "--steps", "5", "--device", "cpu", "--", "python", "train.py", "--iterations", "8")
     assert result.exit_code == 0, result.output
     assert "identical: 5 steps equal bit for bit" in result.output
-    assert "loss shim" in result.output and "param sum" in result.output  # the side-by-side table
+    assert "loss legacy" in result.output and "param sum" in result.output  # the side-by-side table
     assert (tree / "train.py").read_text() == TRAIN  # the user's script is not migrated
     assert sorted(p.name for p in tree.iterdir()) == ["data", "train.py"]
 

@@ -86,9 +86,11 @@ def processes_with(marker: str) -> list[str]:
 
 def test_a_faithful_ddp_migration_is_identical_on_every_rank(ddp_tree):
     command = ["torchrun", "--standalone", "--nproc-per-node", "2", "train.py"]
-    result = verify(ddp_tree, "--steps", "4", "--device", "cpu", "--format", "json", "--", *command)
+    result = verify(
+        ddp_tree, "--steps", "4", "--device", "cpu", "--format", "json", "--show-output", "--", *command
+    )
     assert result.exit_code == 0, result.output
-    document = json.loads(result.output)
+    document = json.loads(result.stdout)  # --show-output streams to stderr in JSON mode
     assert document["verdict"] == "identical" and document["passed"] is True
     assert document["message"] == "identical: 4 steps equal bit for bit on each of 2 ranks"
     assert [(r["rank"], r["verdict"]) for r in document["ranks"]] == [(0, "identical"), (1, "identical")]
@@ -96,6 +98,15 @@ def test_a_faithful_ddp_migration_is_identical_on_every_rank(ddp_tree):
     assert len(document["records"]["shim"]) == 4  # every rank stopped at --steps, none hung
     assert document["migrated"] == ["train.py"]  # apex's DDP and amp became torch's
     assert (ddp_tree / "train.py").read_text() == DDP_TRAIN
+    for run in ("legacy", "migrated"):
+        for rank in (0, 1):
+            assert f"[{run} rank {rank}] rank {rank} it 2 loss " in result.stderr
+    logs = [(r["run"], r["rank"]) for r in document["logs"]["runs"]]
+    assert logs == [
+        (run, rank) for run in ("legacy", "migrated") for rank in (None, 0, 1)
+    ]  # torchrun's own first
+    rank_1 = Path(document["logs"]["runs"][2]["stdout"]).read_text()
+    assert "rank 1 it 2 loss " in rank_1 and "rank 0 it" not in rank_1
 
 
 def test_a_rank_that_fails_in_the_migrated_copy_is_named_with_its_traceback(ddp_tree, monkeypatch):
@@ -104,7 +115,7 @@ def test_a_rank_that_fails_in_the_migrated_copy_is_named_with_its_traceback(ddp_
     result = verify(ddp_tree, "--steps", "4", "--device", "cpu", "--", *command)
     assert result.exit_code == 1, result.output
     assert "rank 1 of 2: the native run failed (exit 1)" in result.output
-    assert "rank 1 native run, end of stderr:" in result.output
+    assert "rank 1 migrated (native) run, end of stderr:" in result.output
     assert "RuntimeError: rank 1 broke" in result.output
     assert "identical" not in result.output.splitlines()[-1]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
@@ -153,6 +154,29 @@ def tree_needs(results: Sequence[FileResult], mode: str) -> Needs:
                 Use(where, first.diagnostic.line, f"Apex by a run-time name ({first.diagnostic.code})")
             )
     return Needs(tuple(sorted(apex, key=_order)), tuple(sorted(shim, key=_order)), files)
+
+
+def unseen_sources(folder: str, results: Sequence[FileResult]) -> list[FileResult]:
+    """The Python files and notebooks under `folder` (a dependency file's project) that this
+    run did not see, as they are on disk: a run given part of a project must not judge the
+    project's dependencies by that part alone (a requirements file beside a `train.py` it was
+    given, and a `finetune.py` it was not, that still uses the shim)."""
+    seen = {os.path.realpath(r.path) for r in results if r.kind in ("python", "notebook")}
+    found: list[FileResult] = []
+    for directory, folders, names in os.walk(folder or "."):
+        folders[:] = sorted(
+            f
+            for f in folders
+            if not f.startswith(".")
+            and f not in ("__pycache__", "node_modules", "site-packages")
+            and not os.path.isfile(os.path.join(directory, f, "pyvenv.cfg"))
+        )
+        for name in sorted(names):
+            kind = "python" if name.endswith(".py") else "notebook" if name.endswith(".ipynb") else None
+            path = os.path.join(directory, name)
+            if kind and os.path.realpath(path) not in seen and os.path.isfile(path):
+                found.append(FileResult(path, kind))
+    return found
 
 
 def _order(use: Use) -> tuple[str, int]:

@@ -8,6 +8,7 @@ diagnostics only.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
@@ -18,7 +19,7 @@ from ..source_file import SourceError, decode, read_stamped
 from . import codes, conda, pyproject, requirements, setup_cfg, setup_py
 from .edits import Edited, Found, Rewrite
 from .kinds import DEPENDENCY_KINDS
-from .needs import Needs, tree_needs
+from .needs import Needs, tree_needs, unseen_sources
 from .requirement import SHIM_DISTRIBUTION, is_apex, name_of, normalised, replacement
 from .steps import describe, steps
 
@@ -151,12 +152,16 @@ def migrate_install_files(
     files: Sequence[tuple[str, str]], results: Sequence[FileResult], mode: str, want_diff: bool
 ) -> list[FileResult]:
     """The result of each install file (path, kind), judged by what the migrated Python files
-    and notebooks among `results` import."""
-    cached: list[Needs] = []
+    and notebooks among `results` import, and by the other Python files and notebooks of the
+    install file's folder, as they are on disk."""
+    cached: dict[str, Needs] = {}
 
-    def needs() -> Needs:  # read only when some install file mentions Apex
-        if not cached:
-            cached.append(tree_needs(results, mode))
-        return cached[0]
+    def needs_of(folder: str) -> Callable[[], Needs]:
+        def needs() -> Needs:  # read only when the install file mentions Apex
+            if folder not in cached:
+                cached[folder] = tree_needs([*results, *unseen_sources(folder, results)], mode)
+            return cached[folder]
 
-    return [_one(path, kind, needs, want_diff) for path, kind in files]
+        return needs
+
+    return [_one(path, kind, needs_of(os.path.dirname(path)), want_diff) for path, kind in files]

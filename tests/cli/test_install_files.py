@@ -218,3 +218,19 @@ def test_pyproject_entries_the_editor_cannot_reach_are_reported_not_skipped(tmp_
     assert "an array the editor does not reach" in diagnostics[0]["message"]
     assert "a Poetry dependency table" in diagnostics[1]["message"]
     assert (repo / "pyproject.toml").read_text() == pyproject
+
+
+def test_a_run_given_part_of_a_project_judges_its_dependencies_by_the_rest_of_it_too(tmp_path):
+    """`amp-migrate train.py requirements.txt` beside a finetune.py the run was not given, which
+    still imports Apex: the entry stays, named for that file, instead of being removed."""
+    repo = _tree(
+        tmp_path,
+        {"train.py": NATIVE_INPUT, "finetune.py": SHIM_FALLBACK, "requirements.txt": "torch\napex\n"},
+    )
+    document = json.loads(
+        run_cli(["--format", "json", "repo/train.py", "repo/requirements.txt"], tmp_path).stdout
+    )
+    assert (repo / "requirements.txt").read_text() == "torch\napex\n"
+    (diagnostic,) = _entry(document, "requirements.txt")["diagnostics"]
+    assert diagnostic["code"] == "AMP082"
+    assert "repo/finetune.py:1 imports `apex`" in diagnostic["message"], diagnostic["message"]

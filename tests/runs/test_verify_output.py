@@ -15,7 +15,6 @@ import pytest
 import torch
 from rich.console import Console
 
-from amp_migrate import cli
 from amp_migrate.runs import progress, tree_migration, verify_report, verify_run
 from amp_migrate.runs.compare import Run, judge
 
@@ -222,7 +221,7 @@ def test_a_terminal_shows_the_runs_progress_live(tree, monkeypatch):
         def __init__(self, **options) -> None:
             super().__init__(force_terminal=True, width=80, **options)
 
-    monkeypatch.setattr(cli, "Console", Terminal)
+    monkeypatch.setattr("rich.console.Console", Terminal)  # verify imports it when it runs
     result = verify(tree, "--steps", "3", "--device", "cpu", "--", "python", "train.py")
     assert result.exit_code == 0, result.output
     # The live line is drawn over and over; its last drawing, before it is cleared, is the end.

@@ -233,7 +233,7 @@ class ForwardOutsideAutocast(TrainingRule):
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
         self.sources: tuple[CastSource, ...] = tuple(
-            s for s in state.scratch["casts"] if s.enabled and s.opt_level != "O0"
+            s for s in state.scratch.get("casts", ()) if s.enabled and s.opt_level != "O0"
         )
         index = state.index
         self.facts = _Facts.of(index.tree) if index is not None else None
@@ -251,8 +251,8 @@ class ForwardOutsideAutocast(TrainingRule):
 
     def interest(self):
         """Statements that name a model (a call of one names it) or an autocast; a region's
-        own calls are read from the region itself, whatever its statements spell."""
-        assert self.facts is not None or not self.sources
+        own calls are read from the region itself, whatever its statements spell. Without the
+        file's parse (syntax newer than this interpreter) nothing is known to be a model."""
         names = self.cast | self.instances
         words = {name.rsplit(".", 1)[-1] for name in names}  # `self.model(x)` spells `model`
         return frozenset(words | {"autocast"} | (self.facts.aliases if self.facts else set()))
@@ -354,7 +354,9 @@ class ForwardOutsideAutocast(TrainingRule):
         switch = next(
             (a for a in autocast.args if a.keyword is not None and a.keyword.value == "enabled"), None
         )
-        if switch is None or any(s.scope == self._scope_line(call) for s in self.state.scratch["casts"]):
+        if switch is None or any(
+            s.scope == self._scope_line(call) for s in self.state.scratch.get("casts", ())
+        ):
             return f"`with {_code(autocast)}:`"
         kept = [a for a in autocast.args if a is not switch]
         bare = autocast.with_changes(

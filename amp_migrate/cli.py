@@ -295,7 +295,10 @@ def _migrate_files(
         answer = "n"
         if mode == "interactive":
             results, answer = _review(results, console)
-        if install_files:  # judged by what the Python files import once migrated
+        if install_files and workers.stopped:  # a worker died: nothing more is migrated
+            results += [FileResult(path, kind, error=runner.STOPPED) for path, kind in install_files]
+            results.sort(key=lambda r: (r.path, r.kind))
+        elif install_files:  # judged by what the Python files import once migrated
             from .install.run import migrate_install_files
 
             installs = migrate_install_files(sorted(install_files), results, mode, want_diff)

@@ -9,12 +9,11 @@ Workers only compute; the parent alone writes, one atomic rename per file, so th
 from __future__ import annotations
 
 import gc
-import multiprocessing
 import os
 import signal
 import sys
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, MutableSequence, Optional
 
 from .file_result import FileResult, Finding
 from .options import Options
@@ -23,6 +22,8 @@ from .prefilter import might_use_apex
 from .source_file import SourceError, decode, read_stamped, write_atomic
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future, ProcessPoolExecutor
+
     from .rules.plan import SharedScaler
 
 
@@ -115,9 +116,25 @@ def write(result: FileResult) -> FileResult:
 #: Cyclic-GC thresholds while files are processed (CPython's default: 700, 10, 10).
 GC_THRESHOLDS = (70_000, 10, 10)
 
+#: A worker's pid in its job's slot while it migrates the file, minus it once done: after a
+#: worker dies, the slot holding its pid names the file it was migrating.
+_claims: Optional[MutableSequence[int]] = None
 
-def _ignore_sigint() -> None:
+
+def _start_worker(claims: Optional[MutableSequence[int]]) -> None:
+    global _claims
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _claims = claims
+
+
+def _work(slot: int, job: Job) -> FileResult:
+    pid = os.getpid()
+    if _claims is not None:
+        _claims[slot] = pid
+    result = process(job)
+    if _claims is not None:
+        _claims[slot] = -pid
+    return result
 
 
 def default_jobs() -> int:
@@ -127,16 +144,36 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
+STOPPED = "not migrated: the run stopped when a worker died"
+
+
+def _death(exitcode: Optional[int]) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = f", {signal.Signals(-exitcode).name}"
+        except ValueError:
+            name = ""
+        how = f"killed by signal {-exitcode}{name}"
+    else:
+        how = f"exit status {exitcode}"
+    return f"the worker migrating this file died ({how})"
+
+
 class Workers:
     """A process pool (or none, for one job or one worker) that yields results as they come.
 
     Enter it before starting anything that runs a thread (rich's progress bar): the pool
-    forks on Linux.
+    forks on Linux. A worker that dies (killed, or crashed in native code) stops the run: the
+    results already back are kept, the file it held becomes an error that says so, and every
+    file not back yet an error saying the run stopped (`stopped` is then true).
     """
 
     def __init__(self, jobs: int, files: int) -> None:
         self.size = max(1, min(jobs, files))
-        self.pool: Optional[multiprocessing.pool.Pool] = None
+        self.files = files
+        self.pool: Optional[ProcessPoolExecutor] = None
+        self.stopped = False
+        self._workers: dict[int, Any] = {}  # pid: multiprocessing.Process
 
     def __enter__(self) -> "Workers":
         if self.size > 1:
@@ -155,25 +192,37 @@ class Workers:
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
         if self.size > 1:
-            method = "fork" if sys.platform.startswith("linux") else None
-            context = multiprocessing.get_context(method)
-            # Forked workers inherit "ignore SIGINT" from the start; the initializer covers
-            # spawned ones.
-            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-            try:
-                self.pool = context.Pool(self.size, initializer=_ignore_sigint)
-            finally:
-                signal.signal(signal.SIGINT, previous)
+            self._start_pool()
         return self
+
+    def _start_pool(self) -> None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        method = "fork" if sys.platform.startswith("linux") else None
+        context = multiprocessing.get_context(method)
+        self._claims = context.RawArray("q", self.files)
+        # Forked workers inherit "ignore SIGINT" from the start; the initializer covers
+        # spawned ones. The executor starts its workers on the first job: one that does nothing
+        # starts them here, before the caller starts a thread.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            self.pool = ProcessPoolExecutor(
+                self.size, mp_context=context, initializer=_start_worker, initargs=(self._claims,)
+            )
+            self.pool.submit(int).result()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        self._workers = dict(getattr(self.pool, "_processes", None) or {})
 
     def __exit__(self, kind, value, traceback) -> None:
         try:
             if self.pool is not None:
-                if kind is None:
-                    self.pool.close()
-                else:
-                    self.pool.terminate()
-                self.pool.join()
+                if kind is not None:  # an interrupt: the files in the workers' hands are dropped
+                    self.pool.shutdown(wait=False, cancel_futures=True)
+                    for worker in self._workers.values():
+                        worker.terminate()
+                self.pool.shutdown(wait=True)
         finally:
             gc.set_threshold(*self._thresholds)
             if self._froze:
@@ -185,7 +234,49 @@ class Workers:
         if self.pool is None:
             return (process(job) for job in jobs)
         # Largest files first: one big Apex file started last would leave the other workers idle.
-        return self.pool.imap_unordered(process, sorted(jobs, key=_size, reverse=True), chunksize=1)
+        ordered = sorted(jobs, key=_size, reverse=True)
+        assert len(ordered) <= self.files
+        futures = {self.pool.submit(_work, slot, job): (slot, job) for slot, job in enumerate(ordered)}
+        return self._collect(futures)
+
+    def _collect(self, futures: dict[Future, tuple[int, Job]]) -> Iterator[FileResult]:
+        from concurrent.futures import as_completed
+        from concurrent.futures.process import BrokenProcessPool
+
+        pending = dict(futures)
+        for future in as_completed(futures):
+            if isinstance(future.exception(), BrokenProcessPool):
+                break
+            del pending[future]
+            yield self._result(future, futures[future][1])
+        else:
+            return
+        self.stopped = True
+        assert self.pool is not None
+        self.pool.shutdown(wait=True)  # every worker has ended: their exit statuses are final
+        dead = self._dead_workers()
+        for future, (slot, job) in sorted(pending.items(), key=lambda item: item[1][0]):
+            if future.exception() is None:  # back before the pool broke: kept
+                yield future.result()
+                continue
+            holder = self._claims[slot]
+            error = _death(dead[holder]) if holder in dead else STOPPED
+            yield FileResult(job.path, job.kind, error=error)
+
+    def _result(self, future: Future, job: Job) -> FileResult:
+        error = future.exception()
+        if error is None:
+            return future.result()
+        # `process` never raises; a result that could not be sent back ends here.
+        return FileResult(job.path, job.kind, error=f"internal error, please report it: {error!r}")
+
+    def _dead_workers(self) -> dict[int, Optional[int]]:
+        """The workers that died by themselves, with their exit status: not those the pool ended
+        (SIGTERM) once it broke; all of them where that cannot be told apart (a SIGTERM sent to
+        a worker from outside), so that no file a dying worker held goes unnamed."""
+        ended = {pid: worker.exitcode for pid, worker in self._workers.items()}
+        died = {pid: code for pid, code in ended.items() if code not in (0, -signal.SIGTERM)}
+        return died or {pid: code for pid, code in ended.items() if code != 0}
 
 
 def _size(job: Job) -> int:

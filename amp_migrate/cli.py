@@ -90,11 +90,12 @@ def _review(results: list, console: Console, answer: str = "n") -> tuple[list, s
     from rich.text import Text
 
     from . import report, runner
+    from .quoting import quote_path
 
     reviewed = []
     for result in results:
         if result.changed and result.error is None and answer not in ("a", "q"):
-            console.print(Text(result.path, style="bold"))
+            console.print(Text(quote_path(result.path), style="bold"))
             report.print_diff(console, result.diff)
             answer = click.prompt(
                 "Apply this change? [y]es, [n]o, [a]ll, [q]uit",

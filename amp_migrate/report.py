@@ -22,6 +22,7 @@ from .diagnostics import CODES, Severity
 from .file_result import FileResult
 from .lines import split_lines
 from .options import Options
+from .quoting import printable, quote_path
 
 JSON_SCHEMA_VERSION = 1
 #: Apex reached where no rule can rewrite it (project/codes.py, rules/dynamic_apex.py): the
@@ -31,7 +32,9 @@ _SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Sever
 
 
 def unified_diff(old: str, new: str, name: str) -> str:
+    """A patch of one file; its `---`/`+++` headers quote the name as git's do (quoting.py)."""
     lines = []
+    name = quote_path(name)
     for line in difflib.unified_diff(
         split_lines(old, keepends=True), split_lines(new, keepends=True), fromfile=name, tofile=name
     ):
@@ -90,7 +93,10 @@ class Summary:
 def _status(result: FileResult, mode: str) -> Optional[Text]:
     if result.error is not None:
         return Text.assemble(
-            (result.path, "bold"), ": ", ("error", "bold red"), f": {result.error} (left untouched)"
+            (quote_path(result.path), "bold"),
+            ": ",
+            ("error", "bold red"),
+            f": {printable(result.error)} (left untouched)",
         )
     if not result.changed:
         return None
@@ -104,7 +110,10 @@ def _status(result: FileResult, mode: str) -> Optional[Text]:
     else:
         verb = "Would migrate"
     return Text.assemble(
-        (verb, "bold green" if result.written else "bold"), " ", (result.path, "bold"), f" ({target})"
+        (verb, "bold green" if result.written else "bold"),
+        " ",
+        (quote_path(result.path), "bold"),
+        f" ({target})",
     )
 
 
@@ -144,13 +153,14 @@ def print_file(console: Console, result: FileResult, mode: str, show_diff: bool)
     if show_diff:
         print_diff(console, result.diff)
     for finding in result.findings:
-        line = Text(finding.format(result.path))
+        shown = quote_path(result.path)
+        line = Text(printable(finding.format(shown)))
         code = finding.diagnostic.code
-        start = line.plain.find(f": {code} ") + 2
+        start = line.plain.find(f": {code} ", len(shown)) + 2
         line.stylize(_SEVERITY_STYLE[finding.severity], start, start + len(code))
         console.print(line)
     for note in result.notes:
-        console.print(Text(f"note: {result.path}: {note}", style="dim"))
+        console.print(Text(f"note: {quote_path(result.path)}: {printable(note)}", style="dim"))
     hint = _hint(result)
     if hint:
         console.print(Text(f"  {hint}", style="dim"))
@@ -196,7 +206,7 @@ def print_report(
     positions = positions_note(results)
     run_notes = [*notes, *([positions] if positions else [])]
     for note in run_notes:
-        console.print(Text(f"note: {note}", style="dim"))
+        console.print(Text(f"note: {printable(note)}", style="dim"))
     if run_notes:
         console.print()
     if not quiet:

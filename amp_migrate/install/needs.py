@@ -17,6 +17,7 @@ from typing import Iterable, Optional, Sequence
 
 from ..file_result import FileResult
 from ..migrate import python_ast
+from ..quoting import quote_path
 from ..report import KEPT_APEX_CODES
 from ..source_file import SourceError, decode, read_bytes
 
@@ -33,9 +34,11 @@ class Use:
     path: str
     line: int
     what: str  # "`apex.contrib` (AMP470)"
+    cell: Optional[int] = None  # a notebook's cell, 1-based
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line} imports {self.what}"
+        cell = f":cell {self.cell}" if self.cell else ""
+        return f"{quote_path(self.path)}{cell}:{self.line} imports {self.what}"
 
 
 @dataclass(frozen=True)
@@ -131,28 +134,24 @@ def tree_needs(results: Sequence[FileResult], mode: str) -> Needs:
             continue
         if b"apex" not in data and b"amp_shim" not in data:
             continue
+        found: list[tuple[str, int, str, Optional[int]]]
         if result.kind == "notebook":
-            found = [
-                (top, line, name, f"{result.path}:cell {cell}" if cell else result.path)
-                for top, line, name, cell in _notebook_imports(data)
-            ]
+            found = list(_notebook_imports(data))
         else:
             try:
                 text = decode(data).text
             except SourceError:
                 text = data.decode("latin-1")
-            found = [(top, line, name, result.path) for top, line, name in _python_imports(text)]
+            found = [(top, line, name, None) for top, line, name in _python_imports(text)]
         why = sorted({f.diagnostic.code for f in result.findings if f.diagnostic.code in _WHY_CODES})
         suffix = f" ({', '.join(why)})" if why else ""
-        for top, line, name, where in found:
-            (apex if top == "apex" else shim).append(Use(where, line, f"`{name}`{suffix}"))
+        for top, line, name, cell in found:
+            (apex if top == "apex" else shim).append(Use(result.path, line, f"`{name}`{suffix}", cell))
         kept = [f for f in result.findings if f.diagnostic.code in KEPT_APEX_CODES]
         if kept and not any(top == "apex" for top, *_ in found):
             first = kept[0]
-            where = f"{result.path}:cell {first.cell}" if first.cell else result.path
-            apex.append(
-                Use(where, first.diagnostic.line, f"Apex by a run-time name ({first.diagnostic.code})")
-            )
+            what = f"Apex by a run-time name ({first.diagnostic.code})"
+            apex.append(Use(result.path, first.diagnostic.line, what, first.cell))
     return Needs(tuple(sorted(apex, key=_order)), tuple(sorted(shim, key=_order)), files)
 
 
@@ -180,4 +179,4 @@ def unseen_sources(folder: str, results: Sequence[FileResult]) -> list[FileResul
 
 
 def _order(use: Use) -> tuple[str, int]:
-    return use.path, use.line
+    return (f"{use.path}:cell {use.cell}" if use.cell else use.path), use.line

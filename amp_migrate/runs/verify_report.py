@@ -18,6 +18,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from ..quoting import printable, quote_path
 from . import coverage, tree_migration
 from .compare import Record, Run, stderr_tail
 from .locate import Location, describe
@@ -154,11 +155,11 @@ def print_text(console: Console, outcome: Outcome) -> None:
     migration = outcome.migration
     for line in tree_migration.comparison_lines(migration.beyond_arguments, migration.same_as_tree):
         console.print(Text(line), soft_wrap=line.startswith("  "))  # a line of code stays whole
-    console.print(
-        f"migrated {len(migration.changed)} file(s) in the copy: {', '.join(migration.changed) or '-'}"
-    )
+    changed = ", ".join(map(quote_path, migration.changed)) or "-"
+    console.print(Text(f"migrated {len(migration.changed)} file(s) in the copy: {changed}"))
     if migration.shim_files:
-        console.print(f"kept on the shim (the copy runs with amp_shim): {', '.join(migration.shim_files)}")
+        shim = ", ".join(map(quote_path, migration.shim_files))
+        console.print(Text(f"kept on the shim (the copy runs with amp_shim): {shim}"))
     legacy, migrated = labels(outcome)
     console.print(
         Text(f"{legacy}: the original program on the shim's apex alias (the verdict's \"shim\" run)")
@@ -178,10 +179,11 @@ def print_text(console: Console, outcome: Outcome) -> None:
         console.print(Text(f"note: {note}"))
     style = "bold green" if outcome.verdict.passed else "bold red"
     console.print(Text(outcome.verdict.message, style=style))
+    # These name the user's files and show their lines: whatever they hold stays on its line.
     for line in describe(outcome.location):
-        console.print(Text(line), soft_wrap=True)  # long source lines stay whole, for grep and copy
+        console.print(Text(printable(line)), soft_wrap=True)  # long source lines stay whole, for grep
     for line in coverage.describe(outcome.coverage):
-        console.print(Text(line), soft_wrap=True)
+        console.print(Text(printable(line)), soft_wrap=True)
     if outcome.logs and outcome.log_folder is not None:
         console.print(Text("the runs' stdout and stderr are kept in"))
         console.print(Text(f"  {outcome.log_folder}/"), soft_wrap=True)  # whole, to copy

@@ -173,7 +173,9 @@ class Workers:
         self.files = files
         self.pool: Optional[ProcessPoolExecutor] = None
         self.stopped = False
-        self._workers: dict[int, Any] = {}  # pid: multiprocessing.Process
+        # pid: multiprocessing.Process, from the executor's own table: it has no other way to
+        # read a worker's exit status.
+        self._workers: dict[int, Any] = {}
 
     def __enter__(self) -> "Workers":
         if self.size > 1:
@@ -237,18 +239,18 @@ class Workers:
         ordered = sorted(jobs, key=_size, reverse=True)
         assert len(ordered) <= self.files
         futures = {self.pool.submit(_work, slot, job): (slot, job) for slot, job in enumerate(ordered)}
+        self._workers.update(getattr(self.pool, "_processes", None) or {})  # spawned as jobs came
         return self._collect(futures)
 
     def _collect(self, futures: dict[Future, tuple[int, Job]]) -> Iterator[FileResult]:
         from concurrent.futures import as_completed
         from concurrent.futures.process import BrokenProcessPool
 
-        pending = dict(futures)
-        for future in as_completed(futures):
+        pending = futures  # a result leaves it as it is handed on: nothing here keeps it
+        for future in as_completed(list(pending)):
             if isinstance(future.exception(), BrokenProcessPool):
                 break
-            del pending[future]
-            yield self._result(future, futures[future][1])
+            yield self._result(future, pending.pop(future)[1])
         else:
             return
         self.stopped = True

@@ -112,6 +112,16 @@ class VerificationError(Exception):
     pass
 
 
+class InputDoesNotCompile(VerificationError):
+    """The output does not compile, and neither does the input, which Python's parser reads:
+    the compiler refuses the program itself (`return` outside a function, too many statically
+    nested blocks), not syntax newer than this interpreter."""
+
+    def __init__(self, error: SyntaxError) -> None:
+        super().__init__(f"the input does not compile: {error.msg} at line {error.lineno}")
+        self.error = error
+
+
 def _compile_error(code: str) -> Optional[SyntaxError]:
     try:
         with warnings.catch_warnings():
@@ -132,8 +142,11 @@ def verify_output(before: str, before_tree: Optional[ast.Module], after: str) ->
     if error is not None:
         # Syntax newer than this interpreter (a 3.12 `type` alias on 3.11) is judged by
         # libcst's parser alone; only a compile error the input did not have is a failure.
-        if _compile_error(before) is None:
+        before_error = _compile_error(before)
+        if before_error is None:
             raise VerificationError(f"the output does not compile: {error.msg} at line {error.lineno}")
+        if before_tree is not None:
+            raise InputDoesNotCompile(before_error)
         try:
             cst.parse_module(after)
         except cst.ParserSyntaxError as exc:

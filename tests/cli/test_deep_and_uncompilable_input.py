@@ -28,7 +28,9 @@ def test_a_sum_too_deep_for_python_is_one_files_error_and_the_others_are_migrate
     result = run_cli(["--jobs", "2", "."], project)
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output and "internal error" not in result.output
-    assert [line for line in result.output.splitlines() if ": AMP001 " in line] == [f"deep.py:1:1: {TOO_DEEP}"]
+    assert [line for line in result.output.splitlines() if ": AMP001 " in line] == [
+        f"deep.py:1:1: {TOO_DEEP}"
+    ]
     assert (project / "deep.py").read_bytes() == before["deep.py"]
     assert (project / "plain_deep.py").read_bytes() == before["plain_deep.py"]
     for name in ("one.py", "two.py"):

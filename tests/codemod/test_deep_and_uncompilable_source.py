@@ -63,3 +63,8 @@ def test_a_program_pythons_compiler_refuses_is_amp001_not_migrated(program, line
         migrate_source(LOOP + program)
     error = raised.value
     assert (error.code.code, error.line, error.message) == ("AMP001", line, f"syntax error: {message}")
+
+
+def test_a_top_level_await_python_compiles_only_in_a_notebook_is_still_migrated():
+    result = migrate_source(LOOP + "await flush()\n")
+    assert result.target_used == "native" and result.code.endswith("await flush()\n")

@@ -79,3 +79,17 @@ def test_a_notebook_cell_too_deep_or_refused_by_python_is_amp001_and_untouched(p
     assert "AMP001 syntax error: too many nested parentheses" in result.output
     assert "internal error" not in result.output
     assert snapshot(project) == before
+
+
+def test_a_magics_code_too_deep_for_python_stays_as_text_and_the_notebook_is_migrated(project):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    magic = "%time x = " + " + ".join(["a"] * 5000)
+    nb.cells = [nbformat.v4.new_code_cell(NATIVE_INPUT), nbformat.v4.new_code_cell(magic)]
+    write(project / "timed.ipynb", nbformat.writes(nb))
+    result = run_cli(["--jobs", "1", "."], project)
+    assert result.exit_code == 0, result.output
+    assert "Migrated timed.ipynb (native)" in result.output
+    cells = nbformat.reads((project / "timed.ipynb").read_text(), as_version=4).cells
+    assert _migrated_natively(cells[0].source) and cells[1].source == magic

@@ -21,6 +21,7 @@ from typing import Optional, Sequence
 import libcst as cst
 from libcst.codemod import CodemodContext
 
+from . import deep_stack
 from .ast_names import module_only_names
 from .binding import apex_import_words, imports_apex
 from .diagnostics import (
@@ -43,7 +44,7 @@ from .rules.base import FileState, Rule
 from .rules.imports import SHIM_ARGUMENT_REJECTED, SHIM_NAME_MISSING
 from .rules.plan import SharedScaler
 from .source_index import SourceIndex, walk_ast
-from .verify import VerificationError, shim_names_missing, verify_output
+from .verify import InputDoesNotCompile, VerificationError, shim_names_missing, verify_output
 from .verify import imports_apex as output_imports_apex
 
 
@@ -70,12 +71,37 @@ class MigrationResult:
 
 
 def python_ast(text: str) -> Optional[ast.Module]:
-    """Python's parse of `text`, or None (syntax newer than this interpreter, NUL bytes)."""
+    """Python's parse of `text`, or None (syntax newer than this interpreter, NUL bytes, or
+    nesting past the parser's limits)."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # e.g. invalid escapes: the user's to fix, not ours
-            return ast.parse(text)
-    except (SyntaxError, ValueError):
+        return _parsed(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _parsed(text: str) -> ast.Module:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # e.g. invalid escapes: the user's to fix, not ours
+        return ast.parse(text)
+
+
+def _python_tree(text: str) -> Optional[ast.Module]:
+    """Python's parse of `text`; None where its parser may only be older than the syntax.
+    MigrationError where it refuses the file for one of its limits (too many nested
+    parentheses, expressions nested past the recursion limit): Python cannot run the file, and
+    no output of it could be checked to compile, whatever libcst reads."""
+    try:
+        with deep_stack.callers_limit():
+            return _parsed(text)
+    except (SyntaxError, RecursionError, MemoryError) as exc:
+        if not deep_stack.beyond_python(exc):
+            if isinstance(exc, SyntaxError):
+                return None
+            raise
+        if isinstance(exc, SyntaxError):
+            raise MigrationError(f"syntax error: {exc.msg}", exc.lineno or 0, exc.offset or 0) from None
+        raise MigrationError(deep_stack.TOO_DEEP, 1, 1) from None
+    except ValueError:  # NUL bytes
         return None
 
 
@@ -134,9 +160,17 @@ def touches_apex(tree: ast.Module) -> bool:
     return False
 
 
+#: The libcst parse of the text being migrated, kept for its run again on the deep stack
+#: (libcst's parser takes seconds on the deepest expressions Python compiles).
+_parses: dict[str, cst.Module] = {}
+
+
 def parse(text: str) -> cst.Module:
+    if text in _parses:
+        return _parses[text]
     try:
-        return cst.parse_module(text)
+        module = _parses[text] = cst.parse_module(text)
+        return module
     except cst.ParserSyntaxError as exc:
         # Python's own parser names the place and the problem more precisely, when it agrees.
         try:
@@ -290,7 +324,21 @@ def migrate_source(
     output that takes from `amp_shim` what it does not have: the text is returned as given,
     with an error (AMP470, AMP471) where the file uses it. `project` is the file's part in a
     GradScaler shared with other modules (amp_migrate/project/share.py); None: the file alone.
+    A file nested deeper than the recursion limit lets the rules read is migrated again on a
+    deeper stack (amp_migrate/deep_stack.py); one too deep for that, or for Python, is a
+    MigrationError.
     """
+    try:
+        return deep_stack.call(_migrate, text, target, device, dtype, project)
+    except deep_stack.TooDeep as exc:
+        raise MigrationError(str(exc), 1, 1) from None
+    finally:
+        _parses.clear()
+
+
+def _migrate(
+    text: str, target: Target, device: str, dtype: str, project: Optional[SharedScaler]
+) -> MigrationResult:
     if project is not None and project.provided is not None:
         return _with_part(text, target, device, dtype, project)
     options = Options(target, device, dtype)
@@ -300,7 +348,7 @@ def migrate_source(
     indents = form_feed_indents(text)
     if indents is not None:  # libcst cannot parse statements indented past a form feed
         return _with_form_feed_indents(indents, target, device, dtype, project)
-    tree = python_ast(text)
+    tree = _python_tree(text)
     if tree is not None and not touches_apex(tree) and not handed:
         return MigrationResult(text, (), None)
     tabs = tab_indents(text) if tree is not None else None
@@ -348,6 +396,9 @@ def _verified(
             again, _, _ = _transform(after, code, after_tree, options, project)
             if again != code:
                 raise VerificationError("a second run would change the output again")
+    except InputDoesNotCompile as exc:
+        error = exc.error
+        raise MigrationError(f"syntax error: {error.msg}", error.lineno or 0, error.offset or 0) from None
     except VerificationError as exc:
         failed = Diagnostic(
             VERIFY_FAILED.code, VERIFY_FAILED.severity, 1, 1, f"{VERIFY_FAILED.summary} ({exc})", False

@@ -92,7 +92,7 @@ def _one_simple_statement(code: str, expression: bool = False) -> bool:
     no assignment, so its statement may bind nothing)."""
     try:
         body = ast.parse(code).body
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # nested past Python's limits
         return False
     if expression:
         return len(body) == 1 and isinstance(body[0], ast.Expr)
@@ -443,7 +443,7 @@ _CODE_MAGICS = {"time", "timeit", "prun", "debug"}  # the arguments (after optio
 def _python_names(code: str) -> set[str]:
     try:
         tree = ast.parse(code.strip())
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # nested past Python's limits
         return _identifiers(code)
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
 

@@ -112,12 +112,23 @@ class VerificationError(Exception):
     pass
 
 
-def _compile_error(code: str) -> Optional[SyntaxError]:
+class InputDoesNotCompile(VerificationError):
+    """The output does not compile, and neither does the input, which Python's parser reads:
+    the compiler refuses the program itself (`return` outside a function, too many statically
+    nested blocks), not syntax newer than this interpreter (nor a notebook's top-level
+    `await`, which IPython runs)."""
+
+    def __init__(self, error: SyntaxError) -> None:
+        super().__init__(f"the input does not compile: {error.msg} at line {error.lineno}")
+        self.error = error
+
+
+def _compile_error(code: str, flags: int = 0) -> Optional[SyntaxError]:
     try:
         with warnings.catch_warnings():
             # `x is not ()` and invalid escapes warn at compile time: the user's code, not ours.
             warnings.simplefilter("ignore")
-            compile(code, "<amp-migrate>", "exec", dont_inherit=True)
+            compile(code, "<amp-migrate>", "exec", flags, dont_inherit=True)
     except SyntaxError as exc:
         return exc
     except ValueError as exc:  # NUL bytes
@@ -132,8 +143,12 @@ def verify_output(before: str, before_tree: Optional[ast.Module], after: str) ->
     if error is not None:
         # Syntax newer than this interpreter (a 3.12 `type` alias on 3.11) is judged by
         # libcst's parser alone; only a compile error the input did not have is a failure.
-        if _compile_error(before) is None:
+        before_error = _compile_error(before)
+        if before_error is None:
             raise VerificationError(f"the output does not compile: {error.msg} at line {error.lineno}")
+        # A notebook's cells may `await` at the top level, as IPython runs them.
+        if before_tree is not None and _compile_error(before, ast.PyCF_ALLOW_TOP_LEVEL_AWAIT):
+            raise InputDoesNotCompile(before_error)
         try:
             cst.parse_module(after)
         except cst.ParserSyntaxError as exc:

@@ -23,6 +23,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping, Optional, Protocol, TypeGuard
 
+from .. import deep_stack
 from ..ast_names import dotted_chain
 
 # A file that does not spell `apex` can still receive Apex's objects: it is worth parsing only
@@ -385,12 +386,39 @@ def _text_imports(text: str) -> list[Import]:
 
 
 def _parse(text: str) -> Optional[ast.Module]:
+    return _parse_or_why(text)[0]
+
+
+def _parse_or_why(text: str) -> tuple[Optional[ast.Module], bool]:
+    """Python's parse, or None and whether the text is beyond what Python runs (nested past
+    its limits: amp_migrate/deep_stack.py) rather than syntax it cannot read."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return ast.parse(text)
-    except (SyntaxError, ValueError):
-        return None
+            return ast.parse(text), False
+    except (SyntaxError, RecursionError, MemoryError) as exc:
+        if not deep_stack.beyond_python(exc) and not isinstance(exc, SyntaxError):
+            raise
+        return None, deep_stack.beyond_python(exc)
+    except ValueError:
+        return None, False
+
+
+def _read(facts: ModuleFacts, tree: ast.Module, text: str, provided: Mapping[str, str] = {}) -> bool:
+    """Fill `facts` from the tree; False, with the facts as they were, where the nesting is
+    too deep even for the deep stack (the file is then read as one that does not parse)."""
+
+    def read() -> ModuleFacts:
+        fresh = ModuleFacts(facts.path, facts.name, provided=list(facts.provided))
+        _Reader(fresh, tree, text, provided).read()
+        return fresh
+
+    try:
+        found = deep_stack.call(read)
+    except deep_stack.TooDeep:
+        return False
+    facts.__dict__.update(found.__dict__)
+    return True
 
 
 @dataclass(frozen=True)
@@ -548,16 +576,15 @@ def build_index(sources: Mapping[str, str]) -> ProjectIndex:
     for path, text in sources.items():
         facts = modules[path] = ModuleFacts(path, module_name(path))
         candidate = is_candidate(text)
-        tree = _parse(text) if candidate else None
-        if tree is None:
-            facts.imports = _text_imports(text)
-            if candidate:
-                _unparsed(facts, text)
+        tree, beyond = _parse_or_why(text) if candidate else (None, False)
+        if tree is not None and _read(facts, tree, text):
+            trees[path] = tree
+            facts.script = _MAIN_GUARD.search(text) is not None
+            facts.parsed = True
             continue
-        trees[path] = tree
-        facts.script = _MAIN_GUARD.search(text) is not None
-        _Reader(facts, tree, text).read()
-        facts.parsed = True
+        facts.imports = _text_imports(text)
+        if candidate and tree is None and not beyond:
+            _unparsed(facts, text)
     edges = {
         path: {t for imp in facts.imports for t in resolver.targets(path, imp) if t != path}
         for path, facts in modules.items()
@@ -574,7 +601,8 @@ def _one_newline(text: str) -> str:
 
 def _unparsed(facts: ModuleFacts, text: str) -> None:
     """A file that imports Apex but does not parse is left untouched, Apex and all: count its
-    first Apex import as a use of amp state, so that its group cannot go native around it."""
+    first Apex import as a use of amp state, so that its group cannot go native around it.
+    Not a file nested beyond what Python runs: it never shares the state of a process."""
     for imp in facts.imports:
         if _apex_module(imp.module):
             line = hit_lines(text, re.compile(r"^[ \t]*(?:from|import)[ \t]+apex\b", re.M))
@@ -629,7 +657,9 @@ def _reread(
     as Apex's module, so that `mp.initialize(...)` counts as it would under any other name."""
     old = modules[path]
     facts = modules[path] = ModuleFacts(path, old.name, provided=old.provided)
-    _Reader(facts, tree, text, provided).read()
+    if not _read(facts, tree, text, provided):
+        modules[path] = old
+        return
     facts.parsed = True
     if not old.parsed:
         facts.imports = old.imports

@@ -76,16 +76,12 @@ def migrate_project(
     """Migrate a tree given as relative path -> text: files that share Apex objects end on one
     target (docs/cli.md, "Projects"). Files not ending in `.py` are migrated alone."""
     from ..migrate import MigrationResult
-    from .notes import handover_notes, notes_for
-    from .provide import provider_roles
-    from .share import shared_scalers
+    from .notes import notes_for
 
     python = {p: t for p, t in files.items() if p.endswith(".py")}
     index = build_index(python)
     groups = find_groups(index)
-    roles = shared_scalers(index, groups, python) if target != "shim" else {}
-    notes = handover_notes(index, groups, python) if target != "shim" else {}
-    roles.update(provider_roles(index, groups, python) if target != "shim" else {})
+    roles, notes = _group_parts(index, groups, python) if target != "shim" else ({}, {})
     results = {p: _migrate_one(t, target, device, dtype, roles.get(p)) for p, t in files.items()}
     for path in python:
         results[path] = _callers_elsewhere(path, results[path], python, target, device, dtype)
@@ -108,6 +104,32 @@ def migrate_project(
             kept = tuple(d for d in results[path].diagnostics if d not in restated)
             results[path] = replace(results[path], diagnostics=_by_line(kept + extra))
     return results
+
+
+def _group_parts(
+    index: ProjectIndex,
+    groups: list[Group],
+    texts: Mapping[str, str],
+    names: Optional[Mapping[str, str]] = None,
+) -> tuple[dict[str, SharedScaler], Notes]:
+    """Each grouped module's part in its group (a shared GradScaler, a provider's) and the
+    notes on what it hands over; read on a deeper stack where a member's nesting needs one,
+    and none (each group then keeps the shim) where even that is not enough."""
+    from .. import deep_stack
+    from .notes import handover_notes
+    from .provide import provider_roles
+    from .share import shared_scalers
+
+    def parts() -> tuple[dict[str, SharedScaler], Notes]:
+        roles = shared_scalers(index, groups, texts, names)
+        notes = handover_notes(index, groups, texts, names)
+        roles.update(provider_roles(index, groups, texts, names))
+        return roles, notes
+
+    try:
+        return deep_stack.call(parts)
+    except deep_stack.TooDeep:
+        return {}, {}
 
 
 def _provided(roles: Mapping[str, SharedScaler], outcomes: Mapping[str, Outcome]) -> frozenset[str]:
@@ -201,13 +223,7 @@ class Tree:
         self.roles: dict[str, SharedScaler] = {}
         self.notes: Notes = {}
         if groups:
-            from .notes import handover_notes
-            from .provide import provider_roles
-            from .share import shared_scalers
-
-            self.roles = shared_scalers(self.index, groups, texts, self.names)
-            self.notes = handover_notes(self.index, groups, texts, self.names)
-            self.roles.update(provider_roles(self.index, groups, texts, self.names))
+            self.roles, self.notes = _group_parts(self.index, groups, texts, self.names)
         self.pending: dict[str, _Pending] = {}
         for group in groups:
             shared = _Pending(group, {})

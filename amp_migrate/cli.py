@@ -520,6 +520,8 @@ def verify(
             console.print(Text(line))
     try:
         outcome = verify_run.verify(parsed, Path.cwd(), settings, watch)
+    except verify_run.UsageProblem as exc:
+        raise click.UsageError(str(exc)) from None
     finally:
         watch.close()
     code = 0 if outcome.verdict.passed else 1

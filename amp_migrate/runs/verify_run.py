@@ -601,7 +601,9 @@ def verify(parsed: Command, root: Path, settings: Settings, watch: Optional[Watc
         no_lines.write_text("{}")
         # A copy that keeps the shim imports amp_shim itself: the recorder's shim mode, no alias.
         copy_mode = "shim" if migration.shim_files else "native"
-        both = _Both(parsed, root, copy, work, folder, settings, watch, copy_mode, lines, no_lines, legacy, migrated)
+        both = _Both(
+            parsed, root, copy, work, folder, settings, watch, copy_mode, lines, no_lines, legacy, migrated
+        )
         if parsed.nproc:
             shim_ranks, native_ranks, logs = _run_ranks_both(both)
             outcome = judge_ranks(
@@ -619,7 +621,9 @@ def verify(parsed: Command, root: Path, settings: Settings, watch: Optional[Watc
     if not changes:
         return outcome
     listed = [f"{change.path} ({change.how})" for change in changes]
-    return dataclasses.replace(outcome, verdict=with_tree_changes(outcome.verdict, listed), tree_changes=changes)
+    return dataclasses.replace(
+        outcome, verdict=with_tree_changes(outcome.verdict, listed), tree_changes=changes
+    )
 
 
 def isolate_available() -> bool:

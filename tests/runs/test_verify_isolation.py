@@ -9,7 +9,6 @@ its own with an empty environment ends with the run all the same."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import uuid
@@ -77,7 +76,9 @@ def tree(tmp_path: Path) -> Path:
 
 
 def contents(root: Path) -> dict[str, bytes]:
-    return {str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()}
+    return {
+        str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()
+    }
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from amp_migrate.runs import isolate, verify_report, verify_run
+from amp_migrate.runs import isolate, tree_guard, verify_report, verify_run
 
 from .test_verify_command import verify
 from .test_verify_distributed import processes_with
@@ -87,8 +87,11 @@ def tag():
     marker = uuid.uuid4().hex
     yield marker
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
-            os.kill(int(entry.name), signal.SIGKILL)
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
+        except OSError:
+            continue  # gone meanwhile
 
 
 @pytest.mark.skipif(not verify_run.isolate_available(), reason="no user namespaces here")
@@ -137,3 +140,17 @@ def test_a_write_into_the_tree_verify_could_not_foresee_is_an_error_naming_the_f
     console = Console(record=True, width=200)
     verify_report.print_text(console, outcome)
     assert "error: the runs created results.txt in your tree" in console.export_text()
+
+
+def test_paths_into_the_tree_are_found_whole_after_an_equals_sign_and_in_path_lists_but_not_into_a_venv(
+    tmp_path,
+):
+    (tmp_path / ".venv").mkdir()
+    args = ["--out", f"{tmp_path}/a.pt", f"--data={tmp_path}", "/elsewhere/b.pt", f"{tmp_path}/.venv/lib"]
+    environment = {"PATH": f"/usr/bin:{tmp_path}/bin", "VIRTUAL_ENV": f"{tmp_path}/.venv", "HOME": "/root"}
+    found = tree_guard.paths_into_tree(args, environment, tmp_path, verify_run.not_copied())
+    assert found == [
+        f"argument {tmp_path}/a.pt",
+        f"argument --data={tmp_path}",
+        f"environment variable PATH=/usr/bin:{tmp_path}/bin",
+    ]

@@ -249,18 +249,20 @@ def not_copied(*outside: Path) -> tree_guard.Ignored:
 def copy_tree(source: Path, destination: Path, *outside: Path) -> list[str]:
     """Everything but version control, caches and virtual environments; symlinks stay links.
     A destination inside the source (a temporary directory under the tree) is not copied into
-    itself, nor are the `outside` folders. The entries left out, relative to the source, but
-    the caches: what a run should still find at the tree's path."""
-    ignore = not_copied(destination, *outside)
+    itself, nor are the `outside` folders. The version-control folders and virtual
+    environments left out, relative to the source: what a run should still find at the tree's
+    path."""
+    ignore, own = not_copied(destination, *outside), not_copied()
     left_out: list[str] = []
 
     def ignored(directory: str, names: list[str]) -> list[str]:
         dropped = ignore(directory, names)
-        left_out.extend(os.path.relpath(os.path.join(directory, name), source) for name in dropped)
+        kept = [name for name in own(directory, dropped) if name not in _CACHES]
+        left_out.extend(os.path.relpath(os.path.join(directory, name), source) for name in kept)
         return dropped
 
     shutil.copytree(source, destination, symlinks=True, ignore=ignored)
-    return sorted({path for path in left_out if os.path.basename(path) not in _CACHES})
+    return sorted(left_out)
 
 
 def _python_files(root: Path) -> dict[str, str]:
@@ -331,13 +333,19 @@ class Place:
         return {} if self.seen != self.copy else {"PWD": str(self.copy)}
 
 
-def place(copy: Path, root: Path, keep: Sequence[str], bound: bool) -> Place:
-    """The copy bound over the tree's path (`bound`, with the `keep` entries of the tree bound
-    into it), or run as it is."""
+def place(copy: Path, root: Path, keep: Sequence[str], bound: bool, own: Sequence[Path] = ()) -> Place:
+    """The copy bound over the tree's path (`bound`, with the `keep` entries of the tree, and
+    verify's `own` folders inside it, bound into it), or run as it is, the `keep` entries
+    linked into it."""
     if not bound:
+        for relative in keep:
+            if not os.path.lexists(copy / relative):
+                os.symlink(root / relative, copy / relative)
         return Place(copy, copy, (str(SUPERVISOR), "--"))
+    real = [Path(os.path.realpath(path)) for path in own]
+    inside = [os.path.relpath(path, root) for path in real if path.is_relative_to(root)]
     options = ["--tree", str(root), "--copy", str(copy)]
-    for relative in keep:
+    for relative in [*keep, *inside]:
         options += ["--keep", relative]
     return Place(copy, root, (str(SUPERVISOR), *options, "--"))
 
@@ -590,9 +598,11 @@ def verify(parsed: Command, root: Path, settings: Settings, watch: Optional[Watc
         watch.phase("copying the tree")
         keep = copy_tree(root, copy, work, folder)
         copy_tree(root, work / "legacy", work, folder)
-        legacy, migrated = place(work / "legacy", root, keep, bound), place(copy, root, keep, bound)
         watch.phase("migrating the copy")
         migration = migrate_copy(copy, settings)
+        legacy, migrated = (
+            place(path, root, keep, bound, (work, folder)) for path in (work / "legacy", copy)
+        )
         statements = written_statements(_sources(root, copy, migration))
         lines, no_lines = work / "watch-lines.json", work / "watch-no-lines.json"
         lines.write_text(json.dumps(watch_list(statements, migrated.seen)))

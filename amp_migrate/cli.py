@@ -492,11 +492,12 @@ def verify(
 
     Also `-- torchrun --nproc-per-node N train.py ARGS`: every rank is compared.
 
-    Migrates a temporary copy of the current directory, runs the original on the shim and the
-    copy migrated, each recorded for --steps optimizer steps with the same seed, and compares
-    them step by step. Exit 0: identical, within the tolerance, or different only where the
-    migration is documented to differ; 1: diverged, failed, never stepped, or no amp call ran
-    in the legacy run (--allow-no-amp accepts that).
+    Copies the current directory twice, migrates one copy, runs the original on the shim in the
+    other and the migrated copy, each recorded for --steps optimizer steps with the same seed,
+    and compares them step by step; your files are left as they are (a run that changed one
+    fails the verify). Exit 0: identical, within the tolerance, or different only where the
+    migration is documented to differ; 1: diverged, failed, never stepped, no amp call ran in
+    the legacy run (--allow-no-amp accepts that), or a run changed your files.
     """
     from rich.console import Console
     from rich.text import Text
@@ -524,6 +525,8 @@ def verify(
             console.print(Text(line))
     try:
         outcome = verify_run.verify(parsed, Path.cwd(), settings, watch)
+    except verify_run.UsageProblem as exc:
+        raise click.UsageError(str(exc)) from None
     finally:
         watch.close()
     code = 0 if outcome.verdict.passed else 1

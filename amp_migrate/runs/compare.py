@@ -25,6 +25,8 @@ STEP_COUNTS = "different number of steps"
 NO_STEPS = "no steps"
 FAILED = "run failed"
 AMP_NEVER_RAN = "amp never ran"
+#: The runs changed files of the user's tree, which verify must leave as it was.
+TREE_CHANGED = "changed your files"
 PASSING = (IDENTICAL, WITHIN_TOLERANCE, AS_DOCUMENTED)
 
 #: The tolerance when the legacy run computes in another precision than its migration (its
@@ -188,6 +190,17 @@ def amp_ran(run: Run) -> Optional[bool]:
     if run.amp_calls is None:
         return None
     return any(run.amp_calls.get(name, 0) > 0 for name in AMP_RAN)
+
+
+def with_tree_changes(verdict: Verdict, changed: Sequence[str]) -> Verdict:
+    """The verdict on runs that changed the user's files (each named with how): an error,
+    whatever the runs compared like, which the message still says."""
+    return dataclasses.replace(
+        verdict,
+        kind=TREE_CHANGED,
+        message=f"the runs changed {len(changed)} file(s) of your tree, which verify must leave as it "
+        f"was (nothing was restored): {', '.join(changed)}; the runs themselves: {verdict.message}",
+    )
 
 
 def failed_before_first_step(run: Run) -> bool:

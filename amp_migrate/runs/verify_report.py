@@ -177,6 +177,8 @@ def print_text(console: Console, outcome: Outcome) -> None:
             console.print(Text(stderr_tail(run.stderr)))
     for note in outcome.verdict.notes:
         console.print(Text(f"note: {note}"))
+    for change in outcome.tree_changes:
+        console.print(Text(f"error: the runs {change.how} {change.path} in your tree", style="bold red"))
     style = "bold green" if outcome.verdict.passed else "bold red"
     console.print(Text(outcome.verdict.message, style=style))
     # These name the user's files and show their lines: whatever they hold stays on its line.
@@ -262,6 +264,7 @@ def json_document(outcome: Outcome, exit_code: int, choice: Optional[Choice] = N
                 for log in outcome.logs
             ],
         },
+        "tree_changes": [{"path": change.path, "change": change.how} for change in outcome.tree_changes],
         "exit_code": exit_code,
         "rank": outcome.rank,
         "ranks": [

@@ -1,13 +1,18 @@
 """`amp-migrate verify`: migrate a copy of the user's tree and run both versions, recorded.
 
-The original program runs as it is, through the shim's `apex` alias, in the current
-directory; the migrated program runs from a temporary copy of the tree (data and config files
-included, so relative paths resolve as they do in the original). Both go through the same
+Neither run may change the user's files, so each runs in a temporary copy of the tree (data
+and config files included, so relative paths resolve as they do in the original): the original
+program as it is, through the shim's `apex` alias, in one; the migrated program in another.
+Where the machine allows it, each copy is bound over the tree's own path in a private mount
+namespace (`isolate.py`), so that the program runs at the path the user runs it at and writes
+by absolute paths into the tree land in its copy too; where it does not, absolute paths into
+the tree on the command line or in the environment are refused. Whatever the runs changed in
+the tree all the same is reported as an error (`tree_guard`). Both go through the same
 recorder the equivalence tests use, with the same command line, seed, step limit and
 environment, one after the other; `compare.judge` gives the verdict. A torchrun command runs
 as torchrun on each side, the recorder in every rank; each rank is judged, and the verdict is
-the worst rank's (`judge_ranks`). No run outlives verify: a run past the timeout, and whatever
-a run leaves behind, is killed.
+the worst rank's (`judge_ranks`). No run outlives verify: each runs under a supervisor that
+ends every process below it, and a run past the timeout is stopped the same way.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import Callable, Optional, Sequence
 
 from .. import project
 from ..project import migrate_project
+from . import isolate, tree_guard
 from .compare import (
     AMP_NEVER_RAN,
     AS_DOCUMENTED,
@@ -37,11 +43,13 @@ from .compare import (
     IDENTICAL,
     NO_STEPS,
     STEP_COUNTS,
+    TREE_CHANGED,
     WITHIN_TOLERANCE,
     Run,
     Verdict,
     failed_before_first_step,
     judge,
+    with_tree_changes,
 )
 from .coverage import Coverage, Statement, covered, watch_list, written_statements
 from .locate import Location, Source, changed_sources, locate
@@ -50,10 +58,13 @@ from .run_logs import LEGACY, MIGRATED, RunLog, Tail, new_folder, rank_logs, ste
 from .tree_migration import Choice, beyond_arguments, same_code
 
 RECORDER = Path(__file__).with_name("recorder.py")
+SUPERVISOR = Path(isolate.__file__)
 SUPPORTED = "python SCRIPT [ARGS...]"
 DISTRIBUTED = "torchrun [--standalone] [--nnodes 1] --nproc-per-node N SCRIPT [ARGS...]"
 #: Folders that are no part of the program: version control, caches, virtual environments.
 _SKIPPED = frozenset({".git", ".hg", ".svn", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
+#: Of those, what a run has no use for: its copy lacks them at the tree's path too.
+_CACHES = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?(\.exe)?")
 #: The shim's alias switches: the shim run sets its own, the native run must not inherit one.
 _ALIAS_VARIABLES = ("AMP_SHIM_ALIAS", "AMP_SHIM_ALIAS_ANNOUNCED")
@@ -67,8 +78,11 @@ _RUN_TOKEN = "AMP_MIGRATE_VERIFY_RUN"
 NOT_STARTED = Run("native", 0, started=False)
 #: How often a running run is looked at for progress and output, in seconds.
 _POLL = 0.2
+#: How long a supervisor asked to stop may take to end its run's processes, in seconds.
+_STOPPING = 10.0
 #: Verdicts from worst to best: a distributed verdict is its worst rank's.
 _WORST_FIRST = (
+    TREE_CHANGED,
     FAILED,
     NO_STEPS,
     STEP_COUNTS,
@@ -144,6 +158,8 @@ class Outcome:
     coverage: Optional[Coverage] = None
     logs: tuple[RunLog, ...] = ()  # each run's stdout and stderr, kept after verify ends
     log_folder: Optional[Path] = None
+    # The tree's files that changed while verify ran (the verdict is then TREE_CHANGED).
+    tree_changes: tuple[tree_guard.Change, ...] = ()
 
 
 def parse_command(command: Sequence[str], root: Path) -> Command:
@@ -218,17 +234,35 @@ def _ignored(directory: str, names: list[str]) -> list[str]:
     ]
 
 
-def copy_tree(source: Path, destination: Path) -> None:
-    """Everything but version control, caches and virtual environments; symlinks stay links.
-    A destination inside the source (a temporary directory under the tree) is not copied into
-    itself."""
-    inside = os.path.realpath(destination)
+def not_copied(*outside: Path) -> tree_guard.Ignored:
+    """The copy's ignore function: version control, caches, virtual environments, and the
+    `outside` folders (verify's own, where the temporary directory is under the tree)."""
+    own_paths = {os.path.realpath(path) for path in outside}
 
     def ignored(directory: str, names: list[str]) -> list[str]:
-        own = [name for name in names if os.path.realpath(os.path.join(directory, name)) == inside]
+        own = [name for name in names if os.path.realpath(os.path.join(directory, name)) in own_paths]
         return _ignored(directory, names) + own
 
+    return ignored
+
+
+def copy_tree(source: Path, destination: Path, *outside: Path) -> list[str]:
+    """Everything but version control, caches and virtual environments; symlinks stay links.
+    A destination inside the source (a temporary directory under the tree) is not copied into
+    itself, nor are the `outside` folders. The version-control folders and virtual
+    environments left out, relative to the source: what a run should still find at the tree's
+    path."""
+    ignore, own = not_copied(destination, *outside), not_copied()
+    left_out: list[str] = []
+
+    def ignored(directory: str, names: list[str]) -> list[str]:
+        dropped = ignore(directory, names)
+        kept = [name for name in own(directory, dropped) if name not in _CACHES]
+        left_out.extend(os.path.relpath(os.path.join(directory, name), source) for name in kept)
+        return dropped
+
     shutil.copytree(source, destination, symlinks=True, ignore=ignored)
+    return sorted(left_out)
 
 
 def _python_files(root: Path) -> dict[str, str]:
@@ -285,6 +319,38 @@ def run_environment(unbuffered: bool = False) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
+class Place:
+    """Where one run's program runs: `copy`, its copy of the tree, seen at `seen` (the tree's
+    own path where the copy is bound over it, else the copy's), under the supervisor."""
+
+    copy: Path
+    seen: Path
+    supervisor: tuple[str, ...]  # the supervisor and its options, before the program's argv
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """What the run's environment says differently: the directory it starts in."""
+        return {} if self.seen != self.copy else {"PWD": str(self.copy)}
+
+
+def place(copy: Path, root: Path, keep: Sequence[str], bound: bool, own: Sequence[Path] = ()) -> Place:
+    """The copy bound over the tree's path (`bound`, with the `keep` entries of the tree, and
+    verify's `own` folders inside it, bound into it), or run as it is, the `keep` entries
+    linked into it."""
+    if not bound:
+        for relative in keep:
+            if not os.path.lexists(copy / relative):
+                os.symlink(root / relative, copy / relative)
+        return Place(copy, copy, (str(SUPERVISOR), "--"))
+    real = [Path(os.path.realpath(path)) for path in own]
+    inside = [os.path.relpath(path, root) for path in real if path.is_relative_to(root)]
+    options = ["--tree", str(root), "--copy", str(copy)]
+    for relative in [*keep, *inside]:
+        options += ["--keep", relative]
+    return Place(copy, root, (str(SUPERVISOR), *options, "--"))
+
+
+@dataclass(frozen=True)
 class _Launch:
     returncode: int
     stderr: str
@@ -322,21 +388,22 @@ def _wait(proc: subprocess.Popen, timeout: Optional[float], poll: Optional[Calla
 
 def _launch(
     argv: Sequence[str],
-    cwd: Path,
+    where: Place,
     log: RunLog,
     timeout: Optional[float],
     poll: Optional[Callable[[], None]] = None,
     unbuffered: bool = False,
 ) -> _Launch:
-    """Run `argv`, and when it ends, times out or verify is interrupted, kill what is left of
-    it: a hung rank, a DataLoader worker. Output goes to the log's files, not to pipes, which a
-    leftover process would hold open; `poll` looks at them while the run goes."""
+    """Run `argv` under the supervisor, and when it ends, times out or verify is interrupted,
+    kill what is left of it: a hung rank, a DataLoader worker. Output goes to the log's files,
+    not to pipes, which a leftover process would hold open; `poll` looks at them while the run
+    goes."""
     token = uuid.uuid4().hex
     with open(log.stdout, "w") as stdout, open(log.stderr, "w") as stderr:
         proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env={**run_environment(unbuffered), _RUN_TOKEN: token},
+            [sys.executable, *where.supervisor, *argv],
+            cwd=where.copy,
+            env={**run_environment(unbuffered), **where.environment, _RUN_TOKEN: token},
             stdin=subprocess.DEVNULL,
             stdout=stdout,
             stderr=stderr,
@@ -356,9 +423,16 @@ def _launch(
 
 
 def _kill_leftovers(proc: subprocess.Popen, token: str) -> None:
-    """SIGKILL to the run's process group and to every process that carries the run's token in
-    its environment: torchrun starts each rank in a session of its own, and a rank whose agent
-    is gone is nobody's child any more."""
+    """The supervisor, still running (the timeout, Ctrl-C), is asked to end every process below
+    it; then, should any escape it (the supervisor killed, a system without subreapers),
+    SIGKILL to the run's process group and to every process that carries the run's token in
+    its environment."""
+    if proc.poll() is None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=_STOPPING)
+        except (OSError, subprocess.TimeoutExpired):
+            pass  # it is killed below with the rest
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -423,7 +497,7 @@ def run_recorded(
     label: str,
     launcher: Sequence[str],
     mode: str,
-    cwd: Path,
+    where: Place,
     command: Command,
     result: Path,
     steps: int,
@@ -432,16 +506,16 @@ def run_recorded(
     watch: Optional[Watch] = None,
     lines: Optional[Path] = None,
 ) -> Run:
-    """One recorded run of `command` in `cwd` (`launcher` goes between python and the recorder);
+    """One recorded run of `command` in `where` (`launcher` goes between python and the recorder);
     its output in `log` (beside `result` when none is given), followed by `watch`; the
     recorder records which of the `lines` file's lines executed."""
     if log is None:
         log = RunLog(label, None, result.with_suffix(".stdout"), result.with_suffix(".stderr"))
     progress = result.with_suffix(".progress")
     argv = [sys.executable, *launcher, *_recorder(mode, steps, progress, lines), str(result)]
-    argv += [str(cwd / command.script), *command.args]
+    argv += [str(where.seen / command.script), *command.args]
     follow = None if watch is None else _Follow(watch, progress, 1, lambda: [log])
-    launch = _launch(argv, cwd, log, timeout, follow, unbuffered=bool(watch and watch.wants_output))
+    launch = _launch(argv, where, log, timeout, follow, unbuffered=bool(watch and watch.wants_output))
     if follow is not None:
         follow(final=True)
     return _read_result(label, result, launch.returncode, launch.stderr)[0]
@@ -451,7 +525,7 @@ def run_ranks(
     label: str,
     launcher: Sequence[str],
     mode: str,
-    cwd: Path,
+    where: Place,
     command: Command,
     work: Path,
     steps: int,
@@ -461,7 +535,7 @@ def run_ranks(
     name: Optional[str] = None,
     lines: Optional[Path] = None,
 ) -> tuple[list[tuple[Run, float]], list[RunLog]]:
-    """A recorded torchrun of `command`: each rank runs the recorder, which writes its own
+    """A recorded torchrun of `command` in `where`: each rank runs the recorder, which writes its own
     result. A standalone rendezvous on a free port, so that runs never share one; each rank's
     stdout and stderr in its own log under `logs` (a folder in `work` when none is given), named
     `name` (the label when none is given). Per rank: its run, and when its program raised (inf:
@@ -473,14 +547,14 @@ def run_ranks(
     own = RunLog(name, None, logs / f"{name}-torchrun.stdout", logs / f"{name}-torchrun.stderr")
     argv = [sys.executable, *launcher, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
     argv += ["--nproc-per-node", str(command.nproc), "--log-dir", str(rank_dir), "--redirects", "3"]
-    argv += [*_recorder(mode, steps, progress, lines), str(results), str(cwd / command.script)]
+    argv += [*_recorder(mode, steps, progress, lines), str(results), str(where.seen / command.script)]
     argv += command.args
 
     def every_log() -> list[RunLog]:
         return [own, *rank_logs(name, rank_dir, command.nproc)]
 
     follow = None if watch is None else _Follow(watch, progress, command.nproc, every_log)
-    launch = _launch(argv, cwd, own, timeout, follow, unbuffered=bool(watch and watch.wants_output))
+    launch = _launch(argv, where, own, timeout, follow, unbuffered=bool(watch and watch.wants_output))
     if follow is not None:
         follow(final=True)
     paths = [Path(str(results).replace("{rank}", str(rank))) for rank in range(command.nproc)]
@@ -508,26 +582,38 @@ def _recorded_exit_code(result: Path, mode: str) -> Optional[int]:
 
 
 def verify(parsed: Command, root: Path, settings: Settings, watch: Optional[Watch] = None) -> Outcome:
-    """Copy, migrate, run the original on the shim and the copy migrated, compare. Each run's
-    output is kept in a folder of its own under the system's temporary directory."""
+    """Copy twice, migrate one copy, run the original on the shim in the other and the migrated
+    copy, compare; then check that the tree is as it was. Each run's output is kept in a folder
+    of its own under the system's temporary directory."""
     watch = watch or Watch()
+    bound = isolate_available()
+    if not bound:
+        refuse_paths_into(parsed, root, run_environment())
     folder = new_folder()
     with tempfile.TemporaryDirectory(prefix="amp-migrate-verify-") as temporary:
         work = Path(temporary)
+        ignored = not_copied(work, folder)
+        before = tree_guard.snapshot(root, ignored)
         copy = work / "tree"
         watch.phase("copying the tree")
-        copy_tree(root, copy)
+        keep = copy_tree(root, copy, work, folder)
+        copy_tree(root, work / "legacy", work, folder)
         watch.phase("migrating the copy")
         migration = migrate_copy(copy, settings)
+        legacy, migrated = (
+            place(path, root, keep, bound, (work, folder)) for path in (work / "legacy", copy)
+        )
         statements = written_statements(_sources(root, copy, migration))
         lines, no_lines = work / "watch-lines.json", work / "watch-no-lines.json"
-        lines.write_text(json.dumps(watch_list(statements, copy)))
+        lines.write_text(json.dumps(watch_list(statements, migrated.seen)))
         # The legacy run is traced too, watching nothing: both runs execute under the same trace
         # function, whatever the program does differently under one (torch.compile).
         no_lines.write_text("{}")
         # A copy that keeps the shim imports amp_shim itself: the recorder's shim mode, no alias.
         copy_mode = "shim" if migration.shim_files else "native"
-        both = _Both(parsed, root, copy, work, folder, settings, watch, copy_mode, lines, no_lines)
+        both = _Both(
+            parsed, root, copy, work, folder, settings, watch, copy_mode, lines, no_lines, legacy, migrated
+        )
         if parsed.nproc:
             shim_ranks, native_ranks, logs = _run_ranks_both(both)
             outcome = judge_ranks(
@@ -539,8 +625,45 @@ def verify(parsed: Command, root: Path, settings: Settings, watch: Optional[Watc
             verdict = judge(shim, native, settings.rtol, settings.allow_no_amp)
             outcome, natives = Outcome(verdict, shim, native, migration, parsed), [native]
         location = _locate(outcome.verdict, outcome.shim, outcome.native, root, copy, migration)
-        coverage = _coverage(statements, copy, natives)
-    return dataclasses.replace(outcome, location=location, coverage=coverage, logs=logs, log_folder=folder)
+        coverage = _coverage(statements, migrated.seen, natives)
+        changes = tuple(tree_guard.changes(before, tree_guard.snapshot(root, ignored)))
+    outcome = dataclasses.replace(outcome, location=location, coverage=coverage, logs=logs, log_folder=folder)
+    if not changes:
+        return outcome
+    listed = [f"{change.path} ({change.how})" for change in changes]
+    return dataclasses.replace(
+        outcome, verdict=with_tree_changes(outcome.verdict, listed), tree_changes=changes
+    )
+
+
+def isolate_available() -> bool:
+    """Whether each run's copy can be bound over the tree's path here (one probe, by the
+    supervisor itself, under this interpreter)."""
+    try:
+        probe = subprocess.run(
+            [sys.executable, str(SUPERVISOR), "--probe"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
+
+
+def refuse_paths_into(parsed: Command, root: Path, environment: dict[str, str]) -> None:
+    """Where the copies cannot be bound over the tree, a program given an absolute path into
+    the tree would write into the user's files: such a command is a usage problem. PWD and
+    OLDPWD are set by the shell, not by the user; each run's PWD is its copy."""
+    shown = {name: value for name, value in environment.items() if name not in ("PWD", "OLDPWD")}
+    found = tree_guard.paths_into_tree(parsed.args, shown, root, not_copied())
+    if found:
+        raise UsageProblem(
+            f"{'; '.join(found)}: an absolute path into the current directory, which verify "
+            "cannot map to its copies here (no user namespaces: see docs/cli.md, verify), so a run "
+            "could write into your files; give it relative to the current directory"
+        )
 
 
 @dataclass(frozen=True)
@@ -557,6 +680,8 @@ class _Both:
     copy_mode: str
     lines: Path  # the lines of the migration whose execution the migrated run records
     no_lines: Path  # the legacy run's: none
+    legacy: Place  # where the original program runs: an unmigrated copy
+    migrated: Place  # where the migrated one runs: the migrated copy
 
 
 def _run_both(both: _Both) -> tuple[Run, Run, tuple[RunLog, ...]]:
@@ -569,7 +694,7 @@ def _run_both(both: _Both) -> tuple[Run, Run, tuple[RunLog, ...]]:
         "shim",
         ["-m", "amp_shim"],
         "shim",
-        both.root,
+        both.legacy,
         both.command,
         both.work / "shim.json",
         steps,
@@ -585,7 +710,7 @@ def _run_both(both: _Both) -> tuple[Run, Run, tuple[RunLog, ...]]:
         "native",
         [],
         both.copy_mode,
-        both.copy,
+        both.migrated,
         both.command,
         both.work / "native.json",
         steps,
@@ -609,7 +734,7 @@ def _run_ranks_both(
         "shim",
         ["-m", "amp_shim"],
         "shim",
-        both.root,
+        both.legacy,
         command,
         both.work,
         steps,
@@ -626,7 +751,7 @@ def _run_ranks_both(
         "native",
         [],
         both.copy_mode,
-        both.copy,
+        both.migrated,
         command,
         both.work,
         steps,

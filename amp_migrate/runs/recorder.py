@@ -1,6 +1,6 @@
 """Run one training program and record, from outside, what it did.
 
-    python [-m amp_shim] recorder.py --mode shim|native RESULT.json PROGRAM.py [program args...]
+    python [-m amp_shim] recorder.py --mode shim|native|migrated RESULT.json PROGRAM.py [args...]
 
 The program runs unchanged (`runpy`, as `__main__`, with its own `sys.argv`). Nothing in it
 reports to the harness; the recorder watches it through hooks installed before it starts:
@@ -15,7 +15,7 @@ reports to the harness; the recorder watches it through hooks installed before i
   counts as skipped too;
 * the loss scale(s) at every iteration: shim mode reads `_amp_state.loss_scalers` (and the
   scalers of the old API's `OptimWrapper`), native mode every `torch.amp.GradScaler` created
-  (`get_scale()`, 1.0 when disabled);
+  (`get_scale()`, 1.0 when disabled), migrated mode both (see below);
 * the final parameters: every optimizer's param groups in creation order (fp32 masters under
   the shim's O2), saved next to RESULT.json as RESULT.pt;
 * the step records ("step_records"): one per optimizer step the program asked for, real or
@@ -36,11 +36,13 @@ reports to the harness; the recorder watches it through hooks installed before i
   both, each outermost module forward, with the autocast it ran under. Kept apart from the
   step records, which the two modes must write equal; `verify` uses them to say where a
   diverging step's statements are.
-* the amp calls of the whole run ("amp_calls", shim mode; from the start, calls before the
-  first step record and from any file included): how often `amp.initialize`, `amp.scale_loss`,
-  `amp.init`, the step `amp.initialize` patches on ("amp optimizer.step"), the old API's
-  `OptimWrapper.scale_loss`/`step` and `FP16_Optimizer.backward`/`step` ran; `verify` passes no
-  run in which none of them ran.
+* the amp calls of the whole run ("amp_calls", shim mode, and migrated mode once the program
+  loaded the shim; from the start: calls before the first step record and from any file
+  included): how often `amp.initialize`, `amp.scale_loss`, `amp.init`, the step
+  `amp.initialize` patches on ("amp optimizer.step"), the old API's `OptimWrapper.scale_loss`/
+  `step` and `FP16_Optimizer.backward`/`step` ran; `verify` passes no run in which none of
+  them ran. "amp_used" says which mixed precision ran: "GradScaler" (one was built),
+  "amp_shim" (one of those calls ran).
 * with `--watch-lines FILE` (verify's migrated run: the lines the migration wrote), which of
   those lines executed ("executed_lines", per file).
 
@@ -55,6 +57,13 @@ FILE` appends `RANK COUNT` to FILE as each step record is made (verify's progres
 `--mode native` also makes `apex` and `amp_shim` unimportable and checks at exit that neither
 was imported. `--mode shim` expects the shim: either the `apex` alias (`python -m amp_shim
 recorder.py ...`) or code that imports `amp_shim` itself (the codemod's `--target shim` output).
+`--mode migrated` is for a migrated tree that keeps some files on the shim: `apex` is
+unimportable (and checked not imported), `amp_shim` is not; GradScaler is instrumented as in
+native mode and the shim as in shim mode from the moment the program imports `amp_shim` (never
+before: a run that does not import it records exactly what native mode records). Each record
+is made by whichever hook its step ran through, and its scales are the GradScalers' (as in
+native mode) followed by the shim's (as in shim mode), so a run that used only one of them
+records what that one's mode would; a run that used both records both, in that order.
 """
 
 from __future__ import annotations
@@ -81,6 +90,9 @@ LOSS = re.compile(
     r"\b[Ll]oss(?!_scale)(?:_\w+)?\s*[:=]?\s+([-+]?(?:inf|nan|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?))\b"
 )
 BLOCKED = ("apex", "amp_shim")
+MODES = ("shim", "native", "migrated")
+#: Per mode, the modules its program must not import (made unimportable, checked at exit: exit 3).
+FORBIDDEN: dict[str, tuple[str, ...]] = {"shim": (), "native": BLOCKED, "migrated": ("apex",)}
 #: Where the run started: call sites are written relative to it (verify starts each run in the
 #: root of the tree it migrated, so they read as the migration's own paths).
 _START_DIR = os.getcwd()
@@ -89,14 +101,51 @@ _MAX_CALLS = 200
 
 
 class _Blocker(importlib.abc.MetaPathFinder):
-    """Native mode: `import apex` / `import amp_shim` fail as on a machine without them."""
+    """Native mode: `import apex` / `import amp_shim` fail as on a machine without them
+    (migrated mode: `import apex`)."""
+
+    def __init__(self, blocked: tuple[str, ...] = BLOCKED) -> None:
+        self.blocked = blocked
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname.split(".")[0] in BLOCKED:
+        if fullname.split(".")[0] in self.blocked:
             raise ModuleNotFoundError(
                 f"No module named {fullname!r} (blocked by the recorder)", name=fullname
             )
         return None
+
+
+class _OnFirstImport(importlib.abc.MetaPathFinder):
+    """Migrated mode: `then` runs once the program's first import of the top-level module
+    `name` has executed it, before that import returns, so that the shim is instrumented before
+    the program can call it, and only in a run that loads it."""
+
+    def __init__(self, name: str, then) -> None:
+        self.name, self.then = name, then
+        self._looking = self._done = False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name or self._looking or self._done:
+            return None
+        import importlib.util
+
+        self._looking = True
+        try:
+            spec = importlib.util.find_spec(fullname)  # the finders after this one
+        finally:
+            self._looking = False
+        if spec is None or spec.loader is None:
+            return spec
+        self._done = True
+        loader, then = spec.loader, self.then
+        exec_module = loader.exec_module
+
+        def exec_then(module) -> None:
+            exec_module(module)
+            then()
+
+        loader.exec_module = exec_then
+        return spec
 
 
 class _StopRun(BaseException):
@@ -324,6 +373,9 @@ class Recorder:
         self._wrapped_steps: list[list[tuple[Any, bool]]] = []
         # Shim: how often each amp call ran over the whole run, wherever it was called from.
         self.amp_calls: dict[str, int] = {}
+        # Whether the shim's hooks are in (shim mode: from the start; migrated: once imported).
+        self.shim_loaded = False
+        self.native_hooks = mode != "shim"
 
     # -- clock: the loss lines ----------------------------------------------------------------
     def on_line(self, line: str) -> None:
@@ -338,8 +390,12 @@ class Recorder:
         return len(self.losses)
 
     def current_scales(self) -> list[float]:
-        if self.mode == "native":
-            return [float(s.get_scale()) for s in self.grad_scalers]
+        scales = [float(s.get_scale()) for s in self.grad_scalers] if self.native_hooks else []
+        return scales + self._shim_scales()
+
+    def _shim_scales(self) -> list[float]:
+        if not self.shim_loaded:
+            return []
         from amp_shim.amp._amp_state import _amp_state
 
         scales = [float(s.loss_scale()) for s in getattr(_amp_state, "loss_scalers", [])]
@@ -351,16 +407,20 @@ class Recorder:
         """A step record's scales, unlike the per-iteration `scales` (kept as they were): the shim's
         `FP16_Optimizer` scalers too, which are not part of amp's state; natively only the live
         GradScalers (a disabled one scales nothing) of the newest generation (see `_new_scaler`),
-        as a second `amp.initialize` replaces Apex's loss scalers."""
-        if self.mode == "native":
+        as a second `amp.initialize` replaces Apex's loss scalers. Migrated mode: the GradScalers'
+        then the shim's, each part empty where the program did not use it."""
+        scales = []
+        if self.native_hooks:
             newest = self.grad_scalers[self._generation_start :]
-            return [float(s.get_scale()) for s in newest if s.is_enabled()]
-        return self.current_scales() + [float(o.loss_scaler.loss_scale()) for o in self.fp16_optimizers]
+            scales = [float(s.get_scale()) for s in newest if s.is_enabled()]
+        if self.shim_loaded:
+            scales += self._shim_scales() + [float(o.loss_scaler.loss_scale()) for o in self.fp16_optimizers]
+        return scales
 
     def precision(self) -> list[str]:
         """Why this (shim) run computes in another precision than the native recipe, float32
         weights under autocast: what a comparison may expect to differ."""
-        if self.mode == "native":
+        if not self.shim_loaded:
             return []
         import torch
 
@@ -444,10 +504,17 @@ class Recorder:
         register_optimizer_step_post_hook(self._post_step)
         self._install_backward(torch)
         self._install_forward_sites(torch)
-        if self.mode == "native":
+        if self.native_hooks:
             self._install_native(torch)
-        else:
+        if self.mode == "shim":
             self._install_shim()
+        elif self.mode == "migrated":
+            sys.meta_path.insert(0, _OnFirstImport("amp_shim", self._install_shim))
+
+    def amp_used(self) -> list[str]:
+        """Which mixed precision the program used: "GradScaler" (one was built), "amp_shim" (an
+        Apex call of the shim ran)."""
+        return (["GradScaler"] if self.grad_scalers else []) + (["amp_shim"] if self.amp_calls else [])
 
     def _post_step(self, optimizer, args, kwargs) -> None:
         """Torch's global hook, after every real step: `steps`, and the record of a step that no
@@ -571,6 +638,7 @@ class Recorder:
         autocast_cls.__enter__ = enter
 
     def _install_shim(self) -> None:
+        self.shim_loaded = True
         from amp_shim.amp import _process_optimizer, opt
         from amp_shim.engine import loss_scaler
         from amp_shim.fp16_utils import fp16_optimizer
@@ -873,7 +941,7 @@ def _run_program(recorder: Recorder, program: str, args: list) -> tuple[int, Opt
 
 def _arguments(argv) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mode", choices=("shim", "native"), required=True)
+    parser.add_argument("--mode", choices=MODES, required=True)
     parser.add_argument("--max-steps", type=int, default=None, help="stop after this many step records")
     parser.add_argument("--seed", type=int, default=None, help="seed torch, random and numpy first")
     parser.add_argument(
@@ -905,9 +973,9 @@ def main(argv=None) -> int:
         not any(name.split(".")[0] in BLOCKED for name in sys.modules)
         and importlib.util.find_spec("apex") is not None
     )
-    if ns.mode == "native":
+    if ns.mode != "shim":
         assert not any(name.split(".")[0] in BLOCKED for name in sys.modules), "shim already imported"
-        sys.meta_path.insert(0, _Blocker())
+        sys.meta_path.insert(0, _Blocker(FORBIDDEN[ns.mode]))
 
     recorder = Recorder(ns.mode, ns.max_steps)
     recorder.install()
@@ -931,10 +999,17 @@ def main(argv=None) -> int:
     imported = sorted({name.split(".")[0] for name in sys.modules} & set(BLOCKED))
     facts = {"deterministic": deterministic, "imported": imported, "apex_installed": apex_installed}
     _write_result(ns, recorder, exit_code, failed_at, facts, watch)
-    if ns.mode == "native" and imported:
-        print(f"recorder: native run imported {imported}", file=sys.stderr)
+    forbidden = forbidden_imports(ns.mode, imported)
+    if forbidden:
+        print(f"recorder: {ns.mode} run imported {forbidden}", file=sys.stderr)
         return 3
     return exit_code
+
+
+def forbidden_imports(mode: str, imported) -> list[str]:
+    """Those of the `imported` modules (a result's "imported") that a run in `mode` must not
+    import: a run that imported one exits 3, whatever its program did."""
+    return sorted(set(imported) & set(FORBIDDEN[mode]))
 
 
 def _write_result(ns, recorder: Recorder, exit_code: int, failed_at, facts: dict, watch) -> None:
@@ -963,6 +1038,7 @@ def _write_result(ns, recorder: Recorder, exit_code: int, failed_at, facts: dict
                 "precision": recorder.precision(),
                 "step_calls": recorder.log.calls,
                 "amp_calls": recorder.amp_calls,
+                "amp_used": recorder.amp_used(),
                 "executed_lines": None if watch is None else watch.result(),
                 "stopped": recorder.log.stopped,
             },

@@ -54,6 +54,7 @@ from .compare import (
 from .coverage import Coverage, Statement, covered, watch_list, written_statements
 from .locate import Location, Source, changed_sources, locate
 from .progress import Watch
+from .recorder import forbidden_imports
 from .run_logs import LEGACY, MIGRATED, RunLog, Tail, new_folder, rank_logs, steps_done
 from .tree_migration import Choice, beyond_arguments, same_code
 
@@ -578,7 +579,7 @@ def _recorded_exit_code(result: Path, mode: str) -> Optional[int]:
         data = json.loads(result.read_text())
     except (OSError, ValueError):
         return None
-    return 3 if mode == "native" and data.get("imported") else int(data.get("exit_code", 1))
+    return 3 if forbidden_imports(mode, data.get("imported", ())) else int(data.get("exit_code", 1))
 
 
 def verify(parsed: Command, root: Path, settings: Settings, watch: Optional[Watch] = None) -> Outcome:
@@ -609,8 +610,9 @@ def verify(parsed: Command, root: Path, settings: Settings, watch: Optional[Watc
         # The legacy run is traced too, watching nothing: both runs execute under the same trace
         # function, whatever the program does differently under one (torch.compile).
         no_lines.write_text("{}")
-        # A copy that keeps the shim imports amp_shim itself: the recorder's shim mode, no alias.
-        copy_mode = "shim" if migration.shim_files else "native"
+        # A copy that keeps files on the shim imports amp_shim itself where it runs them: the
+        # recorder's migrated mode records each run by what it used (GradScaler, the shim), no alias.
+        copy_mode = "migrated" if migration.shim_files else "native"
         both = _Both(
             parsed, root, copy, work, folder, settings, watch, copy_mode, lines, no_lines, legacy, migrated
         )

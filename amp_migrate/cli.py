@@ -261,7 +261,7 @@ def _migrate_files(
     """Every file's result, sorted by path: migrated by the workers, settled across modules by
     the project pass, written in fix mode, reviewed in interactive mode. An interrupt leaves
     every file written in full or not at all."""
-    from . import runner
+    from . import group_write, runner
     from .file_result import FileResult
     from .project import Tree
 
@@ -278,6 +278,10 @@ def _migrate_files(
         (f.path, "setup-py") for f in files if f.taken and os.path.basename(f.path) == "setup.py"
     ]
     files = [f for f in files if f.taken and f.kind not in KINDS]
+    completed = _complete_interrupted(files) if mode == "fix" else {}
+    left = {path for path, r in completed.items() if r.error is not None}
+    results += [completed[path] for path in sorted(left)]
+    files = [f for f in files if os.path.abspath(f.path) not in left]
     show_progress = not quiet and sys.stderr.isatty() and len(files) >= _PROGRESS_FROM
     jobs_ = [runner.Job(f.path, f.kind, options, want_diff=want_diff) for f in files]
     try:
@@ -288,9 +292,10 @@ def _migrate_files(
             stream = workers.results(jobs_)
             tree = Tree([f.path for f in files if f.kind == "python"], options, want_diff)
             for result in stream:
-                for final in tree.feed(result):
-                    results.append(runner.write(final) if mode == "fix" else final)
+                finals = tree.feed(result)
+                results += group_write.write_group(finals) if mode == "fix" else finals
                 advance()
+        results = [_with_notes(r, completed) for r in results]
         results.sort(key=lambda r: r.path)
         answer = "n"
         if mode == "interactive":
@@ -310,6 +315,44 @@ def _migrate_files(
         )
         sys.exit(EXIT_INTERRUPTED)
     return results
+
+
+def _complete_interrupted(files: list) -> dict:
+    """Finish the groups an earlier run was killed while writing (journal.py), before this run
+    reads any file: each member's result as a note, or as the error that keeps it out of this
+    run (it changed since, so its group cannot be completed and it must not be settled alone)."""
+    from .file_result import FileResult
+    from .journal import complete_interrupted
+
+    done = complete_interrupted(f.path for f in files)
+    names = {os.path.abspath(f.path): f.path for f in files}
+    kinds = {os.path.abspath(f.path): f.kind for f in files}
+    results = {}
+    for item in done:
+        path = names.get(item.path, item.path)
+        if item.state == "left":
+            message = (
+                "left as it is: an earlier run was stopped while writing its group, and completing "
+                f"the group failed here: {item.reason}; compare it with the rest of its group by hand"
+            )
+            results[item.path] = FileResult(path, kinds.get(item.path, "python"), error=message)
+            continue
+        how = "written now" if item.state == "written" else "the earlier run had written it"
+        note = f"an earlier run was stopped while writing this file's group; this run completed it ({how})"
+        if item.path not in names:
+            click.echo(f"{path}: {note}", err=True)
+        results[item.path] = FileResult(path, kinds.get(item.path, "python"), notes=(note,))
+    return results
+
+
+def _with_notes(result, completed: dict):
+    """`result` with the note of the interrupted group write this run completed, if any."""
+    from dataclasses import replace
+
+    done = completed.get(os.path.abspath(result.path))
+    if done is None or done.error is not None:
+        return result
+    return replace(result, notes=result.notes + done.notes)
 
 
 @main.command()

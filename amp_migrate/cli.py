@@ -262,6 +262,7 @@ def _migrate_files(
     the project pass, written in fix mode, reviewed in interactive mode. An interrupt leaves
     every file written in full or not at all."""
     from . import group_write, runner
+    from .atomic_write import interrupts_deferred
     from .file_result import FileResult
     from .project import Tree
 
@@ -293,7 +294,11 @@ def _migrate_files(
             tree = Tree([f.path for f in files if f.kind == "python"], options, want_diff)
             for result in stream:
                 finals = tree.feed(result)
-                results += group_write.write_group(finals) if mode == "fix" else finals
+                if mode == "fix":
+                    with interrupts_deferred():  # Ctrl-C stops the run once the group is counted
+                        results += group_write.write_group(finals)
+                else:
+                    results += finals
                 advance()
         results = [_with_notes(r, completed) for r in results]
         results.sort(key=lambda r: r.path)

@@ -279,7 +279,7 @@ def _migrate_files(
         (f.path, "setup-py") for f in files if f.taken and os.path.basename(f.path) == "setup.py"
     ]
     files = [f for f in files if f.taken and f.kind not in KINDS]
-    completed = _complete_interrupted(files) if mode == "fix" else {}
+    completed = _complete_interrupted(files) if mode == "fix" else _interrupted(files)
     left = {path for path, r in completed.items() if r.error is not None}
     results += [completed[path] for path in sorted(left)]
     files = [f for f in files if os.path.abspath(f.path) not in left]
@@ -348,6 +348,20 @@ def _complete_interrupted(files: list) -> dict:
             click.echo(f"{path}: {note}", err=True)
         results[item.path] = FileResult(path, kinds.get(item.path, "python"), notes=(note,))
     return results
+
+
+def _interrupted(files: list) -> dict:
+    """Without writing: a note on each member of a group an earlier run was stopped while
+    writing, since what this run shows of it is the half-written state."""
+    from .file_result import FileResult
+    from .journal import pending
+
+    note = (
+        "an earlier run began writing this file's group and had not finished when this run "
+        "started; what is shown may be the group half written: a run that writes "
+        "(`amp-migrate PATH`) completes it first"
+    )
+    return {path: FileResult(path, "python", notes=(note,)) for path in pending(f.path for f in files)}
 
 
 def _with_notes(result, completed: dict):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import stat
 import time
+
 try:
     import fcntl
 except ImportError:  # not POSIX: no locking

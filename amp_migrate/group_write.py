@@ -37,7 +37,8 @@ def _to_write(result: FileResult) -> bool:
 
 def write_group(results: Sequence[FileResult]) -> list[FileResult]:
     """Write a group's changed files all or none; each member's result, in the given order."""
-    todo = sorted((r for r in results if _to_write(r)), key=lambda r: r.path)
+    # One order for every run, whatever paths it was given: two runs never wait on each other.
+    todo = sorted((r for r in results if _to_write(r)), key=lambda r: os.path.abspath(r.path))
     if len(todo) < 2:
         return [runner.write(r) for r in results]
     with ExitStack() as held:
@@ -90,8 +91,7 @@ def _refused(todo: list[FileResult], reasons: dict[str, str]) -> dict[str, FileR
     """Every member unwritten: those refused with their reason, the others naming one."""
     first = min(reasons)
     why = (
-        f"not written: its group is written whole or not at all, and {first} could not be "
-        f"({reasons[first]})"
+        f"not written: its group is written whole or not at all, and {first} could not be ({reasons[first]})"
     )
     return {r.path: r.with_error(reasons.get(r.path, why)) for r in todo}
 

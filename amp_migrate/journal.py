@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from .atomic_write import WriteFailed, interrupts_deferred, replace_atomically
-from .source_file import SourceError, digest, locked_for_write, read_stamped, write_atomic
+from .source_file import SourceError, locked_for_write, read_stamped, write_atomic
 
 _VERSION = 1
 
@@ -95,21 +95,35 @@ def _load(journal: Path) -> Optional[list[Member]]:
         return None
 
 
-def complete_interrupted(paths: Iterable[str]) -> list[Completed]:
-    """Finish every group a killed run left half written that has a member among `paths`:
-    each member that still has its old bytes gets its new ones; a member changed since (or
-    unreadable) is left as it is and says why. Runs still writing their group are waited out
-    (their journal is gone by then)."""
+def _journals_for(paths: Iterable[str]) -> list[tuple[Path, list[Member]]]:
+    """The journals with a member among `paths`."""
     wanted = {os.path.abspath(p) for p in paths}
     try:
         journals = sorted(_folder().glob("*.json"))
     except OSError:
         return []
-    done: list[Completed] = []
+    found = []
     for journal in journals:
         members = _load(journal)
         if members and wanted & {m.path for m in members}:
-            done += _complete(journal)
+            found.append((journal, members))
+    return found
+
+
+def pending(paths: Iterable[str]) -> set[str]:
+    """The members (absolute paths) of groups with a member among `paths` that a run began
+    writing and has not finished (killed, or still writing)."""
+    return {m.path for _, members in _journals_for(paths) for m in members}
+
+
+def complete_interrupted(paths: Iterable[str]) -> list[Completed]:
+    """Finish every group a killed run left half written that has a member among `paths`:
+    each member that still has its old bytes gets its new ones; a member changed since (or
+    unreadable) is left as it is and says why. Runs still writing their group are waited out
+    (their journal is gone by then)."""
+    done: list[Completed] = []
+    for journal, _ in _journals_for(paths):
+        done += _complete(journal)
     return done
 
 

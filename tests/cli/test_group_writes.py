@@ -266,3 +266,12 @@ def test_a_member_edited_after_the_kill_is_reported_and_left_as_it_is(group, sta
         "completing the group failed here: it changed since that run read it"
     ) in again.stdout
     assert not list(state.rglob("*.json"))
+
+
+def test_check_after_a_killed_group_write_says_the_group_is_half_written_and_writes_nothing(group, state):
+    kill_after_first_write(group)
+    check = run_process(["--check", *ARGS], group)
+
+    assert targets(group) == {"train.py": "native", "trainer.py": "apex"}
+    assert "what is shown may be the group half written" in check.stdout
+    assert len(list(state.rglob("*.json"))) == 1  # the next run that writes completes it

@@ -261,8 +261,7 @@ def _migrate_files(
     """Every file's result, sorted by path: migrated by the workers, settled across modules by
     the project pass, written in fix mode, reviewed in interactive mode. An interrupt leaves
     every file written in full or not at all."""
-    from . import group_write, runner
-    from .atomic_write import interrupts_deferred
+    from . import runner
     from .file_result import FileResult
     from .project import Tree
 
@@ -280,7 +279,7 @@ def _migrate_files(
     ]
     files = [f for f in files if f.taken and f.kind not in KINDS]
     completed = _complete_interrupted(files) if mode == "fix" else _interrupted(files)
-    left = {path for path, r in completed.items() if r.error is not None}
+    left = {path for path, r in completed.items() if r.error is not None}  # kept out of the run
     results += [completed[path] for path in sorted(left)]
     files = [f for f in files if os.path.abspath(f.path) not in left]
     show_progress = not quiet and sys.stderr.isatty() and len(files) >= _PROGRESS_FROM
@@ -293,12 +292,7 @@ def _migrate_files(
             stream = workers.results(jobs_)
             tree = Tree([f.path for f in files if f.kind == "python"], options, want_diff)
             for result in stream:
-                finals = tree.feed(result)
-                if mode == "fix":
-                    with interrupts_deferred():  # Ctrl-C stops the run once the group is counted
-                        results += group_write.write_group(finals)
-                else:
-                    results += finals
+                _keep(results, tree.feed(result), mode)
                 advance()
         results = [_with_notes(r, completed) for r in results]
         results.sort(key=lambda r: r.path)
@@ -320,6 +314,19 @@ def _migrate_files(
         )
         sys.exit(EXIT_INTERRUPTED)
     return results
+
+
+def _keep(results: list, finals: list, mode: str) -> None:
+    """Add the final results to `results`, written in fix mode: a group all or none, and
+    Ctrl-C taking effect once the whole group is written and counted."""
+    if mode != "fix":
+        results.extend(finals)
+        return
+    from . import group_write
+    from .atomic_write import interrupts_deferred
+
+    with interrupts_deferred():
+        results.extend(group_write.write_group(finals))
 
 
 def _complete_interrupted(files: list) -> dict:

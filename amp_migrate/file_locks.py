@@ -21,8 +21,8 @@ import time
 
 try:
     import fcntl
-except ImportError:  # not POSIX: no locking
-    fcntl = None  # type: ignore[assignment]
+except ImportError:
+    fcntl = None  # type: ignore[assignment]  # not POSIX: runs go on unlocked
 
 from .atomic_write import Entry
 

@@ -18,7 +18,7 @@ import pytest
 from amp_migrate import runner
 from amp_migrate.project import migrate as project_migrate
 
-from .conftest import run_cli, run_process, write
+from .conftest import run_cli, write
 
 TRAIN = """\
 import torch
@@ -231,47 +231,46 @@ def test_the_next_run_completes_a_group_whose_run_was_killed_midway(group, state
     kill_after_first_write(group)
     assert len(list(state.rglob("*.json"))) == 1  # the killed run's journal
 
-    again = run_process(ARGS, group)
+    again = run_cli(ARGS, group)
 
-    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.exit_code == 0, again.output
     assert targets(group) == {"train.py": "native", "trainer.py": "native"}
     assert (
         "an earlier run was stopped while writing this file's group; this run completed it (written now)"
-        in again.stdout
+        in again.output
     )
     assert not list(state.rglob("*.json"))
-    assert_trains(group)
 
 
 def test_the_next_run_given_only_the_unwritten_member_completes_the_group(group, state):
     kill_after_first_write(group)
-    again = run_process(["--device", "cpu", "trainer.py"], group)
+    again = run_cli(["--device", "cpu", "trainer.py"], group)
 
-    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.exit_code == 0, again.output
     assert targets(group) == {"train.py": "native", "trainer.py": "native"}
-    assert "this run completed it (written now)" in again.stdout
+    assert "this run completed it (written now)" in again.output
 
 
 def test_a_member_edited_after_the_kill_is_reported_and_left_as_it_is(group, state):
     kill_after_first_write(group)
     write(group / "trainer.py", EDITED)
 
-    again = run_process(ARGS, group)
+    again = run_cli(ARGS, group)
 
-    assert again.returncode == 2, again.stdout + again.stderr
+    assert again.exit_code == 2, again.output
     assert (group / "trainer.py").read_text() == EDITED
     assert targets(group)["train.py"] == "native"
     assert (
         "trainer.py: error: left as it is: an earlier run was stopped while writing its group, and "
         "completing the group failed here: it changed since that run read it"
-    ) in again.stdout
+    ) in again.output
     assert not list(state.rglob("*.json"))
 
 
 def test_check_after_a_killed_group_write_says_the_group_is_half_written_and_writes_nothing(group, state):
     kill_after_first_write(group)
-    check = run_process(["--check", *ARGS], group)
+    check = run_cli(["--check", *ARGS], group)
 
     assert targets(group) == {"train.py": "native", "trainer.py": "apex"}
-    assert "what is shown may be the group half written" in check.stdout
+    assert "what is shown may be the group half written" in check.output
     assert len(list(state.rglob("*.json"))) == 1  # the next run that writes completes it

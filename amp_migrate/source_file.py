@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Union
 
+from . import file_locks
 from .atomic_write import (
     CREATE_TEMP,
     NOFOLLOW,
@@ -31,7 +32,7 @@ from .atomic_write import (
     open_entry,
     replace_atomically,
 )
-from .file_locks import WAIT_SECONDS, Busy, open_locked, release
+from .file_locks import Busy, open_locked, release
 from .lines import LineBreaks, normalise_line_breaks
 
 
@@ -133,7 +134,7 @@ def _read_regular(entry: Entry, shared_lock: bool = False) -> bytes:
         fd = open_locked(entry, _READ_FLAGS, exclusive=False)[0] if shared_lock else entry.open(_READ_FLAGS)
     except Busy:
         raise SourceError(
-            f"another amp-migrate run kept it locked for over {WAIT_SECONDS:.0f} s, not read"
+            f"another amp-migrate run kept it locked for over {file_locks.WAIT_SECONDS:g} s, not read"
         ) from None
     except OSError as exc:
         if exc.errno == errno.ELOOP and _is_link(entry):
@@ -229,7 +230,7 @@ def locked_for_write(path: Union[str, Path]) -> Iterator[None]:
             fd, held = open_locked(entry, _READ_FLAGS, exclusive=True)
         except Busy:
             raise SourceError(
-                f"another amp-migrate run kept it locked for over {WAIT_SECONDS:.0f} s, not written"
+                f"another amp-migrate run kept it locked for over {file_locks.WAIT_SECONDS:g} s, not written"
             ) from None
         except OSError:
             fd = None

@@ -18,7 +18,7 @@ import pytest
 from amp_migrate import runner
 from amp_migrate.project import migrate as project_migrate
 
-from .conftest import run_cli, write
+from .conftest import SHIM_INPUT, run_cli, write
 
 TRAIN = """\
 import torch
@@ -274,3 +274,29 @@ def test_check_after_a_killed_group_write_says_the_group_is_half_written_and_wri
     assert targets(group) == {"train.py": "native", "trainer.py": "apex"}
     assert "what is shown may be the group half written" in check.output
     assert len(list(state.rglob("*.json"))) == 1  # the next run that writes completes it
+
+
+HOLD_LOCK = """
+import fcntl, sys
+with open(sys.argv[1], "rb") as held:
+    fcntl.flock(held, fcntl.LOCK_EX)
+    print("locked", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_file_another_run_keeps_locked_is_reported_after_a_bounded_wait(project, monkeypatch):
+    path = write(project / "solo.py", SHIM_INPUT)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        monkeypatch.setattr("amp_migrate.file_locks.WAIT_SECONDS", 0.5)
+        result = run_cli(["--target", "shim", "-j", "1", "."], project)
+    finally:
+        holder.communicate("", timeout=60)
+
+    assert result.exit_code == 2, result.output
+    assert "solo.py: error: another amp-migrate run kept it locked for over 0.5 s, not read" in result.output
+    assert path.read_text() == SHIM_INPUT

@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 import stat
 import time
+from contextlib import contextmanager
+from typing import Iterator, Optional
 
 try:
     import fcntl
@@ -32,6 +34,8 @@ _FIRST_DELAY, _MAX_DELAY = 0.005, 0.1
 
 #: (device, inode) of the files this process holds exclusively.
 _held: set[tuple[int, int]] = set()
+#: While a group is written: the descriptors of the files it wrote, held until it ends.
+_kept: Optional[list[int]] = None
 
 
 class Busy(Exception):
@@ -98,3 +102,33 @@ def release(fd: int, held: bool) -> None:
             _held.discard(_key(os.fstat(fd)))
     finally:
         os.close(fd)
+
+
+@contextmanager
+def new_files_held() -> Iterator[None]:
+    """Every file written meanwhile (`hold_new`) stays locked until the block ends, so another
+    run that opens a member already renamed into place waits until the whole group is, and
+    never reads part of the group new and part old."""
+    global _kept
+    outer, _kept = _kept, []
+    try:
+        yield
+    finally:
+        kept, _kept = _kept, outer
+        for fd in kept:
+            release(fd, True)
+
+
+def hold_new(fd: int) -> None:
+    """Lock a new file, still under its temporary name (no other process has it open), while
+    `new_files_held` is active; otherwise nothing."""
+    if _kept is None:
+        return
+    held = os.dup(fd)
+    try:
+        _lock(held, True, time.monotonic() + WAIT_SECONDS)
+    except BaseException:
+        os.close(held)
+        raise
+    _held.add(_key(os.fstat(held)))
+    _kept.append(held)

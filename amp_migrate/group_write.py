@@ -6,8 +6,9 @@ The members are locked exclusively (file_locks.py), in sorted order so that two 
 wait on each other; then every member is checked unchanged since it was read, before any is
 written, so a member edited meanwhile keeps the whole group as it was; then a journal records
 the group's new bytes (journal.py, for a run killed midway) and the members are written one
-after another. Ctrl-C takes effect once the last is written. Readers in other runs wait on the
-locks and then read the written files.
+after another, each new file locked before it is renamed into place and held until the last
+is. Ctrl-C takes effect once the last is written. Readers in other runs wait on the locks and
+then read the whole group written.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Sequence
 
 from . import journal, runner
 from .atomic_write import interrupts_deferred
+from .file_locks import new_files_held
 from .file_result import FileResult
 from .source_file import (
     SourceError,
@@ -49,7 +51,7 @@ def write_group(results: Sequence[FileResult]) -> list[FileResult]:
                 done = _refused(todo, {result.path: str(exc)})
                 break
         else:
-            with interrupts_deferred():
+            with interrupts_deferred(), new_files_held():
                 done = _write_checked(todo)
     return [done.get(r.path, r) for r in results]
 

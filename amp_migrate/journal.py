@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from .atomic_write import WriteFailed, interrupts_deferred, replace_atomically
+from .file_locks import new_files_held
 from .source_file import SourceError, locked_for_write, read_stamped, write_atomic
 
 _VERSION = 1
@@ -136,7 +137,7 @@ def _complete(journal: Path) -> list[Completed]:
         except SourceError:  # a live run holds the group past the wait: it finishes the group
             return []
         members = _load(journal) or []  # its run may have finished while this one waited
-        with interrupts_deferred():
+        with interrupts_deferred(), new_files_held():
             completed = [_complete_member(m) for m in members]
             remove(journal)
     return completed

@@ -266,7 +266,14 @@ def write_atomic(path: Union[str, Path], data: bytes, expect: Optional[Stamp] = 
 
     with locked_for_write(path):
         try:
-            replace_atomically(path, data, may_create=False, check=check, before_rename=before_rename)
+            replace_atomically(
+                path,
+                data,
+                may_create=False,
+                check=check,
+                before_rename=before_rename,
+                written=file_locks.hold_new,
+            )
         except WriteFailed as exc:
             raise SourceError(_os_reason(exc.error, _STEP_REASONS[exc.step])) from None
 

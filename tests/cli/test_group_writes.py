@@ -143,27 +143,31 @@ def after_first_write(monkeypatch, action):
     return done
 
 
+def start_second_run(root, waiting, started):
+    """Start a second run over `root` and return once it waits for a lock (or has ended)."""
+    started.append(
+        subprocess.Popen(
+            [sys.executable, "-c", WAITING_RUN, str(waiting), *ARGS],
+            cwd=root,
+            env=dict(os.environ, OMP_NUM_THREADS="1", NO_COLOR="1"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    )
+    wait_until(lambda: waiting.exists() or started[0].poll() is not None, "the second run")
+
+
 def test_a_second_run_started_between_a_groups_writes_waits_and_sees_the_whole_group(
     group, monkeypatch, tmp_path
 ):
-    waiting = tmp_path / "second-run-waits"
-    second = []
+    second: list = []
 
-    def start_second_run(written):
+    def start(written):
         assert written.path.endswith("train.py")
-        second.append(
-            subprocess.Popen(
-                [sys.executable, "-c", WAITING_RUN, str(waiting), *ARGS],
-                cwd=group,
-                env=dict(os.environ, OMP_NUM_THREADS="1", NO_COLOR="1"),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-        wait_until(lambda: waiting.exists() or second[0].poll() is not None, "the second run")
+        start_second_run(group, tmp_path / "second-run-waits", second)
 
-    after_first_write(monkeypatch, start_second_run)
+    after_first_write(monkeypatch, start)
     first = run_cli(ARGS, group)
     out, err = second[0].communicate(timeout=120)
 
@@ -204,6 +208,25 @@ def test_a_member_edited_during_the_groups_write_puts_the_written_one_back(group
     assert (group / "trainer.py").read_text() == EDITED
     assert "train.py: error: not written (put back as it was)" in result.output
     assert "trainer.py: error: changed during migration, not written" in result.output
+
+
+def test_a_second_run_never_sees_a_member_written_before_its_group_was_put_back(group, monkeypatch, tmp_path):
+    second: list = []
+
+    def edit_then_start(written):
+        write(group / "trainer.py", EDITED)  # someone else, in place: the first run puts train.py back
+        start_second_run(group, tmp_path / "second-run-waits", second)
+
+    after_first_write(monkeypatch, edit_then_start)
+    first = run_cli(ARGS, group)
+    out, err = second[0].communicate(timeout=120)
+
+    assert first.exit_code == 2, first.output
+    assert "train.py: error: not written (put back as it was)" in first.output
+    # The second run read train.py as put back, beside the edited trainer.py: one group again.
+    assert second[0].returncode == 0, out + err
+    assert targets(group) == {"train.py": "native", "trainer.py": "native"}, out + err
+    assert "# edited by hand" in (group / "trainer.py").read_text()
 
 
 def test_ctrl_c_during_a_groups_writes_takes_effect_after_the_last(group, monkeypatch):

@@ -259,8 +259,8 @@ def _migrate_files(
     files: list, options, mode: str, want_diff: bool, jobs: Optional[int], quiet: bool, console: Console
 ) -> list:
     """Every file's result, sorted by path: migrated by the workers, settled across modules by
-    the project pass, written in fix mode, reviewed in interactive mode. An interrupt leaves
-    every file written in full or not at all."""
+    the project pass, written in fix mode (each group whole or not at all), reviewed in
+    interactive mode. An interrupt leaves every file and group written in full or not at all."""
     from . import runner
     from .file_result import FileResult
     from .project import Tree

@@ -5,7 +5,10 @@ A writer holds an exclusive lock on every file it is about to replace, from the 
 its bytes until every file of the group is renamed into place; a reader takes a shared lock
 on the file it opened and, once it has it, checks that the name still leads to that file. A
 reader that waited out a writer finds the name now leads to the new file (the rename replaced
-the entry, not the locked inode), so it opens that one and reads the written content.
+the entry, not the locked inode), so it opens that one and reads the written content. While a
+group is written, each new file is locked before it is renamed into place and held until the
+last member is (`new_files_held`): a reader, or a run completing a journal, that reaches a
+member already written waits too, and no other process ever holds a member's lock mid-group.
 
 The locks are `flock` locks: only other amp-migrate runs honour them, and where the platform
 (no `fcntl`) or the file system (some network mounts) has none, runs go on unlocked. A process
@@ -124,7 +127,10 @@ def hold_new(fd: int) -> None:
     `new_files_held` is active; otherwise nothing."""
     if _kept is None:
         return
-    held = os.dup(fd)
+    try:
+        held = os.dup(fd)
+    except OSError:  # out of descriptors (a huge group): this file goes unheld
+        return
     try:
         _lock(held, True, time.monotonic() + WAIT_SECONDS)
     except BaseException:

@@ -89,6 +89,8 @@ def open_locked(entry: Entry, flags: int, exclusive: bool) -> tuple[int, bool]:
             os.close(fd)
             raise
         os.close(fd)
+        if time.monotonic() >= deadline:  # replaced again and again
+            raise Busy()
 
 
 def _same_file(entry: Entry, info: os.stat_result) -> bool:

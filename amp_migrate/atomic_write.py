@@ -115,12 +115,15 @@ def replace_atomically(
     may_create: bool,
     check: Optional[Hook] = None,
     before_rename: Optional[Hook] = None,
+    written: Optional[Callable[[int], None]] = None,
 ) -> None:
     """Make `path` hold `data`, all at once: see the module's docstring for the guarantees.
 
     `check` runs before anything is written and `before_rename` after the data is on disk, just
-    before the rename: each may raise (the caller's own error) to leave the target alone. Without
-    `may_create`, a target that is not there is not created. Raises WriteFailed for an OSError.
+    before the rename: each may raise (the caller's own error) to leave the target alone.
+    `written` gets the new file's descriptor once its data is on disk (to lock it before any
+    other process can open it). Without `may_create`, a target that is not there is not
+    created. Raises WriteFailed for an OSError.
     """
     try:
         entry = open_entry(path)
@@ -128,7 +131,7 @@ def replace_atomically(
         raise WriteFailed(OPEN_FOLDER, exc) from None
     try:
         with interrupts_deferred():
-            _replace(entry, data, may_create, check, before_rename)
+            _replace(entry, data, may_create, check, before_rename, written)
     finally:
         entry.close()
 
@@ -139,6 +142,7 @@ def _replace(
     may_create: bool,
     check: Optional[Hook],
     before_rename: Optional[Hook],
+    written: Optional[Callable[[int], None]] = None,
 ) -> None:
     if check is not None:
         check(entry)
@@ -155,6 +159,8 @@ def _replace(
                 _keep_mode_and_owner(fd, existing)
             _write_all(fd, data)
             os.fsync(fd)
+            if written is not None:
+                written(fd)
         finally:
             os.close(fd)
         if before_rename is not None:

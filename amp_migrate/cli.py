@@ -260,8 +260,8 @@ def _migrate_files(
     files: list, options, mode: str, want_diff: bool, jobs: Optional[int], quiet: bool, console: Console
 ) -> list:
     """Every file's result, sorted by path: migrated by the workers, settled across modules by
-    the project pass, written in fix mode, reviewed in interactive mode. An interrupt leaves
-    every file written in full or not at all."""
+    the project pass, written in fix mode (each group whole or not at all), reviewed in
+    interactive mode. An interrupt leaves every file and group written in full or not at all."""
     from . import runner
     from .file_result import FileResult
     from .project import Tree
@@ -279,6 +279,10 @@ def _migrate_files(
         (f.path, "setup-py") for f in files if f.taken and os.path.basename(f.path) == "setup.py"
     ]
     files = [f for f in files if f.taken and f.kind not in KINDS]
+    completed = _complete_interrupted(files) if mode == "fix" else _interrupted(files)
+    left = {path for path, r in completed.items() if r.error is not None}  # kept out of the run
+    results += [completed[path] for path in sorted(left)]
+    files = [f for f in files if os.path.abspath(f.path) not in left]
     show_progress = not quiet and sys.stderr.isatty() and len(files) >= _PROGRESS_FROM
     jobs_ = [runner.Job(f.path, f.kind, options, want_diff=want_diff) for f in files]
     try:
@@ -289,9 +293,9 @@ def _migrate_files(
             stream = workers.results(jobs_)
             tree = Tree([f.path for f in files if f.kind == "python"], options, want_diff)
             for result in stream:
-                for final in tree.feed(result):
-                    results.append(runner.write(final) if mode == "fix" else final)
+                _keep(results, tree.feed(result), mode)
                 advance()
+        results = [_with_notes(r, completed) for r in results]
         results.sort(key=lambda r: r.path)
         answer = "n"
         if mode == "interactive":
@@ -314,6 +318,71 @@ def _migrate_files(
         )
         sys.exit(EXIT_INTERRUPTED)
     return results
+
+
+def _keep(results: list, finals: list, mode: str) -> None:
+    """Add the final results to `results`, written in fix mode: a group all or none, and
+    Ctrl-C taking effect once the whole group is written and counted."""
+    if mode != "fix":
+        results.extend(finals)
+        return
+    from . import group_write
+    from .atomic_write import interrupts_deferred
+
+    with interrupts_deferred():
+        results.extend(group_write.write_group(finals))
+
+
+def _complete_interrupted(files: list) -> dict:
+    """Finish the groups an earlier run was killed while writing (journal.py), before this run
+    reads any file: each member's result as a note, or as the error that keeps it out of this
+    run (it changed since, so its group cannot be completed and it must not be settled alone)."""
+    from .file_result import FileResult
+    from .journal import complete_interrupted
+
+    done = complete_interrupted(f.path for f in files)
+    names = {os.path.abspath(f.path): f.path for f in files}
+    kinds = {os.path.abspath(f.path): f.kind for f in files}
+    results = {}
+    for item in done:
+        path = names.get(item.path, item.path)
+        if item.state == "left":
+            message = (
+                "left as it is: an earlier run was stopped while writing its group, and completing "
+                f"the group failed here: {item.reason}; compare it with the rest of its group by hand"
+            )
+            results[item.path] = FileResult(path, kinds.get(item.path, "python"), error=message)
+            continue
+        how = "written now" if item.state == "written" else "the earlier run had written it"
+        note = f"an earlier run was stopped while writing this file's group; this run completed it ({how})"
+        if item.path not in names:
+            click.echo(f"{path}: {note}", err=True)
+        results[item.path] = FileResult(path, kinds.get(item.path, "python"), notes=(note,))
+    return results
+
+
+def _interrupted(files: list) -> dict:
+    """Without writing: a note on each member of a group an earlier run was stopped while
+    writing, since what this run shows of it is the half-written state."""
+    from .file_result import FileResult
+    from .journal import pending
+
+    note = (
+        "an earlier run began writing this file's group and had not finished when this run "
+        "started; what is shown may be the group half written: a run that writes "
+        "(`amp-migrate PATH`) completes it first"
+    )
+    return {path: FileResult(path, "python", notes=(note,)) for path in pending(f.path for f in files)}
+
+
+def _with_notes(result, completed: dict):
+    """`result` with the note of the interrupted group write this run completed, if any."""
+    from dataclasses import replace
+
+    done = completed.get(os.path.abspath(result.path))
+    if done is None or done.error is not None:
+        return result
+    return replace(result, notes=result.notes + done.notes)
 
 
 @main.command()

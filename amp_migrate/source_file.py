@@ -16,10 +16,12 @@ import io
 import os
 import stat
 import tokenize
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Iterator, Optional, Union
 
+from . import file_locks
 from .atomic_write import (
     CREATE_TEMP,
     NOFOLLOW,
@@ -30,6 +32,7 @@ from .atomic_write import (
     open_entry,
     replace_atomically,
 )
+from .file_locks import Busy, open_locked, release
 from .lines import LineBreaks, normalise_line_breaks
 
 
@@ -119,12 +122,20 @@ def _open_entry(path: Union[str, Path]) -> Entry:
         raise SourceError(_os_reason(exc, "cannot open its folder")) from None
 
 
-def _read_regular(entry: Entry) -> bytes:
+_READ_FLAGS = os.O_RDONLY | NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _read_regular(entry: Entry, shared_lock: bool = False) -> bytes:
     """The bytes of a regular file, never through a symlink and never blocking on a FIFO or a
-    device (opened non-blocking, then refused by its type before any read)."""
-    flags = os.O_RDONLY | NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    device (opened non-blocking, then refused by its type before any read). With
+    `shared_lock`, it waits out another run writing the file (file_locks.py) and reads what
+    that run wrote."""
     try:
-        fd = entry.open(flags)
+        fd = open_locked(entry, _READ_FLAGS, exclusive=False)[0] if shared_lock else entry.open(_READ_FLAGS)
+    except Busy:
+        raise SourceError(
+            f"another amp-migrate run kept it locked for over {file_locks.WAIT_SECONDS:g} s, not read"
+        ) from None
     except OSError as exc:
         if exc.errno == errno.ELOOP and _is_link(entry):
             raise SourceError("a symbolic link, not followed") from None
@@ -150,14 +161,15 @@ def read_stamped(path: Union[str, Path]) -> tuple[bytes, Stamp]:
     """The file's bytes and the Stamp that `write_atomic` checks before replacing it."""
     entry = _open_entry(path)
     try:
-        data = _read_regular(entry)
+        data = _read_regular(entry, shared_lock=True)
         folder = entry.folder_stat()
     finally:
         entry.close()
-    return data, Stamp((folder.st_dev, folder.st_ino), _digest(data))
+    return data, Stamp((folder.st_dev, folder.st_ino), digest(data))
 
 
-def _digest(data: bytes) -> str:
+def digest(data: bytes) -> str:
+    """What a Stamp and a group's journal record of a file's bytes."""
     return hashlib.sha256(data).hexdigest()
 
 
@@ -203,6 +215,34 @@ _STEP_REASONS = {
 }
 
 
+@contextmanager
+def locked_for_write(path: Union[str, Path]) -> Iterator[None]:
+    """Hold the file exclusively against other amp-migrate runs (file_locks.py) until the block
+    ends: they neither read it nor write it meanwhile. A file that cannot be opened is not
+    locked; the write that follows says why it cannot be written."""
+    try:
+        entry = open_entry(path)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fd, held = open_locked(entry, _READ_FLAGS, exclusive=True)
+        except Busy:
+            raise SourceError(
+                f"another amp-migrate run kept it locked for over {file_locks.WAIT_SECONDS:g} s, not written"
+            ) from None
+        except OSError:
+            fd = None
+    finally:
+        entry.close()
+    try:
+        yield
+    finally:
+        if fd is not None:
+            release(fd, held)
+
+
 def write_atomic(path: Union[str, Path], data: bytes, expect: Optional[Stamp] = None) -> None:
     """Replace the existing file's own directory entry with `data` (through the one atomic
     writer, `atomic_write.replace_atomically`), refusing anything but a writable regular file.
@@ -211,32 +251,58 @@ def write_atomic(path: Union[str, Path], data: bytes, expect: Optional[Stamp] = 
     A symlink is never followed: a file that is one now was swapped during the run, and its
     target may lie outside the tree. With `expect` (what the migration read), the file is
     re-read just before the rename and left alone unless it is still those bytes in that
-    folder, so that an edit made while the run computed is never lost.
+    folder, so that an edit made while the run computed is never lost. The file is locked
+    against other runs throughout (`locked_for_write`).
     """
 
     def check(entry: Entry) -> None:
         if expect is not None:
-            folder = entry.folder_stat()
-            if (folder.st_dev, folder.st_ino) != expect.folder:
-                raise SourceError("its folder was moved or replaced during migration, not written")
+            _check_folder(entry, expect)
         _check_writable(entry)
 
     def before_rename(entry: Entry) -> None:
         if expect is not None:
             _check_unchanged(entry, expect)
 
+    with locked_for_write(path):
+        try:
+            replace_atomically(
+                path,
+                data,
+                may_create=False,
+                check=check,
+                before_rename=before_rename,
+                written=file_locks.hold_new,
+            )
+        except WriteFailed as exc:
+            raise SourceError(_os_reason(exc.error, _STEP_REASONS[exc.step])) from None
+
+
+def _check_folder(entry: Entry, expect: Stamp) -> None:
+    folder = entry.folder_stat()
+    if (folder.st_dev, folder.st_ino) != expect.folder:
+        raise SourceError("its folder was moved or replaced during migration, not written")
+
+
+def check_unchanged(path: Union[str, Path], expect: Stamp) -> bytes:
+    """What `write_atomic(path, ..., expect)` checks before it writes, without writing: the
+    file's bytes, or SourceError saying why it would not be written. A group of files checks
+    every member so before writing any."""
+    entry = _open_entry(path)
     try:
-        replace_atomically(path, data, may_create=False, check=check, before_rename=before_rename)
-    except WriteFailed as exc:
-        raise SourceError(_os_reason(exc.error, _STEP_REASONS[exc.step])) from None
+        _check_folder(entry, expect)
+        return _check_unchanged(entry, expect)
+    finally:
+        entry.close()
 
 
-def _check_unchanged(entry: Entry, expect: Stamp) -> None:
+def _check_unchanged(entry: Entry, expect: Stamp) -> bytes:
     """The last look before the rename: the same bytes as were migrated, still a regular file."""
     _check_writable(entry)
     try:
         current = _read_regular(entry)
     except SourceError as exc:
         raise SourceError(f"changed during migration ({exc}), not written") from None
-    if _digest(current) != expect.digest:
+    if digest(current) != expect.digest:
         raise SourceError("changed during migration, not written")
+    return current

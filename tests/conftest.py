@@ -10,6 +10,14 @@ from shim_state import reset_amp_state
 torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def journals_in_a_temporary_folder(tmp_path_factory):
+    """Group writes keep their journal in the user's state folder; tests keep theirs apart."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AMP_MIGRATE_STATE_DIR", str(tmp_path_factory.mktemp("amp-migrate-state")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def fresh_amp_state():
     """Apex keeps process-global state; every test starts and ends without it."""

@@ -356,7 +356,9 @@ def _complete_interrupted(files: list) -> dict:
         how = "written now" if item.state == "written" else "the earlier run had written it"
         note = f"an earlier run was stopped while writing this file's group; this run completed it ({how})"
         if item.path not in names:
-            click.echo(f"{path}: {note}", err=True)
+            from .quoting import quote_path
+
+            click.echo(f"{quote_path(path)}: {note}", err=True)
         results[item.path] = FileResult(path, kinds.get(item.path, "python"), notes=(note,))
     return results
 

@@ -221,10 +221,11 @@ class Workers:
         try:
             if self.pool is not None:
                 if kind is not None:  # an interrupt: the files in the workers' hands are dropped
-                    self.pool.shutdown(wait=False, cancel_futures=True)
                     for worker in self._workers.values():
                         worker.terminate()
-                self.pool.shutdown(wait=True)
+                # One shutdown that waits: the executor's thread must have ended before the
+                # interpreter's exit wakes it (a second shutdown no longer waits for it).
+                self.pool.shutdown(wait=True, cancel_futures=kind is not None)
         finally:
             gc.set_threshold(*self._thresholds)
             if self._froze:

@@ -300,16 +300,8 @@ def _migrate_files(
         answer = "n"
         if mode == "interactive":
             results, answer = _review(results, console)
-        if install_files and workers.stopped:  # a worker died: nothing more is migrated
-            results += [FileResult(path, kind, error=runner.STOPPED) for path, kind in install_files]
-            results.sort(key=lambda r: (r.path, r.kind))
-        elif install_files:  # judged by what the Python files import once migrated
-            from .install.run import migrate_install_files
-
-            installs = migrate_install_files(sorted(install_files), results, mode, want_diff)
-            if mode == "interactive":
-                installs, _ = _review(installs, console, answer)
-            results += [runner.write(r) if mode == "fix" else r for r in installs]
+        if install_files:
+            results += _install_results(install_files, results, mode, want_diff, console, answer, workers)
             results.sort(key=lambda r: (r.path, r.kind))
     except (KeyboardInterrupt, click.Abort):
         written = sum(r.written for r in results)
@@ -318,6 +310,24 @@ def _migrate_files(
         )
         sys.exit(EXIT_INTERRUPTED)
     return results
+
+
+def _install_results(
+    install_files: list, results: list, mode: str, want_diff: bool, console: Console, answer: str, workers
+) -> list:
+    """The dependency files' results, judged by what the Python files import once migrated;
+    none migrated where a worker died (the run stopped)."""
+    from . import runner
+    from .file_result import FileResult
+
+    if workers.stopped:
+        return [FileResult(path, kind, error=runner.STOPPED) for path, kind in install_files]
+    from .install.run import migrate_install_files
+
+    installs = migrate_install_files(sorted(install_files), results, mode, want_diff)
+    if mode == "interactive":
+        installs, _ = _review(installs, console, answer)
+    return [runner.write(r) if mode == "fix" else r for r in installs]
 
 
 def _keep(results: list, finals: list, mode: str) -> None:

@@ -1,5 +1,4 @@
-"""Run Apex's L0 tests against the shim and write the conformance figure into
-docs/results/apex-conformance.md.
+"""Run Apex's L0 tests on the shim and write the figure into docs/results/apex-conformance.md.
 
     OMP_NUM_THREADS=1 python tests/apex_conformance/report.py [--page PATH] [--print]
 

@@ -22,8 +22,8 @@
    folder, best of 3) against the per-file pipeline. `--real-only` measures this part alone
    and puts it into the existing results (the other rows stay as they were measured).
 
-Prints a table and writes `bench/results/codemod_throughput.json`; `bench/write_readme.py`
-puts it into README.md. Timings are wall clock on whatever else the machine is doing: the
+Prints a table and writes `bench/results/codemod_throughput.json`; `bench/write_performance.py`
+puts it into docs/results/performance.md. Timings are wall clock on whatever else the machine is doing: the
 load average before and after is recorded beside them.
 """
 

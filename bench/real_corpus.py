@@ -1,6 +1,6 @@
 """Real public Apex code: what amp-migrate makes of it, and how fast.
 
-    OMP_NUM_THREADS=1 python bench/real_corpus.py [--corpus DIR] [--write-readme]
+    OMP_NUM_THREADS=1 python bench/real_corpus.py [--corpus DIR] [--write]
 
 Reads the corpus of real files that use Apex (`../shared/corpus/`: `files/` and `manifest.tsv`
 with each file's repository, path, commit and license), lays each repository's files out at
@@ -17,8 +17,8 @@ a second run over the migrated repository changes). Speed: the whole pipeline on
 files against bare libcst parse + render of the same files, both file by file, interleaved,
 best of 3.
 
-Results go to `bench/results/real_corpus.json`; `--write-readme` puts the table between
-`<!-- real-corpus:start -->` and `<!-- real-corpus:end -->` in README.md.
+Results go to `bench/results/real_corpus.json`; `--write` puts the table between
+`<!-- real-corpus:start -->` and `<!-- real-corpus:end -->` in docs/results/real-corpus.md.
 """
 
 from __future__ import annotations
@@ -378,20 +378,20 @@ def render(res: dict) -> str:
     return "\n".join(out)
 
 
-def write_readme(body: str) -> None:
-    readme = ROOT / "README.md"
-    text = readme.read_text()
+def write_page(body: str) -> None:
+    page = ROOT / "docs" / "results" / "real-corpus.md"
+    text = page.read_text()
     if START not in text or END not in text:
-        raise SystemExit(f"README.md has no {START} ... {END} section")
+        raise SystemExit(f"{page} has no {START} ... {END} section")
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
-    readme.write_text(head + START + "\n" + body + "\n" + END + tail)
+    page.write_text(head + START + "\n" + body + "\n" + END + tail)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, default=None)
-    parser.add_argument("--write-readme", action="store_true")
+    parser.add_argument("--write", "--write-readme", action="store_true")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     load_before = loadavg()
@@ -401,8 +401,8 @@ def main(argv=None) -> int:
     (RESULTS / "real_corpus.json").write_text(json.dumps(res, indent=1) + "\n")
     body = render(res)
     print(body)
-    if args.write_readme:
-        write_readme(body)
+    if args.write:
+        write_page(body)
     return 0
 
 

@@ -23,8 +23,8 @@ and with fused ones: `torch.optim.AdamW(fused=True)` natively; under the shim Ap
 and skip on the device. O2's master weights are measured as the bytes of storage the fp32
 masters add per fp16 model parameter.
 
-Prints a table and writes `bench/results/shim_overhead.json`; `bench/write_readme.py` puts it
-into README.md.
+Prints a table and writes `bench/results/shim_overhead.json`; `bench/write_performance.py` puts it
+into docs/results/performance.md.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ each (which also writes the bytecode caches, as an installed package has them):
 `amp-migrate` is the console script beside this interpreter (`python -m amp_migrate` where
 there is none), running this checkout's code (`PYTHONPATH`). `--baseline COMMIT` measures that
 commit's code too (extracted with `git archive` into a temporary folder), in the same rounds.
-Prints a table and writes `bench/results/startup.json`; `bench/write_readme.py` puts it into
-README.md.
+Prints a table and writes `bench/results/startup.json`; `bench/write_performance.py` puts it into
+docs/results/performance.md.
 """
 
 from __future__ import annotations

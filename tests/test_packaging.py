@@ -1,5 +1,6 @@
-"""The one distribution (DESIGN.md §1): what the wheel ships, how the CUDA sources are found,
-and that the runtime shim pulls in torch and nothing of the codemod's dependencies."""
+"""The one distribution (`amp_migrate` and `amp_shim` in one wheel): what the wheel ships, how
+the CUDA sources are found, and that the runtime shim pulls in torch and nothing of the
+codemod's dependencies."""
 
 from __future__ import annotations
 
@@ -121,7 +122,7 @@ def test_read_source_names_the_available_sources_when_one_is_missing():
 
 
 def test_importing_the_shim_loads_none_of_the_codemod_or_its_dependencies(tmp_path):
-    """DESIGN.md §1: a training job that uses the shim pulls in torch and nothing else."""
+    """A training job that uses the shim pulls in torch and nothing else."""
     probe = """
 import importlib, json, pkgutil, sys
 import amp_shim

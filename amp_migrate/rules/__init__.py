@@ -1,4 +1,4 @@
-"""The rules, in the order they run. Each module is one Apex concern (DESIGN.md §2).
+"""The rules, in the order they run. Each module is one Apex API or one step of the training loop.
 
 The two lists below are the only hand-kept record of the rules: their order is the order they
 run in, which matters (the planner before the rules that read its plan, imports settled last).

@@ -8,7 +8,7 @@ What it does
 
 Why
     Apex deprecated its DDP and SyncBatchNorm in favour of torch's, which need no compiled
-    extension (apex_api.md §11).
+    extension.
 
 Soundness
     Both DDPs average gradients over ranks with an allreduce after backward and broadcast rank

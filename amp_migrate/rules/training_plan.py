@@ -2,7 +2,7 @@
 
 Apex keeps its loss scalers in process-global state, so `amp.initialize`, `amp.scale_loss`,
 `optimizer.step()` and `amp.state_dict()` may sit in different functions. Native code needs
-one `GradScaler` that every one of those places can reach (DESIGN.md §2):
+one `GradScaler` that every one of those places can reach:
 
 * a local, when they all share one function (or all run at module level);
 * `self.<name>`, when they are all methods of one class;

@@ -1,5 +1,5 @@
-"""`apex.DeprecatedFeatureWarning` and `apex.deprecated_warning` (apex_api.md §1), and the
-shim's own notice where Apex said that `apex.amp` is deprecated.
+"""`apex.DeprecatedFeatureWarning` and `apex.deprecated_warning` (from Apex's `apex/__init__.py`),
+and the shim's own notice where Apex said that `apex.amp` is deprecated.
 
 Scripts and test suites filter on this category (`warnings.simplefilter("ignore",
 DeprecatedFeatureWarning)`, `pytest.warns(DeprecatedFeatureWarning)`), so the shim keeps

@@ -1,4 +1,4 @@
-"""`apex.multi_tensor_apply`: the `multi_tensor_applier` object (apex_api.md §1, §15).
+"""`apex.multi_tensor_apply`: the `multi_tensor_applier` object, which real code calls directly.
 
 Apex's applier is a thin dispatcher: `multi_tensor_applier(op, noop_flag, tensor_lists, *args)`
 calls `op(chunk_size, noop_flag, tensor_lists, *args)`, where `op` is an `amp_C` entry point and

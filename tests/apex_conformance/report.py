@@ -1,11 +1,11 @@
-"""Run Apex's L0 tests against the shim and write the conformance figure into README.md.
+"""Run Apex's L0 tests on the shim and write the figure into docs/results/apex-conformance.md.
 
-    OMP_NUM_THREADS=1 python tests/apex_conformance/report.py [--readme README.md] [--print]
+    OMP_NUM_THREADS=1 python tests/apex_conformance/report.py [--page PATH] [--print]
 
 Runs the three L0 directories as the test suite does (l0_runner.py: unmodified tests, the
 `apex` alias, the CPU adapter where there is no CUDA, the expected outcomes), two at a time,
 and replaces the text between `<!-- apex-conformance:start -->` and
-`<!-- apex-conformance:end -->` in README.md.
+`<!-- apex-conformance:end -->` in that page.
 """
 
 from __future__ import annotations
@@ -76,19 +76,21 @@ def body(runs: list[runner.DirectoryRun], seconds: float) -> str:
     return "\n".join(lines)
 
 
-def rewrite(readme: Path, text: str) -> None:
-    content = readme.read_text(encoding="utf-8")
+def rewrite(page: Path, text: str) -> None:
+    content = page.read_text(encoding="utf-8")
     head, sep, rest = content.partition(START)
     _, sep2, tail = rest.partition(END)
     if not (sep and sep2):
-        raise SystemExit(f"{readme} lacks the markers {START} ... {END}")
-    readme.write_text(f"{head}{START}\n{text}\n{END}{tail}", encoding="utf-8")
+        raise SystemExit(f"{page} lacks the markers {START} ... {END}")
+    page.write_text(f"{head}{START}\n{text}\n{END}{tail}", encoding="utf-8")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--readme", type=Path, default=runner.ROOT / "README.md")
-    parser.add_argument("--print", action="store_true", help="print the figure, do not write README")
+    parser.add_argument(
+        "--page", "--readme", type=Path, default=runner.ROOT / "docs" / "results" / "apex-conformance.md"
+    )
+    parser.add_argument("--print", action="store_true", help="print the figure, do not write the page")
     args = parser.parse_args(argv)
     if runner.L0 is None:
         raise SystemExit(
@@ -98,8 +100,8 @@ def main(argv=None) -> int:
     text = body(runs, seconds)
     print(text)
     if not args.print:
-        rewrite(args.readme, text)
-        print(f"wrote {args.readme}")
+        rewrite(args.page, text)
+        print(f"wrote {args.page}")
     return 0
 
 

@@ -106,7 +106,7 @@ def _adamw_run(steps, state=None):
 
 
 def fused_adam_layout(torch_state):
-    """What FusedAdam saved: `step` once per param group, not per parameter (apex_api.md §10)."""
+    """What FusedAdam saved: `step` once per param group, not per parameter (in the group's dict)."""
     state = {
         "state": {
             k: {n: v.clone() for n, v in s.items() if n != "step"} for k, s in torch_state["state"].items()

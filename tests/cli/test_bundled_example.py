@@ -14,7 +14,7 @@ from pathlib import Path
 
 import nbformat
 
-from .conftest import run_cli
+from .conftest import run_cli, run_process
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "fixtures" / "examples" / "legacy_project"
 
@@ -86,3 +86,29 @@ def test_bundled_example_trains_and_evaluates_after_a_native_migration(tmp_path)
     assert len(losses) == 4 and losses[-1] < 0.5 * losses[0]
     assert re.search(r"held-out loss \d+\.\d+  accuracy 0\.\d+", proc.stdout)
     assert "'scale': 65536.0" in proc.stdout
+
+
+README = EXAMPLE.parents[2] / "README.md"
+
+
+def _tour(command: str) -> list[str]:
+    """The README tour's capture of `$ COMMAND`: its shown lines, less `...` and the exit code."""
+    text = README.read_text(encoding="utf-8")
+    block = re.search(r"```text\n\$ " + re.escape(command) + r"\n(.*?)\n```", text, re.S)
+    assert block, f"README.md has no captured `{command}`"
+    return [line for line in block.group(1).splitlines() if line not in ("...", "1", "0")]
+
+
+def test_readme_tour_shows_lines_of_the_real_check_and_diff_output():
+    """The tour shortens each capture with `...`; every line it keeps is the command's own output,
+    in its order, so a changed message or rewrite shows up as a stale README."""
+    for args, shell_tail, exit_code in (
+        (["--check", "fixtures/examples/legacy_project"], "; echo $?", 1),
+        (["--diff", "fixtures/examples/legacy_project/model.py"], "", 0),
+    ):
+        shown = _tour(" ".join(["amp-migrate", *args]) + shell_tail)
+        real = run_process(args, README.parent)
+        assert real.returncode == exit_code, real.stderr
+        lines = iter((real.stdout + real.stderr).splitlines())
+        missing = [line for line in shown if not any(line == got for got in lines)]
+        assert not missing, f"README tour lines not in `amp-migrate {' '.join(args)}`: {missing}"

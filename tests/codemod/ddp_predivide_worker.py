@@ -1,4 +1,5 @@
-"""One gloo rank: gradients of torch DDP beside Apex DDP's predivide arithmetic (apex_api.md §11.1)."""
+"""One gloo rank: gradients of torch DDP beside Apex DDP's predivide arithmetic (grads divided by
+the factor before the allreduce, multiplied by factor/world_size after)."""
 
 import sys
 

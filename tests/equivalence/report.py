@@ -1,11 +1,11 @@
-"""Run the equivalence harness and write its table into README.md.
+"""Run the equivalence harness and write its table into docs/results/equivalence.md.
 
-    OMP_NUM_THREADS=1 python tests/equivalence/report.py [--readme README.md] [--print]
+    OMP_NUM_THREADS=1 python tests/equivalence/report.py [--page PATH] [--print]
 
 Runs every case of equivalence_cases.py three ways (the unchanged program through the shim,
 the codemod's native output, the codemod's shim output), compares them exactly as the tests do
 (tests/equivalence/test_migration_preserves_training.py), and replaces the text between
-`<!-- equivalence-table:start -->` and `<!-- equivalence-table:end -->` in README.md.
+`<!-- equivalence-table:start -->` and `<!-- equivalence-table:end -->` in that page.
 """
 
 from __future__ import annotations
@@ -120,24 +120,24 @@ def table(runner) -> str:
         f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, "
         f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}): {len(CASES)} cases x 3 runs "
         f"in {elapsed:.0f} s. Compared: per-iteration losses, skipped steps, loss scales, "
-        "final parameters. Tolerances and every gap: [docs/differences.md](docs/differences.md#shim-vs-migrated-native-code-the-equivalence-harness)."
+        "final parameters. Tolerances and every gap: [docs/differences.md](../differences.md#shim-vs-migrated-native-code-the-equivalence-harness)."
     )
     return "\n".join(lines)
 
 
-def rewrite(readme: Path, body: str) -> None:
-    text = readme.read_text()
+def rewrite(page: Path, body: str) -> None:
+    text = page.read_text()
     if START not in text or END not in text:
-        raise SystemExit(f"{readme}: markers {START} / {END} not found")
+        raise SystemExit(f"{page}: markers {START} / {END} not found")
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
-    readme.write_text(head + START + "\n" + body + "\n" + END + tail)
+    page.write_text(head + START + "\n" + body + "\n" + END + tail)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--readme", type=Path, default=ROOT / "README.md")
-    parser.add_argument("--print", action="store_true", help="print the table, do not write README")
+    parser.add_argument("--page", "--readme", type=Path, default=ROOT / "docs" / "results" / "equivalence.md")
+    parser.add_argument("--print", action="store_true", help="print the table, do not write the page")
     args = parser.parse_args(argv)
     runner = Runner()
     try:
@@ -147,7 +147,7 @@ def main(argv=None) -> int:
     if args.print:
         print(body)
     else:
-        rewrite(args.readme, body)
+        rewrite(args.page, body)
         print(body)
     return 0
 

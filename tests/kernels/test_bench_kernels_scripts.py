@@ -1,6 +1,6 @@
-"""bench/kernels_bytes.py's accounting (exact parameter counts, bytes per scenario, the README
-table is its current output) and bench/kernels_gpu.py's argument parsing; on a machine without
-a GPU kernels_gpu.py measures nothing and says so."""
+"""bench/kernels_bytes.py's accounting (exact parameter counts, bytes per scenario, the table in
+docs/results/cuda-kernels.md is its current output) and bench/kernels_gpu.py's argument
+parsing; on a machine without a GPU kernels_gpu.py measures nothing and says so."""
 
 from __future__ import annotations
 
@@ -50,18 +50,18 @@ def test_bytes_per_element_follow_the_ops():
         assert row["torch_us"] == pytest.approx(row["torch_bytes"] / 3.35e12 * 1e6)
 
 
-def test_readme_shows_the_current_generated_table():
-    text = (BENCH.parent / "README.md").read_text(encoding="utf-8")
+def test_kernels_page_shows_the_current_generated_table():
+    text = kb.PAGE.read_text(encoding="utf-8")
     block = re.search(re.escape(kb.BEGIN) + r"\n(.*?)\n" + re.escape(kb.END), text, re.S)
-    assert block, "README.md lacks the generated kernels-bytes block"
-    assert block.group(1) == kb.markdown(), "run: python bench/kernels_bytes.py --write-readme"
+    assert block, "docs/results/cuda-kernels.md lacks the generated kernels-bytes block"
+    assert block.group(1) == kb.markdown(), "run: python bench/kernels_bytes.py --write"
 
 
-def test_write_readme_replaces_only_the_generated_block(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text("# x\n\nbefore\n%s\nold\n%s\nafter\n" % (kb.BEGIN, kb.END))
-    kb.write_readme("NEW TABLE", readme)
-    assert readme.read_text() == "# x\n\nbefore\n%s\nNEW TABLE\n%s\nafter\n" % (kb.BEGIN, kb.END)
+def test_write_page_replaces_only_the_generated_block(tmp_path):
+    page = tmp_path / "cuda-kernels.md"
+    page.write_text("# x\n\nbefore\n%s\nold\n%s\nafter\n" % (kb.BEGIN, kb.END))
+    kb.write_page("NEW TABLE", page)
+    assert page.read_text() == "# x\n\nbefore\n%s\nNEW TABLE\n%s\nafter\n" % (kb.BEGIN, kb.END)
 
 
 def test_gpu_benchmark_parses_its_arguments():

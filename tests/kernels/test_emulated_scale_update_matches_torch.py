@@ -1,6 +1,6 @@
 """The device scale update (kernels/scale_update.cu) takes the same scale / counter / skip
-sequence as the engine's torch path (ops.update_scale_, Apex's update_scale() of
-apex_api.md §4.3): halving floored at min_loss_scale (None and 0: no floor), doubling after the
+sequence as the engine's torch path (ops.update_scale_, Apex's update_scale() in
+`apex/amp/scaler.py`): halving floored at min_loss_scale (None and 0: no floor), doubling after the
 window capped at max_loss_scale, static scalers that only count, a counter loaded above the
 window, and Apex's own documented sequence (max=1024, min=256, window 3)."""
 

@@ -1,4 +1,4 @@
-"""`amp.state_dict()` / `amp.load_state_dict()`: Apex's checkpoint format and load quirks (apex_api.md §5)."""
+"""`amp.state_dict()` / `amp.load_state_dict()`: Apex's checkpoint format and load quirks."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Checkpointing within one process, ported device-agnostic from what Apex's own
-`test_checkpointing.py` checks (apex_api.md §12): a model restored mid-run from
+`test_checkpointing.py` checks (an L0 test that needs CUDA): a model restored mid-run from
 `{model, optimizer, amp}` trains on bit for bit with the original, the model's state_dict is
 all fp32, forced overflows halve each loss's scale the expected number of times, and O0-O2
 still train with Adam.

@@ -1,4 +1,4 @@
-"""`apex.fp16_utils` (apex_api.md §9): FP16_Optimizer trains a half model on CPU with Apex's
+"""`apex.fp16_utils`: FP16_Optimizer trains a half model on CPU with Apex's
 messages, skip rule and checkpoint format; the helpers and the legacy scalers behave as Apex's."""
 
 from __future__ import annotations

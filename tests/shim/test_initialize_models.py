@@ -1,5 +1,5 @@
 """`amp.initialize` on models and optimizers: validation errors, return shapes and the O2/O3
-model handling (apex_api.md §2.4, §2.5).
+model handling (Apex's `_initialize.py`).
 
 Exact messages are matched in full: legacy test suites and log scrapers match on them."""
 

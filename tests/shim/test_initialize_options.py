@@ -1,4 +1,4 @@
-"""`amp.initialize` option handling, validation messages and printout (apex_api.md §1, §2.2-§2.3, §2.7-§2.8)."""
+"""`amp.initialize` option handling, validation messages and printout, as Apex's `frontend.py` has them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""O2 master weights (apex_api.md §6): lazy fp32 masters swapped into the param groups, the
+"""O2 master weights (Apex's `_process_optimizer.py`): lazy fp32 masters swapped into the param groups, the
 patched `step`/`zero_grad`/`add_param_group`, grads unscaled into the masters, and the O2
 checkpoint round trip (docs/differences.md row 6: the fp32 masters are saved and restored)."""
 
@@ -332,7 +332,7 @@ def test_two_scale_loss_calls_accumulate_into_the_master_grads():
             scaled.backward()
     master = opt._amp_stash.all_fp32_from_fp16_params[0]
     assert torch.equal(master.grad, x1 + x2)
-    # the fp16 grads only hold the latest backward, scaled (apex_api.md §6.3)
+    # the fp16 grads only hold the latest backward, scaled: the fp32 master grads are the stash
     assert torch.equal(model.w.grad.float(), 8.0 * x2)
     opt.step()
     torch.testing.assert_close(master.detach(), 1.0 - 0.1 * (x1 + x2), rtol=0, atol=1e-6)

@@ -1,5 +1,5 @@
 """Multiple models, optimizers and losses through `amp.scale_loss`, ported device-agnostic from
-the behaviour Apex's own `test_multiple_models_optimizers_losses.py` checks (apex_api.md §12):
+the behaviour Apex's own `test_multiple_models_optimizers_losses.py` checks (an L0 test that needs CUDA):
 which steps are skipped after an overflow, the unscaled grads, `amp.master_params` agreeing
 with the model params, and final params equal to a run without amp."""
 

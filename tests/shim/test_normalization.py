@@ -1,4 +1,4 @@
-"""`amp_shim.normalization` (apex_api.md §11.3): Apex's fused norms are torch's LayerNorm/RMSNorm
+"""`amp_shim.normalization`: Apex's fused norms are torch's LayerNorm/RMSNorm
 with Apex's arguments, defaults, output dtypes and checkpoint keys."""
 
 from __future__ import annotations

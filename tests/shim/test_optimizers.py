@@ -1,4 +1,4 @@
-"""`apex.optimizers` (apex_api.md §10): FusedAdam, FusedSGD and FusedAdagrad step bit for bit as
+"""`apex.optimizers`: FusedAdam, FusedSGD and FusedAdagrad step bit for bit as
 the torch.optim optimizer with `fused=True` that the codemod migrates them to; FusedLAMB and
 FusedNovoGrad follow their published update rules (references written out below); state
 dicts keep Apex's format and load torch's where it can be continued."""

@@ -1,4 +1,4 @@
-"""`amp_shim.parallel` (apex_api.md §11.1-11.2) and the engine's cross-rank skip decision.
+"""`amp_shim.parallel` (DDP, Reducer, SyncBatchNorm, LARC) and the engine's cross-rank skip decision.
 
 Multi-rank behaviour runs in 2 gloo processes on 127.0.0.1 (tests/shim/parallel_workers.py);
 the references are single-process computations over the ranks' concatenated batches.
@@ -337,7 +337,7 @@ def test_ddp_keeps_apexs_argument_errors(single_rank_group, kwargs, message):
 
 # -- LARC ------------------------------------------------------------------------------------
 def _larc_reference(params, grads, lr, wd, trust, clip, eps):
-    """apex_api.md §11.2: the local lr rescales the grad (weight decay folded in)."""
+    """Apex's LARC: the local lr rescales the grad (weight decay folded in)."""
     out = []
     for p, g in zip(params, grads):
         pn, gn = torch.norm(p), torch.norm(g)

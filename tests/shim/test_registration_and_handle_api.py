@@ -1,5 +1,5 @@
-"""Apex's cast registry, cast decorators, banned functions (apex_api.md §7.1) and the old handle
-API (`amp.init()`, `AmpHandle`, `NoOpHandle`, `wrap_optimizer`; §8) on the shim's O1."""
+"""Apex's cast registry, cast decorators, banned functions (Apex's `amp.py` and cast lists) and the old handle
+API (`amp.init()`, `AmpHandle`, `NoOpHandle`, `wrap_optimizer`, the pre-2019 Amp) on the shim's O1."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`amp.scale_loss` (apex_api.md §3) and the loss-scale arithmetic it drives (§4), observed
+"""`amp.scale_loss` and the loss-scale arithmetic it drives (Apex's `LossScaler`), observed
 through `amp.initialize`: fast and full paths, grad stashing, `delay_unscale`,
 `delay_overflow_check`, static and dynamic scalers, the skipped step, exceptions in the body,
 O1's autocast around the body, and the number of host syncs per iteration."""
@@ -218,7 +218,7 @@ def test_dynamic_scale_starts_at_min_of_max_loss_scale_and_2_to_16(max_loss_scal
 
 
 def test_dynamic_scale_floor_cap_and_doubling_sequence(capsys):
-    """apex_api.md §4.3's verified sequence: max=1024, min=256, window 3."""
+    """The sequence Apex's `update_scale()` gives for max=1024, min=256, window 3."""
     model, opt = _init("O1", min_loss_scale=256.0, max_loss_scale=1024.0, verbosity=1)
     _scaler().scale_window = 3
     capsys.readouterr()
@@ -431,7 +431,7 @@ def test_o1_autocast_cache_is_cleared_at_scale_loss_exit(loss_scale):
     assert torch.equal(model(x), torch.full((1, 2), 6.0, dtype=torch.float16))
 
 
-# Host syncs per iteration (DESIGN.md §3: at most one, the skip decision) ------------------------
+# Host syncs per iteration (the engine's bound: at most one, the skip decision) ------------------
 
 
 def _mlp():

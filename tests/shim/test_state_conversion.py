@@ -1,4 +1,5 @@
-"""Apex `amp.state_dict()` <-> `torch.amp.GradScaler.state_dict()` (apex_api.md §5, §16.1).
+"""Apex `amp.state_dict()` <-> `torch.amp.GradScaler.state_dict()` (per-loss `loss_scaler{i}`
+entries <-> one scaler's `scale`, `_growth_tracker`, ...).
 
 The conversion must be lossless (values and types), a GradScaler loaded from it must take the
 same scale sequence as the shim's Apex scaler, and whatever one side cannot represent must be

@@ -1,4 +1,4 @@
-"""Process-wide Amp state, as Apex keeps it (apex_api.md §15).
+"""Process-wide Amp state, as Apex keeps it (one object per process).
 
 Real code reaches into this object (`_amp_state.loss_scalers[0]._loss_scale = 2**20`,
 `_amp_state.opt_properties.master_weights`), so it stays a plain attribute bag with Apex's

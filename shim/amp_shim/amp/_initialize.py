@@ -1,4 +1,4 @@
-"""`apex.amp._initialize`: what `amp.initialize` does to models and optimizers (apex_api.md §2.4).
+"""`apex.amp._initialize`: what `amp.initialize` does to models and optimizers.
 
 Apex demanded CUDA models; the shim takes the device from the models' parameters, so the same
 legacy script runs on CPU (autocast "cpu") and on GPUs (autocast "cuda").

@@ -1,4 +1,4 @@
-"""Per-optimizer Amp state and patches (apex_api.md §6): grad stashing, O2 master weights,
+"""Per-optimizer Amp state and patches: grad stashing, O2 master weights,
 and the skip of the step after an overflow.
 
 Apex decides at `scale_loss` exit whether to skip and swaps `optimizer.step` for a one-shot

@@ -1,4 +1,4 @@
-"""`apex.amp.amp`: `init`, the user cast registry and the cast decorators (apex_api.md §7.1, §7.2, §8).
+"""`apex.amp.amp`: `init`, the user cast registry and the cast decorators.
 
 Apex's O1 patched some 200 torch functions; the shim's O1 is `torch.autocast` (see
 `autocast_casts.py`), and what Apex layered on top as policy stays here:

@@ -1,4 +1,4 @@
-"""`apex.amp.frontend`: option handling, `initialize`, and the amp checkpoint API (apex_api.md §2, §5).
+"""`apex.amp.frontend`: option handling, `initialize`, and the amp checkpoint API.
 
 Legacy scripts depend on the details here: the exact validation messages (tests match on
 them), the option table Apex prints (log scrapers and golden logs match on it), the string

@@ -1,4 +1,4 @@
-"""`apex.amp.handle`: the O1 handle, `disable_casts` and `scale_loss` (apex_api.md §3, §7.1).
+"""`apex.amp.handle`: the O1 handle, `disable_casts` and `scale_loss`.
 
 `scale_loss` keeps Apex's protocol (stash grads, yield `loss.float() * S`, unscale and
 recombine at exit, update the scale at exit, skip the next step after an overflow) but runs on

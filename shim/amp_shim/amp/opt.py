@@ -1,4 +1,4 @@
-"""`apex.amp.opt.OptimWrapper`: the old API's `handle.wrap_optimizer(opt, num_loss)` (apex_api.md §8).
+"""`apex.amp.opt.OptimWrapper`: the old API's `handle.wrap_optimizer(opt, num_loss)` (the pre-2019 Amp).
 
     optimizer = amp_handle.wrap_optimizer(optimizer, num_loss=2)
     with optimizer.scale_loss(loss1) as scaled: scaled.backward()

@@ -1,4 +1,4 @@
-"""The engine's CUDA kernels (`amp_shim.kernels`, DESIGN.md §4), launched through CuPy on torch
+"""The engine's CUDA kernels (`amp_shim.kernels`, `kernels/*.cu`), launched through CuPy on torch
 tensors.
 
 `ops.py` decides when these run (CuPy importable, `cupy.is_available()`, tensors on CUDA, or

@@ -1,4 +1,4 @@
-"""A per-loss scaler with Apex's arithmetic (apex_api.md §4) and torch.amp's storage.
+"""A per-loss scaler with Apex's arithmetic (`apex.amp.scaler.LossScaler`) and torch.amp's storage.
 
 Like `torch.amp.GradScaler`, the scale, the clean-step counter and the overflow flag live in
 tensors on the gradients' device (the scale in float64, because Apex kept a Python float:

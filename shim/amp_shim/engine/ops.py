@@ -285,7 +285,7 @@ def update_scale_(
     max_loss_scale: float,
     scale_window: int,
 ) -> torch.Tensor:
-    """Apex's update_scale() (apex_api.md §4.3) on the scaler's device tensors: `scale`
+    """Apex's `LossScaler.update_scale()` on the scaler's device tensors: `scale`
     (float64, 0-dim), `unskipped` (int64, 0-dim), `found_inf` (float32, > 0: overflow).
     Returns this update's should_skip as a 0-dim bool tensor; nothing is read back."""
     kernels = _kernels(scale.device, [], [found_inf])

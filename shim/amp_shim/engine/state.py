@@ -1,6 +1,6 @@
 """Lossless conversion between Apex's `amp.state_dict()` and `torch.amp.GradScaler.state_dict()`.
 
-The two formats (apex_api.md §5, §16.1)::
+The two formats::
 
     Apex     OrderedDict([('loss_scaler0', {'loss_scale': 65536.0, 'unskipped': 0}), ...])
     torch    {'scale': 65536.0, 'growth_factor': 2.0, 'backoff_factor': 0.5,

@@ -1,4 +1,4 @@
-"""`apex.fp16_utils` (apex_api.md §9): FP16_Optimizer, the network/master-weight helpers and
+"""`apex.fp16_utils`: FP16_Optimizer, the network/master-weight helpers and
 the legacy standalone loss scalers."""
 
 from .fp16_optimizer import FP16_Optimizer

@@ -1,4 +1,4 @@
-"""`apex.fp16_utils.FP16_Optimizer` (apex_api.md §9.1): fp32 master weights and loss scaling
+"""`apex.fp16_utils.FP16_Optimizer`: fp32 master weights and loss scaling
 around any torch optimizer, driven by `optimizer.backward(loss)` and `optimizer.step()`.
 
 The masters are built eagerly, as amp O2 builds them lazily; loss scaling is amp's

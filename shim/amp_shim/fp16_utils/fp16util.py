@@ -1,4 +1,4 @@
-"""`apex.fp16_utils.fp16util`: network conversion and manual master-weight helpers (apex_api.md §9.2).
+"""`apex.fp16_utils.fp16util`: network conversion and manual master-weight helpers.
 
 These are the building blocks of the 2018 "mixed precision by hand" recipe: a half model
 (`network_to_half`, `FP16Model`), fp32 master copies of its params (`prep_param_lists`), and

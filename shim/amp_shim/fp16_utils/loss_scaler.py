@@ -1,4 +1,4 @@
-"""`apex.fp16_utils.loss_scaler`: the 2018 standalone scalers (apex_api.md §9.3).
+"""`apex.fp16_utils.loss_scaler`: the 2018 standalone scalers (`LossScaler`, `DynamicLossScaler`).
 
 Not used by `FP16_Optimizer` (which uses `apex.amp.scaler.LossScaler`) nor by amp; scripts
 that did their own loss scaling used them directly. Note their defaults (2**32, window 1000)

@@ -1,4 +1,4 @@
-"""`apex.normalization` (apex_api.md §11.3) on torch's LayerNorm and RMSNorm."""
+"""`apex.normalization` (fused and mixed-dtype norms) on torch's LayerNorm and RMSNorm."""
 
 from .fused_layer_norm import FusedLayerNorm, FusedRMSNorm, MixedFusedLayerNorm, MixedFusedRMSNorm
 

@@ -1,4 +1,4 @@
-"""`apex.optimizers` (apex_api.md §10) without Apex's compiled extensions.
+"""`apex.optimizers` without Apex's compiled extensions.
 
 FusedAdam, FusedSGD and FusedAdagrad run torch's fused kernels (bit for bit the torch.optim
 optimizer with `fused=True` that the codemod migrates them to); FusedLAMB, FusedNovoGrad and

@@ -1,4 +1,4 @@
-"""`apex.optimizers.FusedAdagrad` on torch's fused Adagrad kernel (apex_api.md §10).
+"""`apex.optimizers.FusedAdagrad` on torch's fused Adagrad kernel.
 
 The default (`adagrad_w_mode=False`, L2 added to the gradient) is bit for bit
 `torch.optim.Adagrad(..., fused=True)` with torch's `lr_decay=0` and

@@ -1,4 +1,4 @@
-"""`apex.optimizers.FusedAdam` on torch's fused Adam/AdamW kernel (apex_api.md §10).
+"""`apex.optimizers.FusedAdam` on torch's fused Adam/AdamW kernel.
 
 `adam_w_mode=True` (the default) is `torch.optim.AdamW`, `adam_w_mode=False` is
 `torch.optim.Adam` (L2 added to the gradient); both run torch's `fused=True` kernel (foreach on

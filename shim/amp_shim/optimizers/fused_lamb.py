@@ -1,4 +1,4 @@
-"""`apex.optimizers.FusedLAMB` (apex_api.md §10): LAMB as Apex's `multi_tensor_lamb` computes it.
+"""`apex.optimizers.FusedLAMB`: LAMB as Apex's `multi_tensor_lamb` computes it.
 
 No torch equivalent exists; this is Apex's update rule in tensor ops, fp32 math for every
 param dtype, without host syncs:

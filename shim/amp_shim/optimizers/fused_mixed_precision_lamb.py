@@ -1,4 +1,4 @@
-"""`apex.optimizers.FusedMixedPrecisionLamb` (apex_api.md §10): FusedLAMB's update with `lr` and
+"""`apex.optimizers.FusedMixedPrecisionLamb`: FusedLAMB's update with `lr` and
 `step` as tensors in the param group, and fp32 master copies of the params whose dtype is
 `reduced_precision_dtype` (created at the first step, as in Apex), so the model can be bf16/fp16
 while the update runs on fp32 values. The moments are fp32 for those params.

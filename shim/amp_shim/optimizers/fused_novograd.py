@@ -1,4 +1,4 @@
-"""`apex.optimizers.FusedNovoGrad` (apex_api.md §10): NovoGrad as Apex's `multi_tensor_novograd`
+"""`apex.optimizers.FusedNovoGrad`: NovoGrad as Apex's `multi_tensor_novograd`
 computes it, in tensor ops with fp32 math.
 
 Per param, with the layer's grad norm `n` (L2 for `norm_type=2`, max-abs for `norm_type=0`)

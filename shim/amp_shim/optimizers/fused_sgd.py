@@ -1,4 +1,4 @@
-"""`apex.optimizers.FusedSGD` on torch's fused SGD kernel (apex_api.md §10).
+"""`apex.optimizers.FusedSGD` on torch's fused SGD kernel.
 
 Apex's default numerics are torch's (weight decay before momentum, `buf = grad` on the first
 step, the same Nesterov rule), so a step is bit for bit `torch.optim.SGD(..., fused=True)`.

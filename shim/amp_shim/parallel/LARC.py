@@ -1,4 +1,4 @@
-"""`apex.parallel.LARC` (apex_api.md §11.2): layer-wise adaptive rate control as an optimizer wrapper.
+"""`apex.parallel.LARC`: layer-wise adaptive rate control as an optimizer wrapper.
 
 Per parameter p with gradient g, in the wrapped optimizer's group (lr, weight_decay wd):
 

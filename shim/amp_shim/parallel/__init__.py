@@ -1,4 +1,4 @@
-"""`apex.parallel` (apex_api.md §11.1-11.2) on torch.distributed.
+"""`apex.parallel` (DDP, Reducer, SyncBatchNorm, LARC) on torch.distributed.
 
 Exports Apex's names: `DistributedDataParallel` and `Reducer` (torch DDP / a manual
 all-reduce), `SyncBatchNorm` (torch's on CUDA, an autograd-aware all-reduce elsewhere),

@@ -1,4 +1,4 @@
-"""`apex.parallel.DistributedDataParallel` and `Reducer` (apex_api.md §11.1) on torch's DDP.
+"""`apex.parallel.DistributedDataParallel` and `Reducer` on torch's DDP.
 
 `DistributedDataParallel` *is* a `torch.nn.parallel.DistributedDataParallel` built from Apex's
 constructor arguments:

@@ -1,4 +1,4 @@
-"""`apex.parallel.SyncBatchNorm` (apex_api.md §11.2): batch statistics reduced over ranks.
+"""`apex.parallel.SyncBatchNorm`: batch statistics reduced over ranks.
 
 One class with the signature of Apex's optimized (fused-kernel) SyncBatchNorm, the one real
 jobs used: `channel_last`, `fuse_relu` and the residual `z` of `forward(input, z=None)` are

@@ -1,10 +1,10 @@
-"""Write the benchmarks' latest results into README.md's performance section.
+"""Write the benchmarks' latest results into docs/results/performance.md.
 
-    python bench/write_readme.py [--check]
+    python bench/write_performance.py [--check]
 
 Reads `bench/results/codemod_throughput.json`, `bench/results/shim_overhead.json` and
 `bench/results/startup.json` (written by the benchmarks) and replaces what lies between `<!-- performance:start -->` and
-`<!-- performance:end -->` in README.md; nothing else in the file changes. `--check` exits 1
+`<!-- performance:end -->` in docs/results/performance.md; nothing else in the file changes. `--check` exits 1
 when the section is not what the results say (for CI), writing nothing.
 """
 
@@ -21,7 +21,7 @@ import shim_overhead  # noqa: E402
 import startup  # noqa: E402
 from _common import RESULTS, ROOT, describe, table  # noqa: E402
 
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "results" / "performance.md"
 IDLE_LOAD = 0.7
 START, END = "<!-- performance:start -->", "<!-- performance:end -->"
 
@@ -249,7 +249,7 @@ def render() -> str:
         missed.append(
             f"\nThe two benchmarks took {totals[0]:.0f} s + {totals[1]:.0f} s = "
             f"{sum(totals):.0f} s of wall clock in their latest runs (the 10-minute budget "
-            "covers the three scripts; `write_readme.py` takes under a second)."
+            "covers the three scripts; `write_performance.py` takes under a second)."
         )
     return "\n\n".join(["\n".join(head + missed)] + parts)
 
@@ -258,9 +258,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)
-    text = README.read_text()
+    text = PAGE.read_text()
     if START not in text or END not in text:
-        print(f"README.md has no {START} ... {END} section", file=sys.stderr)
+        print(f"{PAGE.relative_to(ROOT)} has no {START} ... {END} section", file=sys.stderr)
         return 2
     before, rest = text.split(START, 1)
     _, after = rest.split(END, 1)
@@ -268,10 +268,10 @@ def main(argv=None) -> int:
     if args.check:
         return 0 if new == text else 1
     if new != text:
-        README.write_text(new)
-        print("README.md: performance section updated")
+        PAGE.write_text(new)
+        print(f"{PAGE.relative_to(ROOT)}: performance section updated")
     else:
-        print("README.md: performance section already up to date")
+        print(f"{PAGE.relative_to(ROOT)}: performance section already up to date")
     return 0
 
 

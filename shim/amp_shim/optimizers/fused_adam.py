@@ -234,7 +234,8 @@ def _from_torch_format(optimizer, state_dict, name, keys, refuse=()):
             raise ValueError(
                 "{} cannot load this state dict: the parameters of param group {} were stepped "
                 "different numbers of times ({}); {} keeps one step count per param group "
-                "(apex_api.md §10), so the bias corrections could not be continued".format(
+                "(Apex's fused optimizers store `step` in the group, not per parameter), so the "
+                "bias corrections could not be continued".format(
                     name, gi, sorted(int(s) for s in steps), name
                 )
             )

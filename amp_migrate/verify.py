@@ -116,11 +116,15 @@ class InputDoesNotCompile(VerificationError):
     """The output does not compile, and neither does the input, which Python's parser reads:
     the compiler refuses the program itself (`return` outside a function, too many statically
     nested blocks), not syntax newer than this interpreter (nor a notebook's top-level
-    `await`, which IPython runs)."""
+    `await` or a later cell's `__future__` import, which IPython runs)."""
 
     def __init__(self, error: SyntaxError) -> None:
         super().__init__(f"the input does not compile: {error.msg} at line {error.lineno}")
         self.error = error
+
+
+#: CPython's refusal of a `from __future__` import after the first statement.
+_LATE_FUTURE_IMPORT = "from __future__ imports must occur at the beginning of the file"
 
 
 def _compile_error(code: str, flags: int = 0) -> Optional[SyntaxError]:
@@ -146,8 +150,10 @@ def verify_output(before: str, before_tree: Optional[ast.Module], after: str) ->
         before_error = _compile_error(before)
         if before_error is None:
             raise VerificationError(f"the output does not compile: {error.msg} at line {error.lineno}")
-        # A notebook's cells may `await` at the top level, as IPython runs them.
-        if before_tree is not None and _compile_error(before, ast.PyCF_ALLOW_TOP_LEVEL_AWAIT):
+        # A notebook's cells may `await` at the top level, and a later cell may import from
+        # `__future__`, as IPython compiles each cell on its own.
+        refusal = _compile_error(before, ast.PyCF_ALLOW_TOP_LEVEL_AWAIT) if before_tree is not None else None
+        if refusal is not None and refusal.msg != _LATE_FUTURE_IMPORT:
             raise InputDoesNotCompile(before_error)
         try:
             cst.parse_module(after)

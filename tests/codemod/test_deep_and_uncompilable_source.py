@@ -68,3 +68,9 @@ def test_a_program_pythons_compiler_refuses_is_amp001_not_migrated(program, line
 def test_a_top_level_await_python_compiles_only_in_a_notebook_is_still_migrated():
     result = migrate_source(LOOP + "await flush()\n")
     assert result.target_used == "native" and result.code.endswith("await flush()\n")
+
+
+def test_a_future_import_after_the_first_statement_as_a_later_notebook_cell_has_is_still_migrated():
+    result = migrate_source(LOOP + "from __future__ import print_function\n")
+    assert result.target_used == "native"
+    assert result.code.endswith("from __future__ import print_function\n")

@@ -16,7 +16,7 @@ __all__ = ["migrate_source", "MigrationResult", "MigrationError", "Diagnostic", 
 
 _HOMES = {
     "migrate_source": ".migrate",
-    "MigrationResult": ".migrate",
+    "MigrationResult": ".migration_result",
     "MigrationError": ".migrate",
     "Diagnostic": ".diagnostics",
     "Severity": ".diagnostics",
@@ -24,7 +24,8 @@ _HOMES = {
 
 if TYPE_CHECKING:
     from .diagnostics import Diagnostic, Severity
-    from .migrate import MigrationError, MigrationResult, migrate_source
+    from .migrate import MigrationError, migrate_source
+    from .migration_result import MigrationResult
 
 
 def __getattr__(name: str) -> Any:

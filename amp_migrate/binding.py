@@ -20,20 +20,19 @@ by the rule that checks them (`rules/rebinding.py`) and send the file to the shi
 from __future__ import annotations
 
 import ast
-import dataclasses
-import re
 from typing import TYPE_CHECKING, AbstractSet, Any, Callable, ClassVar, Iterable, Optional, TypeVar, cast
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import QualifiedName, QualifiedNameProvider
 
+from .apex_names import APEX, is_apex_name
 from .carriers import Carriers, find_carriers
+from .cst_nodes import children
 
 if TYPE_CHECKING:
     from .reaching import Binding, Reaching
 
-APEX = "apex"
 HANDLE = "apex.amp.AmpHandle"  # what `amp.init()` returns
 WRAPPED = "apex.amp.OptimWrapper"  # what `handle.wrap_optimizer(opt)` returns
 
@@ -42,56 +41,10 @@ GetMetadata = Callable[..., object]
 _T = TypeVar("_T")
 
 
-def is_apex_name(name: str) -> bool:
-    return name == APEX or name.startswith(APEX + ".")
-
-
 _GUARD_VALUES = ("None", "False", "True")
 
 
 NOTHING: frozenset[int] = frozenset()
-
-
-_FIELDS: dict[type, tuple[str, ...]] = {}
-# Fields that hold only whitespace, comments and punctuation: nothing a read-only pass asks about.
-_LAYOUT_FIELD = re.compile(
-    r"^(whitespace|lpar|rpar|comma|semicolon|leading_lines|trailing_whitespace"
-    r"|lines_after_decorators|header|footer|equal|colon|dot|operator|asynchronous"
-    r"|first_line|empty_lines|last_line|newline|lbracket|rbracket|lbrace|rbrace)"
-)
-
-
-def children(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """A node's children that can hold code, read from its fields. (`CSTNode.children` and
-    `CSTNode.visit` rebuild every node they pass; a read-only walk has no need to.) Field
-    order, which is source order but for a few nodes (a function's decorators come after its
-    body)."""
-    names = _FIELDS.get(type(node))
-    if names is None:
-        names = _FIELDS[type(node)] = tuple(
-            f.name for f in dataclasses.fields(node) if not _LAYOUT_FIELD.match(f.name)
-        )
-    out: list[cst.CSTNode] = []
-    for name in names:
-        value = getattr(node, name)
-        kind = type(value)
-        if kind is tuple or kind is list:
-            out.extend(v for v in value if is_node(v))
-        elif is_node(value):
-            out.append(value)
-    return out
-
-
-_NODE_TYPES: dict[type, bool] = {}
-
-
-def is_node(value: object) -> bool:
-    """`isinstance(value, cst.CSTNode)`, without the ABC machinery's cost on every call."""
-    kind = type(value)
-    known = _NODE_TYPES.get(kind)
-    if known is None:
-        known = _NODE_TYPES[kind] = isinstance(value, cst.CSTNode)
-    return known
 
 
 class Pruned:

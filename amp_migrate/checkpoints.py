@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 import torch
 
-from amp_shim.engine.state import (
+from amp_shim.checkpoint_format import (
     ScalerStateError,
     apex_to_grad_scaler,
     grad_scaler_to_apex,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import re
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Optional, Sequence
 
 import libcst as cst
@@ -36,6 +36,7 @@ from .dynamic_apex import CALL_TEXT, dynamic_apex_use, importer_aliases
 from .indentation import TabIndents, tab_indents
 from .indentation import message as indentation_message
 from .lines import form_feed_indents
+from .migration_result import MigrationResult
 from .options import Options, Target
 from .prefilter import might_use_apex
 from .provided import ProvidedPart, migrate_part
@@ -60,14 +61,6 @@ class MigrationError(Exception):
 
     def as_diagnostic(self) -> Diagnostic:
         return Diagnostic(self.code.code, self.code.severity, self.line, self.col, self.message, False)
-
-
-@dataclass(frozen=True)
-class MigrationResult:
-    code: str
-    diagnostics: tuple[Diagnostic, ...]
-    target_used: Optional[str]  # "native" or "shim" when the code changed, else None
-    changed: bool = False
 
 
 def python_ast(text: str) -> Optional[ast.Module]:

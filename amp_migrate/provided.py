@@ -20,16 +20,14 @@ Nothing here decides anything; `migrate_source` applies the part (no index is ne
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Optional, Union
+from typing import Callable, Optional, Union
 
 import libcst as cst
 import libcst.matchers as m
 
 from .diagnostics import Diagnostic, Severity
 from .indentation import tab_indents
-
-if TYPE_CHECKING:
-    from .migrate import MigrationResult  # the driver imports this module
+from .migration_result import MigrationResult
 
 #: (first line, byte column, last line, byte column, replacement) on the file as written
 Edit = tuple[int, int, int, int, str]
@@ -56,7 +54,7 @@ class ProvidedPart:
     fallback: Optional[Diagnostic] = None
 
 
-Run = Callable[[str], "MigrationResult"]  # migrate_source without the part
+Run = Callable[[str], MigrationResult]  # migrate_source without the part
 
 
 def _offsets(lines: list[bytes]) -> list[int]:
@@ -196,7 +194,6 @@ def _visited(text: str, *visitors: cst.CSTTransformer) -> Optional[str]:
 
 def migrate_part(text: str, part: ProvidedPart, run: Run) -> MigrationResult:
     """The file's result with its part applied (`run`: migrate_source on a text, no part)."""
-    from .migrate import MigrationResult  # the driver imports this module
 
     if part.refused or part.as_written:
         result = run(text)

@@ -26,7 +26,8 @@ from typing import AbstractSet, Iterable, Optional, Union
 
 import libcst as cst
 
-from .binding import APEX, children, is_apex_name
+from .apex_names import APEX, is_apex_name
+from .cst_nodes import children
 
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 _TRIES = (cst.Try, cst.TryStar) if hasattr(cst, "TryStar") else (cst.Try,)

@@ -41,6 +41,8 @@ MODULE_ATTRIBUTES = frozenset(
         "__cached__",
         "__path__",
         "__dict__",
+        # set on a module once a warning is issued from it: run-time state, not an export
+        "__warningregistry__",
     }
 )
 

@@ -61,7 +61,7 @@ def test_wheel_ships_every_module_of_both_import_packages(wheel):
     names = _names(wheel)
     assert {
         "amp_shim/__init__.py",
-        "amp_shim/engine/state.py",
+        "amp_shim/checkpoint_format.py",
         "amp_migrate/__init__.py",
         "amp_migrate/cli.py",
     } <= names
@@ -141,5 +141,5 @@ print(json.dumps({
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert {"amp_shim.amp", "amp_shim.engine.state", "amp_shim.kernels"} <= set(report["shim_modules"])
+    assert {"amp_shim.amp", "amp_shim.checkpoint_format", "amp_shim.kernels"} <= set(report["shim_modules"])
     assert report["forbidden"] == []

@@ -29,7 +29,8 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
-from ..binding import NOTHING, ApexBinder, children, find, is_node
+from ..binding import NOTHING, ApexBinder, children, find
+from ..cst_nodes import is_node
 from ..diagnostics import Code, Diagnostic
 from ..options import Options
 from ..source_index import SourceIndex, pruning_enabled

@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from amp_shim import amp
-from amp_shim.amp import _process_optimizer as po
 from amp_shim.amp._amp_state import _amp_state
+from amp_shim.engine import skip
 from amp_shim.engine.host_syncs import CountHostSyncs
 from amp_shim.optimizers import FusedAdam, FusedMixedPrecisionLamb, FusedSGD
 
@@ -265,17 +265,17 @@ class _InFlight:
 def in_flight(monkeypatch):
     """Make every device-path record behave like a CUDA copy still in flight."""
     events = []
-    original = po._queue_skip_record
+    original = skip._queue_skip_record
 
-    def queue(record, scalers):
-        original(record, scalers)
-        host, _, scalers_, verbose = po._landing[-1]
+    def queue(record, scalers, verbose):
+        original(record, scalers, verbose)
+        host, _, scalers_, verbose_ = skip.landing[-1]
         events.append(_InFlight())
-        po._landing[-1] = (host.clone(), events[-1], scalers_, verbose)
+        skip.landing[-1] = (host.clone(), events[-1], scalers_, verbose_)
 
-    monkeypatch.setattr(po, "_queue_skip_record", queue)
+    monkeypatch.setattr(skip, "_queue_skip_record", queue)
     yield events
-    po._landing.clear()
+    skip.landing.clear()
 
 
 def test_a_message_whose_copy_is_in_flight_is_printed_once_it_lands_in_order(in_flight, capsys):
@@ -331,7 +331,7 @@ def test_messages_still_in_flight_are_printed_at_exit(in_flight, capsys):
     capsys.readouterr()
     _iteration(model, opt, 1, overflow=True)
     assert _skip_lines(capsys.readouterr().out) == []
-    po._print_at_exit()  # registered with atexit
+    skip._print_at_exit()  # registered with atexit
     assert _skip_lines(capsys.readouterr().out) == [SKIP_MSG.format(0, 32768.0)]
 
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from amp_shim import amp
 from amp_shim.amp._amp_state import _amp_state
 from amp_shim.amp.scaler import LossScaler
-from amp_shim.engine.state import (
+from amp_shim.checkpoint_format import (
     ScalerStateError,
     apex_to_grad_scaler,
     grad_scaler_to_apex,

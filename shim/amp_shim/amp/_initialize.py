@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..fp16_utils.fp16util import convert_network
+from ..engine.model_casts import convert_network
 from ._amp_state import _amp_state, warn_or_err
 from ._master_sources import forget_params_not_cast, remember_before_cast
 from ._process_optimizer import _masters, _pending_master_values, _process_optimizer

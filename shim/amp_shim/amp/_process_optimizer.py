@@ -1,45 +1,26 @@
-"""Per-optimizer Amp state and patches: grad stashing, O2 master weights,
-and the skip of the step after an overflow.
+"""Per-optimizer Amp state and patches: grad stashing, O2 master weights, and the patched
+`optimizer.step` that applies the skip after an overflow.
 
-Apex decides at `scale_loss` exit whether to skip and swaps `optimizer.step` for a one-shot
-closure. Here the decision stays on the device until the next `step()`: `scale_loss` records
-which loss scaler overflowed first in a device tensor, and `optimizer.step` is patched once, at
-initialize, instead of being swapped back and forth (so lr schedulers see a stable method).
-The step then takes one of two paths:
-
-* the host path (any optimizer): read the decision once (the iteration's only host sync) and,
-  on overflow, print Apex's message and return without calling the optimizer;
-* the device path (an optimizer whose step supports amp scaling, `_step_supports_amp_scaling`,
-  e.g. `torch.optim.AdamW(fused=True)`, the shim's FusedSGD, FusedAdam(capturable=True)): hand
-  the decision to the optimizer as torch.amp.GradScaler does (`optimizer.found_inf`, with
-  `optimizer.grad_scale = None` because the grads are already unscaled), so its kernel leaves
-  params and state untouched on overflow, with no host sync. Apex's message is then printed
-  from a copy of the decision and the scale made without blocking (on CPU at once, on CUDA
-  once the copy has landed: at a later `step()` or `scale_loss`, or at a step that syncs
-  anyway, or at exit), in order. Taken only when no closure is passed and every param with a
-  grad already has optimizer state: a skipped first step must leave the lazily created state
-  absent, as the host path does (torch's kernels would create it, or leave SGD's first momentum
-  buffer uninitialised). docs/differences.md, row 42.
+`optimizer.step` is patched once, at initialize, instead of being swapped back and forth as
+Apex did (so lr schedulers see a stable method); the skip decision it applies, and its two
+paths (host and device), are the engine's (engine/skip.py).
 """
 
 from __future__ import annotations
 
-import atexit
-import collections
-import ctypes
-import struct
 import types
 from typing import Any, Callable
 
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-from ..engine import ops
+from ..engine import ops, skip
+from ..engine.skip import SKIP_MSG
 from . import _master_sources
 from ._amp_state import _amp_state, maybe_print
+from .casts_off import disable_casts
 
 _CLOSURE_MSG = "Currently, Amp does not support closure use with optimizers."
-SKIP_MSG = "Gradient overflow.  Skipping step, loss scaler {} reducing loss scale to {}"
 
 # model param -> its fp32 master; fp32 values its master starts from (_master_sources.py).
 _masters: WeakIdKeyDictionary = WeakIdKeyDictionary()
@@ -237,132 +218,6 @@ def restore_stashed_grads(optimizer) -> None:
             stashed[i] = None
 
 
-# -- the skip decision ---------------------------------------------------------------------
-def arm_skip(optimizer, loss_id: int, found: torch.Tensor) -> None:
-    """Remember, on the device, that `loss_id` overflowed (the first one wins, as in Apex)."""
-    stash = optimizer._amp_stash
-    armed = stash.skip_armed
-    if armed.device != found.device:
-        armed = stash.skip_armed = armed.to(found.device)
-    candidate = torch.where(found, torch.full_like(armed, loss_id), torch.full_like(armed, -1))
-    armed.copy_(torch.where(armed >= 0, armed, candidate))
-    stash.skip_check_pending = True
-
-
-def _skip_record(optimizer) -> tuple[torch.Tensor, list]:
-    """On the device, nothing read back: [loss id that armed the skip (-1: none), each loss
-    scaler's current scale] in float64, and the scalers it refers to."""
-    armed = optimizer._amp_stash.skip_armed
-    scalers = list(_amp_state.loss_scalers)
-    record = torch.cat(
-        [armed.double().view(1)] + [s.scale.to(armed.device, torch.float64).view(1) for s in scalers]
-    )
-    return record, scalers
-
-
-def _skip_message(values, scalers) -> tuple[int, float]:
-    loss_id = int(values[0])
-    if loss_id < 0:
-        return -1, 0.0
-    scaler = scalers[loss_id]
-    return loss_id, (values[1 + loss_id] if scaler.dynamic else scaler.loss_scale())
-
-
-def _take_skip_decision(optimizer) -> tuple[int, float]:
-    """One host read: which loss scaler armed the skip (-1: none) and its current scale."""
-    stash = optimizer._amp_stash
-    stash.skip_check_pending = False
-    record, scalers = _skip_record(optimizer)
-    loss_id, scale = _skip_message(record.tolist(), scalers)
-    if loss_id >= 0:
-        stash.skip_armed.fill_(-1)
-    return loss_id, scale
-
-
-# -- the device path: skip inside the optimizer, print the message from a landed copy -------
-# (host copy of a skip record, CUDA event or None when the copy is already on the host,
-#  the record's loss scalers, whether to print: the verbosity at the step)
-_landing: collections.deque = collections.deque()
-
-
-def _read_landed(host: torch.Tensor) -> list[float]:
-    """The float64 values of a CPU tensor whose copy has landed. Nothing waits for a device;
-    read through its memory rather than `.tolist()`, which CountHostSyncs would count as a
-    device read."""
-    raw = ctypes.string_at(host.data_ptr(), host.numel() * host.element_size())
-    return list(struct.unpack("=%dd" % host.numel(), raw))
-
-
-def _queue_skip_record(record: torch.Tensor, scalers: list) -> None:
-    if record.device.type == "cpu":
-        host, event = record, None
-    else:
-        host = torch.empty(record.shape, dtype=record.dtype, pin_memory=True)
-        host.copy_(record, non_blocking=True)
-        event = torch.cuda.Event()
-        event.record(torch.cuda.current_stream(record.device))
-    _landing.append((host, event, scalers, _amp_state.verbosity > 0))
-
-
-def print_landed_skip_messages(wait: bool = False) -> None:
-    """Print, in step order, Apex's message for each device-path step that skipped, as far as
-    the copies have landed; `wait=True` (at a point that syncs anyway, and at exit) waits."""
-    while _landing:
-        host, event, scalers, verbose = _landing[0]
-        if event is not None and not event.query():
-            if not wait:
-                return
-            event.synchronize()
-        _landing.popleft()
-        loss_id, scale = _skip_message(_read_landed(host), scalers)
-        if loss_id >= 0 and verbose:
-            print(SKIP_MSG.format(loss_id, scale))
-
-
-def _print_at_exit() -> None:
-    try:
-        print_landed_skip_messages(wait=True)
-    except Exception:  # pragma: no cover - e.g. CUDA already torn down
-        pass
-
-
-atexit.register(_print_at_exit)
-
-
-def _skips_on_device(optimizer) -> bool:
-    """Whether this step can leave the skip to the optimizer's kernel (module docstring)."""
-    if not getattr(optimizer, "_step_supports_amp_scaling", False):
-        return False
-    if hasattr(optimizer, "found_inf") or hasattr(optimizer, "grad_scale"):
-        return False  # someone else (a GradScaler) drives it
-    if optimizer._amp_stash.skip_armed.device.type not in ("cpu", "cuda"):
-        return False
-    state = optimizer.state
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            if p.grad is not None and not state.get(p):
-                return False
-    return True
-
-
-def _device_path_step(optimizer, real_step, args, kwargs):
-    stash = optimizer._amp_stash
-    stash.skip_check_pending = False
-    record, scalers = _skip_record(optimizer)
-    armed = stash.skip_armed
-    found_inf = (armed >= 0).to(torch.float32)
-    armed.fill_(-1)
-    _queue_skip_record(record, scalers)
-    optimizer.grad_scale = None  # the grads were unscaled at scale_loss exit
-    optimizer.found_inf = found_inf
-    try:
-        return real_step(optimizer, *args, **kwargs)
-    finally:
-        del optimizer.grad_scale
-        del optimizer.found_inf
-        print_landed_skip_messages()
-
-
 def _patch_step(optimizer, properties) -> None:
     inner = optimizer.step  # the bound original
     real_step: Callable[..., Any]
@@ -386,21 +241,20 @@ def _patch_step(optimizer, properties) -> None:
         casting_step = real_step
 
         def real_step(self, *args, **kwargs):  # noqa: F811 - O1 runs the step with casts off
-            from .handle import disable_casts
-
             with disable_casts():
                 return casting_step(self, *args, **kwargs)
 
     def step(self, *args, **kwargs):
         stash = self._amp_stash
-        if _landing:
-            print_landed_skip_messages()
+        if skip.landing:
+            skip.print_landed_skip_messages()
         if stash.skip_check_pending:
             closure = args[0] if args else kwargs.get("closure")
-            if closure is None and _skips_on_device(self):
-                return _device_path_step(self, real_step, args, kwargs)
-            loss_id, scale = _take_skip_decision(self)
-            print_landed_skip_messages(wait=True)  # earlier ones first; the read above synced
+            scalers = _amp_state.loss_scalers
+            if closure is None and skip.skips_on_device(self):
+                return skip.device_path_step(self, real_step, args, kwargs, scalers, _amp_state.verbosity > 0)
+            loss_id, scale = skip.take_skip_decision(self, scalers)
+            skip.print_landed_skip_messages(wait=True)  # earlier ones first; the read above synced
             if loss_id >= 0:
                 if closure is not None:
                     stash.skip_armed.fill_(loss_id)

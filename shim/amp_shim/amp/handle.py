@@ -14,9 +14,11 @@ from typing import Any, Iterator
 import torch
 
 from ..engine.distributed import all_reduce_found_inf_
+from ..engine.skip import arm_skip, print_landed_skip_messages
 from ._amp_state import _amp_state
-from ._process_optimizer import arm_skip, print_landed_skip_messages, restore_stashed_grads
+from ._process_optimizer import restore_stashed_grads
 from .autocast_casts import AutocastCasts
+from .casts_off import active_handle, disable_casts  # noqa: F401 (Apex exports disable_casts here)
 from .opt import OptimWrapper
 from .scaler import LossScaler
 
@@ -28,7 +30,7 @@ OLD_API_MESSAGE = (
 
 
 class AmpHandle:
-    """What `_amp_state.handle` holds while O1 casts are on; `amp.init()` returns it (§8).
+    """What `_amp_state.handle` holds while O1 casts are on; `amp.init()` returns it.
 
     Apex's handle owned its function patches; this one owns the autocast activation
     (`AutocastCasts`) plus the wrappers of registered and banned functions, and puts the
@@ -141,31 +143,9 @@ class NoOpHandle:
         pass
 
 
-def _handle() -> AmpHandle | None:
-    handle = getattr(_amp_state, "handle", None)
-    return handle if handle is not None and handle.is_active() else None
-
-
-@contextlib.contextmanager
-def disable_casts() -> Iterator[None]:
-    """Run the block in fp32 under O1; a no-op context when O1 is not active."""
-    if not hasattr(_amp_state, "handle"):
-        raise AttributeError("'AmpState' object has no attribute 'handle'")
-    handle = _handle()
-    if handle is None:
-        yield
-        return
-    handle._is_active = False
-    try:
-        with handle._disable_casts():
-            yield
-    finally:
-        handle._is_active = True
-
-
 @contextlib.contextmanager
 def _casts_off_and_cleared(patch_torch_functions: bool) -> Iterator[None]:
-    handle = _handle() if patch_torch_functions else None
+    handle = active_handle() if patch_torch_functions else None
     if handle is None:
         yield
         return

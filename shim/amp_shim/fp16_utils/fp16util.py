@@ -14,6 +14,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from .._deprecation import deprecated_warning
 from ..engine import ops
+from ..engine.model_casts import _is_affine_batchnorm, convert_module, convert_network  # noqa: F401 (Apex's names)
 
 DEPRECATION_MESSAGE = (
     "apex.fp16_utils is deprecated and will be removed by the end of February 2023. "
@@ -31,10 +32,6 @@ class tofp16(nn.Module):
         return input.half()
 
 
-def _is_affine_batchnorm(module: nn.Module) -> bool:
-    return isinstance(module, nn.modules.batchnorm._BatchNorm) and module.affine is True
-
-
 def BN_convert_float(module: nn.Module) -> nn.Module:
     """Recursively call `.float()` on affine BatchNorm modules; returns `module`."""
     if _is_affine_batchnorm(module):
@@ -47,30 +44,6 @@ def BN_convert_float(module: nn.Module) -> nn.Module:
 def network_to_half(network: nn.Module) -> nn.Sequential:
     """`nn.Sequential(tofp16(), BN_convert_float(network.half()))`: state-dict keys gain `1.`."""
     return nn.Sequential(tofp16(), BN_convert_float(network.half()))
-
-
-def convert_module(module: nn.Module, dtype: torch.dtype) -> None:
-    """Cast the module's own floating params, their grads and its own buffers in place."""
-    for param in module.parameters(recurse=False):
-        if param is not None:
-            if param.data.dtype.is_floating_point:
-                param.data = param.data.to(dtype=dtype)
-            if param._grad is not None and param._grad.data.dtype.is_floating_point:
-                param._grad.data = param._grad.data.to(dtype=dtype)
-    for buf in module.buffers(recurse=False):
-        if buf is not None and buf.data.dtype.is_floating_point:
-            buf.data = buf.data.to(dtype=dtype)
-
-
-def convert_network(network: nn.Module, dtype: torch.dtype) -> nn.Module:
-    """Cast every module except affine BatchNorm, which stays fp32 for stable statistics."""
-    for module in network.modules():
-        if _is_affine_batchnorm(module):
-            continue
-        convert_module(module, dtype)
-        if isinstance(module, nn.RNNBase):
-            module.flatten_parameters()
-    return network
 
 
 class FP16Model(nn.Module):

@@ -191,11 +191,12 @@ _FALLBACKS_INTRO = """\
 `--target auto` migrates a file natively only where every Apex use in it has a native form that
 behaves like Apex; otherwise the file keeps Apex's behaviour through the shim (imports rewritten
 to `amp_shim`) and a located diagnostic says why. This page has an entry for every code that
-falls back: the shapes of real code that trigger it (most of them seen in the public training
-code of `bench/real_corpus.py`, whose page [results/real-corpus.md](results/real-corpus.md)
-counts the files per code), why a native rewrite cannot be shown to train the same, and what to
-do by hand. `amp-migrate explain CODE` shows the same shapes and advice for one code. How the
-project pass ties modules that share Apex objects is described in [cli.md](cli.md) (Projects).
+falls back: the shapes of code that trigger it, why a native rewrite cannot be shown to train
+the same, and what to do by hand. Where the public training code of `bench/real_corpus.py`
+reports a code ([results/real-corpus.md](results/real-corpus.md) counts the files per code), its
+entry names the shapes those files have. `amp-migrate explain CODE` shows the same shapes and
+advice for one code. How the project pass ties modules that share Apex objects is described in
+[cli.md](cli.md#projects-files-that-share-apex-objects-migrate-together) (Projects).
 
 The entries follow the rules in the order they run, as [diagnostics.md](diagnostics.md) does,
 each rule's codes by number, then the codes no rule reports (the notebook reader's and the

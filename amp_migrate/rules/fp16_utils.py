@@ -98,9 +98,9 @@ FP16_OPTIMIZER = define(
     refusal="an FP16_Optimizer use not provably the native recipe",
     fallback_title="`apex.fp16_utils` helpers with no native form here",
     shape=(
-        "`FP16_Optimizer`, `FP16_Module`, `fp32_to_fp16` or `fp16_to_fp32` of `apex.fp16_utils` outside a "
-        "whole `FP16_Optimizer` flow that the native recipe covers (AMP466 says why where the flow is "
-        "refused)."
+        "`FP16_Optimizer`, `FP16_Module`, `fp32_to_fp16` or `fp16_to_fp32` of `apex.fp16_utils` outside an "
+        "`FP16_Optimizer` flow that the native recipe covers (where the flow itself is refused, AMP466 is "
+        "reported instead)."
     ),
     by_hand=(
         "Rewrite the recipe together: keep the model in fp32, run the forward under `torch.autocast`, "
@@ -156,8 +156,7 @@ MASTER_PARAMS = define(
     shape=(
         "`model_params, master_params = prep_param_lists(model)`, then "
         "`model_grads_to_master_grads(model_params, master_params)` and "
-        "`master_params_to_model_params(model_params, master_params)` around a step the file scales by hand "
-        "(Apex's ImageNet and word-language-model examples)."
+        "`master_params_to_model_params(model_params, master_params)` around a step the file scales by hand."
     ),
     by_hand=(
         "Keep the model in fp32 and step its own parameters: delete the master copies, run the forward under "

@@ -168,8 +168,8 @@ STEPS_APART = define(
         "% k == 0:` (or in another branch)."
     ),
     by_hand=(
-        "Step both in one block, or give each optimizer its own backward and its own GradScaler, with each "
-        "`scaler.update()` after its step."
+        "Step the optimizers that one backward feeds in one block, under one condition, so that one "
+        "`scaler.update()` follows the last of them; then re-run."
     ),
 )
 

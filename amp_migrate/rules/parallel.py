@@ -208,8 +208,8 @@ SYNCBN_ARGUMENT = define(
         "argument torch's class does not have."
     ),
     by_hand=(
-        "Use `torch.nn.SyncBatchNorm` in NCHW and apply the ReLU (and the residual add) after it, or keep "
-        "the shim's fused kernels."
+        "Use `torch.nn.SyncBatchNorm` on NCHW input and apply the residual add and the ReLU after it "
+        "(`torch.relu(bn(x) + z)`), or keep the shim's fused kernels."
     ),
 )
 NO_TORCH_PARALLEL = define(

@@ -334,9 +334,9 @@ SHARE_REFUSED = define(
         "`initialize` run more than once in the owner."
     ),
     by_hand=(
-        "Pass the switch for autocast with the scaler (an `amp_enabled` beside it) where casting and scaling "
-        "differ, or run one `initialize` with options that cast exactly when they scale (O1/O2 with a "
-        "dynamic scale)."
+        "Where the options cast without scaling or scale without casting, hand the other modules autocast's "
+        "own switch beside the scaler and open their autocast with it; or run one `initialize` with options "
+        "under which Apex cast exactly when it scaled (O1 or O2 with the dynamic scale)."
     ),
 )
 SHARED = define(

@@ -37,6 +37,15 @@ class Code:
     #: What tells this code's messages apart: a phrase of each message text the code can carry,
     #: each also in the page (summary or why), so `amp-migrate explain` describes what fired.
     variants: tuple[str, ...] = ()
+    #: For a code that falls back, what docs/fallbacks.md and `amp-migrate explain` tell a
+    #: person migrating by hand: the shapes of real code that trigger it, and what to change.
+    shape: str = ""
+    by_hand: str = ""
+    #: Why a native rewrite of those shapes cannot be shown to train the same, where the
+    #: fallback page says it in other words than `why` (which the page shows otherwise).
+    fallback_why: str = ""
+    #: The fallback page's heading for the code; codes with one heading share an entry.
+    fallback_title: str = ""
 
 
 CODES: dict[str, Code] = {}
@@ -54,6 +63,10 @@ def define(
     falls_back: bool = False,
     refusal: str = "",
     variants: tuple[str, ...] = (),
+    shape: str = "",
+    by_hand: str = "",
+    fallback_why: str = "",
+    fallback_title: str = "",
 ) -> Code:
     """Register a diagnostic code; rule modules call this at import time."""
     if code in CODES and CODES[code].name != name:
@@ -69,6 +82,10 @@ def define(
         falls_back,
         refusal,
         variants,
+        shape,
+        by_hand,
+        fallback_why,
+        fallback_title,
     )
     CODES[code] = entry
     return entry
@@ -159,6 +176,15 @@ MAGIC_USES_MIGRATED_NAME = define(
     falls_back=True,
     refusal="an IPython line names what the rewrite removes",
     variants=("no longer binds",),
+    fallback_title="an IPython line that names what the native rewrite removes",
+    shape=(
+        "A notebook line that is not Python and names an Apex import's name, or another name the native "
+        "rewrite no longer binds: `%store amp`, `!echo {amp.state_dict()}`, `amp.initialize?`."
+    ),
+    by_hand=(
+        "Move the use into plain code (`%time` of a function works: `%time STMT` and `%timeit STMT` are "
+        "migrated as code), then re-run; or keep the shim, which binds every name as before."
+    ),
 )
 NATIVE_SPANS_CELLS = define(
     "AMP023",
@@ -178,4 +204,15 @@ NATIVE_SPANS_CELLS = define(
     falls_back=True,
     refusal="a block cannot span notebook cells",
     variants=("cannot span cells",),
+    fallback_title="a native rewrite that would span notebook cells",
+    shape=(
+        '`model = amp.initialize(model, opt_level="O1")` with no optimizer in one cell and the model\'s '
+        "forward in a later cell (the autocast region would cover the later cells), or any native rewrite "
+        "that moves a statement over a cell boundary."
+    ),
+    by_hand=(
+        "Keep the code that uses the model in the cell that prepares it, or put both in a function, then "
+        're-run; or drop the `initialize` and open `with torch.autocast("cuda", dtype=torch.float16):` '
+        "around the forward in each cell that runs it."
+    ),
 )

@@ -46,6 +46,27 @@ SWITCH_ARGUMENT_DOUBTED = define(
     after="# both files use the shim",
     falls_back=True,
     refusal="the argument carrying the scaler's switch may be given another value",
+    fallback_title="the scaler's switch handed to another module's function, where it may take another value",
+    shape=(
+        "A training entry calls `initialize` under `if config.fp16:` and then the loop of the module it "
+        "imports, `train(model, optimizer, ..., fp16=config.fp16)`, whose `if fp16: <scale_loss> else: "
+        "loss.backward()` is native when the argument provably carries the scaler's switch "
+        "(project/entry_switch.py). AMP154 (beside the loop's AMP220) names what stands in the way: another "
+        "module that reaches the loop also names the function (a finetuning entry calling it with "
+        "`fp16=False` and no `initialize`), the entry also calls it before the `if` or outside the function "
+        "that builds the scaler, passes the function around as a value, stores into the guard's path "
+        "(`config.fp16 = False`) or rebinds it, or the loop's own module calls the function or rebinds the "
+        "parameter."
+    ),
+    fallback_why=(
+        "The plain backward branch may then run while the scaler is enabled (its gradients would be unscaled "
+        "by `scaler.step` though never scaled), or the loop may run in a process where no scaler was ever "
+        "set on its module (Apex's `fp16=False` path needed none)."
+    ),
+    by_hand=(
+        "Give the other caller the scaler's own switch, or scale unconditionally in the loop "
+        "(`scaler.scale(loss).backward()`, the scaler disabled where fp16 is off) and pass the scaler."
+    ),
 )
 GROUP_USES_SHIM = define(
     "AMP030",
@@ -67,6 +88,20 @@ GROUP_USES_SHIM = define(
     "    scaled.backward()",
     falls_back=True,
     refusal="it shares Apex state with a file that uses the shim",
+    fallback_title="a member of a group that cannot go native as a whole",
+    shape=(
+        "A file that would go native alone, tied by shared Apex state (the scaler, a model or optimizer "
+        "`initialize` returned) to a file that must use the shim."
+    ),
+    fallback_why=(
+        "Apex's amp is one state per process: a native `train.py` beside a trainer module that still calls "
+        "`amp.scale_loss` on the optimizer it was handed fails at run time. So the group ends on one target, "
+        "and `AMP030` at each member's Apex site names the file and line that holds the group on the shim."
+    ),
+    by_hand=(
+        "Fix the reason at the named place (`amp-migrate explain` with the code reported there says what to "
+        "change); the group then goes native in one run."
+    ),
 )
 MODULE_FROM_CALL = define(
     "AMP031",
@@ -165,6 +200,27 @@ PROVIDER_NOT_FOLLOWED = define(
     after="# the provider returns amp_shim's module; its callers are left as they are",
     falls_back=True,
     refusal="the provider of Apex's module does more than import and return it",
+    fallback_title="Apex's module from a provider function that cannot be followed",
+    shape=(
+        "A provider `def get_amp(fp16): if fp16: try: from apex import amp except ImportError: raise ... "
+        "else: amp = None; return amp`, called as `amp = get_amp(fp16)`, that does more than import and "
+        'return (`amp.register_half_function(torch, "einsum")`, a print, `except ImportError: amp = '
+        "None`), whose condition is not a pure test of its parameters, whose module uses Apex beside it, or "
+        "that some module names without a call the project follows (`__init__.py` re-exporting it, a "
+        "docstring). Reported at the provider's line and at each call."
+    ),
+    fallback_why=(
+        "Where both sides are proven the call is the GradScaler built where `initialize` runs and the "
+        "provider is removed (AMP161, AMP164; docs/decisions.md, \"Apex's module from a provider "
+        'function"). A cast the provider registers for the whole process, or a value that may reach code '
+        "that calls Apex directly, has no GradScaler equivalent; the group keeps the shim (the provider "
+        "returns `amp_shim.amp`, the callers are left as they are, AMP031)."
+    ),
+    by_hand=(
+        'Build `scaler = torch.amp.GradScaler("cuda", enabled=fp16)` where `initialize` ran and pass it '
+        "where the module went; for a registered cast, run that op under `torch.autocast` in half precision "
+        "yourself."
+    ),
 )
 PROVIDED_NOT_FOLLOWED = define(
     "AMP163",
@@ -183,6 +239,27 @@ PROVIDED_NOT_FOLLOWED = define(
     after="self.amp = get_amp(fp16)  # unchanged; the provider returns amp_shim's module",
     falls_back=True,
     refusal="the value a provider returned cannot be followed",
+    fallback_title="Apex's module from a provider function that cannot be followed",
+    shape=(
+        "A call `amp = get_amp(fp16)` of a provider that imports Apex's module under its condition and "
+        "returns it, where the value is stored (`self.amp = get_amp(fp16)`), the call is not a statement of "
+        "a module-level function, `initialize` does not run under a test equal to the provider's condition "
+        "(`if amp:`, `if fp16 and amp:`, `if fp16:`), the arguments the condition reads are rebound, or the "
+        "value then goes where AMP155 refuses (returned, read before `initialize`, handed to another "
+        "module). Reported at the call."
+    ),
+    fallback_why=(
+        "Where both sides are proven the call is the GradScaler built where `initialize` runs and the "
+        "provider is removed (AMP161, AMP164; docs/decisions.md, \"Apex's module from a provider "
+        'function"). A cast the provider registers for the whole process, or a value that may reach code '
+        "that calls Apex directly, has no GradScaler equivalent; the group keeps the shim (the provider "
+        "returns `amp_shim.amp`, the callers are left as they are, AMP031)."
+    ),
+    by_hand=(
+        'Build `scaler = torch.amp.GradScaler("cuda", enabled=fp16)` where `initialize` ran and pass it '
+        "where the module went; for a registered cast, run that op under `torch.autocast` in half precision "
+        "yourself."
+    ),
 )
 PROVIDER_REMOVED = define(
     "AMP164",

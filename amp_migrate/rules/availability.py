@@ -84,6 +84,23 @@ INIT_PROBE = define(
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="native code has no is-amp-initialized state",
+    fallback_title='"is amp initialized?"',
+    shape=(
+        '`hasattr(amp._amp_state, "loss_scalers")` in a helper (`is_amp_training()`) that decides whether '
+        "to wrap functions with `amp.float_function`."
+    ),
+    fallback_why=(
+        "The test asks whether Apex's global state exists in the process. Native code has no such state: "
+        "autocast is a region (`torch.is_autocast_enabled()` is true only inside it) and a GradScaler is an "
+        "object someone holds. No expression means the same thing in every place the helper may be called "
+        "from."
+    ),
+    by_hand=(
+        "Decide from your own flag (`args.fp16`); a function that must run in fp32 under autocast runs in "
+        '`with torch.autocast("cuda", enabled=False):` on `.float()` inputs (for a custom autograd '
+        'function, `torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)`, which does '
+        "nothing outside autocast)."
+    ),
 )
 
 _CODE = cst.Module([]).code_for_node

@@ -159,6 +159,17 @@ REGISTRATION_NOT_UNDERSTOOD = define(
         "used as a value",
         "string literal",
     ),
+    fallback_title="a cast registration that is not one statement with a literal name",
+    shape=(
+        "`for name in FP16_OPS: amp.register_half_function(torch, name)` (a name computed at run time), a "
+        "registration on a module that is not a dotted name (`amp.register_float_function(get_module(), "
+        '"softmax")`), or a registration whose result is used as a value.'
+    ),
+    by_hand=(
+        "Write the registrations out as statements, one per literal name (`amp.register_half_function(torch, "
+        '"bmm")`), then re-run: each becomes an assignment that wraps the function; or leave them to the '
+        "shim."
+    ),
 )
 
 _AMP_INTERNAL_MODULES = ("apex.amp.amp.", "apex.amp.handle.", "apex.amp.frontend.")

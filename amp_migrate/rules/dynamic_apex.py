@@ -75,6 +75,15 @@ DYNAMIC_USE = define(
     falls_back=True,
     refusal="the code reaches Apex by a name known only at run time",
     variants=("dynamic Apex use",),
+    fallback_title="Apex reached by a name known only at run time",
+    shape=(
+        '`importlib.import_module("apex.amp")`, `exec("from apex import amp")`, '
+        '`eval("amp.initialize(model)")`, `getattr(amp, name)` with a computed name.'
+    ),
+    by_hand=(
+        "Replace the call by an import statement and plain attribute reads (`from apex import amp`, "
+        "`amp.scale_loss(...)`), then re-run; or run the script unchanged with `amp-migrate run`."
+    ),
 )
 
 #: Builtins that read or change an attribute named by their second argument.

@@ -126,6 +126,21 @@ REFUSED = define(
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="an FP16_Optimizer flow not provably the native recipe",
+    fallback_title="an `FP16_Optimizer` whose flow cannot be followed",
+    shape=(
+        "`type(obj) == FP16_Optimizer` in a helper that unwraps optimizers; a factory function that returns "
+        "`FP16_Optimizer(optimizer, dynamic_loss_args=...)` to callers elsewhere."
+    ),
+    fallback_why=(
+        "The native recipe replaces the wrapper by the bare optimizer plus a GradScaler, and "
+        "`optimizer.backward(loss)` / `optimizer.step()` / `clip_master_grads` by scaler calls at each use. "
+        "A type test would become false for every object, and a returned wrapper's uses are in code this "
+        "file does not show, so the rewrite could not reach them."
+    ),
+    by_hand=(
+        "Migrate the callers together with the factory (one project run over the tree), or drop the wrapper: "
+        "build a GradScaler where the optimizer is built and pass it with it."
+    ),
 )
 STATIC = define(
     "AMP467",

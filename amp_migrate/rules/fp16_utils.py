@@ -96,6 +96,18 @@ FP16_OPTIMIZER = define(
     "optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)",
     falls_back=True,
     refusal="an FP16_Optimizer use not provably the native recipe",
+    fallback_title="`apex.fp16_utils` helpers with no native form here",
+    shape=(
+        "`FP16_Optimizer`, `FP16_Module`, `fp32_to_fp16` or `fp16_to_fp32` of `apex.fp16_utils` outside an "
+        "`FP16_Optimizer` flow that the native recipe covers (where the flow itself is refused, AMP466 is "
+        "reported instead)."
+    ),
+    by_hand=(
+        "Rewrite the recipe together: keep the model in fp32, run the forward under `torch.autocast`, "
+        "replace the wrapper by the bare optimizer and a `torch.amp.GradScaler` "
+        "(`scaler.scale(loss).backward()`, `scaler.step(optimizer)`, `scaler.update()`), and convert the "
+        "checkpoints."
+    ),
 )
 MODEL_CONVERSION = define(
     "AMP461",
@@ -112,6 +124,17 @@ MODEL_CONVERSION = define(
     after="from amp_shim.fp16_utils import network_to_half\nmodel = network_to_half(model)",
     falls_back=True,
     refusal="an fp16 model conversion with no provable native form",
+    fallback_title="`apex.fp16_utils` helpers with no native form here",
+    shape=(
+        "`network_to_half(model)`, `FP16Model(model)`, `tofp16()`, `BN_convert_float(model)`, "
+        "`convert_module` or `convert_network` making a pure-fp16 model, outside an `FP16_Optimizer` flow "
+        "the native recipe covers."
+    ),
+    by_hand=(
+        "Drop the conversion and keep the model in fp32 under `torch.autocast` with a "
+        "`torch.amp.GradScaler`; strip the `1.`/`network.` prefixes a wrapper added to old checkpoints' "
+        "keys."
+    ),
 )
 MASTER_PARAMS = define(
     "AMP462",
@@ -129,6 +152,16 @@ MASTER_PARAMS = define(
     "model_params, master_params = prep_param_lists(model)",
     falls_back=True,
     refusal="manual master weights with no provable native form",
+    fallback_title="`apex.fp16_utils` helpers with no native form here",
+    shape=(
+        "`model_params, master_params = prep_param_lists(model)`, then "
+        "`model_grads_to_master_grads(model_params, master_params)` and "
+        "`master_params_to_model_params(model_params, master_params)` around a step the file scales by hand."
+    ),
+    by_hand=(
+        "Keep the model in fp32 and step its own parameters: delete the master copies, run the forward under "
+        "`torch.autocast`, and scale with a `torch.amp.GradScaler` instead of the file's loss scale."
+    ),
 )
 LEGACY_SCALER = define(
     "AMP463",
@@ -144,6 +177,16 @@ LEGACY_SCALER = define(
     after="from amp_shim.fp16_utils import DynamicLossScaler\nscaler = DynamicLossScaler()",
     falls_back=True,
     refusal="legacy loss scalers with no provable native form",
+    fallback_title="`apex.fp16_utils` helpers with no native form here",
+    shape=(
+        "`LossScaler(scale)` or `DynamicLossScaler()` whose `loss_scale`, `has_overflow` and `update_scale` "
+        "the training loop calls itself, skipping the step on an overflow."
+    ),
+    by_hand=(
+        "Replace the scaler and the loop's skip logic by a `torch.amp.GradScaler` (`init_scale=2.**32, "
+        "growth_interval=1000` come closest to `DynamicLossScaler`'s start and growth; it has no floor of 1) "
+        "and let `scaler.step` skip."
+    ),
 )
 STAR_IMPORT_NEEDED = define(
     "AMP464",
@@ -164,6 +207,16 @@ STAR_IMPORT_NEEDED = define(
     variants=(
         "still needed for",
         "sits inside a",
+    ),
+    fallback_title="`apex.fp16_utils` helpers with no native form here",
+    shape=(
+        "`from apex.fp16_utils import *` (Apex's ImageNet example) in a file that still uses a name it "
+        "provides with no native form (`network_to_half`, `FP16_Optimizer`), uses one other than by a call, "
+        "or takes a name such as `torch` from it; or the star import inside a `try:` or `if` block."
+    ),
+    by_hand=(
+        "Import the names the file uses explicitly (`import torch`, `from apex.fp16_utils import "
+        "to_python_float`), or migrate the uses the message names by hand, then re-run."
     ),
 )
 

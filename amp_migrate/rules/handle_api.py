@@ -47,6 +47,16 @@ WRAP_ARGS = define(
     "a literal N, assigned to a name; other shapes keep Apex's semantics through the shim.",
     falls_back=True,
     refusal="wrap_optimizer arguments with no provable mapping",
+    fallback_title="`wrap_optimizer` with arguments that cannot be mapped",
+    shape=(
+        "The 2018 handle API's `amp_handle.wrap_optimizer(optimizer, num_loss=n_losses)` with a run-time "
+        "`num_loss`, other arguments, or a result that is not assigned to a name."
+    ),
+    by_hand=(
+        "Pass `num_loss` as a literal and assign the result to a name (`optimizer = "
+        "amp_handle.wrap_optimizer(optimizer, num_loss=2)`), then re-run; or drop the wrapper and scale "
+        "every loss with one `torch.amp.GradScaler`."
+    ),
 )
 
 

@@ -88,6 +88,19 @@ UNSUPPORTED = define(
         "no native rule",
         "can prove right",
     ),
+    fallback_title="an Apex use with no native rule",
+    shape=(
+        "A module kept for its Apex import although nothing in it has a native form amp-migrate can prove: a "
+        "framework's context object that forwards `amp.initialize` options from its users (`**kwargs`), a "
+        "test fixture that imports `apex` for the framework's own amp switch, `apex.reparameterization`, "
+        "`apex.contrib` kernels."
+    ),
+    fallback_why=(
+        "A native rewrite needs both ends of each Apex use; these files are one end of an API whose other "
+        "end (the framework's users, the contrib kernel) the tree does not show, or Apex code with no torch "
+        "equivalent."
+    ),
+    by_hand="Use the framework's native AMP switch where it has one; keep the shim for the rest.",
 )
 
 SHIM_NAME_MISSING = define(

@@ -54,6 +54,28 @@ CALLER_LOSS_UNPROVEN = define(
         "not computed before the call in the caller",
         "the loss given to",
     ),
+    fallback_title="a helper that scales the loss it is given, with callers that cannot be followed",
+    shape=(
+        "A helper such as `def optimizer_step(loss, optimizer, model, args, is_update=True)` holds the "
+        "`scale_loss` (and the step under `if is_update:`), and the loop calls it right after its forward. "
+        "That is native where every use of the function in the file is a direct call passing, as the loss, "
+        "an expression of locals the caller assigned before the call (autocast then goes around each "
+        "caller's forward, AMP207). It falls back where a call passes a loss the caller was given itself (a "
+        "parameter: the forward is further up), an attribute, a call (`step(criterion(model(x), y), opt)`: "
+        "the forward would run after the region), the parameter's default, or `*args`/`**kwargs`, or where "
+        "the caller cannot reach the scaler autocast reads."
+    ),
+    fallback_why=(
+        "Apex O1 cast every forward from `initialize` on, wherever it ran. Natively each forward whose loss "
+        "the function scales must be inside `torch.autocast`; a caller the file does not show, or a forward "
+        "that runs inside the call's own arguments, would train in fp32 while its loss is scaled and stepped "
+        "as if mixed precision had made it."
+    ),
+    by_hand=(
+        "Compute the loss in a local right before the call (`loss = criterion(model(x), y)`, then "
+        "`step(loss, opt)`), and call the function directly; or wrap the forward in each caller yourself and "
+        "replace the `scale_loss` by `scaler.scale(loss).backward()`."
+    ),
 )
 CALLED_OTHERWISE = define(
     "AMP206",
@@ -81,6 +103,26 @@ CALLED_OTHERWISE = define(
         "is called",
         "is not called in this file",
         "is also named in",
+    ),
+    fallback_title="a helper that scales the loss it is given, with callers that cannot be followed",
+    shape=(
+        "A helper such as `def optimizer_step(loss, optimizer, ...)` holds the `scale_loss`; that is native "
+        "where every use of the function in the file is a direct call passing a loss its caller computed "
+        "before the call (AMP207). It falls back where the function is handed on as a value "
+        "(`Trainer(backward_fn=step)`, `functools.partial`), called from a lambda or a comprehension, "
+        "decorated, defined twice, or never called in the file (its callers are in other modules; a method's "
+        "loss parameter is AMP202)."
+    ),
+    fallback_why=(
+        "Apex O1 cast every forward from `initialize` on, wherever it ran. Natively each forward whose loss "
+        "the function scales must be inside `torch.autocast`; a caller the file does not show, or a forward "
+        "that runs inside the call's own arguments, would train in fp32 while its loss is scaled and stepped "
+        "as if mixed precision had made it."
+    ),
+    by_hand=(
+        "Compute the loss in a local right before the call (`loss = criterion(model(x), y)`, then "
+        "`step(loss, opt)`), and call the function directly; or wrap the forward in each caller yourself and "
+        "replace the `scale_loss` by `scaler.scale(loss).backward()`."
     ),
 )
 CALLERS_CAST = define(

@@ -77,6 +77,28 @@ UNPROVEN = define(
         "no single `unscale_`",
         "takes one optimizer",
     ),
+    fallback_title="`master_params` where the step does not follow",
+    shape=(
+        "The pre-2020 Hugging Face example loop: `with amp.scale_loss(...)`, then "
+        "`clip_grad_norm_(amp.master_params(optimizer), max_norm)` on every micro-batch, while "
+        "`optimizer.step()` runs under `if (step + 1) % accumulation == 0:`; `master_params` of an optimizer "
+        "whose step goes through a wrapper object (`optimizer_g._optim`) the file never steps directly; a "
+        "utility `def master_params(optimizer): yield from apex.amp.master_params(optimizer)` whose callers "
+        "(clipping, in another module) the file does not show."
+    ),
+    fallback_why=(
+        "Apex unscaled at every `scale_loss` exit, so each micro-batch clipped the accumulated, unscaled "
+        "gradients. Natively gradients stay scaled until `scaler.unscale_`, which may run once per step: "
+        "unscaling on every micro-batch raises, and unscaling only before the step clips once per window "
+        "instead of once per micro-batch, which changes the update whenever accumulation is above 1. A step "
+        "through a wrapper cannot be matched with its unscale."
+    ),
+    by_hand=(
+        "Move the clipping under the step's condition, right before the step (the fix Hugging Face made; the "
+        "same training when accumulation is 1), then re-run; or step the inner optimizer where the file can "
+        "see it; a utility yields the optimizer's own parameters natively, and each caller calls "
+        "`scaler.unscale_(optimizer)` before reading gradients."
+    ),
 )
 
 

@@ -89,6 +89,28 @@ HANDED_ON = define(
     after="from amp_shim import amp  # the file uses the shim",
     falls_back=True,
     refusal="Apex's module is handed on where its uses cannot all be seen",
+    fallback_title="Apex's module handed on where its uses cannot all be seen",
+    shape=(
+        "`from apex import amp` inside a function whose value then leaves what the file shows: stored on an "
+        "options object (`args.amp = amp`, read back as `args.amp.scale_loss` in a trainer), returned by a "
+        "provider (`def get_amp(fp16): ... return amp`), passed to a function of another module (`fit(model, "
+        "optimizer, amp)`), imported under `try:` or in a loop, or used as anything besides "
+        "`scale_loss`/`master_params`/`state_dict`/`load_state_dict`, a truth test or an argument to a "
+        "function of the same file."
+    ),
+    fallback_why=(
+        "Where every use is visible the value becomes the GradScaler (AMP156: `train(model, optimizer, amp)` "
+        "→ `train(model, optimizer, scaler)`, `if amp:` → `if scaler.is_enabled():`; across modules, AMP157: "
+        "a helper's `load_checkpoint(..., amp=None)` whose every caller in the tree passes the value). A "
+        "value stored, returned or passed out of the file may reach code that calls Apex's other functions "
+        "or tests it in ways no scaler answers alike, and a caller the file cannot see would keep passing "
+        "the module."
+    ),
+    by_hand=(
+        "Pass the scaler instead of the module (`scaler = torch.amp.GradScaler(enabled=use_amp)`, "
+        "`args.scaler = scaler`, `with torch.autocast(...)`, `scaler.scale(loss).backward()`, "
+        "`scaler.step(optimizer)`, `scaler.update()`)."
+    ),
 )
 NOW_SCALER = define(
     "AMP156",

@@ -69,6 +69,15 @@ NORM_ARGUMENT = define(
     after="from amp_shim.normalization import FusedLayerNorm  # import rewritten only",
     falls_back=True,
     refusal="a norm argument that cannot be checked",
+    fallback_title="Apex's fused norms that cannot be mapped",
+    shape=(
+        "`FusedLayerNorm(*args)`, `FusedRMSNorm(hidden, **norm_kwargs)`, or an argument the Apex constructor "
+        "does not have."
+    ),
+    by_hand=(
+        "Spell the arguments out (`FusedLayerNorm(hidden, eps=1e-5)`), then re-run; or write the "
+        "`torch.nn.LayerNorm(normalized_shape, eps, elementwise_affine)` call yourself."
+    ),
 )
 MIXED_NORM = define(
     "AMP542",
@@ -83,6 +92,12 @@ MIXED_NORM = define(
     after="from amp_shim.normalization import MixedFusedLayerNorm  # import rewritten only",
     falls_back=True,
     refusal="the output dtype differs from torch's norms",
+    fallback_title="Apex's fused norms that cannot be mapped",
+    shape="`MixedFusedLayerNorm(hidden)` or `MixedFusedRMSNorm(hidden)` (Megatron-style models).",
+    by_hand=(
+        "Use `torch.nn.LayerNorm` or `torch.nn.RMSNorm` and cast the output where the parameters' dtype "
+        "matters (`norm(x).to(norm.weight.dtype)`), or keep the shim."
+    ),
 )
 NORM_CLASS_CHECK = define(
     "AMP543",
@@ -98,6 +113,15 @@ NORM_CLASS_CHECK = define(
     after="from amp_shim.normalization import FusedLayerNorm  # import rewritten only",
     falls_back=True,
     refusal="the torch class would also match other objects",
+    fallback_title="Apex's fused norms that cannot be mapped",
+    shape=(
+        "`isinstance(module, FusedLayerNorm)` (in weight-decay groups or initialization), a subclass of an "
+        "Apex norm, or a bare `FusedRMSNorm` passed as a class."
+    ),
+    by_hand=(
+        "Test for the torch class once nothing builds Apex's (`isinstance(module, torch.nn.LayerNorm)`), "
+        "subclass the torch class, or pass `functools.partial(torch.nn.RMSNorm, eps=1e-5)`."
+    ),
 )
 
 

@@ -63,6 +63,22 @@ NO_STEP = define(
     "through the shim.",
     falls_back=True,
     refusal="the scaled optimizer is never stepped here",
+    fallback_title="the step is not in this file",
+    shape=(
+        "`scale_loss` (and often `master_params`) in a file whose optimizer steps through an object the file "
+        "does not step directly (`optimizer_g._optim` stepped by a wrapper class in another module), or a "
+        "framework plugin whose loop and `optimizer.step()` live in the framework."
+    ),
+    fallback_why=(
+        "Natively the step must become `scaler.step(optimizer)` followed by `scaler.update()`, which is "
+        "where a GradScaler skips an overflowing step and adjusts its scale; Apex did both inside "
+        "`scale_loss`'s exit and its patched `step`. With no step to rewrite, the native code would apply "
+        "still-scaled gradients and never back off the scale."
+    ),
+    by_hand=(
+        "Replace the wrapper's `optimizer.step()` with `scaler.step(optimizer); scaler.update()` and pass "
+        "the scaler to it, or migrate the file that steps along with this one."
+    ),
 )
 CLOSURE = define(
     "AMP211",
@@ -73,6 +89,15 @@ CLOSURE = define(
     "scale would corrupt); Apex refused them under O2 as well. The file uses the shim.",
     falls_back=True,
     refusal="GradScaler cannot step with a closure",
+    fallback_title="`optimizer.step(closure)`",
+    shape=(
+        "`optimizer.step(closure)` of an optimizer whose loss Apex scaled (LBFGS and other closure "
+        "optimizers)."
+    ),
+    by_hand=(
+        "Train that optimizer in fp32 (no scaler: `GradScaler(enabled=False)` steps it as it is), or keep "
+        "the shim."
+    ),
 )
 
 FINITE_GUARD = define(
@@ -90,6 +115,15 @@ FINITE_GUARD = define(
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="Apex's armed skip has no GradScaler counterpart",
+    fallback_title="a step decided by a finiteness test",
+    shape=(
+        "`if torch.isfinite(grad_norm): optimizer.step()` (or `isnan`/`isinf` of the loss or a gradient "
+        "norm) after a scaled backward."
+    ),
+    by_hand=(
+        "Drop the test and let `scaler.step(optimizer)` skip steps with inf/NaN gradients (it checks them "
+        "itself), with `scaler.update()` after it on every iteration."
+    ),
 )
 EXIT_IN_GROUP = define(
     "AMP213",
@@ -101,6 +135,16 @@ EXIT_IN_GROUP = define(
     "`scaler.step` would raise; the file uses the shim.",
     falls_back=True,
     refusal="an exit between the steps one backward feeds",
+    fallback_title="an early exit between the steps one backward feeds",
+    shape=(
+        "`generator_opt.step()`, then `if skip: continue`, then `critic_opt.step()` after one scaled "
+        "backward: a `continue`, `break`, `return` or `raise` between optimizer steps that one backward "
+        "feeds."
+    ),
+    by_hand=(
+        "Move the exit before the first step or after the last, so that the steps, and the `scaler.update()` "
+        "after them, run together."
+    ),
 )
 
 STEPS_APART = define(
@@ -118,6 +162,15 @@ STEPS_APART = define(
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="one backward's optimizers stepped in different blocks",
+    fallback_title="the steps one backward feeds in different blocks",
+    shape=(
+        "One scaled backward feeding two optimizers, `opt_a.step()` always and `opt_b.step()` under `if step "
+        "% k == 0:` (or in another branch)."
+    ),
+    by_hand=(
+        "Step the optimizers that one backward feeds in one block, under one condition, so that one "
+        "`scaler.update()` follows the last of them; then re-run."
+    ),
 )
 
 UPDATED_PER_STEP = define(

@@ -97,6 +97,10 @@ NO_TORCH_OPTIMIZER = define(
     after="from amp_shim.optimizers import FusedLAMB\nopt = FusedLAMB(model.parameters(), lr=1e-3)",
     falls_back=True,
     refusal="no torch.optim equivalent",
+    fallback_title="Apex optimizers",
+    shape="`FusedLAMB` (also `FusedNovoGrad`, `FusedMixedPrecisionLamb`).",
+    fallback_why="torch.optim has no LAMB; any torch optimizer trains differently.",
+    by_hand="Keep the shim's LAMB, or choose and retune a torch optimizer.",
 )
 OPTIMIZER_ARGUMENT = define(
     "AMP503",
@@ -113,6 +117,13 @@ OPTIMIZER_ARGUMENT = define(
     after="from amp_shim.optimizers import FusedAdam  # import rewritten, call unchanged",
     falls_back=True,
     refusal="an optimizer argument with no equal torch form",
+    fallback_title="Apex optimizers",
+    shape="`FusedAdam(..., max_grad_norm=1.0)`.",
+    fallback_why=(
+        "`max_grad_norm` belongs to the pre-2019 FusedAdam, which clipped inside `step`; Apex's last "
+        "FusedAdam rejects it, and no torch Adam clips."
+    ),
+    by_hand="Drop it and clip with `clip_grad_norm_` before the step (after `scaler.unscale_`).",
 )
 OPTIMIZER_REFERENCE = define(
     "AMP504",
@@ -127,6 +138,20 @@ OPTIMIZER_REFERENCE = define(
     after="from amp_shim.optimizers import FusedAdam, FusedSGD  # imports rewritten only",
     falls_back=True,
     refusal="a bare class cannot carry fused=True and torch's defaults",
+    fallback_title="Apex optimizers",
+    shape=(
+        "`AVAILABLE_OPTIMIZERS['fused_adam'] = FusedAdam` (an optimizer registry looked up by name and "
+        "called with configuration kwargs), `isinstance(opt, FusedAdam)`."
+    ),
+    fallback_why=(
+        "The torch form is a call (`torch.optim.AdamW(..., weight_decay=<explicit>, fused=True)`); a bare "
+        "class cannot carry `fused=True` or Apex's `weight_decay=0` default (AdamW's is 1e-2), and the "
+        "registry's callers pass arguments this file does not show."
+    ),
+    by_hand=(
+        "Register a `functools.partial(torch.optim.AdamW, weight_decay=0.0, fused=True)` and check the "
+        "keyword arguments your configs pass."
+    ),
 )
 
 

@@ -112,6 +112,17 @@ DDP_ARGUMENT = define(
     after="from amp_shim.parallel import DistributedDataParallel as DDP  # import rewritten only",
     falls_back=True,
     refusal="the option changes the reduced gradients",
+    fallback_title="`apex.parallel`",
+    shape=(
+        "`DistributedDataParallel(model, **ddp_kwargs)`; `allreduce_always_fp32=True`; "
+        "`gradient_average=False`."
+    ),
+    fallback_why=(
+        "Keyword arguments the file does not show cannot be checked; the others change the reduced gradients "
+        "(torch needs a comm hook for each). A literal `gradient_predivide_factor` is native (AMP530) unless "
+        "it is no positive number."
+    ),
+    by_hand="Spell the arguments out, or register a comm hook.",
 )
 DDP_METHOD = define(
     "AMP523",
@@ -126,6 +137,15 @@ DDP_METHOD = define(
     after="with model.no_sync():\n    loss.backward()",
     falls_back=True,
     refusal="an attribute only Apex's DDP has",
+    fallback_title="an attribute only Apex's DDP has",
+    shape=(
+        "`model.disable_allreduce()` during gradient accumulation and `model.enable_allreduce()` before the "
+        "last micro-batch; `allreduce_buffers`; Apex's bucket internals."
+    ),
+    by_hand=(
+        "Run the accumulation steps under `with model.no_sync():` on torch's `DistributedDataParallel`, and "
+        "the last micro-batch outside it; drop the other attributes."
+    ),
 )
 PREDIVIDE_DROPPED = define(
     "AMP530",
@@ -182,6 +202,15 @@ SYNCBN_ARGUMENT = define(
     after="from amp_shim.parallel import convert_syncbn_model  # import rewritten only",
     falls_back=True,
     refusal="a SyncBatchNorm argument with no torch equivalent",
+    fallback_title="a SyncBatchNorm argument with no torch equivalent",
+    shape=(
+        "`SyncBatchNorm(c, channel_last=True)`, `fuse_relu=True`, a non-literal value, `**kwargs` or an "
+        "argument torch's class does not have."
+    ),
+    by_hand=(
+        "Use `torch.nn.SyncBatchNorm` on NCHW input and apply the residual add and the ReLU after it "
+        "(`torch.relu(bn(x) + z)`), or keep the shim's fused kernels."
+    ),
 )
 NO_TORCH_PARALLEL = define(
     "AMP525",
@@ -202,6 +231,16 @@ NO_TORCH_PARALLEL = define(
         "has no torch equivalent",
         "side effects",
     ),
+    fallback_title="`apex.parallel`",
+    shape=(
+        "`apex.parallel.Reducer`, `LARC`; `create_syncbn_process_group` with a size whose expression has "
+        "side effects."
+    ),
+    fallback_why=(
+        "No one-line torch form (Reducer, LARC); the native group size is read twice (`new_subgroups(n)[0] "
+        "if n else None`)."
+    ),
+    by_hand="`dist.all_reduce` loops or DDP for Reducer; vendor LARC; read the size into a local.",
 )
 PARALLEL_REFERENCE = define(
     "AMP526",
@@ -223,6 +262,17 @@ PARALLEL_REFERENCE = define(
         "would match objects this file never made",
         "called later with arguments",
     ),
+    fallback_title="`apex.parallel`",
+    shape=(
+        "`parallel_wrappers + (apex_DDP,)` (a tuple of wrapper types for `isinstance`), a bare DDP class "
+        "stored for later calls."
+    ),
+    fallback_why=(
+        "In a library, models wrapped by the real Apex DDP in user code still reach the check; replacing the "
+        "class would make it miss them, and a stored DDP class is called with Apex's arguments the file does "
+        "not show. (A stored `convert_syncbn_model` is native: AMP532.)"
+    ),
+    by_hand="In your own code, where nothing wraps with Apex any more, delete the Apex entry.",
 )
 SYNCBN_CPU = define(
     "AMP527",
@@ -235,6 +285,12 @@ SYNCBN_CPU = define(
     after="from amp_shim.parallel import convert_syncbn_model  # import rewritten only",
     falls_back=True,
     refusal="torch's SyncBatchNorm cannot train on CPU",
+    fallback_title="SyncBatchNorm trained on CPU",
+    shape="`apex.parallel.SyncBatchNorm` or `convert_syncbn_model` in a file migrated with `--device cpu`.",
+    by_hand=(
+        "Migrate for an accelerator (`--device cuda`), or keep plain `torch.nn.BatchNorm2d` for CPU runs; "
+        "the shim's SyncBatchNorm runs on CPU over gloo."
+    ),
 )
 SYNCBN_REFERENCE = define(
     "AMP528",

@@ -64,6 +64,27 @@ INFERENCE_OUT_OF_REACH = define(
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="a model prepared for inference escapes every region autocast could cover",
+    fallback_title="a model prepared for inference that escapes the region autocast could cover",
+    shape=(
+        "A retriever's `_prepare_model(self, encoder, ...)` that runs `encoder, _ = amp.initialize(encoder, "
+        "None, opt_level=self.use_amp)` and `return encoder`; the encoder's forward runs later, in other "
+        "methods (embedding queries and passages)."
+    ),
+    fallback_why=(
+        "An `initialize` given no optimizer (none, `None`, `[]`) goes native as the statements after it "
+        "under `torch.autocast(..., enabled=<amp on>)` (AMP151 for O2/O3): autocast is dynamically scoped, "
+        "so every forward those statements run is covered. Apex's O1 casts stayed on for the rest of the "
+        "process, and O2/O3 cast the model object itself; a model that is returned, stored in an attribute, "
+        "kept by a container or read after the region (at O1: any code running after the function returns) "
+        "would run uncast natively. The region is proven only where the block ends the script (each "
+        "enclosing `if`/`with` the last statement, the function called only as the script's last statement) "
+        "or, at O2/O3, where the models stay in local names read only inside it."
+    ),
+    by_hand=(
+        "Drop the `initialize` and put each forward of the returned model under `with "
+        'torch.autocast("cuda", dtype=torch.float16, enabled=<your flag>):` where it runs (or cast the '
+        "model with `.half()` if you want Apex's O2/O3 fp16 weights for inference)."
+    ),
 )
 INFERENCE_DTYPE = define(
     "AMP151",

@@ -62,6 +62,23 @@ OPTION_NOT_LITERAL = define(
         "one of several per-loss scalers",
         "cannot follow",
     ),
+    fallback_title="an `initialize` option that cannot be followed",
+    shape=(
+        "`opt_level=get_optim_level()` where the level lives in a module-level dict a setter fills at run "
+        "time (a mixed-precision wrapper module)."
+    ),
+    fallback_why=(
+        "Native code must decide where it is built whether autocast and the scaler are on and which "
+        "GradScaler arguments apply, and it reads the option twice (the scaler's `enabled=` and autocast's). "
+        "A call of a user function may do anything; the codemod reads option expressions only when they are "
+        "free of calls other than unshadowed builtins. (Run-time levels and scales themselves are native: "
+        "`opt_level=args.opt_level, loss_scale=args.loss_scale` becomes expressions right for every value, "
+        "None meaning the level's default.)"
+    ),
+    by_hand=(
+        "Read the option into a local first (`level = get_optim_level()`) and pass the local, or pin the "
+        'options your runs use (`opt_level="O1"`), then re-run.'
+    ),
 )
 O2_O3 = define(
     "AMP110",
@@ -205,6 +222,15 @@ USER_AUTOCAST = define(
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="the file's own autocast would switch native autocast off on the Apex path",
+    fallback_title="the file's own autocast inside the Apex forward",
+    shape=(
+        "A trainer with an Apex path and a torch path chosen by a flag, whose forward runs under `with "
+        'autocast(enabled=self.amp_type == "torch"):` for both.'
+    ),
+    by_hand=(
+        'Use one autocast for both paths (`enabled=self.amp_type in ("apex", "torch")`) and one '
+        "GradScaler; then the Apex path is the torch path."
+    ),
 )
 
 

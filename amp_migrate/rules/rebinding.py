@@ -78,6 +78,25 @@ NAME_REBOUND = define(
     "model, opt = amp.initialize(model, opt)",
     falls_back=True,
     refusal="the name may hold Apex's object or another one at run time",
+    fallback_title="a name that is Apex's object or another one",
+    shape=(
+        "`try: from apex.normalization import FusedLayerNorm as LayerNorm; LayerNorm(8)` (a probe) `except "
+        "Exception: LayerNorm = MyLayerNorm`: the other binding is a class of the project's own (or a read "
+        "passes an argument only one of the two classes takes, such as `memory_efficient=True`)."
+    ),
+    fallback_why=(
+        "Which class a read of `LayerNorm` gets is decided at run time by the probe. The codemod rewrites a "
+        "read only where every binding that reaches it means one object after migration. `from torch.nn "
+        "import LayerNorm` as the other binding is such a case (AMP022, and `RMSNorm` in calls that pass "
+        "`eps`): the native rewrite of `FusedLayerNorm` is `torch.nn.LayerNorm`, so calls with the arguments "
+        "both take (`normalized_shape, eps, elementwise_affine`) and the class passed as a value are "
+        "migrated. A class of the project's own computes something else, and `memory_efficient` is accepted "
+        "by one branch and a `TypeError` in the other, so those reads keep both paths."
+    ),
+    by_hand=(
+        "Decide which class the model uses and bind the name once (`from torch.nn import LayerNorm`, or "
+        "`LayerNorm = MyLayerNorm`)."
+    ),
 )
 
 

@@ -106,6 +106,17 @@ UNSUPPORTED_BLOCK = define(
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="a scale_loss shape with no native equivalent",
+    fallback_title="a `scale_loss` block with no native form",
+    shape=(
+        "`with amp.scale_loss(loss, optimizer):` with no `as` name, `with amp.scale_loss(loss, opt) as s, "
+        "other():` (several context managers), `delay_overflow_check=True`, or the arguments given as "
+        "`*args`/`**kwargs`."
+    ),
+    by_hand=(
+        "Write it as `with amp.scale_loss(loss, optimizer) as scaled_loss: scaled_loss.backward()`, alone in "
+        "its `with` and with plain arguments, then re-run; drop `delay_overflow_check` (`scaler.step` checks "
+        "the gradients for inf/NaN itself)."
+    ),
 )
 LOSS_NOT_HERE = define(
     "AMP202",
@@ -121,6 +132,25 @@ LOSS_NOT_HERE = define(
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="the forward that made the loss is not in this function",
+    fallback_title="the loss is computed outside the function that scales it",
+    shape=(
+        "A trainer plugin whose `backward(self, loss)` replaces the framework trainer's backward "
+        "(`self.trainer.backward = self.backward`); a loss kept on an attribute. (A module-level helper "
+        "`optimizer_step(loss, optimizer, ...)` whose callers in the file each pass a loss they computed "
+        "right before the call is native: autocast goes around each caller's forward, AMP207; where that "
+        "cannot be shown, AMP205, AMP206.)"
+    ),
+    fallback_why=(
+        "Apex O1 patched torch functions globally from `initialize` on, so the forward ran in mixed "
+        "precision wherever it was. Native autocast is a region: it must surround the forward, which is in "
+        "another function (for a plugin, in the framework's trainer loop, which the plugin's hooks do not "
+        "wrap). Putting only the `scale_loss` under autocast would train in fp32."
+    ),
+    by_hand=(
+        "Wrap the forward where it runs (`with torch.autocast(...): loss = model(x)` in the caller) and "
+        "replace the helper's `scale_loss` by `scaler.scale(loss).backward()`; for a framework plugin, use "
+        "the framework's native AMP switch."
+    ),
 )
 LOSS_ONLY_REGION = define(
     "AMP203",
@@ -153,6 +183,29 @@ UNSCALED_BRANCH = define(
     falls_back=True,
     refusal="an unscaled backward under another condition than the scaler's",
     variants=("while the GradScaler is enabled",),
+    fallback_title="an unscaled backward under another condition than the scaler's",
+    shape=(
+        "`if self.use_amp: with amp.scale_loss(loss, opt) as s: s.backward()` / `else: loss.backward()` in a "
+        "trainer (or branches that also clip, each its own parameters, or the plain backward first, `if C: "
+        "loss.backward() else: <scaled>`, where `C` must be `not` the switch), while the `initialize` (and "
+        "so the scaler's `enabled=`) is decided by another flag (`if args.apex: ...` in the optimizer "
+        "factory), or by options the trainer's module may see changed (rebound after the builder's call, "
+        "stored into, the builder also called from a module that loads the trainer); or an import flag that "
+        "something other than its `try:` sets."
+    ),
+    fallback_why=(
+        "The two branches collapse to `scaler.scale(loss).backward()` only where the `if` is provably the "
+        "switch the scaler is built with (a disabled scaler's `scale` is the loss itself). Otherwise the "
+        "`else` branch may run while the scaler is enabled: `scaler.step` would then unscale gradients that "
+        "were never scaled, where Apex applied them as they were. Proven natively: each `and`-ed part of the "
+        "test is a part of the scaler's `enabled=` read with the same value (in this function, passed down "
+        "as a parameter, a `self.use_amp` set once from the switch in the method that builds the scaler, "
+        "before `initialize`, or, for a scaler another module builds, the `if` test around that module's "
+        "`initialize` in a function this module calls once with the same options, project/share.py), or a "
+        "flag that one module-level `try:` sets True beside Apex's imports and nothing else stores (`apex = "
+        "True`: no Apex import is left to fail)."
+    ),
+    by_hand="Build the scaler with `enabled=<the same flag>` the trainer tests, then re-run.",
 )
 
 INSTANCE_FLAG = define(
@@ -180,6 +233,32 @@ INSTANCE_FLAG = define(
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="a class's own amp switch not tied to another module's scaler",
+    fallback_title="a Trainer's own amp switch beside another module's scaler",
+    shape=(
+        "A Trainer module keeps the switch it was constructed with (`self.use_amp = use_amp` in `__init__`) "
+        "and tests it around the scaled backward (`if self.use_amp: <scale_loss> else: loss.backward()`, and "
+        "the same around clipping `amp.master_params`), while an optimizer factory in another module calls "
+        "`initialize` under its own parameter of the same name (`if use_amp and optimizer: if AMP_AVAILABLE: "
+        "...`). The code that passes one value to both (`initialize_optimizer(..., use_amp=x)`, "
+        "`Trainer(..., use_amp=x)`) is the user's own script, outside the package."
+    ),
+    fallback_why=(
+        "Natively the Trainer's steps go through the factory's GradScaler. Where `self.use_amp` is false "
+        "while that scaler is enabled, the plain `loss.backward()` leaves unscaled gradients that "
+        "`scaler.step` would divide by the scale (Apex applied them as they were). The two switches agree "
+        "only through their caller. What a careful person needs to see before collapsing the branches: that "
+        "caller in the tree, one function calling the factory once and constructing the class once, passing "
+        "the same unchanged value to both; no other construction of the class and no other call of the "
+        "factory in a process that loads it; no store into the Trainer's attribute after `__init__` (and no "
+        "subclass that passes another value to `super().__init__`). amp-migrate does not follow that value "
+        "across modules and through a constructor, so the group uses the shim; the message names the store "
+        "that sets the attribute (`set at line 204, from __init__'s parameter use_amp`)."
+    ),
+    by_hand=(
+        "Drop the Trainer's own switch around the scaled backward: scale unconditionally "
+        "(`scaler.scale(loss).backward()`; a disabled scaler's `scale` is the loss itself) with the "
+        "factory's scaler, and clip after `scaler.unscale_(optimizer)`."
+    ),
 )
 
 UNFOLLOWED_OPTIMIZER = define(
@@ -199,6 +278,15 @@ UNFOLLOWED_OPTIMIZER = define(
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="the optimizer whose steps must become scaler.step cannot be told apart",
+    fallback_title="the optimizers given to `scale_loss` cannot be followed",
+    shape=(
+        "`with amp.scale_loss(loss, optimizers[idx]) as s: s.backward()` and `optimizers[idx].step()` (an "
+        "item of a list, a call's result)."
+    ),
+    by_hand=(
+        "Bind the optimizer to a name once per iteration (`optimizer = optimizers[idx]`) and use that name "
+        "in `scale_loss` and for the step, then re-run."
+    ),
 )
 
 

@@ -112,6 +112,16 @@ NOT_NATIVE = define(
         "reads loss scaler",
         "has no GradScaler counterpart",
     ),
+    fallback_title="Apex's scaler state with no GradScaler counterpart",
+    shape=(
+        "`amp._amp_state.loss_scalers[0]._unskipped`, `for k, v in amp.state_dict().items()`, "
+        '`checkpoint["amp"]["loss_scaler0"]`, `amp._amp_state.loss_scalers[i]` with a run-time index, '
+        "Apex's scaler object handed to a logger."
+    ),
+    by_hand=(
+        "Read the scale with `scaler.get_scale()` and save `scaler.state_dict()` whole; drop reads of Apex's "
+        "other fields, and convert old checkpoints' `amp` entries once (`amp-migrate convert-checkpoint`)."
+    ),
 )
 READ_MID_STEP = define(
     "AMP312",
@@ -131,6 +141,12 @@ READ_MID_STEP = define(
     after="# unchanged, imports point at amp_shim",
     falls_back=True,
     refusal="the scale is read before update() would change it",
+    fallback_title="the loss scale read before the step's update",
+    shape=(
+        "`print(amp._amp_state.loss_scalers[0].loss_scale())` right after the backward, or a checkpoint "
+        "saved with `amp.state_dict()` between `scale_loss` and `optimizer.step()`."
+    ),
+    by_hand="Move the read after the optimizer step, then re-run.",
 )
 SCALE_WRITTEN = define(
     "AMP313",
@@ -154,6 +170,22 @@ SCALE_WRITTEN = define(
     variants=(
         "not the statement right after `initialize`",
         "no counterpart",
+    ),
+    fallback_title="Apex's scaler state written",
+    shape=(
+        "`amp._amp_state.loss_scalers[0]._loss_scale = value` anywhere but right after `initialize` (in the "
+        "training loop, per epoch, in another function), or any write of `_unskipped`, `_has_overflow`."
+    ),
+    fallback_why=(
+        "Right after `initialize` the write only chooses the first scale, which is `init_scale` (AMP140, "
+        "native). Elsewhere it resets a scale that has been moving, at a point where GradScaler has no "
+        "public setter with the same timing (`update(new_scale)` only after a step), and the other fields "
+        "have no counterpart. A start value known only at run time (`= args.init_loss_scale`) falls back "
+        "with AMP103: the GradScaler may be built at module level, where that value is not known."
+    ),
+    by_hand=(
+        "Move the write right after `initialize` if a start value is what it means, or pass the value as "
+        "`init_scale=` where you build the GradScaler."
     ),
 )
 

@@ -153,6 +153,47 @@ NO_PLACE = define(
         "cannot be passed on from there",
         "cannot follow",
     ),
+    fallback_title="no single place for the scaler",
+    shape=(
+        "`amp.initialize` inside a loop over several training objectives that also does Apex work per "
+        "element (restores `amp.load_state_dict` per objective) or more than plain assignments; `initialize` "
+        "in an optimizer factory's branch while `scale_loss` runs in a method of the optimizer wrapper class "
+        "the factory's result is stored in, next to a legacy `FP16_Optimizer` branch; `if use_amp: "
+        "initialize(...) else: ...` in an optimizer factory whose trainer lives in another module; a "
+        "framework's `configure_apex_amp(opt_level=..., loss_scale=...)` whose users run the forward "
+        "elsewhere, with options for which Apex cast without scaling (O3, a scale of 1.0) or scaled without "
+        "casting (O0 with a scale)."
+    ),
+    fallback_why=(
+        "Every `initialize` rebuilt Apex's global state: the last call's loss scaler is the one every later "
+        "`scale_loss` uses, and O1's patches stack. Native code needs one GradScaler reachable from each "
+        "`scale_loss` and step, built where the options are known; when its result flows through an object "
+        "built in another function, no single built-once scaler is provably the one each use needs. A loop "
+        "that only initializes each element (plain assignments beside the call, no other Apex call) is "
+        "native: the state it leaves is the last call's fresh scaler, so one GradScaler is built before the "
+        "loop (or before the `if` guarding it), updated after each objective's step; the stacked O1 patches "
+        "cast exactly as one set does (the equivalence case `objectives-initialize-loop-O1` is bit for bit). "
+        "A loop that also does Apex work per element ties that work to one iteration's state. Where autocast "
+        "runs away from the scaler it can only follow `scaler.is_enabled()`, which is wrong for options "
+        "whose casting and scaling differ. Migrated natively: a script (or another owner that imports the "
+        "module it hands the scaler to) whose run-time options may differ so sets that module's "
+        "`amp_enabled` beside its `scaler`, and the module's autocast reads it; an owner whose global the "
+        "other modules read (an optimizer factory) keeps `amp_enabled` as a global beside `scaler`. A scaler "
+        "kept on `self`, whose autocast runs in another method, still falls back (a missed opportunity: the "
+        "switch could be kept on `self` the same way). An `initialize` in `if FLAG: ... else: <warn that "
+        "Apex is missing>`, FLAG set True by the Apex import's `try:`, is native (AMP158: the flag is True "
+        "once no Apex import is left, so the `if` is its body and the `if` around it, if any, is the guard); "
+        "it still falls back here where the `try:` also imports something that may fail, something else "
+        "stores the flag, or the `else` does more than report (`model = model.half()`). A run-time switch "
+        "whose `initialize` sits in a helper (`setup_precision(model, opt, level)`) that the training "
+        "function calls, where nothing in the file calls that training function: the scaler would be a local "
+        "of the helper, and a `scaler` parameter added to the training function could be passed by no "
+        "caller."
+    ),
+    by_hand=(
+        "Move per-element Apex work out of the initializing loop (restore after it), or build one "
+        "`torch.amp.GradScaler` before the loop and call `scaler.update()` after each objective's step."
+    ),
 )
 INIT_COUNT = define(
     "AMP102",
@@ -181,6 +222,29 @@ INIT_COUNT = define(
         "is not called in this file",
         "per-loss scalers (`num_losses`)",
     ),
+    fallback_title="`initialize` and `scale_loss` in modules the tree does not tie together",
+    shape=(
+        "A framework's task module calls `amp.initialize` in `prepare()` and a separate train-step module "
+        "scales the loss (`with amp.scale_loss(loss, task.optimizer)`), while the module that hands the task "
+        "to the step (the framework's runner, a registry, a config-built hook) is not among the files given; "
+        "a runner that initializes and a wrapper called only from outside the tree; a model module whose "
+        "several networks are each initialized in their own `initialize` call and stepped by a trainer that "
+        "is not given."
+    ),
+    fallback_why=(
+        "Apex's loss scaler is one global state per process; a GradScaler is an object that must reach every "
+        "place that scales, steps, checkpoints and reads it. Without the code that connects the module "
+        "building the scaler to the module using it, there is no provable place to thread it (one scaler for "
+        "one process, not one per import), nor proof that the two modules run in one process with one "
+        "`initialize` reaching the other. Building a second scaler in the using module would scale with a "
+        "state the checkpoint code never saves and Apex never kept."
+    ),
+    by_hand=(
+        "Run amp-migrate on the whole project (the module that connects them included): the project pass "
+        "threads one scaler through a module attribute, a `self.` attribute or a new `scaler` parameter "
+        "where it can see the connection. Otherwise pass the GradScaler explicitly from where `initialize` "
+        "was to where `scale_loss` is."
+    ),
 )
 MAIN_ONLY = define(
     "AMP123",
@@ -206,6 +270,15 @@ PER_LOSS_CHECKPOINT = define(
     "invent, so the file uses the shim.",
     falls_back=True,
     refusal="per-loss scalers saved as one checkpoint entry",
+    fallback_title="per-loss scalers saved in one checkpoint entry",
+    shape=(
+        "A GAN with `num_losses=2`, the critic stepped under `loss_id=0` more often than the generator under "
+        "`loss_id=1`, and `amp.state_dict()` saved in its checkpoint."
+    ),
+    by_hand=(
+        'Keep one `torch.amp.GradScaler` per loss and save each under its own key (`{"scaler_d": '
+        'scaler_d.state_dict(), "scaler_g": scaler_g.state_dict()}`), loading them the same way.'
+    ),
 )
 
 FLAG_BRANCH = define(
@@ -253,6 +326,17 @@ SHARE_REFUSED = define(
         "losses are not scaled",
         "runs more than once",
         "per-loss scalers stay apart",
+    ),
+    fallback_title="a scaler that other modules could not share as Apex did",
+    shape=(
+        '`initialize` in one module and `scale_loss` in another, with `opt_level="O0", loss_scale=128` '
+        "(scaling without casting), O3 (casting with a static scale of 1.0), bfloat16, per-loss scalers, or "
+        "`initialize` run more than once in the owner."
+    ),
+    by_hand=(
+        "Where the options cast without scaling or scale without casting, hand the other modules autocast's "
+        "own switch beside the scaler and open their autocast with it; or run one `initialize` with options "
+        "under which Apex cast exactly when it scaled (O1 or O2 with the dynamic scale)."
     ),
 )
 SHARED = define(

@@ -157,7 +157,7 @@ NATIVE_IMPOSSIBLE = define(
     "Native output must train the way the Apex code did. The diagnostics before this one name "
     "each use that blocks it; `--target auto` would migrate the file to the shim instead.",
 )
-# Notebooks (amp_migrate/notebook.py): cells are migrated as one module, IPython lines set aside.
+# Notebooks (amp_migrate/io/notebook.py): cells are migrated as one module, IPython lines set aside.
 MAGIC_USES_MIGRATED_NAME = define(
     "AMP021",
     "ipython-line-uses-migrated-name",

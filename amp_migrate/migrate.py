@@ -22,8 +22,12 @@ import libcst as cst
 from libcst.codemod import CodemodContext
 
 from . import deep_stack
-from .ast_names import module_only_names
-from .binding import apex_import_words, imports_apex
+from .analysis.ast_names import module_only_names
+from .analysis.binding import apex_import_words, imports_apex
+from .analysis.dynamic_apex import CALL_TEXT, dynamic_apex_use, importer_aliases
+from .analysis.prefilter import might_use_apex
+from .analysis.provided import ProvidedPart, migrate_part
+from .analysis.source_index import SourceIndex, walk_ast
 from .diagnostics import (
     INDENTATION_UNREADABLE,
     NATIVE_IMPOSSIBLE,
@@ -32,19 +36,15 @@ from .diagnostics import (
     Code,
     Diagnostic,
 )
-from .dynamic_apex import CALL_TEXT, dynamic_apex_use, importer_aliases
-from .indentation import TabIndents, tab_indents
-from .indentation import message as indentation_message
-from .lines import form_feed_indents
+from .io.indentation import TabIndents, tab_indents
+from .io.indentation import message as indentation_message
+from .io.lines import form_feed_indents
 from .migration_result import MigrationResult
 from .options import Options, Target
-from .prefilter import might_use_apex
-from .provided import ProvidedPart, migrate_part
 from .rules import NATIVE_RULES, SHIM_RULES
 from .rules.base import FileState, Rule
 from .rules.imports import SHIM_ARGUMENT_REJECTED, SHIM_NAME_MISSING
 from .rules.plan import SharedScaler
-from .source_index import SourceIndex, walk_ast
 from .verify import InputDoesNotCompile, VerificationError, shim_names_missing, verify_output
 from .verify import imports_apex as output_imports_apex
 
@@ -250,7 +250,7 @@ def _missing_diagnostic(missing) -> Diagnostic:
 
 
 def _with_part(text: str, target: Target, device: str, dtype: str, project: SharedScaler) -> MigrationResult:
-    """A file with a part in a provider group (amp_migrate/provided.py): the part applied around
+    """A file with a part in a provider group (amp_migrate/analysis/provided.py): the part applied around
     the ordinary migration, with the rest of its project role."""
     part = project.provided
     assert isinstance(part, ProvidedPart)  # SharedScaler.provided holds one (typed `object` there)

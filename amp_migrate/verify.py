@@ -16,8 +16,8 @@ from typing import Optional
 
 import libcst as cst
 
-from .shim_surface import Missing, missing_names
-from .source_index import walk_ast
+from .analysis.shim_surface import Missing, missing_names
+from .analysis.source_index import walk_ast
 
 _BUILTINS = set(dir(builtins)) | {
     "__file__",

@@ -12,8 +12,8 @@ import os
 import sys
 import time
 
-from amp_migrate import migrate, notebook, runner  # noqa: F401 (the codemod, imported up front)
-from amp_migrate.cli import main
+from amp_migrate.cli import runner  # noqa: F401 (the codemod, imported up front)
+from amp_migrate.cli.main import main
 
 _timings: dict = {}
 _process = runner.process

@@ -136,9 +136,9 @@ def timed_files(paths: list[Path], repeats: int = 3) -> list[dict]:
 
     import libcst as cst
 
+    from amp_migrate.cli.runner import GC_THRESHOLDS
+    from amp_migrate.io.source_file import decode
     from amp_migrate.migrate import MigrationError, migrate_source
-    from amp_migrate.runner import GC_THRESHOLDS
-    from amp_migrate.source_file import decode
 
     gc.freeze()  # as the CLI does (runner.Workers) before its first file, for both sides
     gc.set_threshold(*GC_THRESHOLDS)

@@ -81,7 +81,16 @@ def measure() -> dict:
         native = work / "native.py"
         native.write_text(LEGACY)
         subprocess.run(
-            [sys.executable, "-m", "amp_migrate.cli", "--device", "cpu", "--target", "native", str(native)],
+            [
+                sys.executable,
+                "-m",
+                "amp_migrate.cli.main",
+                "--device",
+                "cpu",
+                "--target",
+                "native",
+                str(native),
+            ],
             check=True,
             capture_output=True,
         )

@@ -130,8 +130,8 @@ def layout(corpus: Path, rows: list[dict], folder: Path) -> dict[str, list[tuple
 def _migrate_repo(files: list[tuple[dict, Path]], options) -> tuple[dict, dict, dict]:
     """One repository as `amp-migrate --check REPO` runs it (one worker): its files' results
     alone and after the project pass, and the time of each part."""
+    from amp_migrate.cli.runner import Job, process
     from amp_migrate.project import Tree
-    from amp_migrate.runner import Job, process
 
     times = {"index": 0.0, "files": {}, "settle": 0.0}
     alone, final = {}, {}

@@ -4,7 +4,7 @@
 
 Verification must know what `amp_shim` exports. Either each worker imports `amp_shim` (which
 imports torch) the first time it needs to know, or the codemod reads a table generated from
-the package (`amp_migrate/_shim_surface_table.py`, kept equal to it by a test). This measures,
+the package (`amp_migrate/analysis/_shim_surface_table.py`, kept equal to it by a test). This measures,
 in fresh interpreters that have imported the codemod (which loads the table), the time and
 peak RSS that loading the table once more, or importing all of `amp_shim`, adds (median of
 `--repeat`); and the check itself on the real corpus's shim outputs (parse included) beside
@@ -38,7 +38,7 @@ print(elapsed, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "torch
 VARIANTS = {
     "codemod alone": "",
     "+ load the exports table again": (
-        "import importlib, amp_migrate._shim_surface_table as t; importlib.reload(t)"
+        "import importlib, amp_migrate.analysis._shim_surface_table as t; importlib.reload(t)"
     ),
     "+ import amp_shim (the lazy way)": (
         "import amp_shim.amp, amp_shim.fp16_utils, amp_shim.optimizers, amp_shim.parallel, "
@@ -76,8 +76,8 @@ def default_corpus() -> Path:
 
 def corpus_check(corpus: Path, repeat: int) -> dict:
     from amp_migrate import migrate_source
+    from amp_migrate.analysis.shim_surface import missing_names
     from amp_migrate.migrate import MigrationError
-    from amp_migrate.shim_surface import missing_names
 
     texts = []
     for path in sorted((corpus / "files").glob("*.py")):

@@ -63,7 +63,7 @@ def test_wheel_ships_every_module_of_both_import_packages(wheel):
         "amp_shim/__init__.py",
         "amp_shim/checkpoint_format.py",
         "amp_migrate/__init__.py",
-        "amp_migrate/cli.py",
+        "amp_migrate/cli/main.py",
     } <= names
     missing = sorted(
         f"{package}/{path.relative_to(root).as_posix()}"
@@ -78,7 +78,7 @@ def test_wheel_declares_the_amp_migrate_console_script(wheel):
     (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
     parser = configparser.ConfigParser()
     parser.read_string(wheel.read(entry_points).decode())
-    assert parser["console_scripts"]["amp-migrate"].strip() == "amp_migrate.cli:main"
+    assert parser["console_scripts"]["amp-migrate"].strip() == "amp_migrate.cli.main:main"
 
 
 def test_wheel_leaves_out_tests_fixtures_and_repo_tooling(wheel):

@@ -15,11 +15,11 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
-from ..file_result import FileResult
+from ..cli.file_result import FileResult
+from ..cli.quoting import quote_path
+from ..cli.report import KEPT_APEX_CODES
+from ..io.source_file import SourceError, decode, read_bytes
 from ..migrate import python_ast
-from ..quoting import quote_path
-from ..report import KEPT_APEX_CODES
-from ..source_file import SourceError, decode, read_bytes
 
 #: Codes that say why a file the codemod left alone still needs Apex.
 _WHY_CODES = KEPT_APEX_CODES | {"AMP001", "AMP002", "AMP003", "AMP004", "AMP470", "AMP471"}

@@ -12,10 +12,10 @@ import os
 from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
+from ..cli.file_result import FileResult, Finding
+from ..cli.report import unified_diff
 from ..diagnostics import Code, Diagnostic
-from ..file_result import FileResult, Finding
-from ..report import unified_diff
-from ..source_file import SourceError, decode, read_stamped
+from ..io.source_file import SourceError, decode, read_stamped
 from . import codes, conda, pyproject, requirements, setup_cfg, setup_py
 from .edits import Edited, Found, Rewrite
 from .kinds import DEPENDENCY_KINDS

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from ..ast_names import dotted_chain
+from ..analysis.ast_names import dotted_chain
 from .index import Import, ProjectIndex
 
 STAR = "*"  # `from target import *`: every public name, the function's included

@@ -20,7 +20,7 @@ import ast
 import re
 from typing import Mapping, Optional
 
-from ..carriers import Carriers, External, find_carriers
+from ..analysis.carriers import Carriers, External, find_carriers
 from ..rules.plan import SharedScaler
 from .groups import Group
 from .index import Import, ProjectIndex

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping, Optional, Protocol, TypeGuard
 
 from .. import deep_stack
-from ..ast_names import dotted_chain
+from ..analysis.ast_names import dotted_chain
 
 # A file that does not spell `apex` can still receive Apex's objects: it is worth parsing only
 # if it spells an amp-state call on a handed-in `amp` or an FP16_Optimizer method (`in` tests
@@ -595,7 +595,7 @@ def build_index(sources: Mapping[str, str]) -> ProjectIndex:
 
 def _one_newline(text: str) -> str:
     """The text with `\r\n` and `\r` as `\n`: the parser counts all three as line breaks, so
-    line numbers stay the parser's (amp_migrate/lines.py)."""
+    line numbers stay the parser's (amp_migrate/io/lines.py)."""
     return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 

@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
 
+from ..cli.file_result import FileResult, Finding
 from ..diagnostics import Diagnostic, Severity
-from ..file_result import FileResult, Finding
+from ..io.source_file import SourceError, read_bytes
 from ..options import Options, Target
-from ..source_file import SourceError, read_bytes
 from . import codes
 from .groups import Group, find_groups
 from .index import ProjectIndex, build_index
@@ -134,7 +134,7 @@ def _group_parts(
 
 def _provided(roles: Mapping[str, SharedScaler], outcomes: Mapping[str, Outcome]) -> frozenset[str]:
     """The callers whose provider calls went native with their part (project/provide.py)."""
-    from ..provided import ProvidedPart
+    from ..analysis.provided import ProvidedPart
 
     return frozenset(
         p
@@ -251,7 +251,7 @@ class Tree:
         return self._settle(pending)
 
     def _settle(self, pending: _Pending) -> list[FileResult]:
-        from ..runner import Job, process
+        from ..cli.runner import Job, process
         from .notes import notes_for
 
         outcomes = {rel: _file_outcome(r) for rel, r in pending.results.items()}
@@ -280,7 +280,7 @@ class Tree:
         """Migrate again, with their part in the group's shared GradScaler, the members that
         have one (each was first migrated alone, before the index was read); not where a
         member without one keeps the group on the shim anyway."""
-        from ..runner import Job, process
+        from ..cli.runner import Job, process
 
         roles = {rel: self.roles[rel] for rel in pending.results if rel in self.roles}
         if not any(r.owner or r.user or r.provided is not None for r in roles.values()) or any(
@@ -296,7 +296,7 @@ class Tree:
 
     def _callers_elsewhere(self, rel: str, result: FileResult) -> FileResult:
         """As `_callers_elsewhere` above, for the command line's results."""
-        from ..runner import Job, process
+        from ..cli.runner import Job, process
 
         found = named_elsewhere(
             rel, self.texts.get(rel, ""), [f.diagnostic for f in result.findings], self.texts

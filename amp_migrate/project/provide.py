@@ -3,7 +3,7 @@
 The index knows the functions that return Apex's module (`ModuleFacts.providers`) and the
 calls that bind what they return (`provided`). A group made of one provider and its callers
 goes native where both sides are proven, and each file gets its `ProvidedPart`
-(amp_migrate/provided.py applies it):
+(amp_migrate/analysis/provided.py applies it):
 
 * the provider is only `if <cond>: from apex import amp` (a `try` whose `except ImportError`
   only raises allowed; none where unconditional), `amp = None` otherwise (in the `else` or
@@ -29,8 +29,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Mapping, NoReturn, Optional, TypeGuard, Union, cast
 
+from ..analysis.provided import Edit, ProvidedPart
 from ..diagnostics import Code, Diagnostic
-from ..provided import Edit, ProvidedPart
 from ..rules.plan import SharedScaler
 from . import codes
 from .groups import Group

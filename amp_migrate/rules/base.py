@@ -29,11 +29,11 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
-from ..binding import NOTHING, ApexBinder, children, find
-from ..cst_nodes import is_node
+from ..analysis.binding import NOTHING, ApexBinder, children, find
+from ..analysis.cst_nodes import is_node
+from ..analysis.source_index import SourceIndex, pruning_enabled
 from ..diagnostics import Code, Diagnostic
 from ..options import Options
-from ..source_index import SourceIndex, pruning_enabled
 
 if TYPE_CHECKING:
     from libcst.codemod.visitors import RemoveImportsVisitor

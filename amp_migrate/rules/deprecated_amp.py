@@ -79,9 +79,9 @@ from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, QualifiedNameProvider, ScopeProvider
 
-from ..binding import DEPRECATED_AMP_MODULES
+from ..analysis.binding import DEPRECATED_AMP_MODULES
+from ..analysis.source_index import SourceIndex
 from ..diagnostics import Code, Severity, define
-from ..source_index import SourceIndex
 from .base import FileState, PrunedImportRemoval, Rule, WithoutMatcherSearch, add_requested_imports
 
 AUTOCAST_FIXED = define(

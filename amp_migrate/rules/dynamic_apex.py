@@ -49,9 +49,9 @@ import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.helpers import get_full_name_for_node
 
-from ..binding import APEX, is_apex_name
+from ..analysis.binding import APEX, is_apex_name
+from ..analysis.dynamic_apex import CALL_TEXT, CALL_WORDS, dynamic_apex_use, importer_aliases
 from ..diagnostics import Severity, define
-from ..dynamic_apex import CALL_TEXT, CALL_WORDS, dynamic_apex_use, importer_aliases
 from .base import FileState, Rule
 
 DYNAMIC_USE = define(

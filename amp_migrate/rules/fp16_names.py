@@ -10,7 +10,7 @@ from typing import Optional
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from ..binding import STAR_EXPORTS
+from ..analysis.binding import STAR_EXPORTS
 from .base import Rule
 
 PACKAGE = "apex.fp16_utils"

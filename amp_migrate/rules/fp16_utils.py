@@ -51,7 +51,7 @@ import libcst.matchers as m
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import ScopeProvider
 
-from ..binding import find, not_reads
+from ..analysis.binding import find, not_reads
 from ..diagnostics import Code, Severity, define
 from .base import Rule, add_requested_imports
 from .fp16_names import PACKAGE, STAR, public, star_module

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..binding import HANDLE
+from ..analysis.binding import HANDLE
 from ..diagnostics import Severity, define
 from .plan import ONE_SCALER, TrainingRule, bind_arguments, literal
 

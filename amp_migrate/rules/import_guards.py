@@ -14,7 +14,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 
-from ..binding import is_apex_name
+from ..analysis.binding import is_apex_name
 
 _CONSTANT = m.OneOf(
     m.Name("True"),

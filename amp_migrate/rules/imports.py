@@ -60,7 +60,7 @@ from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import ScopeProvider
 
-from ..binding import APEX, is_apex_name, read_names
+from ..analysis.binding import APEX, is_apex_name, read_names
 from ..diagnostics import Severity, define
 from .base import Rule, add_requested_imports
 from .import_guards import apex_import, settled_try

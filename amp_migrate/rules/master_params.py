@@ -45,7 +45,7 @@ from typing import Optional
 import libcst as cst
 import libcst.matchers as m
 
-from ..binding import find
+from ..analysis.binding import find
 from ..diagnostics import Severity, define
 from .control_flow import STEP, exits_early
 from .plan import MASTER_PARAMS, TrainingRule

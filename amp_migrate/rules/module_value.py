@@ -70,7 +70,7 @@ from typing import Optional, Union
 
 import libcst as cst
 
-from ..carriers import Carriers, Slot
+from ..analysis.carriers import Carriers, Slot
 from ..diagnostics import Diagnostic, Severity, define
 from .plan import TrainingPlan, TrainingRule
 

@@ -113,7 +113,7 @@ class SharedScaler:
     carrier_slots: tuple[tuple[str, str], ...] = ()
     carrier_calls: tuple[tuple[str, str], ...] = ()
     #: Apex's module obtained from a provider function of the tree (`amp = get_amp(fp16)`):
-    #: this file's part in that group (amp_migrate/provided.py, a ProvidedPart), or None.
+    #: this file's part in that group (amp_migrate/analysis/provided.py, a ProvidedPart), or None.
     provided: Optional[object] = None
 
     @property

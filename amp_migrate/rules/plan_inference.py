@@ -44,9 +44,9 @@ from .plan_options import (
 )
 
 if TYPE_CHECKING:
+    from ..analysis.source_index import SourceIndex
     from ..diagnostics import Code
     from ..options import Options
-    from ..source_index import SourceIndex
     from .base import FileState
 
 INFERENCE_OUT_OF_REACH = define(

@@ -65,7 +65,7 @@ from typing import Optional, Sequence, Union, cast
 import libcst as cst
 import libcst.matchers as m
 
-from ..binding import Pruned
+from ..analysis.binding import Pruned
 from ..diagnostics import Severity, define
 from .base import find_statements
 from .loss_callers import (

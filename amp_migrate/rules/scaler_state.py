@@ -54,9 +54,9 @@ from typing import Any, Optional, Sequence, Union, cast
 import libcst as cst
 import libcst.matchers as m
 
-from ..binding import children
+from ..analysis.binding import children
 from ..diagnostics import Severity, define
-from ..lines import count_line_breaks
+from ..io.lines import count_line_breaks
 from .control_flow import runs_backward
 from .plan import (
     INITIALIZE,

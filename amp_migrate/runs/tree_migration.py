@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from .. import config
+from ..cli import config
 from ..migrate import MigrationResult
 from ..options import Options
 
-#: The migrate command's defaults (amp_migrate/cli.py, `_options_and_files`).
+#: The migrate command's defaults (amp_migrate/cli/main.py, `_options_and_files`).
 DEFAULT_TARGET, DEFAULT_DEVICE, DEFAULT_DTYPE = "auto", "cuda", "float16"
 #: Lines of code shown where the two migrations differ beyond the arguments.
 _SHOWN = 5

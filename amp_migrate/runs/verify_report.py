@@ -18,7 +18,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from ..quoting import printable, quote_path
+from ..cli.quoting import printable, quote_path
 from . import coverage, tree_migration
 from .compare import Record, Run, stderr_tail
 from .locate import Location, describe

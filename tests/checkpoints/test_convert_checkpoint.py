@@ -1,4 +1,4 @@
-"""Checkpoint conversion (`amp_migrate.checkpoints`): Apex formats to what migrated code loads,
+"""Checkpoint conversion (`amp_migrate.checkpoints.convert`): Apex formats to what migrated code loads,
 every other entry untouched, unsafe pickles refused unless asked for, and a resume across the
 migration that continues bit for bit."""
 
@@ -15,7 +15,13 @@ import pytest
 import torch
 
 from amp_migrate import migrate_source
-from amp_migrate.checkpoints import CheckpointError, convert, fused_step_to_torch, load, save_atomically
+from amp_migrate.checkpoints.convert import (
+    CheckpointError,
+    convert,
+    fused_step_to_torch,
+    load,
+    save_atomically,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = ROOT / "fixtures" / "programs" / "resume_legacy.py"
@@ -255,7 +261,7 @@ def test_shim_checkpoint_resumes_in_the_migrated_native_program_bit_for_bit(tmp_
 def test_convert_checkpoint_command_writes_the_converted_file_and_says_what_changed(tmp_path):
     from click.testing import CliRunner
 
-    from amp_migrate.cli import main
+    from amp_migrate.cli.main import main
 
     source, target = tmp_path / "old.pt", tmp_path / "new.pt"
     torch.save(checkpoint(), source)
@@ -269,7 +275,7 @@ def test_convert_checkpoint_command_writes_the_converted_file_and_says_what_chan
 def test_convert_checkpoint_refuses_to_overwrite_its_input_unless_in_place(tmp_path):
     from click.testing import CliRunner
 
-    from amp_migrate.cli import main
+    from amp_migrate.cli.main import main
 
     source = tmp_path / "old.pt"
     torch.save(checkpoint(), source)
@@ -283,7 +289,7 @@ def test_convert_checkpoint_refuses_to_overwrite_its_input_unless_in_place(tmp_p
 def test_convert_checkpoint_errors_exit_2_and_write_nothing(tmp_path):
     from click.testing import CliRunner
 
-    from amp_migrate.cli import main
+    from amp_migrate.cli.main import main
 
     source, target = tmp_path / "old.pt", tmp_path / "new.pt"
     state = OrderedDict(

@@ -21,7 +21,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from amp_migrate.cli import main
+from amp_migrate.cli.main import main
 
 APEX_STATE = OrderedDict([("loss_scaler0", {"loss_scale": 32768.0, "unskipped": 17})])
 
@@ -111,7 +111,7 @@ def test_nothing_but_the_error_line_reaches_the_user(tmp_path, first):
     source, target = tmp_path / "in.pt", tmp_path / "out.pt"
     source.write_bytes(first + random.Random(1).randbytes(2048))
     done = subprocess.run(
-        [sys.executable, "-m", "amp_migrate.cli", "convert-checkpoint", str(source), str(target)],
+        [sys.executable, "-m", "amp_migrate.cli.main", "convert-checkpoint", str(source), str(target)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from amp_migrate.cli import main
+from amp_migrate.cli.main import main
 
 CLI_DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 

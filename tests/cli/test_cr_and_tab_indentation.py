@@ -149,7 +149,7 @@ def test_same_depth_spelled_two_ways_keeps_both_spellings(project):
 
 
 def test_indentation_that_cannot_be_kept_is_reported_at_its_line_not_as_a_syntax_error(project, monkeypatch):
-    from amp_migrate.indentation import TabIndents
+    from amp_migrate.io.indentation import TabIndents
 
     monkeypatch.setattr(TabIndents, "restore", lambda self, code: None)  # a restore that fails its check
     write(project / "train.py", TAB_MIXED)
@@ -231,7 +231,7 @@ def test_tab_mixed_programs_python_accepts_migrate_keeping_their_indentation():
     import ast
 
     from amp_migrate import migrate_source
-    from amp_migrate.indentation import tab_indents
+    from amp_migrate.io.indentation import tab_indents
 
     for text in _tab_mixed_programs(20):
         shim = migrate_source(text, target="shim")

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from amp_migrate.discover import Filters, Glob, discover
+from amp_migrate.cli.discover import Filters, Glob, discover
 
 from .conftest import SHIM_INPUT, SHIM_OUTPUT, run_cli, write
 

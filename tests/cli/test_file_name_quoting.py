@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from amp_migrate import cli
-from amp_migrate.quoting import quote_path
+from amp_migrate.cli import main as cli
+from amp_migrate.cli.quoting import quote_path
 from amp_migrate.runs import verify_report, verify_run
 from amp_migrate.runs.compare import Run, judge
 

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from amp_migrate import runner
+from amp_migrate.cli import runner
 from amp_migrate.project import migrate as project_migrate
 
 from .conftest import SHIM_INPUT, run_cli, write
@@ -66,13 +66,13 @@ def flock(fd, operation):
         open(sys.argv[1], "a").close()
         raise
 fcntl.flock = flock
-from amp_migrate.cli import main
+from amp_migrate.cli.main import main
 main(sys.argv[2:], prog_name="amp-migrate")
 """
 # Runs amp-migrate and kills it (SIGKILL: no cleanup at all) right after the first file written.
 KILLED_RUN = """
 import os, signal, sys
-from amp_migrate import runner
+from amp_migrate.cli import runner
 real = runner.write
 def write(result):
     done = real(result)
@@ -80,7 +80,7 @@ def write(result):
         os.kill(os.getpid(), signal.SIGKILL)
     return done
 runner.write = write
-from amp_migrate.cli import main
+from amp_migrate.cli.main import main
 main(sys.argv[1:], prog_name="amp-migrate")
 """
 
@@ -315,7 +315,7 @@ def test_a_file_another_run_keeps_locked_is_reported_after_a_bounded_wait(projec
     )
     try:
         assert holder.stdout.readline() == "locked\n"
-        monkeypatch.setattr("amp_migrate.file_locks.WAIT_SECONDS", 0.5)
+        monkeypatch.setattr("amp_migrate.io.file_locks.WAIT_SECONDS", 0.5)
         result = run_cli(["--target", "shim", "-j", "1", "."], project)
     finally:
         holder.communicate("", timeout=60)

@@ -1,7 +1,7 @@
 """`--interactive` asks per file (and refuses without a terminal); `explain CODE` prints the
 code's documentation with its example."""
 
-from amp_migrate import cli
+from amp_migrate.cli import main as cli
 
 from .conftest import SHIM_INPUT, SHIM_OUTPUT, run_cli, write
 

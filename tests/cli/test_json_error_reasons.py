@@ -80,7 +80,7 @@ def test_output_that_fails_verification_says_why(project, monkeypatch):
 
 
 def test_tab_indentation_that_cannot_be_kept_says_why(project, monkeypatch):
-    from amp_migrate.indentation import TabIndents
+    from amp_migrate.io.indentation import TabIndents
 
     from .test_cr_and_tab_indentation import TAB_MIXED
 
@@ -91,8 +91,8 @@ def test_tab_indentation_that_cannot_be_kept_says_why(project, monkeypatch):
 
 
 def test_a_file_that_cannot_be_written_says_why(project, monkeypatch):
-    from amp_migrate import runner
-    from amp_migrate.source_file import SourceError
+    from amp_migrate.cli import runner
+    from amp_migrate.io.source_file import SourceError
 
     def refuse(path, data, expect=None):
         raise SourceError("cannot write: Read-only file system")

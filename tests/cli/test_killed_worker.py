@@ -22,7 +22,7 @@ REQUIREMENTS = "requirements.txt"
 
 HOOKED_CLI = f"""
 import os, runpy, signal, sys
-from amp_migrate import runner
+from amp_migrate.cli import runner
 
 parent = os.getpid()
 real = runner._process

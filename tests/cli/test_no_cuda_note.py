@@ -14,7 +14,7 @@ import textwrap
 import jsonschema
 import pytest
 
-from amp_migrate import cuda_here
+from amp_migrate.cli import cuda_here
 
 from .conftest import NATIVE_INPUT, SHIM_INPUT, run_cli, run_process, write
 from .test_notebooks import make_notebook
@@ -123,7 +123,7 @@ def test_the_check_does_not_import_torch(project):
     script = textwrap.dedent(
         """
         import sys
-        from amp_migrate.cli import main
+        from amp_migrate.cli.main import main
         try:
             main(["--check", "--format", "json", "train.py"], prog_name="amp-migrate")
         except SystemExit:

@@ -7,7 +7,7 @@ import json
 import nbformat
 import pytest
 
-from amp_migrate.notebook import _Masked, _restore
+from amp_migrate.io.notebook import _Masked, _restore
 
 from .conftest import run_cli, snapshot
 from .test_notebooks import make_notebook

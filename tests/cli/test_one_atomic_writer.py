@@ -21,8 +21,8 @@ import torch
 from click.testing import CliRunner
 
 import amp_migrate
-from amp_migrate import atomic_write
-from amp_migrate.cli import main
+from amp_migrate.cli.main import main
+from amp_migrate.io import atomic_write
 
 from .conftest import SHIM_INPUT, SHIM_OUTPUT, run_cli, write
 
@@ -129,7 +129,7 @@ def test_no_module_but_the_one_writer_renames_a_file_into_place():
         for path in sorted(PACKAGE.rglob("*.py"))
         if (lines := _renames_in(path))
     }
-    assert list(renames) == ["atomic_write.py"], renames
+    assert list(renames) == ["io/atomic_write.py"], renames
 
 
 def test_a_folder_swapped_for_a_symlink_after_it_was_opened_does_not_redirect_the_write(tmp_path):

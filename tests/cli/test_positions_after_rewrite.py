@@ -8,7 +8,7 @@ import json
 
 import jsonschema
 
-from amp_migrate.output_lines import line_map
+from amp_migrate.cli.output_lines import line_map
 
 from .conftest import SHIM_INPUT, run_cli, write
 from .test_notebooks import make_notebook

@@ -14,9 +14,9 @@ import sys
 import jsonschema
 import pytest
 
-from amp_migrate import discover as discover_module
-from amp_migrate import runner
-from amp_migrate.source_file import SourceError, read_bytes
+from amp_migrate.cli import discover as discover_module
+from amp_migrate.cli import runner
+from amp_migrate.io.source_file import SourceError, read_bytes
 
 from .conftest import SHIM_INPUT, SHIM_OUTPUT, run_cli, write
 

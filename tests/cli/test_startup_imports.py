@@ -15,7 +15,7 @@ import pytest
 from .conftest import NO_APEX, write
 
 #: Never needed before a file is found that may use Apex (or a command that needs them runs).
-CODEMOD = ("libcst", "amp_migrate.rules", "amp_migrate.migrate", "amp_migrate.notebook")
+CODEMOD = ("libcst", "amp_migrate.rules", "amp_migrate.migrate", "amp_migrate.io.notebook")
 OTHERS = ("torch", "nbformat", "amp_shim", "pygments")
 
 
@@ -37,7 +37,7 @@ def imported(args: list[str], cwd: Path) -> set[str]:
         for line in proc.stderr.splitlines()
         if line.startswith("import time:")
     }
-    assert "amp_migrate.cli" in names or "click" in names, proc.stderr[-3000:]
+    assert "amp_migrate.cli.main" in names or "click" in names, proc.stderr[-3000:]
     return names
 
 
@@ -47,7 +47,7 @@ def loaded(names: set[str], packages: tuple[str, ...]) -> list[str]:
 
 def test_importing_the_cli_module_imports_no_codemod_rich_or_torch():
     code = (
-        "import sys, amp_migrate.cli; "
+        "import sys, amp_migrate.cli.main; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('libcst', 'rich', 'torch', 'nbformat') "
         "or m.startswith(('amp_migrate.rules', 'amp_migrate.migrate', 'amp_shim'))))"
     )

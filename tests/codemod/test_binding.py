@@ -7,7 +7,7 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, QualifiedNameProvider
 
-from amp_migrate.binding import ApexBinder, is_apex_name, plain_apex_bindings
+from amp_migrate.analysis.binding import ApexBinder, is_apex_name, plain_apex_bindings
 
 from .golden import cases
 
@@ -52,7 +52,7 @@ def test_any_other_binding_of_an_imported_name_needs_scope_analysis(rebinding):
 def test_a_star_import_with_known_names_keeps_the_import_table():
     import ast
 
-    from amp_migrate.binding import apex_import_words
+    from amp_migrate.analysis.binding import apex_import_words
 
     source = "from apex import amp\nfrom apex.fp16_utils import *\n"
     assert plain_apex_bindings(cst.parse_module(source)) == {"amp": "apex.amp"}

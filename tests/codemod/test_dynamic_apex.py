@@ -11,11 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from amp_migrate import migrate_source
-from amp_migrate.cli import main
+from amp_migrate.cli.main import main
+from amp_migrate.cli.runner import Job, process
 from amp_migrate.diagnostics import Severity
 from amp_migrate.migrate import may_touch_apex, might_use_apex, python_ast, touches_apex
 from amp_migrate.options import Options
-from amp_migrate.runner import Job, process
 
 # (source, line, col of the call, what the message says was found)
 REPORTED = {

@@ -22,7 +22,7 @@ from typing import Optional
 
 import pytest
 
-from amp_migrate.lines import split_lines
+from amp_migrate.io.lines import split_lines
 from amp_migrate.migrate import MigrationError, migrate_source
 
 from .golden import Case

@@ -9,7 +9,7 @@ import libcst as cst
 import pytest
 
 from amp_migrate import migrate_source
-from amp_migrate.lines import count_line_breaks, form_feed_indents, split_lines
+from amp_migrate.io.lines import count_line_breaks, form_feed_indents, split_lines
 
 NOT_BREAKS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 

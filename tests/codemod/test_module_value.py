@@ -1,4 +1,4 @@
-"""Apex's module handed around as a value (amp_migrate/carriers.py, rules/module_value.py): the
+"""Apex's module handed around as a value (amp_migrate/analysis/carriers.py, rules/module_value.py): the
 value becomes the GradScaler only where every place it goes is visible; every other flow is
 refused with the place where it leaves."""
 
@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from amp_migrate import migrate_source
-from amp_migrate.carriers import find_carriers
+from amp_migrate.analysis.carriers import find_carriers
 
 TRAIN = """
 def train(model, optimizer, inputs, amp):

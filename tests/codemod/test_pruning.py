@@ -6,8 +6,8 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
+from amp_migrate.analysis.source_index import SourceIndex
 from amp_migrate.migrate import migrate_source
-from amp_migrate.source_index import SourceIndex
 
 ROOT = Path(__file__).resolve().parents[2]
 INPUTS = sorted(

@@ -24,9 +24,9 @@ from typing import Optional
 
 import pytest
 
-from amp_migrate.file_result import FileResult
+from amp_migrate.cli.file_result import FileResult
+from amp_migrate.cli.runner import Job, process
 from amp_migrate.options import Options
-from amp_migrate.runner import Job, process
 
 ROOT = Path(__file__).resolve().parents[2]
 CANDIDATES = (ROOT.parent / "shared" / "corpus", Path("/work/shared/corpus"))

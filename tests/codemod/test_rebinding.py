@@ -10,8 +10,8 @@ import libcst.matchers as m
 import pytest
 
 from amp_migrate import migrate_source
-from amp_migrate.binding import ApexBinder
-from amp_migrate.reaching import Reaching
+from amp_migrate.analysis.binding import ApexBinder
+from amp_migrate.analysis.reaching import Reaching
 
 
 def verdicts(source: str, names=("amp",)) -> dict[str, str]:

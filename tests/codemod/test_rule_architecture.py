@@ -20,7 +20,7 @@ import pytest
 
 import amp_migrate
 from amp_migrate import docs, rules
-from amp_migrate.binding import HANDLE, WRAPPED
+from amp_migrate.analysis.binding import HANDLE, WRAPPED
 from amp_migrate.diagnostics import CODES, Code
 from amp_migrate.rules.base import Rule
 

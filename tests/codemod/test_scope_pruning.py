@@ -6,9 +6,9 @@ import ast
 import libcst as cst
 import pytest
 
+from amp_migrate.analysis.source_index import SourceIndex
 from amp_migrate.migrate import migrate_source
 from amp_migrate.rules.base import may_read_names, statements_spelling
-from amp_migrate.source_index import SourceIndex
 
 # Each program puts a deprecated torch.cuda.amp name where only a whole-file scope analysis
 # would seem to know what it means.

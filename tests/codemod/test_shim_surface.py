@@ -11,8 +11,8 @@ import warnings
 import pytest
 
 from amp_migrate import migrate_source
-from amp_migrate._shim_surface_table import MODULES, SIGNATURES
-from amp_migrate.shim_surface import missing_names, real_table
+from amp_migrate.analysis._shim_surface_table import MODULES, SIGNATURES
+from amp_migrate.analysis.shim_surface import missing_names, real_table
 from amp_migrate.verify import VerificationError, imports_apex, shim_names_missing
 
 from .golden import cases
@@ -21,7 +21,7 @@ from .golden import cases
 def test_the_exports_table_is_what_the_installed_amp_shim_exports():
     modules, signatures = real_table()
     assert modules == MODULES and signatures == SIGNATURES, (
-        "amp_migrate/_shim_surface_table.py is out of date: run `python -m amp_migrate.shim_surface`"
+        "amp_migrate/analysis/_shim_surface_table.py is out of date: run `python -m amp_migrate.analysis.shim_surface`"
     )
 
 

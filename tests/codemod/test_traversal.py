@@ -10,10 +10,10 @@ import libcst as cst
 import pytest
 from libcst.codemod import CodemodContext
 
+from amp_migrate.analysis.source_index import walk_ast
 from amp_migrate.options import Options
 from amp_migrate.rules import base
 from amp_migrate.rules.base import FileState, Rule, visit_module
-from amp_migrate.source_index import walk_ast
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 # Inputs of every shape the golden tests hold (not their expected outputs).

@@ -10,7 +10,7 @@ For a case (a program from fixtures/programs/equivalence/ plus its arguments):
 
 A notebook program (`.ipynb`) runs as its code cells joined into a script, with the IPython
 lines it uses played the way IPython runs them (notebook_programs.py); its migrations are the
-notebook migrations (`amp_migrate.notebook`).
+notebook migrations (`amp_migrate.io.notebook`).
 
 A project program is a directory (Apex set up in one module, used in others): it runs from its
 `entry` script, and each migration migrates the whole tree as `amp-migrate DIR` does; the

@@ -49,7 +49,7 @@ def script(sources: list[str]) -> str:
 
 def migrated(path: Path, target: str, device: str = "cpu", dtype: str = "float16"):
     """(the migrated notebook's cells as a script, the target used, its findings)."""
-    from amp_migrate import notebook
+    from amp_migrate.io import notebook
     from amp_migrate.options import Options
 
     result = notebook.migrate(str(path), path.read_bytes(), Options(target, device, dtype), False)

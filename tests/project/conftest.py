@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from amp_migrate.cli import main
+from amp_migrate.cli.main import main
 
 PROJECTS = Path(__file__).resolve().parents[2] / "fixtures" / "projects"
 OUTPUTS = PROJECTS.parent / "project_outputs"

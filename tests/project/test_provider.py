@@ -1,6 +1,6 @@
 """Apex's module from a provider function of the tree (`amp = get_amp(fp16)`): the group goes
 native where the provider only imports and returns it and every call is followed
-(project/provide.py, amp_migrate/provided.py); otherwise the reason where it arises.
+(project/provide.py, amp_migrate/analysis/provided.py); otherwise the reason where it arises.
 
 Golden outputs as in test_shared_scaler.py: fixtures/project_outputs/<tree>/ (regenerate with
 AMP_MIGRATE_UPDATE_GOLDEN=1 and read every changed output)."""

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from amp_migrate.cli.file_result import FileResult, Finding
+from amp_migrate.cli.runner import Job, process
 from amp_migrate.diagnostics import Diagnostic, Severity
-from amp_migrate.file_result import FileResult, Finding
 from amp_migrate.options import Options
-from amp_migrate.runner import Job, process
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from amp_migrate.cli import main
+from amp_migrate.cli.main import main
 from amp_migrate.runs import verify_run
 
 TRAIN = '''\

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Iterable, Iterator, Optional, Sequence
 
-from .install.kinds import install_kind
-from .source_file import file_type
+from ..install.kinds import install_kind
+from ..io.source_file import file_type
 
 SUFFIXES = {".py": "python", ".ipynb": "notebook"}
 SKIPPED_FOLDERS = frozenset(

@@ -25,9 +25,9 @@ from typing import Callable, Optional, Union
 import libcst as cst
 import libcst.matchers as m
 
-from .diagnostics import Diagnostic, Severity
-from .indentation import tab_indents
-from .migration_result import MigrationResult
+from ..diagnostics import Diagnostic, Severity
+from ..io.indentation import tab_indents
+from ..migration_result import MigrationResult
 
 #: (first line, byte column, last line, byte column, replacement) on the file as written
 Edit = tuple[int, int, int, int, str]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from typing import Optional, Sequence
 
+from ..options import Options
 from .file_result import FileResult
-from .options import Options
 
 #: A GradScaler or autocast for device "cuda" as the rules write it (in a notebook's JSON the
 #: quotes are escaped): what torch turns off where CUDA is missing.

@@ -24,7 +24,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, Union, cast
 
-from .lines import split_lines
+from ..io.lines import split_lines
 
 #: The calls on the module value that rules rewrite (`initialize` only where it was imported).
 HANDLED = ("scale_loss", "master_params", "state_dict", "load_state_dict")

@@ -24,7 +24,7 @@ from typing import Iterable, Iterator, Literal, Optional, Protocol, Sequence, Un
 
 import libcst as cst
 
-from .lines import split_lines
+from ..io.lines import split_lines
 
 _WORD = re.compile(r"\w+")
 

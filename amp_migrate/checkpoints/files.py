@@ -27,7 +27,7 @@ from typing import IO, Any, Optional
 
 import torch
 
-from .atomic_write import WriteFailed, replace_atomically
+from ..io.atomic_write import WriteFailed, replace_atomically
 
 # A torch file in the legacy (pre-1.6) format is five pickles in a row: magic number,
 # protocol version, system info, the object, its storage keys; then the raw storage bytes.
@@ -65,7 +65,7 @@ class _PickleModule:
 
     Unpickler = _Unpickler
     load = pickle.load
-    __name__ = "amp_migrate.checkpoint_io._PickleModule"
+    __name__ = "amp_migrate.checkpoints.files._PickleModule"
 
 
 def load(path: Path, *, unsafe: bool = False) -> Any:

@@ -17,7 +17,7 @@ if sys.version_info >= (3, 11):
 else:  # Python < 3.11
     import tomli as tomllib
 
-from .options import DTYPES, TARGETS
+from ..options import DTYPES, TARGETS
 
 KEYS = ("target", "device", "dtype", "exclude", "include")
 

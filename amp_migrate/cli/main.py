@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Optional, cast
 
 import click
 
-from . import __version__
+from .. import __version__
 
 # Each command imports what it uses (rich, the codemod, torch): `--version`, and `--check` on
 # files without Apex, start fast enough for pre-commit and editors to call on every save.
@@ -228,8 +228,8 @@ def _options_and_files(
     follow_symlinks: bool = False,
 ) -> tuple:
     """The run's Options (flags over the config file's settings) and the files it covers."""
+    from ..options import Options, Target
     from . import config, discover
-    from .options import Options, Target
 
     try:
         settings = config.find(paths)
@@ -262,9 +262,9 @@ def _migrate_files(
     """Every file's result, sorted by path: migrated by the workers, settled across modules by
     the project pass, written in fix mode (each group whole or not at all), reviewed in
     interactive mode. An interrupt leaves every file and group written in full or not at all."""
+    from ..project import Tree
     from . import runner
     from .file_result import FileResult
-    from .project import Tree
 
     # What discovery could not take is reported as it is; nothing reads it.
     results: list = [
@@ -272,7 +272,7 @@ def _migrate_files(
         for f in files
         if not f.taken
     ]
-    from .install.kinds import KINDS
+    from ..install.kinds import KINDS
 
     install_files = [(f.path, f.kind) for f in files if f.taken and f.kind in KINDS]
     install_files += [
@@ -322,7 +322,7 @@ def _install_results(
 
     if workers.stopped:
         return [FileResult(path, kind, error=runner.STOPPED) for path, kind in install_files]
-    from .install.run import migrate_install_files
+    from ..install.run import migrate_install_files
 
     installs = migrate_install_files(sorted(install_files), results, mode, want_diff)
     if mode == "interactive":
@@ -336,8 +336,8 @@ def _keep(results: list, finals: list, mode: str) -> None:
     if mode != "fix":
         results.extend(finals)
         return
-    from . import group_write
-    from .atomic_write import interrupts_deferred
+    from ..io import group_write
+    from ..io.atomic_write import interrupts_deferred
 
     with interrupts_deferred():
         results.extend(group_write.write_group(finals))
@@ -347,8 +347,8 @@ def _complete_interrupted(files: list) -> dict:
     """Finish the groups an earlier run was killed while writing (journal.py), before this run
     reads any file: each member's result as a note, or as the error that keeps it out of this
     run (it changed since, so its group cannot be completed and it must not be settled alone)."""
+    from ..io.journal import complete_interrupted
     from .file_result import FileResult
-    from .journal import complete_interrupted
 
     done = complete_interrupted(f.path for f in files)
     names = {os.path.abspath(f.path): f.path for f in files}
@@ -376,8 +376,8 @@ def _complete_interrupted(files: list) -> dict:
 def _interrupted(files: list) -> dict:
     """Without writing: a note on each member of a group an earlier run was stopped while
     writing, since what this run shows of it is the half-written state."""
+    from ..io.journal import pending
     from .file_result import FileResult
-    from .journal import pending
 
     note = (
         "an earlier run began writing this file's group and had not finished when this run "
@@ -403,8 +403,9 @@ def explain(code: Optional[str]) -> None:
     """Say what diagnostic CODE means, why, with a before/after example (no CODE: list all)."""
     from rich.console import Console
 
-    from . import docs, report
-    from .diagnostics import CODES
+    from .. import docs
+    from ..diagnostics import CODES
+    from . import report
 
     docs.register_all_codes()
     console = Console(highlight=False, soft_wrap=False)
@@ -456,7 +457,7 @@ def convert_checkpoint(
     FusedAdam/FusedAdagrad optimizer state to torch's layout, and FP16_Optimizer state to the
     wrapped optimizer's; every other entry is written back untouched, atomically.
     """
-    from . import checkpoints  # torch is imported only by this command
+    from ..checkpoints import convert as checkpoints  # torch is imported only by this command
 
     if source.resolve() == target.resolve() and not in_place:
         _fail(f"{target}: TARGET is SOURCE; pass --in-place to overwrite it")
@@ -583,7 +584,7 @@ def verify(
     from rich.console import Console
     from rich.text import Text
 
-    from .runs import progress, tree_migration, verify_report, verify_run
+    from ..runs import progress, tree_migration, verify_report, verify_run
 
     try:
         parsed = verify_run.parse_command(command, Path.cwd())

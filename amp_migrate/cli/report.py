@@ -17,11 +17,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from . import __version__
-from .diagnostics import CODES, Severity
+from .. import __version__
+from ..diagnostics import CODES, Severity
+from ..io.lines import split_lines
+from ..options import Options
 from .file_result import FileResult
-from .lines import split_lines
-from .options import Options
 from .quoting import printable, quote_path
 
 JSON_SCHEMA_VERSION = 1
@@ -254,7 +254,7 @@ def json_document(
 
 
 def explain(console: Console, code: str) -> None:
-    from .docs import render_code
+    from ..docs import render_code
 
     entry = CODES[code]
     text = render_code(entry)

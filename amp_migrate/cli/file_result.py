@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
-from .diagnostics import Diagnostic, Severity
-from .source_file import Stamp
+from ..diagnostics import Diagnostic, Severity
+from ..io.source_file import Stamp
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,11 @@ from contextlib import ExitStack
 from dataclasses import replace
 from typing import Sequence
 
-from . import journal, runner
+from ..cli import runner
+from ..cli.file_result import FileResult
+from . import journal
 from .atomic_write import interrupts_deferred
 from .file_locks import new_files_held
-from .file_result import FileResult
 from .source_file import (
     SourceError,
     Stamp,

@@ -30,16 +30,16 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Sequence
 
-from .binding import apex_import_words, imports_apex
-from .diagnostics import MAGIC_USES_MIGRATED_NAME, NATIVE_IMPOSSIBLE, NATIVE_SPANS_CELLS, Diagnostic
-from .file_result import FileResult, Finding
+from ..analysis.binding import apex_import_words, imports_apex
+from ..analysis.source_index import SourceIndex
+from ..cli.file_result import FileResult, Finding
+from ..cli.output_lines import line_map
+from ..cli.report import unified_diff
+from ..diagnostics import MAGIC_USES_MIGRATED_NAME, NATIVE_IMPOSSIBLE, NATIVE_SPANS_CELLS, Diagnostic
+from ..migrate import MigrationError, MigrationResult, migrate_source, python_ast
+from ..options import Options, Target
 from .lines import count_line_breaks, split_lines
-from .migrate import MigrationError, MigrationResult, migrate_source, python_ast
-from .options import Options, Target
-from .output_lines import line_map
-from .report import unified_diff
 from .source_file import SourceError
-from .source_index import SourceIndex
 
 _CELL = "__amp_migrate_cell_{}__"
 _CELL_LINE = re.compile(r"^__amp_migrate_cell_(\d+)__\n", re.M)

@@ -33,7 +33,7 @@ from amp_shim.checkpoint_format import (
     is_grad_scaler_state,
 )
 
-from .checkpoint_io import CheckpointError, check_target, load, save_atomically
+from .files import CheckpointError, check_target, load, save_atomically
 
 __all__ = [
     "Change",

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .lines import split_lines
+from ..io.lines import split_lines
 
 
 def line_map(before: str, after: str) -> tuple[Optional[int], ...]:
     """For each line of `before` (index: line - 1), its 1-based line in `after`, or None."""
-    from .runs.locate import Source
+    from ..runs.locate import Source
 
     # Lines as the parser counts them (lines.py): diagnostics are parser positions.
     old, new = split_lines(before), split_lines(after)

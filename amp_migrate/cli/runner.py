@@ -15,16 +15,16 @@ import sys
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, MutableSequence, Optional
 
+from ..analysis.prefilter import might_use_apex
+from ..io.source_file import SourceError, decode, read_stamped, write_atomic
+from ..options import Options
 from .file_result import FileResult, Finding
-from .options import Options
 from .output_lines import line_map
-from .prefilter import might_use_apex
-from .source_file import SourceError, decode, read_stamped, write_atomic
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ProcessPoolExecutor
 
-    from .rules.plan import SharedScaler
+    from ..rules.plan import SharedScaler
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Job:
 
 
 def _migrate_python(job: Job, data: bytes) -> FileResult:
-    from .migrate import MigrationError, migrate_source
+    from ..migrate import MigrationError, migrate_source
     from .report import unified_diff
 
     source = decode(data)
@@ -85,7 +85,7 @@ def _process(job: Job, data: bytes) -> FileResult:
         return FileResult(job.path, job.kind)
     try:
         if job.kind == "notebook":
-            from . import notebook
+            from ..io import notebook
 
             return notebook.migrate(job.path, data, job.options, job.want_diff)
         return _migrate_python(job, data)
@@ -181,7 +181,7 @@ class Workers:
         if self.size > 1:
             # The codemod is imported on first use (a run over files without Apex never needs
             # it); before a fork it is imported here, once, rather than by every worker.
-            from . import migrate, notebook  # noqa: F401 - loaded for the workers to inherit
+            from ..io import notebook  # noqa: F401 - loaded for the workers to inherit
 
         # What the imports made (libcst's grammar and node classes) lives as long as the
         # process: out of the collector's sight, the first files do not pay for rescanning it,

@@ -1,0 +1,1 @@
+"""`amp-migrate convert-checkpoint`: Apex checkpoints to GradScaler state and back."""

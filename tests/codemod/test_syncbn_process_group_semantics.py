@@ -50,6 +50,7 @@ def ranks(tmp_path_factory):
 
 
 @pytest.mark.parametrize("size", [1, 2, WORLD])
+@pytest.mark.slow
 def test_each_rank_gets_the_same_group_of_consecutive_ranks(ranks, size):
     for rank, result in enumerate(ranks):
         apex_members, apex_sum = result[size]["apex"]

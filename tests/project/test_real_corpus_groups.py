@@ -62,6 +62,7 @@ def test_files_sharing_amp_state_across_modules_are_grouped(pair):
 
 
 @pytest.mark.parametrize("repo", sorted({ROWS[p["file_a"]]["repo"] for p in PAIRS}))
+@pytest.mark.slow
 def test_no_group_of_a_real_repository_ends_half_native(repo):
     files = repository(repo)
     results = migrate_project(files)

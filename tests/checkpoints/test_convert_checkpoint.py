@@ -122,6 +122,7 @@ def fused_adam_layout(torch_state):
     return state
 
 
+@pytest.mark.slow
 def test_fused_adam_state_loads_into_torch_adamw_after_conversion():
     _, opt = _adamw_run(3)
     apex_state = fused_adam_layout(opt.state_dict())

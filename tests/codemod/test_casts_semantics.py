@@ -137,6 +137,7 @@ def test_half_means_bfloat16_under_dtype_bfloat16(monkeypatch):
         assert migrated["ops"].float_fn(*_pair(BF16, BF16)).dtype == F32
 
 
+@pytest.mark.slow
 def test_autograd_function_forward_runs_in_fp32_and_backpropagates(monkeypatch):
     result = migrate_source(AUTOGRAD_CASE.read_text(), target="native", device="cpu")
     assert '@torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)' in result.code

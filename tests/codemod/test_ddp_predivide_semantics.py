@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+#: The process groups this module starts take most of a minute: whole-module slow.
+pytestmark = pytest.mark.slow
+
 WORKER = Path(__file__).with_name("ddp_predivide_worker.py")
 
 

@@ -291,6 +291,7 @@ def _functions(path: Path):
             yield node.name, node.end_lineno - node.lineno + 1
 
 
+@pytest.mark.slow
 def test_no_function_in_the_package_is_over_sixty_lines_and_the_allow_list_is_current():
     long = sorted(
         (str(path.relative_to(PACKAGE)), name, length)

@@ -91,7 +91,9 @@ def _run(module: cst.Module, through_libcst: bool):
 
 KINDS = ("With", "ImportFrom", "If", "FunctionDef", "Try", "Assign", "Return")
 TEXTS = [pytest.param(SAMPLE, id="sample")] + [
-    pytest.param(p.read_text(encoding="utf-8"), id=fixture_id(p), marks=() if i % 4 else pytest.mark.slow)
+    pytest.param(
+        p.read_text(encoding="utf-8"), id=fixture_id(p), marks=() if i % 8 == 0 else pytest.mark.slow
+    )
     for i, p in enumerate(SOURCES)
 ]
 

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CANDIDATES = (ROOT.parent / "shared" / "corpus", Path("/work/shared/corpus"))
 CORPUS = next((c for c in CANDIDATES if (c / "pairs.tsv").is_file()), None)
 
-pytestmark = pytest.mark.skipif(CORPUS is None, reason="the real-code corpus is not here")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(CORPUS is None, reason="the real-code corpus is not here")]
 
 
 def _table(name: str) -> list[dict]:

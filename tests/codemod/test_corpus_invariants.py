@@ -61,7 +61,7 @@ from amp_migrate.rules.base import Rule
 from fixture_files import GOLDEN_INPUTS, INPUTS, fixture_id
 
 from . import line_breaks
-from .golden import UPDATE, Case
+from .golden import UPDATE, Case, cases
 from .native_torch import torch_name_problems
 from .shim_imports import deprecated_torch_amp_only, shim_imports
 
@@ -101,7 +101,9 @@ class Reports:
 #: inputs; the full run takes every input once.
 QUICK_EVERY = 20
 QUICK = frozenset(GOLDEN_INPUTS[::QUICK_EVERY] + [p for p in INPUTS if p not in GOLDEN][:: QUICK_EVERY * 3])
-PARAMS = [pytest.param(p, id=fixture_id(p), marks=() if p in QUICK else pytest.mark.slow) for p in INPUTS]
+#: AMP_MIGRATE_GOLDEN_DIRS (golden.py) limits the run to those folders' golden cases.
+SELECTED = [c.path for c in cases()] if len(cases()) < len(GOLDEN_INPUTS) else INPUTS
+PARAMS = [pytest.param(p, id=fixture_id(p), marks=() if p in QUICK else pytest.mark.slow) for p in SELECTED]
 
 
 def test_there_are_enough_golden_cases():

@@ -128,6 +128,7 @@ def fused_adam_layout(torch_state):
     return state
 
 
+@pytest.mark.slow
 def test_fused_adam_state_loads_into_torch_adamw_after_conversion():
     _, opt = _adamw_run(3)
     apex_state = fused_adam_layout(opt.state_dict())
@@ -208,6 +209,7 @@ def _run(args, cwd):
 
 
 @pytest.mark.parametrize("level", ["O1", "O0"])
+@pytest.mark.slow
 def test_shim_checkpoint_resumes_in_the_migrated_native_program_bit_for_bit(tmp_path, level):
     legacy = PROGRAM.read_text()
     native = migrate_source(legacy, target="native", device="cpu")

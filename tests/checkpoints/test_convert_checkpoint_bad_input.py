@@ -105,6 +105,7 @@ def test_a_fifo_is_refused_rather_than_waited_on(tmp_path):
 
 
 @pytest.mark.parametrize("first", [b"", b"\x80\xc7"], ids=["random", "pickle-protocol-199"])
+@pytest.mark.slow
 def test_nothing_but_the_error_line_reaches_the_user(tmp_path, first):
     """The same as a user runs it: a process, its whole stderr (no traceback, no warning from
     torch about the protocol of what only looked like a pickle)."""

@@ -13,12 +13,14 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 
 from .conftest import run_cli, run_process
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "fixtures" / "examples" / "legacy_project"
 
 
+@pytest.mark.slow
 def test_bundled_example_migrates_as_the_readme_shows(tmp_path):
     copy = tmp_path / "legacy_project"
     shutil.copytree(EXAMPLE, copy)
@@ -52,6 +54,7 @@ def _line_of(path: Path, text: str) -> int:
     return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
 
 
+@pytest.mark.slow
 def test_bundled_examples_evaluation_is_named_as_running_in_float32_natively(tmp_path):
     """train.py evaluates on held-out data outside the training forward: Apex O1 ran that in
     float16, the migrated script in float32, and AMP170 says so at the evaluation's forward."""
@@ -72,6 +75,7 @@ def test_bundled_examples_evaluation_is_named_as_running_in_float32_natively(tmp
     assert 'the training region has `enabled=args.opt_level != "O0"`' in found[0][2]
 
 
+@pytest.mark.slow
 def test_bundled_example_trains_and_evaluates_after_a_native_migration(tmp_path):
     copy = tmp_path / "legacy_project"
     shutil.copytree(EXAMPLE, copy)
@@ -99,6 +103,7 @@ def _tour(command: str) -> list[str]:
     return [line for line in block.group(1).splitlines() if line not in ("...", "1", "0")]
 
 
+@pytest.mark.slow
 def test_readme_tour_shows_lines_of_the_real_check_and_diff_output():
     """The tour shortens each capture with `...`; every line it keeps is the command's own output,
     in its order, so a changed message or rewrite shows up as a stale README."""

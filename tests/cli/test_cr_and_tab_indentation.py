@@ -2,6 +2,8 @@
 which lost the final newline on a rewrite, and indentation that mixes tabs and spaces the
 way Python accepts and libcst's parser does not."""
 
+import pytest
+
 from .conftest import NATIVE_INPUT, SHIM_INPUT, SHIM_OUTPUT, run_cli, snapshot, write
 
 
@@ -227,6 +229,7 @@ def _tab_mixed_programs(count: int, seed: int = 18):
     return found
 
 
+@pytest.mark.slow
 def test_tab_mixed_programs_python_accepts_migrate_keeping_their_indentation():
     import ast
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from .conftest import NATIVE_INPUT, run_cli, snapshot, write
 
 TOO_DEEP = "AMP001 expressions nested too deeply to read (Python's recursion limit)"
@@ -19,6 +21,7 @@ def _migrated_natively(text: str) -> bool:
     return "apex" not in text and "torch.amp.GradScaler" in text
 
 
+@pytest.mark.slow
 def test_a_sum_too_deep_for_python_is_one_files_error_and_the_others_are_migrated(project):
     write(project / "deep.py", NATIVE_INPUT + _sum(5000))
     write(project / "plain_deep.py", "# scale_loss is done elsewhere\n" + _sum(5000))
@@ -38,6 +41,7 @@ def test_a_sum_too_deep_for_python_is_one_files_error_and_the_others_are_migrate
         assert _migrated_natively((project / name).read_text()), name
 
 
+@pytest.mark.slow
 def test_a_sum_python_compiles_is_migrated_and_the_output_compiles(project):
     write(project / "long_sum.py", NATIVE_INPUT + _sum(1500))
     result = run_cli(["--jobs", "1", "."], project)

@@ -3,6 +3,8 @@ would change, for CI and pre-commit."""
 
 import re
 
+import pytest
+
 from .conftest import NO_APEX, SHIM_INPUT, SHIM_OUTPUT, run_cli, snapshot, write
 
 
@@ -30,6 +32,7 @@ def test_dry_run_is_diff(project):
     assert (project / "a.py").read_text() == SHIM_INPUT
 
 
+@pytest.mark.slow
 def test_check_exits_1_when_a_file_would_change_and_0_when_none(project):
     write(project / "a.py", SHIM_INPUT)
     write(project / "b.py", NO_APEX)

@@ -24,6 +24,7 @@ def check(project, *args):
 
 
 @needs_git
+@pytest.mark.slow
 def test_gitignored_files_are_skipped_inside_a_git_work_tree(project):
     subprocess.run(["git", "init", "-q", str(project)], check=True)
     write(project / ".gitignore", "generated/\n*_old.py\n")

@@ -158,6 +158,7 @@ def start_second_run(root, waiting, started):
     wait_until(lambda: waiting.exists() or started[0].poll() is not None, "the second run")
 
 
+@pytest.mark.slow
 def test_a_second_run_started_between_a_groups_writes_waits_and_sees_the_whole_group(
     group, monkeypatch, tmp_path
 ):
@@ -210,6 +211,7 @@ def test_a_member_edited_during_the_groups_write_puts_the_written_one_back(group
     assert "trainer.py: error: changed during migration, not written" in result.output
 
 
+@pytest.mark.slow
 def test_a_second_run_never_sees_a_member_written_before_its_group_was_put_back(group, monkeypatch, tmp_path):
     second: list = []
 
@@ -250,6 +252,7 @@ def kill_after_first_write(root):
     assert targets(root) == {"train.py": "native", "trainer.py": "apex"}
 
 
+@pytest.mark.slow
 def test_the_next_run_completes_a_group_whose_run_was_killed_midway(group, state):
     kill_after_first_write(group)
     assert len(list(state.rglob("*.json"))) == 1  # the killed run's journal
@@ -265,6 +268,7 @@ def test_the_next_run_completes_a_group_whose_run_was_killed_midway(group, state
     assert not list(state.rglob("*.json"))
 
 
+@pytest.mark.slow
 def test_the_next_run_given_only_the_unwritten_member_completes_the_group(group, state):
     kill_after_first_write(group)
     again = run_cli(["--device", "cpu", "trainer.py"], group)
@@ -274,6 +278,7 @@ def test_the_next_run_given_only_the_unwritten_member_completes_the_group(group,
     assert "this run completed it (written now)" in again.output
 
 
+@pytest.mark.slow
 def test_a_member_edited_after_the_kill_is_reported_and_left_as_it_is(group, state):
     kill_after_first_write(group)
     write(group / "trainer.py", EDITED)
@@ -290,6 +295,7 @@ def test_a_member_edited_after_the_kill_is_reported_and_left_as_it_is(group, sta
     assert not list(state.rglob("*.json"))
 
 
+@pytest.mark.slow
 def test_check_after_a_killed_group_write_says_the_group_is_half_written_and_writes_nothing(group, state):
     kill_after_first_write(group)
     check = run_cli(["--check", *ARGS], group)
@@ -308,6 +314,7 @@ with open(sys.argv[1], "rb") as held:
 """
 
 
+@pytest.mark.slow
 def test_a_file_another_run_keeps_locked_is_reported_after_a_bounded_wait(project, monkeypatch):
     path = write(project / "solo.py", SHIM_INPUT)
     holder = subprocess.Popen(

@@ -1,6 +1,8 @@
 """`amp-migrate PATH...` rewrites Apex-using files in place, leaves the others alone, and a
 second run has nothing left to do."""
 
+import pytest
+
 from amp_migrate import migrate_source
 
 from .conftest import NATIVE_INPUT, NO_APEX, SHIM_INPUT, SHIM_OUTPUT, run_cli, snapshot, write
@@ -18,6 +20,7 @@ def test_rewrites_apex_files_in_place_with_what_migrate_source_returns(project):
     assert "Migrated pkg/train.py (native)" in result.output
 
 
+@pytest.mark.slow
 def test_second_run_reports_nothing_to_change(project):
     write(project / "a.py", NATIVE_INPUT)
     write(project / "b.py", SHIM_INPUT)

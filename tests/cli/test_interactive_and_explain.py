@@ -1,6 +1,8 @@
 """`--interactive` asks per file (and refuses without a terminal); `explain CODE` prints the
 code's documentation with its example."""
 
+import pytest
+
 from amp_migrate.cli import main as cli
 
 from .conftest import SHIM_INPUT, SHIM_OUTPUT, run_cli, write
@@ -13,6 +15,7 @@ def test_interactive_refuses_without_a_terminal(project):
     assert (project / "a.py").read_text() == SHIM_INPUT
 
 
+@pytest.mark.slow
 def test_interactive_applies_skips_and_quits(project, monkeypatch):
     monkeypatch.setattr(cli, "_stdin_is_terminal", lambda: True)
     for name in ("a.py", "b.py", "c.py"):

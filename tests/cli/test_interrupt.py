@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from amp_migrate import migrate_source
 
 TEMPLATES = [
@@ -17,6 +19,7 @@ TEMPLATES = [
 FILES = 400
 
 
+@pytest.mark.slow
 def test_sigint_mid_run_leaves_each_file_old_or_new(tmp_path):
     old = {}
     for i in range(FILES):

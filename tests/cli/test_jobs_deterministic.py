@@ -3,6 +3,8 @@
 import json
 import re
 
+import pytest
+
 from .conftest import NO_APEX, SHIM_INPUT, run_cli, snapshot, write
 
 
@@ -12,6 +14,7 @@ def make_tree(root):
     write(root / "pkg1" / "bad.py", "from apex import amp\nprint 'py2'\n")
 
 
+@pytest.mark.slow
 def test_jobs_1_and_jobs_2_give_identical_output(tmp_path):
     outputs = {}
     for jobs in (1, 2):

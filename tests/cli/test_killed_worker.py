@@ -78,6 +78,7 @@ def assert_each_file_whole(root: Path, tree: dict[Path, bytes]) -> list[Path]:
     return migrated
 
 
+@pytest.mark.slow
 def test_a_killed_worker_ends_the_run_naming_its_file(tmp_path, tree):
     proc = run_with_a_dying_worker(tmp_path)
 
@@ -95,6 +96,7 @@ def test_a_killed_worker_ends_the_run_naming_its_file(tmp_path, tree):
             assert f"{rel}: error: not migrated: the run stopped when a worker died" in proc.stdout
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_an_error_in_the_json_report(tmp_path, tree):
     proc = run_with_a_dying_worker(tmp_path, "--format", "json")
 

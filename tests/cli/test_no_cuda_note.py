@@ -32,6 +32,7 @@ def _note_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if "this machine has no CUDA" in line]
 
 
+@pytest.mark.slow
 def test_a_subprocess_without_cuda_prints_the_note_in_text_and_json(project, monkeypatch, schema):
     write(project / "train.py", NATIVE_INPUT)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
@@ -118,6 +119,7 @@ def test_the_torch_build_is_read_from_its_version_file(tmp_path, monkeypatch, ve
         assert cuda_here.cuda_available() is False
 
 
+@pytest.mark.slow
 def test_the_check_does_not_import_torch(project):
     write(project / "train.py", NATIVE_INPUT)
     script = textwrap.dedent(

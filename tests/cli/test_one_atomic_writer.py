@@ -123,6 +123,7 @@ def _renames_in(path: Path) -> list[int]:
     ]
 
 
+@pytest.mark.slow
 def test_no_module_but_the_one_writer_renames_a_file_into_place():
     renames = {
         str(path.relative_to(PACKAGE)): lines

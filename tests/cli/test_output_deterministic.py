@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "fixtures" / "rules"
 CORPUS_CANDIDATES = (REPO.parent / "shared" / "corpus" / "files", Path("/work/shared/corpus/files"))
@@ -47,6 +49,7 @@ def golden_inputs(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_report_and_written_code_do_not_depend_on_hash_seed_or_jobs(tmp_path):
     golden_inputs(tmp_path / "rules")
     corpus = [str(c) for c in CORPUS_CANDIDATES if c.is_dir()][:1]  # read in place: --diff writes nothing
@@ -69,6 +72,7 @@ def _files_that_differ(a: str, b: str) -> list[str]:
     return sorted(p for p in one.keys() | other.keys() if one.get(p) != other.get(p)) or ["the summary"]
 
 
+@pytest.mark.slow
 def test_fp16_optimizer_refusal_names_the_first_use_in_the_file_in_every_process(tmp_path):
     """The wrapper's uses are checked in the file's order: the refusal is the first use that
     has no native form (line 12: a nested function reads it outside its `if args.fp16:`), not
@@ -112,6 +116,7 @@ def train(model, optimizer, x, fp16=False):
 """
 
 
+@pytest.mark.slow
 def test_a_provider_call_names_the_first_global_its_condition_reads_in_every_process(tmp_path):
     """The condition's names were a set: the refusal named `USE_AMP`, `HALF` or `MIXED` by
     hash seed. It names the first in the condition."""

@@ -20,6 +20,7 @@ def test_a_run_restores_the_collector_and_the_interrupt_handler(tmp_path, jobs):
     assert (gc.get_threshold(), gc.get_freeze_count(), signal.getsignal(signal.SIGINT)) == before
 
 
+@pytest.mark.slow
 def test_what_the_caller_froze_stays_frozen(tmp_path):
     (tmp_path / "train.py").write_text(NATIVE_INPUT)
     gc.freeze()

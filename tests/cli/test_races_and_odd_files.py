@@ -143,6 +143,7 @@ def test_a_symlink_named_on_the_command_line_is_followed(tmp_path, project):
     assert outside.read_text() == SHIM_OUTPUT and (project / "link.py").is_symlink()
 
 
+@pytest.mark.slow
 def test_a_fifo_named_py_is_reported_and_does_not_hang_the_run(project):
     os.mkfifo(project / "pipe.py")
     write(project / "a.py", SHIM_INPUT)

@@ -62,12 +62,14 @@ def test_version_imports_neither_the_codemod_nor_rich_nor_torch(tmp_path):
 
 
 @pytest.mark.parametrize("extra", [[], ["--format", "json"], ["--diff"]])
+@pytest.mark.slow
 def test_check_of_a_file_without_apex_imports_neither_the_codemod_nor_torch(tmp_path, extra):
     write(tmp_path / "train.py", NO_APEX)
     names = imported(["--check", *extra, "train.py"], tmp_path)
     assert loaded(names, CODEMOD + OTHERS) == []
 
 
+@pytest.mark.slow
 def test_check_of_a_file_with_apex_still_imports_the_codemod(tmp_path):
     write(tmp_path / "train.py", "from apex import amp\nmodel = amp.initialize(model)\n")
     names = imported(["--check", "--target", "shim", "train.py"], tmp_path)

@@ -11,6 +11,7 @@ import pytest
 from .conftest import NO_APEX, SHIM_INPUT, SHIM_OUTPUT, run_process, write
 
 
+@pytest.mark.slow
 def test_check_fix_check_cycle_and_exit_codes(project):
     write(project / "src" / "a.py", SHIM_INPUT)
     write(project / "src" / "b.py", NO_APEX)
@@ -23,6 +24,7 @@ def test_check_fix_check_cycle_and_exit_codes(project):
     assert run_process(["--check", "--target", "shim", "src"], project).returncode == 0
 
 
+@pytest.mark.slow
 def test_unparseable_file_exits_2_and_is_untouched(project):
     bad = write(project / "bad.py", "from apex import amp\nprint 'x'\n")
     write(project / "good.py", SHIM_INPUT)
@@ -33,12 +35,14 @@ def test_unparseable_file_exits_2_and_is_untouched(project):
     assert (project / "good.py").read_text() == SHIM_OUTPUT
 
 
+@pytest.mark.slow
 def test_json_is_the_only_thing_on_stdout(project):
     write(project / "a.py", SHIM_INPUT)
     proc = run_process(["--format", "json", "--diff", "--target", "shim", "a.py"], project)
     assert json.loads(proc.stdout)["files"][0]["diff"].startswith("--- a.py")
 
 
+@pytest.mark.slow
 def test_help_lists_the_commands_and_the_default(project):
     proc = run_process(["--help"], project)
     assert proc.returncode == 0
@@ -48,6 +52,7 @@ def test_help_lists_the_commands_and_the_default(project):
     assert run_process(["nonexistent_dir"], project).returncode == 2
 
 
+@pytest.mark.slow
 def test_console_script(project):
     script = Path(sys.executable).with_name("amp-migrate")
     if not script.exists():

@@ -18,7 +18,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2] / "fixtures" / "rules"
+from fixture_files import GOLDEN_INPUTS, RULES
+
+ROOT = RULES
 UPDATE = os.environ.get("AMP_MIGRATE_UPDATE_GOLDEN") == "1"
 _OPTIONS = re.compile(r"^# amp-migrate:(.*)$", re.M)
 _CODES = re.compile(r"^# diagnostics:(.*)$", re.M)
@@ -54,8 +56,4 @@ class Case:
 
 def cases() -> list[Case]:
     only = [d for d in os.environ.get("AMP_MIGRATE_GOLDEN_DIRS", "").split(",") if d]
-    return [
-        Case(p)
-        for p in sorted(ROOT.glob("*/*.py"))
-        if not p.name.endswith((".native.py", ".shim.py")) and (not only or p.parent.name in only)
-    ]
+    return [Case(p) for p in GOLDEN_INPUTS if not only or p.parent.name in only]

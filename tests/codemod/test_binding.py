@@ -78,6 +78,7 @@ class _Compare(cst.CSTVisitor):
         self.checked += 1
 
 
+@pytest.mark.slow
 def test_fast_path_agrees_with_qualified_name_provider_on_every_golden_input():
     compared = 0
     for case in cases():

@@ -76,6 +76,7 @@ def test_registered_functions_under_autocast(migrated):
         assert ops.promote_fn(*_pair(BF16, F16)).dtype == F32
 
 
+@pytest.mark.slow
 def test_registered_float_function_matches_fp32_math(migrated):
     x, w = _pair(F16, F16)
     with torch.autocast("cpu", dtype=F16):
@@ -126,6 +127,7 @@ def test_non_tensor_and_sequence_arguments(migrated):
     assert seen == {"xs": [F16, F16, torch.int64], "scale": 3, "bias": F16, "name": "x"}
 
 
+@pytest.mark.slow
 def test_half_means_bfloat16_under_dtype_bfloat16(monkeypatch):
     result = migrate_source(CASE.read_text(), target="native", device="cpu", dtype="bfloat16")
     assert "torch.bfloat16" in result.code and "torch.float16" not in result.code
@@ -135,6 +137,7 @@ def test_half_means_bfloat16_under_dtype_bfloat16(monkeypatch):
         assert migrated["ops"].float_fn(*_pair(BF16, BF16)).dtype == F32
 
 
+@pytest.mark.slow
 def test_autograd_function_forward_runs_in_fp32_and_backpropagates(monkeypatch):
     result = migrate_source(AUTOGRAD_CASE.read_text(), target="native", device="cpu")
     assert '@torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)' in result.code

@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+#: The process groups this module starts take most of a minute: whole-module slow.
+pytestmark = pytest.mark.slow
+
 WORKER = Path(__file__).with_name("ddp_predivide_worker.py")
 
 
@@ -47,6 +50,7 @@ def ranks(request, tmp_path_factory):
     return [torch.load(out / f"rank{r}.pt") for r in range(world)]
 
 
+@pytest.mark.slow
 def test_torch_ddp_reduces_like_apex_with_the_factor_equal_to_the_world_size(ranks):
     for rank in ranks:
         assert all(torch.equal(a, b) for a, b in zip(rank["torch"], rank["apex_world"]))

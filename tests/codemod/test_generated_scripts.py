@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import textwrap
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -103,6 +104,7 @@ SETTINGS = settings(
 
 @SETTINGS
 @given(scripts())
+@pytest.mark.slow
 def test_generated_scripts_migrate_natively_and_idempotently(script):
     compile(script, "<generated>", "exec")
     result = migrate_source(script, target="auto")
@@ -120,6 +122,7 @@ def test_generated_scripts_migrate_natively_and_idempotently(script):
 
 @SETTINGS
 @given(scripts())
+@pytest.mark.slow
 def test_generated_scripts_shim_output_changes_only_import_lines(script):
     result = migrate_source(script, target="shim")
     compile(result.code, "<shim>", "exec")

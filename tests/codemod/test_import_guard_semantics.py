@@ -50,6 +50,7 @@ def _training_globals() -> dict:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.slow
 def test_native_output_runs_as_the_file_did_with_apex_installed(case: str):
     printed, flags = CASES[case]
     result = migrate_source((ROOT / "imports" / f"{case}.py").read_text(), target="native", device="cpu")

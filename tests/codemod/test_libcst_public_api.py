@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[2] / "amp_migrate"
 
 
@@ -30,6 +32,7 @@ def _private_libcst_imports(tree: ast.AST) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_no_module_of_the_codemod_reaches_into_libcst_internals():
     offenders = {}
     for path in sorted(PACKAGE.rglob("*.py")):

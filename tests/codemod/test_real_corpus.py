@@ -33,12 +33,15 @@ CANDIDATES = (ROOT.parent / "shared" / "corpus", Path("/work/shared/corpus"))
 CORPUS = next((c for c in CANDIDATES if (c / "manifest.tsv").is_file()), None)
 TARGETS = ("auto", "shim")
 
-pytestmark = pytest.mark.skipif(
-    CORPUS is None,
-    reason="the real-code corpus is not here (looked for manifest.tsv in "
-    + " and ".join(str(c) for c in CANDIDATES)
-    + "); it is not part of the repository",
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        CORPUS is None,
+        reason="the real-code corpus is not here (looked for manifest.tsv in "
+        + " and ".join(str(c) for c in CANDIDATES)
+        + "); it is not part of the repository",
+    ),
+]
 
 
 def _rows() -> list[dict]:

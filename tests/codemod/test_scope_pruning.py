@@ -125,6 +125,7 @@ def _run(text: str, target: str):
 
 @pytest.mark.parametrize("target", ["auto", "shim"])
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
+@pytest.mark.slow
 def test_pruned_scope_analysis_agrees_with_the_whole_file(name, target, monkeypatch):
     text = PROGRAMS[name]
     pruned = _run(text, target)

@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+#: The process groups this module starts take most of a minute: whole-module slow.
+pytestmark = pytest.mark.slow
+
 WORKER = Path(__file__).with_name("syncbn_group_worker.py")
 SHIM = Path(__file__).resolve().parents[2] / "shim"
 WORLD = 4
@@ -50,6 +53,7 @@ def ranks(tmp_path_factory):
 
 
 @pytest.mark.parametrize("size", [1, 2, WORLD])
+@pytest.mark.slow
 def test_each_rank_gets_the_same_group_of_consecutive_ranks(ranks, size):
     for rank, result in enumerate(ranks):
         apex_members, apex_sum = result[size]["apex"]

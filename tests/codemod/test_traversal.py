@@ -4,20 +4,20 @@ order as `tree.visit(rule)` and builds the same tree, and `walk_ast` yields ever
 `ast.walk` does but the `Load`/`Store`/`Del` markers."""
 
 import ast
-from pathlib import Path
 
 import libcst as cst
+import libcst.matchers as m
 import pytest
 from libcst.codemod import CodemodContext
 
 from amp_migrate.analysis.source_index import walk_ast
 from amp_migrate.options import Options
 from amp_migrate.rules import base
-from amp_migrate.rules.base import FileState, Rule, visit_module
+from amp_migrate.rules.base import FileState, Rule, find_statements, visit_module
+from fixture_files import INPUTS, fixture_id
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 # Inputs of every shape the golden tests hold (not their expected outputs).
-SOURCES = sorted(p for p in FIXTURES.rglob("*.py") if not p.name.endswith((".native.py", ".shim.py")))[::7]
+SOURCES = INPUTS[::7]
 
 SAMPLE = """\
 import torch as T
@@ -89,18 +89,34 @@ def _run(module: cst.Module, through_libcst: bool):
     return kept, result
 
 
-@pytest.mark.parametrize(
-    "text",
-    [SAMPLE] + [p.read_text(encoding="utf-8") for p in SOURCES],
-    ids=["sample"] + [str(p.relative_to(FIXTURES)) for p in SOURCES],
-)
-def test_rule_visit_calls_handlers_in_libcsts_order_and_builds_its_tree(text):
+KINDS = ("With", "ImportFrom", "If", "FunctionDef", "Try", "Assign", "Return")
+TEXTS = [pytest.param(SAMPLE, id="sample")] + [
+    pytest.param(
+        p.read_text(encoding="utf-8"), id=fixture_id(p), marks=() if i % 8 == 0 else pytest.mark.slow
+    )
+    for i, p in enumerate(SOURCES)
+]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_our_walks_see_what_libcsts_and_pythons_walks_see(text):
+    """Per text: a rule visit calls the handlers libcst's visit calls, in its order, and builds
+    its tree; `walk_ast` yields what `ast.walk` yields but the context markers; and
+    `find_statements` finds what the matchers find, in the same order, for each statement kind
+    (from the module and from each top-level statement)."""
     module = cst.parse_module(text)
     fast_log, fast = _run(module, through_libcst=False)
     libcst_log, slow = _run(module, through_libcst=True)
     assert fast_log == libcst_log
     assert fast.code == slow.code
     assert fast.deep_equals(slow)
+    tree = ast.parse(text)
+    expected = sorted(id(n) for n in ast.walk(tree) if not isinstance(n, ast.expr_context))
+    assert sorted(id(n) for n in walk_ast(tree)) == expected
+    for kind in KINDS:
+        for part in [module, *module.body]:
+            found = [id(n) for n in m.findall(part, getattr(m, kind)())]
+            assert [id(n) for n in find_statements(part, getattr(cst, kind))] == found, kind
 
 
 def test_unchanged_subtrees_keep_their_identity():
@@ -120,17 +136,6 @@ def test_every_node_type_has_a_visit_order_read_from_libcst():
         and base._visit_order(kind) is None
     ]
     assert missing == []
-
-
-@pytest.mark.parametrize(
-    "text",
-    [SAMPLE] + [p.read_text(encoding="utf-8") for p in SOURCES],
-    ids=["sample"] + [str(p.relative_to(FIXTURES)) for p in SOURCES],
-)
-def test_walk_ast_yields_what_ast_walk_yields_but_context_markers(text):
-    tree = ast.parse(text)
-    expected = sorted(id(n) for n in ast.walk(tree) if not isinstance(n, ast.expr_context))
-    assert sorted(id(n) for n in walk_ast(tree)) == expected
 
 
 @pytest.mark.parametrize(
@@ -183,19 +188,6 @@ def test_fast_metadata_wrapper_resolves_what_libcst_resolves(provider):
         return value
 
     assert {id(n): plain(v) for n, v in fast.items()} == {id(n): plain(v) for n, v in slow.items()}
-
-
-@pytest.mark.parametrize("kind", ["With", "ImportFrom", "If", "FunctionDef", "Try", "Assign", "Return"])
-def test_find_statements_finds_what_matchers_find_in_the_same_order(kind):
-    import libcst.matchers as m
-
-    from amp_migrate.rules.base import find_statements
-
-    for text in [SAMPLE] + [p.read_text(encoding="utf-8") for p in SOURCES]:
-        module = cst.parse_module(text)
-        for tree in [module, *module.body]:
-            expected = [id(n) for n in m.findall(tree, getattr(m, kind)())]
-            assert [id(n) for n in find_statements(tree, getattr(cst, kind))] == expected
 
 
 def test_classes_without_matcher_search_have_no_matcher_decorators():

@@ -1,6 +1,8 @@
 """A module nested beyond what Python runs is read as text and belongs to no group; modules
 nested deeply, within what Python compiles, are read as any other (on a deeper stack)."""
 
+import pytest
+
 from amp_migrate.project import build_index, find_groups, migrate_project
 
 from .conftest import PROJECTS, sources
@@ -37,6 +39,7 @@ def test_a_module_python_cannot_compile_is_its_own_error_and_the_others_go_nativ
     assert not results["one.py"].diagnostics
 
 
+@pytest.mark.slow
 def test_a_group_whose_modules_hold_deep_expressions_shares_its_scaler_as_without_them():
     deep = "\n\ndef _total(a):\n    return " + " + ".join(["a"] * 700) + "\n"
     files = sources(PROJECTS / "optimizer_factory")

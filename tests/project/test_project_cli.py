@@ -31,6 +31,7 @@ def assert_groups_on_one_target(root, before):
         assert not ("native" in marks and ("shim" in marks or "apex" in marks)), (group.members, marks)
 
 
+@pytest.mark.slow
 def test_a_script_that_would_go_native_alone_uses_the_shim_with_its_checkpoint_helper(tree):
     root = tree("checkpoint_helper_sets_scale")
     before = sources(root)
@@ -141,6 +142,7 @@ def test_migrating_the_tree_twice_changes_nothing_the_second_time(tree):
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in PROJECTS.iterdir() if p.is_dir()))
+@pytest.mark.slow
 def test_a_second_run_on_a_migrated_tree_changes_nothing(tree, name):
     """The shim a first run put in Apex's place ties nothing: a re-run leaves every file as it is."""
     root = tree(name)

@@ -31,6 +31,7 @@ def test_every_caller_and_the_provider_go_native_together():
     assert "load_amp" not in results["textcls/train.py"].code
 
 
+@pytest.mark.slow
 def test_the_command_line_migrates_the_group_natively(tree):
     root = tree("amp_provider_native")
     document = run_json(root)
@@ -228,6 +229,7 @@ def _tab_mixed(text: str, line: str) -> str:
     return text.replace(f"\n{line}\n", "\n    \t    " + line.lstrip(" ") + "\n", 1)
 
 
+@pytest.mark.slow
 def test_a_group_whose_provider_and_caller_mix_tabs_into_indentation_migrates_like_one_that_does_not():
     plain = sources(PROJECTS / "amp_provider_native")
     mixed = dict(plain)

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CANDIDATES = (ROOT.parent / "shared" / "corpus", Path("/work/shared/corpus"))
 CORPUS = next((c for c in CANDIDATES if (c / "pairs.tsv").is_file()), None)
 
-pytestmark = pytest.mark.skipif(CORPUS is None, reason="the real-code corpus is not here")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(CORPUS is None, reason="the real-code corpus is not here")]
 
 
 def _table(name: str) -> list[dict]:
@@ -62,6 +62,7 @@ def test_files_sharing_amp_state_across_modules_are_grouped(pair):
 
 
 @pytest.mark.parametrize("repo", sorted({ROWS[p["file_a"]]["repo"] for p in PAIRS}))
+@pytest.mark.slow
 def test_no_group_of_a_real_repository_ends_half_native(repo):
     files = repository(repo)
     results = migrate_project(files)

@@ -24,6 +24,7 @@ GOLDEN_TREES = (
 
 
 @pytest.mark.parametrize("name", GOLDEN_TREES)
+@pytest.mark.slow
 def test_each_module_of_a_group_migrates_to_its_golden_output(name):
     assert_project_golden(name)
 
@@ -41,6 +42,7 @@ def test_a_trainer_that_imports_the_optimizer_factory_reads_the_factory_global()
     assert "enabled=_amp_optimization.amp_enabled" in trainer.code  # a run-time opt level
 
 
+@pytest.mark.slow
 def test_scripts_run_one_at_a_time_each_set_the_helper_attribute():
     results = migrate_project(sources(PROJECTS / "scripts_share_helper"))
     for script in ("src/pretrain/run_pretrain.py", "src/tasks/run_vqa.py"):

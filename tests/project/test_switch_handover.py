@@ -180,6 +180,7 @@ def test_the_command_line_hands_the_switch_over_and_notes_the_inference_program(
     ]
 
 
+@pytest.mark.slow
 def test_an_inference_script_run_one_at_a_time_still_sets_the_attribute_and_the_switch_follows_the_trainer():
     """Both programs import the loop module and neither imports the other: each sets its
     attribute, as before; the loop's `if fp16:` follows the training script's switch, since

@@ -1,12 +1,9 @@
-"""Characters that `str.splitlines()` takes for line breaks and Python does not change nothing.
+"""Inputs with the characters `str.splitlines()` takes for line breaks and Python does not.
 
-Every fixture input (golden cases, programs, examples) gets each of `\\f \\v \\x1c \\x1d \\x1e
-\\x85 U+2028 U+2029` inserted where Python reads it as part of a comment, a docstring or a
-printed string (a form feed also at the start of a line, where the tokenizer ignores it), at
-places drawn from a seeded generator. The migration must be the same, both targets: the same
-code once the inserted characters are taken out, the same target, the same diagnostics on the
-same lines. One run per fixture and character class (every character of the class inserted in
-that run), so every fixture meets every character on every run.
+`mutate` inserts each of `\\f \\v \\x1c \\x1d \\x1e \\x85 U+2028 U+2029` where Python reads it as
+part of a comment, a docstring or a printed string (a form feed also at the start of a line,
+where the tokenizer ignores it), at places drawn from a seeded generator, so that a migration
+of the result can be compared with the migration of the input (test_corpus_invariants.py).
 """
 
 from __future__ import annotations
@@ -20,22 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-import pytest
-
 from amp_migrate.io.lines import split_lines
-from amp_migrate.migrate import MigrationError, migrate_source
+from amp_migrate.migrate import MigrationError, MigrationResult
+from fixture_files import ROOT
 
-from .golden import Case
-
-ROOT = Path(__file__).resolve().parents[2]
-INPUTS = sorted(
-    p for p in (ROOT / "fixtures").rglob("*.py") if not p.name.endswith((".native.py", ".shim.py"))
-)
 CLASSES = {
     "form-feed": "\x0c",  # also whitespace to Python, so it goes at line starts too
     "ascii-controls": "\x0b\x1c\x1d\x1e",
     "unicode-breaks": "\x85\u2028\u2029",
 }
+#: Every character of every class: one mutated input per fixture holds them all.
+EVERY_CHARACTER = "".join(CLASSES.values())
 PER_CHARACTER = 3  # places drawn for each character
 _PRINTED = {"print", "info", "warning", "debug", "error", "write", "log", "set_description"}
 _PREFIX = re.compile(r"[rRbBuUfF]*('''|\"\"\"|'|\")")
@@ -89,7 +81,7 @@ class Sites:
     statements: list[tuple[int, str]]  # where a statement's line starts, and its indentation
 
 
-def _sites(text: str) -> Optional[Sites]:
+def find_sites(text: str) -> Optional[Sites]:
     try:
         tree = ast.parse(text)
         tokens = list(tokenize.generate_tokens(io.StringIO(text, newline=None).readline))
@@ -120,10 +112,10 @@ def _sites(text: str) -> Optional[Sites]:
     return sites
 
 
-def _base(path: Path, text: str) -> str:
+def base(path: Path, text: str) -> str:
     """`text`, or where it has no comment, docstring or printed string, `text` with a comment
     line before a statement drawn at random (the characters go into that comment)."""
-    sites = _sites(text)
+    sites = find_sites(text)
     if sites is None or sites.inside or not sites.statements:
         return text
     at, indent = random.Random(path.relative_to(ROOT).as_posix()).choice(sites.statements)
@@ -140,8 +132,8 @@ def _insert(text: str, places: dict[int, str]) -> str:
     return "".join(out)
 
 
-def _mutate(path: Path, text: str, characters: str) -> Optional[str]:
-    sites = _sites(text)
+def mutate(path: Path, text: str, characters: str) -> Optional[str]:
+    sites = find_sites(text)
     if sites is None:
         return None
     inside, line_starts = sites.inside, sites.line_starts
@@ -157,11 +149,11 @@ def _mutate(path: Path, text: str, characters: str) -> Optional[str]:
     return _insert(text, places) if places else None
 
 
-def _migration(text: str, target: str, options: dict):
-    try:
-        result = migrate_source(text, target=target, **options)
-    except MigrationError as exc:
-        return ("error", exc.line)
+def outcome(result: MigrationResult | MigrationError) -> tuple:
+    """What must not change when the characters are inserted: the code, the target, whether it
+    changed, the diagnostics' codes, lines and severities (or the error's line)."""
+    if isinstance(result, MigrationError):
+        return ("error", result.line)
     return (
         result.code,
         result.target_used,
@@ -170,14 +162,14 @@ def _migration(text: str, target: str, options: dict):
     )
 
 
-def _without(migration: tuple, characters: str) -> tuple:
+def without(migration: tuple, characters: str) -> tuple:
     """The migration with `characters` taken out of its code."""
     if migration[0] == "error":
         return migration
     return (migration[0].translate({ord(c): None for c in characters}), *migration[1:])
 
 
-def _program(text: str, characters: str) -> str:
+def program(text: str, characters: str) -> str:
     """What Python makes of `text`, with `characters` taken out of its strings."""
     tree = ast.parse(text)
     strip = {ord(c): None for c in characters}
@@ -185,36 +177,3 @@ def _program(text: str, characters: str) -> str:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             node.value = node.value.translate(strip)
     return ast.dump(tree)
-
-
-@pytest.mark.parametrize("path", INPUTS, ids=lambda p: str(p.relative_to(ROOT / "fixtures")))
-def test_line_break_characters_in_comments_and_strings_change_no_migration(path: Path):
-    text = _base(path, path.read_text(encoding="utf-8"))
-    options = Case(path).options
-    baseline = {target: _migration(text, target, options) for target in ("native", "shim")}
-    for name, characters in CLASSES.items():
-        mutated = _mutate(path, text, characters)
-        if mutated is None:
-            assert _sites(text) is None, "no place to insert a character"
-            continue  # Python cannot read it either: nothing to compare
-        for target in ("native", "shim"):
-            assert _without(_migration(mutated, target, options), characters) == _without(
-                baseline[target], characters
-            ), f"{name} characters changed the {target} migration; mutated input:\n{mutated!r}"
-
-
-def test_mutations_put_every_character_where_python_ignores_it():
-    """Every character goes into every fixture Python reads, at places (comments, printed
-    strings, docstrings, line starts) where Python reads the same program."""
-    for path in INPUTS:
-        text = _base(path, path.read_text(encoding="utf-8"))
-        try:
-            ast.parse(text)
-        except SyntaxError:
-            continue
-        for characters in CLASSES.values():
-            mutated = _mutate(path, text, characters)
-            assert mutated is not None, path
-            for char in characters:
-                assert mutated.count(char) > text.count(char), (path, char)
-            assert _program(mutated, characters) == _program(text, characters), (path, characters)

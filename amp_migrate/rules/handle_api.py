@@ -35,6 +35,7 @@ import libcst as cst
 
 from ..binding import HANDLE
 from ..diagnostics import Severity, define
+from .facts import Fact
 from .plan import ONE_SCALER, TrainingRule, bind_arguments, literal
 
 WRAP_ARGS = define(
@@ -53,6 +54,10 @@ WRAP_ARGS = define(
 class WrapOptimizerToOptimizer(TrainingRule):
     HANDLES = (HANDLE + ".wrap_optimizer",)
     EMITS = (WRAP_ARGS, ONE_SCALER)
+    READS = frozenset({Fact.APEX_ANALYSED, Fact.TRAINING})
+    WRITES = frozenset(
+        {Fact.AMP_PLAN_CARRIED, Fact.APEX_CALLS_REWRITTEN, Fact.FALLBACK_REASONS, Fact.SCALER_CALLS_WRITTEN}
+    )
 
     MARKERS = ("wrap_optimizer",)
 

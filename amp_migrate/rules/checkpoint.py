@@ -55,7 +55,15 @@ OLD_CHECKPOINTS = define(
 class CheckpointToScaler(TrainingRule):
     HANDLES = (STATE_DICT, LOAD_STATE_DICT)
     EMITS = (OLD_CHECKPOINTS,)
-    READS = frozenset({Fact.APEX_ANALYSED, Fact.FP16_PLAN, Fact.SCALER_STATE_REWRITTEN, Fact.TRAINING})
+    READS = frozenset(
+        {
+            Fact.APEX_ANALYSED,
+            Fact.FP16_PLAN,
+            Fact.MODULE_VALUE_REWRITTEN,
+            Fact.SCALER_STATE_REWRITTEN,
+            Fact.TRAINING,
+        }
+    )
     WRITES = frozenset({Fact.APEX_CALLS_REWRITTEN, Fact.SCALER_CALLS_WRITTEN})
 
     MARKERS = ("state_dict",)

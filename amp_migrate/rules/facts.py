@@ -52,6 +52,10 @@ class Fact(enum.Enum):
     #: The reads of Apex's scaler state are rewritten while the `initialize` and `state_dict`
     #: calls they read still stand.
     SCALER_STATE_REWRITTEN = "scaler state rewritten"
+    #: Apex's module used as a value (tested, bound to None, passed on) is the scaler, judged
+    #: while the calls of the plan still stand, and before the rules that carry out the plan
+    #: judge the tests around those calls.
+    MODULE_VALUE_REWRITTEN = "module value rewritten"
     #: The rules that carry out Apex amp's plan (and only that one) are done.
     AMP_PLAN_CARRIED = "amp plan carried"
     #: Every rule that writes code reading the plan's scaler has written it.

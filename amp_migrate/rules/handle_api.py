@@ -54,7 +54,7 @@ WRAP_ARGS = define(
 class WrapOptimizerToOptimizer(TrainingRule):
     HANDLES = (HANDLE + ".wrap_optimizer",)
     EMITS = (WRAP_ARGS, ONE_SCALER)
-    READS = frozenset({Fact.APEX_ANALYSED, Fact.TRAINING})
+    READS = frozenset({Fact.APEX_ANALYSED, Fact.MODULE_VALUE_REWRITTEN, Fact.TRAINING})
     WRITES = frozenset(
         {Fact.AMP_PLAN_CARRIED, Fact.APEX_CALLS_REWRITTEN, Fact.FALLBACK_REASONS, Fact.SCALER_CALLS_WRITTEN}
     )

@@ -85,7 +85,15 @@ def _target(code: str) -> cst.BaseAssignTargetExpression:
 class InitializeToGradScaler(TrainingRule):
     HANDLES = (INITIALIZE, INIT)
     EMITS = ()
-    READS = frozenset({Fact.APEX_ANALYSED, Fact.INFERENCE, Fact.SCALER_STATE_REWRITTEN, Fact.TRAINING})
+    READS = frozenset(
+        {
+            Fact.APEX_ANALYSED,
+            Fact.INFERENCE,
+            Fact.MODULE_VALUE_REWRITTEN,
+            Fact.SCALER_STATE_REWRITTEN,
+            Fact.TRAINING,
+        }
+    )
     WRITES = frozenset(
         {Fact.AMP_PLAN_CARRIED, Fact.APEX_CALLS_REWRITTEN, Fact.IMPORT_REQUESTS, Fact.SCALER_CALLS_WRITTEN}
     )

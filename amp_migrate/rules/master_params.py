@@ -93,7 +93,7 @@ def params_of(optimizer: cst.BaseExpression) -> cst.GeneratorExp:
 class MasterParamsUnscale(TrainingRule):
     HANDLES = (MASTER_PARAMS,)
     EMITS = (UNPROVEN,)
-    READS = frozenset({Fact.APEX_ANALYSED, Fact.TRAINING})
+    READS = frozenset({Fact.APEX_ANALYSED, Fact.MODULE_VALUE_REWRITTEN, Fact.TRAINING})
     WRITES = frozenset(
         {Fact.AMP_PLAN_CARRIED, Fact.APEX_CALLS_REWRITTEN, Fact.FALLBACK_REASONS, Fact.SCALER_CALLS_WRITTEN}
     )

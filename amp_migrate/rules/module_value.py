@@ -136,7 +136,13 @@ class ApexModuleValueToScaler(TrainingRule):
     EMITS = (HANDED_ON, NOW_SCALER)
     READS = frozenset({Fact.APEX_ANALYSED, Fact.BINDING, Fact.PROJECT, Fact.TRAINING})
     WRITES = frozenset(
-        {Fact.AMP_PLAN_CARRIED, Fact.APEX_CALLS_REWRITTEN, Fact.FALLBACK_REASONS, Fact.SCALER_CALLS_WRITTEN}
+        {
+            Fact.AMP_PLAN_CARRIED,
+            Fact.APEX_CALLS_REWRITTEN,
+            Fact.FALLBACK_REASONS,
+            Fact.MODULE_VALUE_REWRITTEN,
+            Fact.SCALER_CALLS_WRITTEN,
+        }
     )
 
     MARKERS = ("apex",)

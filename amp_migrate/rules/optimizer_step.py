@@ -153,7 +153,15 @@ def _receiver(call: cst.Call) -> cst.BaseExpression:
 class OptimizerStepThroughScaler(TrainingRule):
     HANDLES = ()
     EMITS = (NO_STEP, CLOSURE, FINITE_GUARD, EXIT_IN_GROUP, STEPS_APART, UPDATED_PER_STEP)
-    READS = frozenset({Fact.APEX_ANALYSED, Fact.FP16_PLAN, Fact.SCALER_STATE_REWRITTEN, Fact.TRAINING})
+    READS = frozenset(
+        {
+            Fact.APEX_ANALYSED,
+            Fact.FP16_PLAN,
+            Fact.MODULE_VALUE_REWRITTEN,
+            Fact.SCALER_STATE_REWRITTEN,
+            Fact.TRAINING,
+        }
+    )
     WRITES = frozenset({Fact.APEX_CALLS_REWRITTEN, Fact.FALLBACK_REASONS, Fact.SCALER_CALLS_WRITTEN})
 
     MARKERS = ()

@@ -354,7 +354,9 @@ class ScaleLossToGradScaler(TrainingRule):
         CALLED_OTHERWISE,
         CALLERS_CAST,
     )
-    READS = frozenset({Fact.APEX_ANALYSED, Fact.SCALER_STATE_REWRITTEN, Fact.TRAINING})
+    READS = frozenset(
+        {Fact.APEX_ANALYSED, Fact.MODULE_VALUE_REWRITTEN, Fact.SCALER_STATE_REWRITTEN, Fact.TRAINING}
+    )
     WRITES = frozenset(
         {Fact.AMP_PLAN_CARRIED, Fact.APEX_CALLS_REWRITTEN, Fact.FALLBACK_REASONS, Fact.SCALER_CALLS_WRITTEN}
     )

@@ -212,7 +212,7 @@ def _combine(verdicts: Sequence[str]) -> str:
 class ScalerStateReads(TrainingRule):
     HANDLES = (STATE_DICT, *LOSS_SCALERS)
     EMITS = (NOT_NATIVE, READ_MID_STEP, SCALE_WRITTEN, START_SCALE)
-    READS = frozenset({Fact.APEX_ANALYSED, Fact.TRAINING})
+    READS = frozenset({Fact.APEX_ANALYSED, Fact.MODULE_VALUE_REWRITTEN, Fact.TRAINING})
     WRITES = frozenset(
         {
             Fact.AMP_PLAN_CARRIED,

@@ -31,8 +31,10 @@ says yes) that `--target auto` migrated the file to the shim instead of native `
 `error` means the file was left untouched.
 
 The codes are grouped by the rule that emits them, in the order the rules run; each rule's
-section names the Apex objects it handles. Both lists are data on the rule's class
-(`HANDLES`, `EMITS`), so this page cannot drift from what the rules declare.
+section names the Apex objects it handles, and the facts it reads and writes: a rule runs
+after every rule that writes a fact it reads, ties going to the class name that sorts first
+(amp_migrate/rules/facts.py says what each fact is). All of it is data on the rule's class
+(`HANDLES`, `EMITS`, `READS`, `WRITES`), so this page cannot drift from what the rules declare.
 """
 
 
@@ -123,6 +125,11 @@ def _summary(rule) -> str:
     return " ".join(inspect.cleandoc(doc or "").split("\n\n")[0].split())
 
 
+def _facts(facts) -> str:
+    """The facts a rule reads or writes (rules/facts.py), which order the rules."""
+    return _names(sorted(fact.value for fact in facts))
+
+
 def _owner_name(code: str) -> str:
     owner = rules.owner(code)
     assert owner is not None  # `code` is in some rule's EMITS (the rule being rendered)
@@ -146,6 +153,8 @@ def render_rule(rule) -> str:
         f"Handles: {_names(rule.HANDLES)}.",
         "",
         f"Emits: {_names([c.code for c in codes])}.",
+        "",
+        f"Reads: {_facts(rule.READS)}. Writes: {_facts(rule.WRITES)}.",
     ]
     if elsewhere:
         lines += [

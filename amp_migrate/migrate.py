@@ -184,10 +184,7 @@ def _run(
     project: Optional[SharedScaler] = None,
 ) -> tuple[cst.Module, FileState]:
     words = apex_import_words(index.imports()) if index is not None else None
-    state = FileState(options, original=text, index=index, apex_words=words)
-    state.scratch["parsed"] = module  # the parse of `text`, which the first binder may read as text
-    if project is not None:
-        state.scratch["project"] = project
+    state = FileState(options, original=text, index=index, apex_words=words, parsed=module, project=project)
     context = CodemodContext()
     for rule in rules:
         if rule.applies(state, context):

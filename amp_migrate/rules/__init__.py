@@ -1,9 +1,12 @@
-"""The rules, in the order they run. Each module is one Apex API or one step of the training loop.
+"""The rules. Each module is one Apex API or one step of the training loop.
 
-The two lists below are the only hand-kept record of the rules: their order is the order they
-run in, which matters (the planner before the rules that read its plan, imports settled last).
+`REGISTRY` lists every rule once, in no particular order, with the targets it runs under.
+The running order is derived: each rule declares, on its class, the facts it reads and the
+facts it writes (rules/facts.py), and `NATIVE_RULES` and `SHIM_RULES` run every writer of a
+fact before its readers, ties going to the class name that sorts first (rules/order.py). An
+order the declarations cannot satisfy (a cycle, a fact no rule writes) fails at import.
 Everything else about a rule (the Apex names it handles, the codes it emits) is data on its
-class, and the tables here are derived from it.
+class too, and the tables here are derived from it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from .normalization import FusedNormsToTorch
 from .optimizer_alias import OptimizerClassAlias
 from .optimizer_step import OptimizerStepThroughScaler
 from .optimizers import FusedOptimizersToTorch
+from .order import ordered
 from .parallel import ApexParallelToTorch
 from .rebinding import ReboundApexNames
 from .scale_loss import ScaleLossToGradScaler
@@ -33,36 +37,42 @@ from .scaler_state import ScalerStateReads
 from .thread_scaler import ThreadScalerThroughCalls
 from .training_plan import PlanTraining
 
-NATIVE_RULES = [
-    PlanTraining,
-    ReboundApexNames,
-    ApexModuleValueToScaler,
-    ScalerStateReads,
-    InitializeToGradScaler,
-    WrapOptimizerToOptimizer,
-    ScaleLossToGradScaler,
-    MasterParamsUnscale,
-    Fp16OptimizerToGradScaler,
-    OptimizerStepThroughScaler,
-    CheckpointToScaler,
-    ThreadScalerThroughCalls,
-    ScalerInTheModuleSlot,
-    DeprecatedTorchAmp,
-    CastRegistrationToAutocast,
-    Fp16UtilsToTorch,
-    OptimizerClassAlias,
-    FusedOptimizersToTorch,
-    ApexParallelToTorch,
-    FusedNormsToTorch,
-    ApexAvailabilityChecks,
-    DynamicApexUses,
-    SettleImports,
-    RemainingApexUses,
-    ForwardOutsideAutocast,
-]
+NATIVE = ("native",)
+SHIM = ("shim",)
+BOTH = NATIVE + SHIM
 
-# DynamicApexUses runs under every target: what it reports stays Apex whichever target is used.
-SHIM_RULES = [DeprecatedTorchAmp, DynamicApexUses, ShimImports]
+#: Every rule → the targets it runs under.
+REGISTRY: dict[type[Rule], tuple[str, ...]] = {
+    ApexAvailabilityChecks: NATIVE,
+    ApexModuleValueToScaler: NATIVE,
+    ApexParallelToTorch: NATIVE,
+    CastRegistrationToAutocast: NATIVE,
+    CheckpointToScaler: NATIVE,
+    DeprecatedTorchAmp: BOTH,
+    DynamicApexUses: BOTH,  # what it reports stays Apex whichever target is used
+    ForwardOutsideAutocast: NATIVE,
+    Fp16OptimizerToGradScaler: NATIVE,
+    Fp16UtilsToTorch: NATIVE,
+    FusedNormsToTorch: NATIVE,
+    FusedOptimizersToTorch: NATIVE,
+    InitializeToGradScaler: NATIVE,
+    MasterParamsUnscale: NATIVE,
+    OptimizerClassAlias: NATIVE,
+    OptimizerStepThroughScaler: NATIVE,
+    PlanTraining: NATIVE,
+    ReboundApexNames: NATIVE,
+    RemainingApexUses: NATIVE,
+    ScaleLossToGradScaler: NATIVE,
+    ScalerInTheModuleSlot: NATIVE,
+    ScalerStateReads: NATIVE,
+    SettleImports: NATIVE,
+    ShimImports: SHIM,
+    ThreadScalerThroughCalls: NATIVE,
+    WrapOptimizerToOptimizer: NATIVE,
+}
+
+NATIVE_RULES = ordered(rule for rule, targets in REGISTRY.items() if "native" in targets)
+SHIM_RULES = ordered(rule for rule, targets in REGISTRY.items() if "shim" in targets)
 
 #: Every rule once, native ones first, in running order.
 ALL_RULES: list[type[Rule]] = list(dict.fromkeys(NATIVE_RULES + SHIM_RULES))

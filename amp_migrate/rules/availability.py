@@ -54,6 +54,7 @@ import libcst.matchers as m
 
 from ..diagnostics import Severity, define
 from .base import Rule
+from .facts import Fact
 from .plan import pure
 
 FOLDED = define(
@@ -141,6 +142,8 @@ class ApexAvailabilityChecks(Rule):
 
     HANDLES = ("apex", "apex.amp._amp_state")
     EMITS = (FOLDED, INIT_PROBE)
+    READS = frozenset({Fact.APEX_ANALYSED, Fact.APEX_CALLS_REWRITTEN})
+    WRITES = frozenset({Fact.AVAILABILITY_SETTLED, Fact.FALLBACK_REASONS})
 
     MARKERS = ("apex",)
 

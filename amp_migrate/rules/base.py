@@ -34,9 +34,15 @@ from ..analysis.cst_nodes import is_node
 from ..analysis.source_index import SourceIndex, pruning_enabled
 from ..diagnostics import Code, Diagnostic
 from ..options import Options
+from .facts import Fact
 
 if TYPE_CHECKING:
+    import ast
+
     from libcst.codemod.visitors import RemoveImportsVisitor
+
+    from .plan import CastSource, InferenceRegion, SharedScaler, TrainingPlan
+    from .switch_flow import _Stores
 
     #: What `PrunedImportRemoval` is mixed into.
     _ImportRemovalHost = RemoveImportsVisitor
@@ -48,15 +54,34 @@ _UNDEFINED = object()
 
 @dataclass
 class FileState:
-    """Everything the rules of one file share, besides the tree itself."""
+    """Everything the rules of one file share, besides the tree itself. The fields from
+    `parsed` to `fp16_optimizer_refused` are the facts one rule (or the driver) hands on to
+    later ones: each is a `Fact`, and a rule's READS and WRITES name the ones it uses, which is
+    how the registry orders the rules (rules/order.py)."""
 
     options: Options
     diagnostics: list[Diagnostic] = field(default_factory=list)
-    scratch: dict = field(default_factory=dict)  # cross-rule facts, keyed by the rule that owns them
     original: str = ""
     index: Optional[SourceIndex] = None
     #: What a statement must spell to touch Apex (None: unknown, every statement matters).
     apex_words: Optional[frozenset[str]] = None
+    #: The driver's parse of `original`, which the first binder may read as text.
+    parsed: Optional[cst.Module] = None
+    #: The driver's: this file's part in a scaler several modules share (None: it has none).
+    project: Optional[SharedScaler] = None
+    #: The first binder of the file (the rule that ran first), which every later rule reuses.
+    binding: Optional[ApexBinder] = None
+    #: The plan for the file's GradScaler (PlanTraining's, or Fp16OptimizerToGradScaler's).
+    training: Optional[TrainingPlan] = None
+    #: Regions that only run models `initialize` prepared for inference (None: not planned).
+    inference: Optional[tuple[InferenceRegion, ...]] = None
+    #: What each `initialize` of the file turned on, for the eval-time autocast checks.
+    casts: tuple[CastSource, ...] = ()
+    #: Fp16OptimizerToGradScaler refused the file's FP16_Optimizer flow (it uses the shim).
+    fp16_optimizer_refused: bool = False
+    #: Not a fact (no order): the file's `ast` and its stores, found once by whoever asks first
+    #: (switch_flow.file_stores); `()` where the file does not parse, None until asked.
+    file_stores: Union[tuple[ast.Module, _Stores], tuple[()], None] = None
 
     @property
     def falls_back(self) -> bool:
@@ -309,6 +334,10 @@ class Rule(VisitorBasedCodemodCommand):
     #: Every diagnostic the rule can report (the `Code`s `define` returned); a test holds each
     #: rule to it, and docs/diagnostics.md groups the codes by it.
     EMITS: ClassVar[tuple[Code, ...]] = ()
+    #: The facts (rules/facts.py) the rule relies on and the ones it leaves for later rules:
+    #: the registry runs every writer of a fact before its readers (rules/order.py).
+    READS: ClassVar[frozenset[Fact]] = frozenset()
+    WRITES: ClassVar[frozenset[Fact]] = frozenset()
 
     def __init__(self, context: CodemodContext, state: FileState) -> None:
         # What ContextAwareTransformer.__init__ does, minus MatcherDecoratableTransformer's
@@ -509,11 +538,11 @@ class Rule(VisitorBasedCodemodCommand):
         return metadata_without_copy(self, module)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        known = self.state.scratch.get("binding")
+        known = self.state.binding
         index = self.state.index
         parsed = (
             (self.state.original, index.tree)
-            if (known is None and index is not None and tree is self.state.scratch.get("parsed"))
+            if (known is None and index is not None and tree is self.state.parsed)
             else None
         )
         self.apex = ApexBinder(
@@ -523,11 +552,11 @@ class Rule(VisitorBasedCodemodCommand):
             self.state.skipping,
             self.state.apex_words,
             self._known_parent,
-            dict(getattr(self.state.scratch.get("project"), "carrier_slots", ())),
+            dict(self.state.project.carrier_slots if self.state.project is not None else ()),
             parsed,
         )
         if known is None:
-            self.state.scratch["binding"] = self.apex
+            self.state.binding = self.apex
             if self.state.apex_words is not None:
                 self.state.apex_words = self.state.apex_words | self.apex.words()
         words, also = self.interest(), self.also_spells()

@@ -74,6 +74,7 @@ from libcst.metadata import QualifiedNameProvider
 
 from ..diagnostics import Severity, define
 from .base import Rule
+from .facts import Fact
 
 REGISTERED = define(
     "AMP400",
@@ -302,6 +303,8 @@ class CastRegistrationToAutocast(Rule):
 
     HANDLES = (*_REGISTER, *_DECORATOR, _DISABLE_CASTS)
     EMITS = (REGISTERED, DECORATED, CUSTOM_FWD, DISABLE_CASTS, REGISTRATION_NOT_UNDERSTOOD)
+    READS = frozenset({Fact.APEX_ANALYSED})
+    WRITES = frozenset({Fact.APEX_CALLS_REWRITTEN, Fact.FALLBACK_REASONS, Fact.IMPORT_REQUESTS})
 
     MARKERS = ("_function", "disable_casts")
     APEX_ON_THE_LINE = True

@@ -34,6 +34,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..diagnostics import Severity, define
+from .facts import Fact
 from .plan import LOAD_STATE_DICT, STATE_DICT, TrainingRule
 
 OLD_CHECKPOINTS = define(
@@ -54,6 +55,16 @@ OLD_CHECKPOINTS = define(
 class CheckpointToScaler(TrainingRule):
     HANDLES = (STATE_DICT, LOAD_STATE_DICT)
     EMITS = (OLD_CHECKPOINTS,)
+    READS = frozenset(
+        {
+            Fact.APEX_ANALYSED,
+            Fact.FP16_PLAN,
+            Fact.MODULE_VALUE_REWRITTEN,
+            Fact.SCALER_STATE_REWRITTEN,
+            Fact.TRAINING,
+        }
+    )
+    WRITES = frozenset({Fact.APEX_CALLS_REWRITTEN, Fact.SCALER_CALLS_WRITTEN})
 
     MARKERS = ("state_dict",)
     APEX_ON_THE_LINE = True

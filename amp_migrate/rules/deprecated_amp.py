@@ -83,6 +83,7 @@ from ..analysis.binding import DEPRECATED_AMP_MODULES
 from ..analysis.source_index import SourceIndex
 from ..diagnostics import Code, Severity, define
 from .base import FileState, PrunedImportRemoval, Rule, WithoutMatcherSearch, add_requested_imports
+from .facts import Fact
 
 AUTOCAST_FIXED = define(
     "AMP601",
@@ -263,6 +264,8 @@ class DeprecatedTorchAmp(Rule):
 
     HANDLES = tuple(DEPRECATED)
     EMITS = (AUTOCAST_FIXED, GRAD_SCALER_FIXED, CUSTOM_FWD_BWD_FIXED, TYPE_REFERENCE_FIXED, REFERENCE_KEPT)
+    READS = frozenset[Fact]()
+    WRITES = frozenset({Fact.IMPORT_REQUESTS})
 
     #: torch's own deprecated API, Apex or not; `from torch.cuda import amp` spells no
     #: `cuda.amp`.

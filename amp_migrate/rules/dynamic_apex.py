@@ -53,6 +53,7 @@ from ..analysis.binding import APEX, is_apex_name
 from ..analysis.dynamic_apex import CALL_TEXT, CALL_WORDS, dynamic_apex_use, importer_aliases
 from ..diagnostics import Severity, define
 from .base import FileState, Rule
+from .facts import Fact
 
 DYNAMIC_USE = define(
     "AMP035",
@@ -105,6 +106,8 @@ class DynamicApexUses(Rule):
     # Nothing is rewritten, so no Apex name is handled; what is reported is a call shape.
     HANDLES = ()
     EMITS = (DYNAMIC_USE,)
+    READS = frozenset[Fact]()
+    WRITES = frozenset({Fact.FALLBACK_REASONS})
 
     @classmethod
     def applies(cls, state, context) -> bool:

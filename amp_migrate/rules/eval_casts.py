@@ -53,6 +53,7 @@ from typing import Optional
 import libcst as cst
 
 from ..diagnostics import Severity, define
+from .facts import Fact
 from .plan import CastSource, TrainingRule
 
 OUTSIDE_AUTOCAST = define(
@@ -223,17 +224,19 @@ class ForwardOutsideAutocast(TrainingRule):
 
     HANDLES = ()
     EMITS = (OUTSIDE_AUTOCAST,)
+    READS = frozenset({Fact.CASTS, Fact.FALLBACK_REASONS, Fact.TRAINING})
+    WRITES = frozenset[Fact]()
 
     MARKERS = ("initialize", "init(")
 
     @classmethod
     def applies(cls, state, context) -> bool:
-        return bool(state.scratch.get("casts")) and not state.falls_back and super().applies(state, context)
+        return bool(state.casts) and not state.falls_back and super().applies(state, context)
 
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
         self.sources: tuple[CastSource, ...] = tuple(
-            s for s in state.scratch.get("casts", ()) if s.enabled and s.opt_level != "O0"
+            s for s in state.casts if s.enabled and s.opt_level != "O0"
         )
         index = state.index
         self.facts = _Facts.of(index.tree) if index is not None else None
@@ -354,9 +357,7 @@ class ForwardOutsideAutocast(TrainingRule):
         switch = next(
             (a for a in autocast.args if a.keyword is not None and a.keyword.value == "enabled"), None
         )
-        if switch is None or any(
-            s.scope == self._scope_line(call) for s in self.state.scratch.get("casts", ())
-        ):
+        if switch is None or any(s.scope == self._scope_line(call) for s in self.state.casts):
             return f"`with {_code(autocast)}:`"
         kept = [a for a in autocast.args if a is not switch]
         bare = autocast.with_changes(

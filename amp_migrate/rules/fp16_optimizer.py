@@ -86,6 +86,7 @@ from ..diagnostics import Code, Severity, define
 from .apex_calls import NOT_LITERAL
 from .base import Rule
 from .control_flow import exits_early, runs_backward
+from .facts import Fact
 from .fp16_names import PACKAGE, fp16_name, star_only_names
 from .plan import TrainingPlan, bind_arguments, binds_in_ast, literal, pure
 from .plan_options import STATIC_GROWTH_INTERVAL
@@ -294,6 +295,17 @@ class Fp16OptimizerToGradScaler(Rule):
 
     HANDLES = (FP16_OPTIMIZER, *_CONVERTERS)
     EMITS = (FLOW, REFUSED, STATIC, DYNAMIC, CONVERSION, CLIP_NORM)
+    READS = frozenset({Fact.AMP_PLAN_CARRIED, Fact.APEX_ANALYSED, Fact.TRAINING})
+    WRITES = frozenset(
+        {
+            Fact.APEX_CALLS_REWRITTEN,
+            Fact.FALLBACK_REASONS,
+            Fact.FP16_OPTIMIZER_REFUSED,
+            Fact.FP16_PLAN,
+            Fact.IMPORT_REQUESTS,
+            Fact.SCALER_CALLS_WRITTEN,
+        }
+    )
 
     MARKERS = ("FP16_Optimizer",)
 
@@ -302,7 +314,7 @@ class Fp16OptimizerToGradScaler(Rule):
 
     @classmethod
     def applies(cls, state, context) -> bool:
-        return "training" not in state.scratch and super().applies(state, context)
+        return state.training is None and super().applies(state, context)
 
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
@@ -319,7 +331,7 @@ class Fp16OptimizerToGradScaler(Rule):
         try:
             flow = self._analyse(node)
         except Refused as refused:
-            self.state.scratch["fp16_optimizer_refused"] = True
+            self.state.fp16_optimizer_refused = True
             self.report(refused.node, REFUSED, refused.why + "; the file uses the shim")
             return False  # no flow: the leave handlers have nothing to do
         if flow is None:
@@ -337,7 +349,7 @@ class Fp16OptimizerToGradScaler(Rule):
             ]
             + ([_kw("enabled", flow.guard.test.deep_clone())] if flow.guard is not None else []),
         )
-        self.state.scratch["training"] = TrainingPlan(
+        self.state.training = TrainingPlan(
             scaler=flow.scaler,
             placement="local" if in_function else "module",
             scaler_call=flow.scaler_call,
@@ -1188,7 +1200,8 @@ class Fp16OptimizerToGradScaler(Rule):
                 inner = [s for k in range(i, spans[i] + 1) for s in self._replace(original[k], updated[k])]
                 lead = inner[0].leading_lines
                 inner[0] = inner[0].with_changes(leading_lines=())
-                autocast = self.state.scratch["training"].autocast_call.deep_clone()
+                assert self.state.training is not None  # visit_Module planned it with the flow
+                autocast = self.state.training.autocast_call.deep_clone()
                 out.append(
                     cst.With(
                         items=[cst.WithItem(autocast)], body=cst.IndentedBlock(body=inner), leading_lines=lead

@@ -54,6 +54,7 @@ from libcst.metadata import ScopeProvider
 from ..analysis.binding import find, not_reads
 from ..diagnostics import Code, Severity, define
 from .base import Rule, add_requested_imports
+from .facts import Fact
 from .fp16_names import PACKAGE, STAR, public, star_module
 from .plan import pure
 
@@ -268,6 +269,8 @@ class Fp16UtilsToTorch(Rule):
         LEGACY_SCALER,
         STAR_IMPORT_NEEDED,
     )
+    READS = frozenset({Fact.APEX_ANALYSED, Fact.FP16_OPTIMIZER_REFUSED})
+    WRITES = frozenset({Fact.APEX_CALLS_REWRITTEN, Fact.FALLBACK_REASONS, Fact.IMPORT_REQUESTS})
 
     MARKERS = ("fp16_util",)
 
@@ -464,7 +467,7 @@ class Fp16UtilsToTorch(Rule):
         if name is None or not name.startswith(PACKAGE + "."):
             return
         code = _FALLBACKS.get(name[len(PACKAGE) + 1 :])
-        refused = self.state.scratch.get("fp16_optimizer_refused")
+        refused = self.state.fp16_optimizer_refused
         if code is FP16_OPTIMIZER and refused:
             return  # the flow's own rule said where and why
         if code is MODEL_CONVERSION and refused:

@@ -35,6 +35,7 @@ import libcst as cst
 
 from ..analysis.binding import HANDLE
 from ..diagnostics import Severity, define
+from .facts import Fact
 from .plan import ONE_SCALER, TrainingRule, bind_arguments, literal
 
 WRAP_ARGS = define(
@@ -63,6 +64,10 @@ WRAP_ARGS = define(
 class WrapOptimizerToOptimizer(TrainingRule):
     HANDLES = (HANDLE + ".wrap_optimizer",)
     EMITS = (WRAP_ARGS, ONE_SCALER)
+    READS = frozenset({Fact.APEX_ANALYSED, Fact.MODULE_VALUE_REWRITTEN, Fact.TRAINING})
+    WRITES = frozenset(
+        {Fact.AMP_PLAN_CARRIED, Fact.APEX_CALLS_REWRITTEN, Fact.FALLBACK_REASONS, Fact.SCALER_CALLS_WRITTEN}
+    )
 
     MARKERS = ("wrap_optimizer",)
 

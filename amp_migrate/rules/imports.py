@@ -63,6 +63,7 @@ from libcst.metadata import ScopeProvider
 from ..analysis.binding import APEX, is_apex_name, read_names
 from ..diagnostics import Severity, define
 from .base import Rule, add_requested_imports
+from .facts import Fact
 from .import_guards import apex_import, settled_try
 from .plan import pure
 
@@ -152,6 +153,8 @@ class ShimImports(Rule):
 
     HANDLES = ("apex",)
     EMITS = (SHIM_NAME_MISSING, SHIM_ARGUMENT_REJECTED)
+    READS = frozenset[Fact]()
+    WRITES = frozenset({Fact.IMPORTS_SETTLED})
 
     def interest(self):
         return None if self.state.apex_words is None else frozenset({APEX})
@@ -196,6 +199,8 @@ class SettleImports(Rule):
 
     HANDLES = ("apex",)
     EMITS = ()
+    READS = frozenset({Fact.APEX_CALLS_REWRITTEN, Fact.AVAILABILITY_SETTLED, Fact.IMPORT_REQUESTS})
+    WRITES = frozenset({Fact.IMPORTS_SETTLED})
 
     def interest(self):
         return None if self.state.apex_words is None else frozenset({APEX})
@@ -283,6 +288,8 @@ class RemainingApexUses(Rule):
 
     HANDLES = ()
     EMITS = (UNSUPPORTED,)
+    READS = frozenset({Fact.FALLBACK_REASONS, Fact.IMPORTS_SETTLED})
+    WRITES = frozenset({Fact.FALLBACK_REASONS})
 
     @classmethod
     def applies(cls, state, context) -> bool:

@@ -38,6 +38,7 @@ from typing import Optional, Sequence, Union, cast
 import libcst as cst
 from libcst.codemod.visitors import AddImportsVisitor
 
+from .facts import Fact
 from .plan import INIT, INITIALIZE, TrainingRule, bind_arguments, pure
 
 Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
@@ -84,13 +85,25 @@ def _target(code: str) -> cst.BaseAssignTargetExpression:
 class InitializeToGradScaler(TrainingRule):
     HANDLES = (INITIALIZE, INIT)
     EMITS = ()
+    READS = frozenset(
+        {
+            Fact.APEX_ANALYSED,
+            Fact.INFERENCE,
+            Fact.MODULE_VALUE_REWRITTEN,
+            Fact.SCALER_STATE_REWRITTEN,
+            Fact.TRAINING,
+        }
+    )
+    WRITES = frozenset(
+        {Fact.AMP_PLAN_CARRIED, Fact.APEX_CALLS_REWRITTEN, Fact.IMPORT_REQUESTS, Fact.SCALER_CALLS_WRITTEN}
+    )
 
     MARKERS = ()
 
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
         self.created = False
-        self.regions = self.plan.inference if self.plan is not None else state.scratch.get("inference", ())
+        self.regions = self.plan.inference if self.plan is not None else (state.inference or ())
         self.dropped = {r.line for r in self.regions} | (
             self.plan.absorbed if self.plan is not None else set()
         )
@@ -98,7 +111,7 @@ class InitializeToGradScaler(TrainingRule):
     @classmethod
     def applies(cls, state, context) -> bool:
         # Rule's test, not TrainingRule's: a file with inference regions only has no plan.
-        return ("training" in state.scratch or "inference" in state.scratch) and super(
+        return (state.training is not None or state.inference is not None) and super(
             TrainingRule, cls
         ).applies(state, context)
 

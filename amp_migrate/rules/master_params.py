@@ -48,6 +48,7 @@ import libcst.matchers as m
 from ..analysis.binding import find
 from ..diagnostics import Severity, define
 from .control_flow import STEP, exits_early
+from .facts import Fact
 from .plan import MASTER_PARAMS, TrainingRule
 
 UNPROVEN = define(
@@ -114,6 +115,10 @@ def params_of(optimizer: cst.BaseExpression) -> cst.GeneratorExp:
 class MasterParamsUnscale(TrainingRule):
     HANDLES = (MASTER_PARAMS,)
     EMITS = (UNPROVEN,)
+    READS = frozenset({Fact.APEX_ANALYSED, Fact.MODULE_VALUE_REWRITTEN, Fact.TRAINING})
+    WRITES = frozenset(
+        {Fact.AMP_PLAN_CARRIED, Fact.APEX_CALLS_REWRITTEN, Fact.FALLBACK_REASONS, Fact.SCALER_CALLS_WRITTEN}
+    )
 
     MARKERS = ("master_params",)
     APEX_ON_THE_LINE = True

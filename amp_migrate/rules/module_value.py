@@ -72,6 +72,7 @@ import libcst as cst
 
 from ..analysis.carriers import Carriers, Slot
 from ..diagnostics import Diagnostic, Severity, define
+from .facts import Fact
 from .plan import TrainingPlan, TrainingRule
 
 HANDED_ON = define(
@@ -155,23 +156,34 @@ def _plan(rule: TrainingRule) -> TrainingPlan:
 class ApexModuleValueToScaler(TrainingRule):
     HANDLES = ()
     EMITS = (HANDED_ON, NOW_SCALER)
+    READS = frozenset({Fact.APEX_ANALYSED, Fact.BINDING, Fact.PROJECT, Fact.TRAINING})
+    WRITES = frozenset(
+        {
+            Fact.AMP_PLAN_CARRIED,
+            Fact.APEX_CALLS_REWRITTEN,
+            Fact.FALLBACK_REASONS,
+            Fact.MODULE_VALUE_REWRITTEN,
+            Fact.SCALER_CALLS_WRITTEN,
+        }
+    )
 
     MARKERS = ("apex",)
 
     @classmethod
     def applies(cls, state, context) -> bool:
-        binding = state.scratch.get("binding")
-        return binding is not None and binding.carriers is not None
+        return state.binding is not None and state.binding.carriers is not None
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        carriers = self.state.scratch["binding"].carriers
+        assert self.state.binding is not None  # applies() runs this rule only where it is
+        carriers = self.state.binding.carriers
+        assert carriers is not None
         if carriers.refusal is not None:
             (line, col), why = carriers.refusal
             diagnostic = Diagnostic(HANDED_ON.code, HANDED_ON.severity, line, col, why, False)
             if diagnostic not in self.state.diagnostics:
                 self.state.diagnostics.append(diagnostic)
             return tree
-        accepted = dict(getattr(self.state.scratch.get("project"), "carrier_calls", ()))
+        accepted = dict(self.state.project.carrier_calls if self.state.project is not None else ())
         for external in carriers.external.values():
             if external.local not in accepted:
                 (line, col), module = external.at, "." * external.level + external.module
@@ -257,15 +269,17 @@ class ScalerInTheModuleSlot(TrainingRule):
 
     HANDLES = ()
     EMITS = (IN_THE_SLOT,)
+    READS = frozenset({Fact.BINDING, Fact.FP16_PLAN, Fact.PROJECT, Fact.SCALER_CALLS_WRITTEN, Fact.TRAINING})
+    WRITES = frozenset({Fact.APEX_CALLS_REWRITTEN})
 
     MARKERS = ()
 
     @classmethod
     def applies(cls, state, context) -> bool:
-        binding = state.scratch.get("binding")
+        binding = state.binding
         carriers = binding.carriers if binding is not None else None
         return (
-            "training" in state.scratch
+            state.training is not None
             and carriers is not None
             and carriers.refusal is None
             and bool(carriers.seeded or carriers.external)
@@ -273,7 +287,7 @@ class ScalerInTheModuleSlot(TrainingRule):
 
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
-        binding = state.scratch.get("binding")
+        binding = state.binding
         self.carriers: Optional[Carriers] = binding.carriers if binding is not None else None
         threaded = {t.name for t in self.plan.threaded} if self.plan is not None else set()
         carriers = self.carriers
@@ -282,7 +296,7 @@ class ScalerInTheModuleSlot(TrainingRule):
             if carriers is not None
             else {}
         )
-        self.calls = dict(getattr(state.scratch.get("project"), "carrier_calls", ()))
+        self.calls = dict(state.project.carrier_calls if state.project is not None else ())
 
     def _carriers(self) -> Carriers:
         assert self.carriers is not None, "the rule applies only where the binder has them"

@@ -46,6 +46,7 @@ import libcst as cst
 
 from ..diagnostics import Severity, define
 from .apex_calls import ApexClassRule, bind, new_keyword, rebuild_call
+from .facts import Fact
 
 NORM_REFERENCE = define(
     "AMP540",
@@ -146,6 +147,8 @@ class FusedNormsToTorch(ApexClassRule):
     HANDLED = frozenset(LAYER_NORM | RMS_NORM | MIXED)
     HANDLES = tuple(sorted(HANDLED))
     EMITS = (NORM_REFERENCE, NORM_ARGUMENT, MIXED_NORM, NORM_CLASS_CHECK)
+    READS = frozenset({Fact.APEX_ANALYSED})
+    WRITES = frozenset({Fact.APEX_CALLS_REWRITTEN, Fact.FALLBACK_REASONS, Fact.IMPORT_REQUESTS})
 
     def _short(self, name: str) -> str:
         return name.rsplit(".", 1)[1]

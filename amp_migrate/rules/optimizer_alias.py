@@ -51,6 +51,7 @@ from libcst.metadata import ScopeProvider
 
 from ..diagnostics import Severity, define
 from .base import Rule
+from .facts import Fact
 
 ALIASED = define(
     "AMP481",
@@ -96,6 +97,8 @@ class OptimizerClassAlias(Rule):
 
     HANDLES = tuple(f"apex.optimizers.{name}" for name in _CLASSES)
     EMITS = (ALIASED,)
+    READS = frozenset({Fact.APEX_ANALYSED})
+    WRITES = frozenset({Fact.APEX_CALLS_REWRITTEN, Fact.IMPORT_REQUESTS, Fact.OPTIMIZER_ALIASES_REWRITTEN})
 
     MARKERS = ("Fused",)
     #: `name = FusedSGD` (or `apex.optimizers.FusedAdam`) alone on the right of an assignment

@@ -50,6 +50,7 @@ import libcst.matchers as m
 
 from ..diagnostics import Severity, define
 from .control_flow import STEP, exits_early, guarded_exits, runs_backward, tests_finiteness
+from .facts import Fact
 from .plan import TrainingPlan, TrainingRule, words_of
 
 NO_STEP = define(
@@ -205,6 +206,16 @@ def _receiver(call: cst.Call) -> cst.BaseExpression:
 class OptimizerStepThroughScaler(TrainingRule):
     HANDLES = ()
     EMITS = (NO_STEP, CLOSURE, FINITE_GUARD, EXIT_IN_GROUP, STEPS_APART, UPDATED_PER_STEP)
+    READS = frozenset(
+        {
+            Fact.APEX_ANALYSED,
+            Fact.FP16_PLAN,
+            Fact.MODULE_VALUE_REWRITTEN,
+            Fact.SCALER_STATE_REWRITTEN,
+            Fact.TRAINING,
+        }
+    )
+    WRITES = frozenset({Fact.APEX_CALLS_REWRITTEN, Fact.FALLBACK_REASONS, Fact.SCALER_CALLS_WRITTEN})
 
     MARKERS = ()
 

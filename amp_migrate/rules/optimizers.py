@@ -54,6 +54,7 @@ import libcst as cst
 
 from ..diagnostics import Severity, define
 from .apex_calls import ApexClassRule, Bound, bind, new_keyword, rebuild_call
+from .facts import Fact
 
 CHECKPOINT_FORMAT = define(
     "AMP500",
@@ -223,6 +224,8 @@ class FusedOptimizersToTorch(ApexClassRule):
         OPTIMIZER_ARGUMENT,
         OPTIMIZER_REFERENCE,
     )
+    READS = frozenset({Fact.APEX_ANALYSED, Fact.OPTIMIZER_ALIASES_REWRITTEN})
+    WRITES = frozenset({Fact.APEX_CALLS_REWRITTEN, Fact.FALLBACK_REASONS, Fact.IMPORT_REQUESTS})
 
     def _short(self, name: str) -> str:
         return name.rsplit(".", 1)[1]

@@ -69,6 +69,7 @@ import libcst.matchers as m
 
 from ..diagnostics import Severity, define
 from .apex_calls import NOT_LITERAL, ApexClassRule, Bound, bind, literal, new_keyword, rebuild_call
+from .facts import Fact
 from .plan import pure
 
 DDP_REPLACED = define(
@@ -408,6 +409,8 @@ class ApexParallelToTorch(ApexClassRule):
         SUBGROUPS,
         CONVERT_REFERENCE,
     )
+    READS = frozenset({Fact.APEX_ANALYSED})
+    WRITES = frozenset({Fact.APEX_CALLS_REWRITTEN, Fact.FALLBACK_REASONS, Fact.IMPORT_REQUESTS})
 
     def visit_Module(self, node: cst.Module) -> None:
         self._ddp_only = [

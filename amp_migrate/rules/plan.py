@@ -405,8 +405,8 @@ class TrainingRule(Rule):
 
     def __init__(self, context, state) -> None:
         super().__init__(context, state)
-        self.plan: Optional[TrainingPlan] = state.scratch.get("training")
+        self.plan: Optional[TrainingPlan] = state.training
 
     @classmethod
     def applies(cls, state, context) -> bool:
-        return "training" in state.scratch and super().applies(state, context)
+        return state.training is not None and super().applies(state, context)

@@ -312,7 +312,7 @@ class InferencePlanning:
             regions.append(region)
         if not self._regions_apart(regions, []):
             return
-        self.state.scratch["inference"] = tuple(regions)
+        self.state.inference = tuple(regions)
 
     def _regions_apart(self, regions: list[InferenceRegion], sites: list[int]) -> bool:
         """No region holds another `initialize` or a training site (reported)."""
@@ -601,7 +601,7 @@ class InferencePlanning:
     # -- a second `initialize` beside the one that trains -------------------------------------
     def _with_absorbed(self, absorbed: list[tuple[cst.Call, cst.CSTNode]]) -> None:
         """The plan drops the absorbed calls and treats their models as its own (reported)."""
-        plan = self.state.scratch.get("training")
+        plan = self.state.training
         if plan is None or not absorbed:
             return
         for call, _ in absorbed:

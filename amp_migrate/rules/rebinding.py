@@ -59,6 +59,7 @@ import libcst as cst
 from ..diagnostics import Severity, define
 from .apex_calls import bind
 from .base import Rule
+from .facts import Fact
 
 NAME_REBOUND = define(
     "AMP020",
@@ -154,11 +155,13 @@ class ReboundApexNames(Rule):
 
     HANDLES = ()
     EMITS = (NAME_REBOUND, COLLAPSED)
+    READS = frozenset({Fact.BINDING, Fact.PARSED, Fact.PROJECT})
+    WRITES = frozenset({Fact.APEX_ANALYSED, Fact.BINDING, Fact.FALLBACK_REASONS})
 
     @classmethod
     def applies(cls, state, context) -> bool:
         # Only files that bind an Apex import's name some other way have anything to report.
-        known = state.scratch.get("binding")
+        known = state.binding
         return (known is None or known.table is None) and super().applies(state, context)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:

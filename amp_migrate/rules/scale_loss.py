@@ -68,6 +68,7 @@ import libcst.matchers as m
 from ..analysis.binding import Pruned
 from ..diagnostics import Severity, define
 from .base import find_statements
+from .facts import Fact
 from .loss_callers import (
     CALLED_OTHERWISE,
     CALLER_LOSS_UNPROVEN,
@@ -440,6 +441,12 @@ class ScaleLossToGradScaler(TrainingRule):
         CALLER_LOSS_UNPROVEN,
         CALLED_OTHERWISE,
         CALLERS_CAST,
+    )
+    READS = frozenset(
+        {Fact.APEX_ANALYSED, Fact.MODULE_VALUE_REWRITTEN, Fact.SCALER_STATE_REWRITTEN, Fact.TRAINING}
+    )
+    WRITES = frozenset(
+        {Fact.AMP_PLAN_CARRIED, Fact.APEX_CALLS_REWRITTEN, Fact.FALLBACK_REASONS, Fact.SCALER_CALLS_WRITTEN}
     )
 
     MARKERS = ()

@@ -58,6 +58,7 @@ from ..analysis.binding import children
 from ..diagnostics import Severity, define
 from ..io.lines import count_line_breaks
 from .control_flow import runs_backward
+from .facts import Fact
 from .plan import (
     INITIALIZE,
     LOSS_SCALERS,
@@ -243,6 +244,16 @@ def _combine(verdicts: Sequence[str]) -> str:
 class ScalerStateReads(TrainingRule):
     HANDLES = (STATE_DICT, *LOSS_SCALERS)
     EMITS = (NOT_NATIVE, READ_MID_STEP, SCALE_WRITTEN, START_SCALE)
+    READS = frozenset({Fact.APEX_ANALYSED, Fact.MODULE_VALUE_REWRITTEN, Fact.TRAINING})
+    WRITES = frozenset(
+        {
+            Fact.AMP_PLAN_CARRIED,
+            Fact.APEX_CALLS_REWRITTEN,
+            Fact.FALLBACK_REASONS,
+            Fact.SCALER_CALLS_WRITTEN,
+            Fact.SCALER_STATE_REWRITTEN,
+        }
+    )
 
     MARKERS = ("state_dict", "loss_scaler", "unskipped")
 

@@ -274,10 +274,10 @@ def _sets_flag(node: ast.Try, name: str) -> bool:
 def file_stores(rule) -> Optional[tuple[ast.Module, "_Stores"]]:
     """The file's `ast` (the index's where there is one) and every store in it; None where it
     does not parse. Read from the file as given, so found once per file for every rule."""
-    scratch = rule.state.scratch
-    if "file_stores" not in scratch:
-        scratch["file_stores"] = _file_stores(rule.state)
-    return scratch["file_stores"]
+    state = rule.state
+    if state.file_stores is None:
+        state.file_stores = _file_stores(state) or ()
+    return state.file_stores or None
 
 
 def _file_stores(state) -> Optional[tuple[ast.Module, "_Stores"]]:

@@ -46,6 +46,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..diagnostics import Severity, define
+from .facts import Fact
 from .plan import TrainingRule
 
 THREADED = define(
@@ -72,6 +73,8 @@ THREADED = define(
 class ThreadScalerThroughCalls(TrainingRule):
     HANDLES = ()
     EMITS = (THREADED,)
+    READS = frozenset({Fact.FP16_PLAN, Fact.SCALER_CALLS_WRITTEN, Fact.TRAINING})
+    WRITES = frozenset({Fact.SCALER_CALLS_WRITTEN})
 
     MARKERS = ()
 
@@ -82,7 +85,7 @@ class ThreadScalerThroughCalls(TrainingRule):
 
     @classmethod
     def applies(cls, state, context) -> bool:
-        plan = state.scratch.get("training")
+        plan = state.training
         return plan is not None and bool(getattr(plan, "threaded", ()))
 
     def interest(self):

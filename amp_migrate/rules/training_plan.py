@@ -73,6 +73,7 @@ import libcst.matchers as m
 
 from ..diagnostics import Severity, define
 from .base import Rule
+from .facts import Fact
 from .plan import (
     INIT,
     INITIALIZE,
@@ -428,6 +429,10 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
         INFERENCE_DTYPE,
         SECOND_INITIALIZE,
     )
+    READS = frozenset({Fact.PARSED, Fact.PROJECT})
+    WRITES = frozenset(
+        {Fact.APEX_ANALYSED, Fact.BINDING, Fact.CASTS, Fact.FALLBACK_REASONS, Fact.INFERENCE, Fact.TRAINING}
+    )
 
     MARKERS = ("initialize", "scale_loss", "init(")
     APEX_ON_THE_LINE = True
@@ -500,10 +505,10 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
 
     @classmethod
     def applies(cls, state, context) -> bool:
-        return "project" in state.scratch or super().applies(state, context)
+        return state.project is not None or super().applies(state, context)
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        shared: Optional[SharedScaler] = self.state.scratch.get("project")
+        shared: Optional[SharedScaler] = self.state.project
         if not self.inits and shared is not None and self.sites and (shared.user or shared.refused):
             if shared.user:
                 self._keep(self._plan_shared_use(original_node, shared))
@@ -512,9 +517,7 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
             return updated_node
         if not self.inits and not self.scale_losses:
             return updated_node
-        self.state.scratch["casts"] = tuple(
-            self._cast_source(call, statement) for call, statement in self.inits
-        )
+        self.state.casts = tuple(self._cast_source(call, statement) for call, statement in self.inits)
         if self._only_inference(shared):
             self._plan_inference(original_node)
             return updated_node
@@ -565,7 +568,7 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
 
     def _keep(self, plan: Optional[TrainingPlan]) -> None:
         if plan is not None:
-            self.state.scratch["training"] = plan
+            self.state.training = plan
 
     def _not_once(self, shared: Optional[SharedScaler]) -> None:
         where = (
@@ -627,7 +630,7 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
         """Several `initialize` calls, or one that runs in a loop or a branch: a scaler each."""
         found = self._plan_in_units(module)
         if isinstance(found, TrainingPlan):
-            self.state.scratch["training"] = found
+            self.state.training = found
         elif found and len(self.inits) > 1:
             self.report(
                 self.inits[1][0],
@@ -920,7 +923,7 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
     def _shared_owner(self, call: cst.Call, reading, per_loss: dict, unit: Optional[Unit]):
         """This file's role as the owner of a scaler other modules read (None: it has none);
         False, reported, where those modules could not do what Apex did with it."""
-        shared: Optional[SharedScaler] = self.state.scratch.get("project")
+        shared: Optional[SharedScaler] = self.state.project
         if shared is None or not shared.owner:
             return None
         why = None
@@ -1034,7 +1037,7 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
         self, module: cst.Module, placement: str, per_loss: dict[str, int]
     ) -> tuple[str, dict[int, str]]:
         """How code reaches the scaler, and each loss id's own where they stay apart."""
-        shared: Optional[SharedScaler] = self.state.scratch.get("project")
+        shared: Optional[SharedScaler] = self.state.project
         name = (
             shared.name
             if shared is not None and shared.global_ and placement != "self"

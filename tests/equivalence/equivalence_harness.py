@@ -213,7 +213,7 @@ def stop_zygotes() -> None:
         proc = _all_zygotes.pop()
         if proc.poll() is None:
             proc.stdin.close()
-            proc.wait(timeout=30)
+            proc.wait(timeout=RUN_TIMEOUT)
 
 
 def launch(argv, *, shim: bool, env: dict, cwd: Path, fresh: bool = False) -> tuple[int, str, str]:

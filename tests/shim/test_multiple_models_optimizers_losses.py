@@ -1,7 +1,13 @@
 """Multiple models, optimizers and losses through `amp.scale_loss`, ported device-agnostic from
 the behaviour Apex's own `test_multiple_models_optimizers_losses.py` checks (an L0 test that needs CUDA):
 which steps are skipped after an overflow, the unscaled grads, `amp.master_params` agreeing
-with the model params, and final params equal to a run without amp."""
+with the model params, and final params equal to a run without amp.
+
+The cases are an all-pairs covering of the full cross product (672 combinations, 46 cases; see
+`full_product`): every value and every pair of values of scenario, O-level, zeroing, per-loss
+scalers, overflow site, iteration and weight dtype is run. The overflow site stays crossed with
+its scenario and loss (which models a loss sums and which optimizers it skips exist only per
+scenario), and injection exists only at O1/O2."""
 
 from __future__ import annotations
 

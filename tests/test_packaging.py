@@ -47,6 +47,7 @@ def _names(wheel: zipfile.ZipFile) -> set[str]:
     return set(wheel.namelist())
 
 
+@pytest.mark.slow
 def test_wheel_ships_the_cuda_sources_as_amp_shim_kernels_package_data(wheel):
     names = _names(wheel)
     for source in ("__init__.py", "unscale.cu", "amp_math.cuh"):
@@ -56,6 +57,7 @@ def test_wheel_ships_the_cuda_sources_as_amp_shim_kernels_package_data(wheel):
         assert "amp_shim/kernels/" + source.name in names
 
 
+@pytest.mark.slow
 def test_wheel_ships_every_module_of_both_import_packages(wheel):
     """Catches a subpackage added to the tree but not to pyproject's explicit package list."""
     names = _names(wheel)
@@ -74,6 +76,7 @@ def test_wheel_ships_every_module_of_both_import_packages(wheel):
     assert not missing, "modules missing from the wheel (add their package to pyproject.toml): %s" % missing
 
 
+@pytest.mark.slow
 def test_wheel_declares_the_amp_migrate_console_script(wheel):
     (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
     parser = configparser.ConfigParser()
@@ -81,6 +84,7 @@ def test_wheel_declares_the_amp_migrate_console_script(wheel):
     assert parser["console_scripts"]["amp-migrate"].strip() == "amp_migrate.cli.main:main"
 
 
+@pytest.mark.slow
 def test_wheel_leaves_out_tests_fixtures_and_repo_tooling(wheel):
     shipped = [name for name in wheel.namelist() if any(part in NOT_SHIPPED for part in name.split("/")[:-1])]
     assert not shipped, shipped
@@ -91,6 +95,7 @@ def test_wheel_leaves_out_tests_fixtures_and_repo_tooling(wheel):
     }
 
 
+@pytest.mark.slow
 def test_wheel_ships_the_alias_start_up_hook_at_its_root(wheel):
     """A .pth runs only from site-packages itself; it acts only when AMP_SHIM_ALIAS is set."""
     from amp_shim._pth_build import PTH_CONTENT
@@ -121,6 +126,7 @@ def test_read_source_names_the_available_sources_when_one_is_missing():
         kernels.read_source("nope.cu")
 
 
+@pytest.mark.slow
 def test_importing_the_shim_loads_none_of_the_codemod_or_its_dependencies(tmp_path):
     """A training job that uses the shim pulls in torch and nothing else."""
     probe = """

@@ -3,11 +3,15 @@
 The project's suite is single-threaded and the conformance run is minutes of CPU work of its
 own, so once collection has selected any conformance test, the L0 directories start at once
 (one at a time beside the suite, or two at a time when nothing else was selected) and the
-conformance tests, moved to the end of the session, only wait for their results.
+conformance tests, moved to the end of the session, only wait for their results. Under
+pytest-xdist each directory still runs once: the workers share the runs (`_obtain`).
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
+import pickle
 import shutil
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -37,16 +41,48 @@ def pytest_collection_finish(session) -> None:
         return
     junit_dir = Path(tempfile.mkdtemp(prefix="apex-l0-"))
     pool = ThreadPoolExecutor(max_workers=2 if _state.get("alone") else 1)
-    _state.update(pool=pool, junit_dir=junit_dir, processes=[])
-
-    def run(directory: str) -> runner.DirectoryRun:
-        junit = junit_dir / f"{directory}.xml"
-        process = runner.start(directory, junit)
-        _state["processes"].append(process)
-        return runner.finish(directory, process, junit)
+    _state.update(pool=pool, junit_dir=junit_dir, processes=[], shared=_shared_folder(session))
 
     for directory in runner.DIRECTORIES:
-        _futures[directory] = pool.submit(run, directory)
+        _futures[directory] = pool.submit(_obtain, directory, False)
+
+
+def _shared_folder(session) -> Path | None:
+    """Under pytest-xdist, the folder all workers of the session see (their temporary root),
+    where each L0 directory's run is left by the worker that made it; otherwise None."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return None
+    shared = session.config._tmp_path_factory.getbasetemp().parent / "apex-l0-runs"
+    shared.mkdir(exist_ok=True)
+    return shared
+
+
+def _run(directory: str) -> runner.DirectoryRun:
+    junit = _state["junit_dir"] / f"{directory}.xml"
+    process = runner.start(directory, junit)
+    _state["processes"].append(process)
+    return runner.finish(directory, process, junit)
+
+
+def _obtain(directory: str, wait: bool) -> runner.DirectoryRun | None:
+    """The directory's run: made here, or under pytest-xdist read from the worker that made it;
+    None if another worker is making it and `wait` is false."""
+    shared = _state["shared"]
+    if shared is None:
+        return _run(directory)
+    result = shared / f"{directory}.pickle"
+    with open(shared / f"{directory}.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            return None
+        if result.exists():
+            return pickle.loads(result.read_bytes())
+        run = _run(directory)
+        partial = result.with_name(f"{result.name}.{os.getpid()}")
+        partial.write_bytes(pickle.dumps(run))
+        os.replace(partial, result)
+        return run
 
 
 def config_only(session) -> bool:
@@ -69,6 +105,7 @@ def apex_l0_run():
     def get(directory: str) -> runner.DirectoryRun:
         if directory not in _futures:
             pytest.fail("the L0 run of %s was not started (collection did not select it)" % directory)
-        return _futures[directory].result()
+        run = _futures[directory].result()
+        return run if run is not None else _obtain(directory, True)
 
     return get

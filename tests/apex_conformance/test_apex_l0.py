@@ -14,12 +14,15 @@ import l0_runner as runner
 import pytest
 from expected_outcomes import EXPECTED, UPSTREAM_SKIPS
 
-pytestmark = pytest.mark.skipif(
-    runner.L0 is None,
-    reason="Apex's L0 tests are not here (looked in "
-    + " and ".join(str(c) for c in runner.CANDIDATES)
-    + "); they are not part of the repository",
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        runner.L0 is None,
+        reason="Apex's L0 tests are not here (looked in "
+        + " and ".join(str(c) for c in runner.CANDIDATES)
+        + "); they are not part of the repository",
+    ),
+]
 
 DIFFERENCES = runner.ROOT / "docs" / "differences.md"
 #: At least this many of the 92 tests pass on a CPU machine with the shim's own amp_C.

@@ -1001,3 +1001,15 @@ CASES = [
 ]
 
 BY_ID = {case.id: case for case in CASES}
+
+#: The program the quick tier (`pytest -m "not slow"`) runs its three ways; every other
+#: program's runs are marked slow.
+QUICK = ("convnet-O1",)
+
+
+def case_param(case: Case, *marks):
+    """`case` as a pytest parameter with its id, marked slow unless it is in QUICK."""
+    import pytest
+
+    slow = () if case.id in QUICK else (pytest.mark.slow,)
+    return pytest.param(case, id=case.id, marks=(*marks, *slow))

@@ -116,15 +116,32 @@ class MigrationFellBack(Exception):
 _MIGRATING = threading.Lock()
 
 
-def migrate(case: Case, target: str) -> str:
+#: (kind, case, target) -> the migration's output or its MigrationFellBack: each program is
+#: migrated once per process, whether a run, a test or the report asks first.
+_MIGRATED: dict = {}
+
+
+def _memo(kind: str, case: Case, target: str, migrate_once):
     with _MIGRATING:
-        return _migrate(case, target)
+        key = (kind, case, target)
+        if key not in _MIGRATED:
+            try:
+                _MIGRATED[key] = migrate_once(case, target)
+            except MigrationFellBack as exc:
+                _MIGRATED[key] = exc
+        found = _MIGRATED[key]
+    if isinstance(found, MigrationFellBack):
+        raise found
+    return found
+
+
+def migrate(case: Case, target: str) -> str:
+    return _memo("source", case, target, _migrate)
 
 
 def migrate_tree(case: Case, target: str) -> dict[str, str]:
     """A project program's files (relative path -> code) as `amp-migrate DIR` leaves them."""
-    with _MIGRATING:
-        return _migrate_tree(case, target)
+    return dict(_memo("tree", case, target, _migrate_tree))
 
 
 def _migrate_tree(case: Case, target: str) -> dict[str, str]:
@@ -196,7 +213,7 @@ def stop_zygotes() -> None:
         proc = _all_zygotes.pop()
         if proc.poll() is None:
             proc.stdin.close()
-            proc.wait(timeout=30)
+            proc.wait(timeout=RUN_TIMEOUT)
 
 
 def launch(argv, *, shim: bool, env: dict, cwd: Path, fresh: bool = False) -> tuple[int, str, str]:
@@ -294,10 +311,19 @@ def run(case: Case, mode: str, base: Path, fresh: bool = False) -> dict:
 
 # -- running many at once ---------------------------------------------------------------------
 class Runner:
-    """Runs cases' modes in a small pool and caches the records (one per case and mode)."""
+    """Runs cases' modes in a small pool and caches the records (one per case and mode).
 
-    def __init__(self, base: Optional[Path] = None, workers: Optional[int] = None) -> None:
+    With `shared` (a folder every pytest-xdist worker of the session sees), each case and mode
+    runs once for all the workers: whoever takes its lock first runs it and leaves the record
+    there, and the others read that record. Queued runs that another worker has taken are left
+    to it; `get` then waits for its record.
+    """
+
+    def __init__(
+        self, base: Optional[Path] = None, workers: Optional[int] = None, shared: Optional[Path] = None
+    ) -> None:
         self.base = Path(base or tempfile.mkdtemp(prefix="amp-equivalence-"))
+        self.shared = shared
         self.pool = ThreadPoolExecutor(max_workers=workers or max(2, os.cpu_count() or 2))
         self.futures: dict = {}
         self.lock = threading.Lock()
@@ -307,11 +333,35 @@ class Runner:
             for mode in modes:
                 key = (case.id, mode)
                 if key not in self.futures:
-                    self.futures[key] = self.pool.submit(run, case, mode, self.base)
+                    self.futures[key] = self.pool.submit(self._obtain, case, mode, False)
 
     def get(self, case: Case, mode: str) -> dict:
         self.submit(case, MODES)  # start the siblings too: the tests of one case want all three
-        return self.futures[(case.id, mode)].result()
+        record = self.futures[(case.id, mode)].result()
+        return record if record is not None else self._obtain(case, mode, True)
+
+    def _obtain(self, case: Case, mode: str, wait: bool) -> Optional[dict]:
+        """The record, run here or read from `shared`; None if another worker holds it and
+        `wait` is false."""
+        if self.shared is None:
+            return run(case, mode, self.base)
+        import fcntl
+
+        import torch
+
+        record = self.shared / f"{case.id}.{mode}.pt"
+        with open(self.shared / f"{case.id}.{mode}.lock", "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                return None
+            if record.exists():
+                return torch.load(record)
+            data = run(case, mode, self.base)
+            partial = record.with_name(f"{record.name}.{os.getpid()}")
+            torch.save(data, partial)
+            os.replace(partial, record)
+            return data
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)

@@ -9,6 +9,8 @@ import pytest
 from equivalence_cases import BY_ID
 from equivalence_harness import skipped
 
+pytestmark = pytest.mark.slow  # every test runs programs (equivalence_runner)
+
 
 def _final_scale(record: dict) -> str:
     return next(line for line in record["stdout"].splitlines() if line.startswith("final loss scale"))

@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 import pytest
-from equivalence_cases import CASES
+from equivalence_cases import CASES, case_param
 from equivalence_harness import (
     ROOT,
     MigrationFellBack,
@@ -37,15 +37,17 @@ TOLERANCE = [c for c in CASES if c.expect == "tolerance"]
 def _param(case):
     marks = ()
     if case.native_xfail:
-        marks = pytest.mark.xfail(
-            raises=MigrationFellBack,
-            strict=True,
-            reason=f"codemod falls back to the shim for this program ({case.native_xfail}); see the report",
+        marks = (
+            pytest.mark.xfail(
+                raises=MigrationFellBack,
+                strict=True,
+                reason=f"codemod falls back to the shim for this program ({case.native_xfail}); see the report",
+            ),
         )
-    return pytest.param(case, id=case.id, marks=marks)
+    return case_param(case, *marks)
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES])
+@pytest.mark.parametrize("case", [case_param(c) for c in CASES])
 def test_legacy_program_trains_unchanged_through_the_shim(equivalence_runner, case):
     shim = equivalence_runner.get(case, "shim")
     assert ("apex" in shim["imported"]) != case.apex_unused, (
@@ -78,13 +80,14 @@ def test_migrated_native_program_stays_within_the_documented_o2_o3_tolerance(equ
     assert relative_gaps(shim, native) != (0.0, 0.0)
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES])
+@pytest.mark.parametrize("case", [case_param(c) for c in CASES])
 def test_shim_target_output_trains_bit_for_bit_like_the_unchanged_program(equivalence_runner, case):
     shim, target = equivalence_runner.get(case, "shim"), equivalence_runner.get(case, "shim-target")
     assert "apex" not in target["imported"] and "amp_shim" in target["imported"]
     assert compare_exact(case, shim, target) == []
 
 
+@pytest.mark.slow
 def test_overflow_storm_skips_steps_and_backs_off_the_scale_in_both_runs(equivalence_runner):
     case = next(c for c in CASES if c.id == "overflow-storm")
     for mode in ("shim", "native"):
@@ -95,6 +98,7 @@ def test_overflow_storm_skips_steps_and_backs_off_the_scale_in_both_runs(equival
         assert any(not math.isfinite(line[0]) for line in record["losses"])  # the corrupt batches
 
 
+@pytest.mark.slow
 def test_cli_native_migration_is_the_migrate_source_output_the_harness_runs(tmp_path):
     case = next(c for c in CASES if c.id == "convnet-O1")
     copy = tmp_path / case.program
@@ -132,6 +136,7 @@ def test_documented_tolerances_are_the_ones_asserted():
         assert f"loss ≤ {tol.loss_rel:g}" in row and f"parameters ≤ {tol.param_rel:g}" in row, row
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["shim", "native"])
 def test_fork_server_records_what_a_fresh_interpreter_records(equivalence_runner, mode, tmp_path):
     """The harness forks its runs from an interpreter that already imported torch (3 s saved per

@@ -17,6 +17,8 @@ LOGGED = re.compile(
     re.M,
 )
 
+pytestmark = pytest.mark.slow  # every test runs programs (equivalence_runner)
+
 
 def _logged(record: dict) -> list[str]:
     return LOGGED.findall(record["stdout"] + record["stderr"])

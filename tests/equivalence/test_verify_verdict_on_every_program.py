@@ -10,7 +10,7 @@ extra run; tests/runs/test_verify_fixture_programs.py runs a sample through the 
 """
 
 import pytest
-from equivalence_cases import CASES
+from equivalence_cases import CASES, case_param
 from equivalence_harness import migrate
 
 from amp_migrate.runs.compare import AS_DOCUMENTED, IDENTICAL, WITHIN_TOLERANCE, Run, judge
@@ -27,7 +27,7 @@ def verdict_of(runner, case):
     )
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in NATIVE])
+@pytest.mark.parametrize("case", [case_param(c) for c in NATIVE])
 def test_verify_judges_the_native_migration_of_every_program_as_the_harness_expects(equivalence_runner, case):
     migrate(case, "native")
     verdict = verdict_of(equivalence_runner, case)

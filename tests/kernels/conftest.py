@@ -5,6 +5,7 @@ backend that makes `amp_shim.engine.cuda` launch through it."""
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from pathlib import Path
 
@@ -17,7 +18,11 @@ import emulation  # noqa: E402
 
 @pytest.fixture(scope="session")
 def kernel_cache_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.getbasetemp().parent / "amp_shim_kernel_cache"
+    """Beside the sessions' temporary roots: a pytest-xdist worker's root is one level deeper."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    return root.parent / "amp_shim_kernel_cache"
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ exactly as on a GPU, with the emulated kernels in place of CuPy's.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
 import os
 import shutil
@@ -61,18 +62,27 @@ def _key(flags: Sequence[str], extra: str = "") -> str:
 def build(
     cache_dir: Path, output_name: str, flags: Sequence[str], sources: Sequence[Path], extra_key: str = ""
 ) -> Path:
-    """Compile `sources` with `flags` into cache_dir/<output_name with the hash>, unless built."""
+    """Compile `sources` with `flags` into cache_dir/<output_name with the hash>, unless built.
+
+    One build at a time per target (a lock beside it), so that pytest-xdist workers wanting the
+    same library wait for the first one's build instead of compiling it too."""
     key = _key(list(flags) + [str(s) for s in sources], extra_key)
     stem, dot, suffix = output_name.partition(".")
     target = cache_dir / ("%s-%s%s%s" % (stem, key, dot, suffix))
     if target.exists():
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp%d" % os.getpid())
-    proc = subprocess.run([CXX, *flags, *map(str, sources), "-o", str(tmp)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError("building the host emulation failed:\n%s\n%s" % (proc.stdout, proc.stderr))
-    os.replace(tmp, target)
+    with open(target.with_name(target.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.exists():
+            return target
+        tmp = target.with_name(target.name + ".tmp%d" % os.getpid())
+        proc = subprocess.run(
+            [CXX, *flags, *map(str, sources), "-o", str(tmp)], capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            raise RuntimeError("building the host emulation failed:\n%s\n%s" % (proc.stdout, proc.stderr))
+        os.replace(tmp, target)
     return target
 
 

@@ -94,6 +94,7 @@ def test_assembled_source_names_original_files_and_lines():
 NVCC = shutil.which("nvcc")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH (the NVRTC tests above are the portable check)")
 @pytest.mark.parametrize("source", sorted(kernels.KERNEL_SOURCES))
 def test_source_compiles_with_nvcc(tmp_path, source):

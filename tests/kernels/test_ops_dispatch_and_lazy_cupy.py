@@ -34,6 +34,7 @@ def _in_subprocess(code: str, env=None) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_importing_the_shim_does_not_import_cupy():
     report = _in_subprocess(
         "import sys, json, amp_shim, amp_shim.amp, amp_shim.engine.ops, amp_shim.engine.cuda\n"
@@ -42,6 +43,7 @@ def test_importing_the_shim_does_not_import_cupy():
     assert report["cupy"] == []
 
 
+@pytest.mark.slow
 def test_a_cpu_training_step_under_auto_does_not_import_cupy():
     code = """
 import sys, json, torch

@@ -37,6 +37,7 @@ def _run(driver: Path, mode: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(driver), mode], capture_output=True, text=True, timeout=120, env=env)
 
 
+@pytest.mark.slow
 def test_norm_reduction_and_multi_tensor_kernels_have_no_race_reports(tsan_driver):
     proc = _run(tsan_driver, "kernels")
     assert "ThreadSanitizer" not in proc.stderr, proc.stderr[-4000:]
@@ -45,6 +46,7 @@ def test_norm_reduction_and_multi_tensor_kernels_have_no_race_reports(tsan_drive
     assert len(norms) == 4
 
 
+@pytest.mark.slow
 def test_tsan_reports_a_block_sum_without_syncthreads(tsan_driver):
     proc = _run(tsan_driver, "racy")
     assert "WARNING: ThreadSanitizer: data race" in proc.stderr, proc.stderr[-2000:]

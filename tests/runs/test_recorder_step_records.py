@@ -165,6 +165,7 @@ def record(
     return json.loads(result.read_text()), proc.stdout + ("" if exit_code == 0 else proc.stderr)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("legacy", [APEX_O1, APEX_HANDLE], ids=["initialize", "old_handle_api"])
 def test_apex_o1_and_its_native_rewrite_give_equal_step_records_through_an_overflow(tmp_path, legacy):
     shim, _ = record(tmp_path, "apex_o1", legacy, "shim")
@@ -181,6 +182,7 @@ def test_apex_o1_and_its_native_rewrite_give_equal_step_records_through_an_overf
     assert shim["step_records"] == records
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "mode, source, last_scales",
     [
@@ -204,6 +206,7 @@ def test_max_steps_ends_the_run_cleanly_after_that_many_records(tmp_path, mode, 
     assert "program ran to its end" not in stdout
 
 
+@pytest.mark.slow
 def test_a_program_that_raises_keeps_its_step_records_and_fails(tmp_path):
     source = TEN_STEPS_PLAIN.replace('    print("finished step", step)', "    assert step < 2, 'boom'")
     result, output = record(tmp_path, "raises", source, "native", exit_code=1)
@@ -212,6 +215,7 @@ def test_a_program_that_raises_keeps_its_step_records_and_fails(tmp_path):
     assert len(result["step_records"]) == 3
 
 
+@pytest.mark.slow
 def test_a_run_that_ends_by_itself_is_not_stopped(tmp_path):
     source = TEN_STEPS_PLAIN + 'print("program ran to its end")\n'
     result, stdout = record(tmp_path, "plain", source, "native", "--max-steps", "40")
@@ -220,6 +224,7 @@ def test_a_run_that_ends_by_itself_is_not_stopped(tmp_path):
     assert "program ran to its end" in stdout
 
 
+@pytest.mark.slow
 def test_each_record_holds_the_unscaled_loss_of_every_accumulated_backward(tmp_path):
     result, stdout = record(tmp_path, "accumulation", ACCUMULATION, "native")
     printed = [float(line.split()[-1]) for line in stdout.splitlines() if line.startswith("micro loss")]
@@ -228,6 +233,7 @@ def test_each_record_holds_the_unscaled_loss_of_every_accumulated_backward(tmp_p
     assert [loss for r in records for loss in r["losses"]] == printed
 
 
+@pytest.mark.slow
 def test_seed_makes_two_runs_of_a_random_program_identical(tmp_path):
     first = record(tmp_path, "draws", RANDOM_DRAWS, "native", "--seed", "7")
     again = record(tmp_path, "draws", RANDOM_DRAWS, "native", "--seed", "7")
@@ -267,6 +273,7 @@ for step in range(6):
 """
 
 
+@pytest.mark.slow
 def test_fp16_optimizer_steps_are_records_with_their_own_scale_and_unscaled_losses(tmp_path):
     result, stdout = record(tmp_path, "fp16_optimizer", FP16_OPTIMIZER, "shim")
     records = result["step_records"]

@@ -60,6 +60,7 @@ def amp_off(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_a_program_that_switches_amp_off_on_cpu_is_refused_as_amp_never_ran(amp_off):
     result = verify(amp_off, "--steps", "4", "--device", "cpu", "--", "python", "train.py")
     assert result.exit_code == 1, result.output
@@ -67,6 +68,7 @@ def test_a_program_that_switches_amp_off_on_cpu_is_refused_as_amp_never_ran(amp_
     assert "so the migration was not exercised" in result.output
 
 
+@pytest.mark.slow
 def test_the_json_gives_the_amp_never_ran_verdict_and_the_legacy_runs_amp_calls(amp_off):
     args = ("--steps", "4", "--device", "cpu", "--format", "json", "--", "python", "train.py")
     document = json.loads(verify(amp_off, *args).output)
@@ -75,6 +77,7 @@ def test_the_json_gives_the_amp_never_ran_verdict_and_the_legacy_runs_amp_calls(
     assert document["amp_calls"] == {}
 
 
+@pytest.mark.slow
 def test_allow_no_amp_accepts_such_a_run_with_a_note(amp_off):
     args = ("--steps", "4", "--device", "cpu", "--allow-no-amp", "--", "python", "train.py")
     result = verify(amp_off, *args)
@@ -83,6 +86,7 @@ def test_allow_no_amp_accepts_such_a_run_with_a_note(amp_off):
     assert "note: amp never ran in the legacy run" in result.output and "--allow-no-amp" in result.output
 
 
+@pytest.mark.slow
 def test_a_program_on_fp16_optimizer_alone_ran_amp_and_is_judged_on_its_steps(tmp_path: Path):
     (tmp_path / "train.py").write_text(FP16_OPTIMIZER_ONLY)
     args = ("--steps", "3", "--device", "cpu", "--format", "json", "--", "python", "train.py")

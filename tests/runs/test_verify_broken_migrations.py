@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from .test_verify_command import break_migration, verify
 
 #: A legacy Apex O1 script whose fourth batch holds an inf (a corrupt sample): Apex skips that
@@ -93,6 +95,7 @@ def verify_json(tree: Path, steps: int, script: str) -> dict:
     return document
 
 
+@pytest.mark.slow
 def test_step_and_update_moved_under_a_finite_loss_guard_never_back_off_and_point_at_update(
     tmp_path, monkeypatch
 ):
@@ -121,6 +124,7 @@ def test_step_and_update_moved_under_a_finite_loss_guard_never_back_off_and_poin
     assert ran[("scaler.step", line_of(broken["code"], "scaler.step(optimizer)"))]["times"] == 1
 
 
+@pytest.mark.slow
 def test_autocast_dropped_from_the_forward_diverges_at_the_first_step_and_points_at_the_forward(
     tmp_path, monkeypatch
 ):
@@ -138,6 +142,7 @@ def test_autocast_dropped_from_the_forward_diverges_at_the_first_step_and_points
     assert not any(site["call"].startswith("torch.autocast") for site in document["location"]["ran"])
 
 
+@pytest.mark.slow
 def test_a_faithful_migration_of_a_resume_in_one_process_is_identical(tmp_path):
     # The resumed phase builds a second GradScaler; the step records follow the newest one, as
     # the shim's follow the newest amp.initialize, so the faithful migration is bit for bit.
@@ -153,6 +158,7 @@ def test_a_faithful_migration_of_a_resume_in_one_process_is_identical(tmp_path):
     assert document["records"]["shim"][3]["scales"] == [16384.0]
 
 
+@pytest.mark.slow
 def test_a_scaler_not_restored_from_the_checkpoint_diverges_after_resume_and_names_the_load(
     tmp_path, monkeypatch
 ):

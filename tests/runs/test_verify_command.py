@@ -100,6 +100,7 @@ def break_migration(monkeypatch, old: str, new: str) -> dict[str, str]:
     return broken_code
 
 
+@pytest.mark.slow
 def test_a_faithful_migration_is_identical_and_leaves_the_tree_alone(tree):
     result = verify(tree, "--steps", "5", "--device", "cpu", "--", "python", "train.py", "--iterations", "8")
     assert result.exit_code == 0, result.output
@@ -109,6 +110,7 @@ def test_a_faithful_migration_is_identical_and_leaves_the_tree_alone(tree):
     assert sorted(p.name for p in tree.iterdir()) == ["data", "train.py"]
 
 
+@pytest.mark.slow
 def test_a_dropped_unscale_before_the_clip_is_caught_at_the_first_clipped_step(tree, monkeypatch):
     break_migration(monkeypatch, "    scaler.unscale_(optimizer)\n", "")
     result = verify(tree, "--steps", "5", "--device", "cpu", "--format", "json", "--", "python", "train.py")
@@ -138,6 +140,7 @@ def test_a_dropped_unscale_before_the_clip_is_caught_at_the_first_clipped_step(t
     assert migrated.startswith("torch.nn.utils.clip_grad_norm_((p for group in optimizer.param_groups")
 
 
+@pytest.mark.slow
 def test_a_small_difference_passes_within_rtol_with_its_size_per_quantity(tree, monkeypatch):
     # The migrated copy clips at a max norm 1e-6 larger: every clipped step differs a little.
     break_migration(monkeypatch, '["params"]), 0.5)', '["params"]), 0.5000005)')
@@ -163,6 +166,7 @@ def test_a_small_difference_passes_within_rtol_with_its_size_per_quantity(tree, 
     assert largest["scales"] == 0.0
 
 
+@pytest.mark.slow
 def test_a_deleted_scaler_update_fails_the_native_run_and_shows_why(tree, monkeypatch):
     # Without update() GradScaler refuses the second step: the run fails, and verify says
     # which run failed and prints the end of its traceback instead of a verdict on the steps.
@@ -180,6 +184,7 @@ def test_a_deleted_scaler_update_fails_the_native_run_and_shows_why(tree, monkey
     assert re.search(re.escape(located) + r"\d+: scaler\.step\(optimizer\)\n", result.output), result.output
 
 
+@pytest.mark.slow
 def test_a_script_that_never_steps_is_reported_as_such(tmp_path):
     (tmp_path / "eval_only.py").write_text(NEVER_STEPS)
     result = verify(tmp_path, "--steps", "3", "--device", "cpu", "--", "python", "eval_only.py")
@@ -187,6 +192,7 @@ def test_a_script_that_never_steps_is_reported_as_such(tmp_path):
     assert "neither run recorded an optimizer step" in result.output
 
 
+@pytest.mark.slow
 def test_a_migrated_copy_that_crashes_is_a_failed_run_with_its_traceback(tree, monkeypatch):
     break_migration(monkeypatch, "scaler.step(optimizer)", "scaler.step(optimiser)")
     result = verify(tree, "--steps", "3", "--device", "cpu", "--", "python", "train.py")

@@ -52,6 +52,7 @@ def tree(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_a_checkpoint_save_the_steps_never_reach_is_listed_as_never_ran(tree):
     result = verify(tree, "--steps", "4", "--device", "cpu", "--", "python", "train.py")
     assert result.exit_code == 0, result.output
@@ -62,6 +63,7 @@ def test_a_checkpoint_save_the_steps_never_reach_is_listed_as_never_ran(tree):
     )
 
 
+@pytest.mark.slow
 def test_the_json_lists_the_statements_that_ran_and_those_that_never_did(tree):
     args = ("--steps", "4", "--device", "cpu", "--format", "json", "--", "python", "train.py")
     coverage = json.loads(verify(tree, *args).output)["coverage"]
@@ -90,6 +92,7 @@ def test_the_json_lists_the_statements_that_ran_and_those_that_never_did(tree):
     }
 
 
+@pytest.mark.slow
 def test_a_run_to_the_end_runs_the_checkpoint_save_too(tree):
     args = ("--steps", "20", "--device", "cpu", "--format", "json", "--", "python", "train.py")
     coverage = json.loads(verify(tree, *args).output)["coverage"]
@@ -97,6 +100,7 @@ def test_a_run_to_the_end_runs_the_checkpoint_save_too(tree):
     assert '"amp": scaler.state_dict(),' in {entry["text"] for entry in coverage["ran"]}
 
 
+@pytest.mark.slow
 def test_each_torchrun_rank_watches_its_own_lines(tmp_path: Path):
     from .test_verify_distributed import DDP_TRAIN
 

@@ -103,6 +103,7 @@ def loader_tree(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("persistent", [False, True], ids=["workers-per-epoch", "persistent-workers"])
 def test_a_script_with_two_dataloader_workers_is_identical_and_stops_cleanly(loader_tree, persistent):
     # 6 batches an epoch: 8 steps cross into the second epoch, where per-epoch workers are new
@@ -121,6 +122,7 @@ def test_a_script_with_two_dataloader_workers_is_identical_and_stops_cleanly(loa
     assert len({record["losses"][0] for record in outcome.shim.records}) == 8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "options",
     [[], ["--persistent-workers"], ["--spawn", "--persistent-workers"]],
@@ -143,6 +145,7 @@ def test_the_recorder_stopping_mid_epoch_leaves_no_worker_behind(loader_tree, op
     assert time.monotonic() - started < 120  # a worker's hang would show as the shutdown's timeout
 
 
+@pytest.mark.slow
 def test_both_runs_start_seeded_with_deterministic_algorithms_on(loader_tree):
     report = loader_tree.parent / f"{loader_tree.name}-start-up.txt"  # outside the copied tree
     result = verify(
@@ -192,6 +195,7 @@ print("the main thread goes on after the training thread")
 """
 
 
+@pytest.mark.slow
 def test_a_training_loop_in_a_thread_of_its_own_stops_there_quietly(tmp_path):
     (tmp_path / "train.py").write_text(THREAD_TRAIN)
     outcome = verify_run.verify(

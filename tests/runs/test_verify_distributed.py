@@ -84,6 +84,7 @@ def processes_with(marker: str) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_a_faithful_ddp_migration_is_identical_on_every_rank(ddp_tree):
     command = ["torchrun", "--standalone", "--nproc-per-node", "2", "train.py"]
     result = verify(
@@ -109,6 +110,7 @@ def test_a_faithful_ddp_migration_is_identical_on_every_rank(ddp_tree):
     assert "rank 1 it 2 loss " in rank_1 and "rank 0 it" not in rank_1
 
 
+@pytest.mark.slow
 def test_a_rank_that_fails_in_the_migrated_copy_is_named_with_its_traceback(ddp_tree, monkeypatch):
     break_migration(monkeypatch, "    scaler.update()\n", RANK_1_RAISES)
     command = ["python", "-m", "torch.distributed.run", "--nproc_per_node=2", "train.py"]
@@ -120,6 +122,7 @@ def test_a_rank_that_fails_in_the_migrated_copy_is_named_with_its_traceback(ddp_
     assert "identical" not in result.output.splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_a_rank_that_hangs_is_killed_at_the_timeout_and_fails(ddp_tree, monkeypatch):
     # Rank 1 of the migrated copy sleeps after its second step while rank 0 waits in the next
     # step's all-reduce: without the timeout verify would wait as long as gloo does (30 min).

@@ -32,6 +32,7 @@ SAMPLE = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "program, args, steps, kind, says", SAMPLE, ids=[f"{p}-{k.replace(' ', '-')}" for p, _, _, k, _ in SAMPLE]
 )

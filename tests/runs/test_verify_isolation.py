@@ -94,6 +94,7 @@ def tag():
             continue  # gone meanwhile
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not verify_run.isolate_available(), reason="no user namespaces here")
 def test_absolute_outputs_into_the_tree_land_in_each_runs_copy_and_no_process_outlives_verify(tree, tag):
     before = contents(tree)
@@ -107,6 +108,7 @@ def test_absolute_outputs_into_the_tree_land_in_each_runs_copy_and_no_process_ou
     assert processes_with(tag) == []
 
 
+@pytest.mark.slow
 def test_without_namespaces_an_absolute_path_into_the_tree_is_refused(tree, tag, monkeypatch):
     monkeypatch.setenv(isolate.NO_NAMESPACE, "1")
     before = contents(tree)
@@ -120,6 +122,7 @@ def test_without_namespaces_an_absolute_path_into_the_tree_is_refused(tree, tag,
     assert contents(tree) == before
 
 
+@pytest.mark.slow
 def test_a_write_into_the_tree_verify_could_not_foresee_is_an_error_naming_the_file(tree, tag, monkeypatch):
     # Relative outputs go to the copies; the path read from config.txt reaches the tree itself.
     monkeypatch.setenv(isolate.NO_NAMESPACE, "1")

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from .test_verify_command import verify
 
 #: Native-migratable: amp.initialize O1, amp.scale_loss (GradScaler, autocast once migrated).
@@ -54,6 +56,7 @@ def _tree(root: Path, **files: str) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_a_native_script_beside_an_unrelated_shim_file_verifies_as_it_does_alone(tmp_path: Path):
     mixed = json.loads(verify(_tree(tmp_path / "mixed", train=TRAIN, eval_tool=EVAL_TOOL), *ARGS).output)
     alone = json.loads(verify(_tree(tmp_path / "alone", train=TRAIN), *ARGS).output)
@@ -62,6 +65,7 @@ def test_a_native_script_beside_an_unrelated_shim_file_verifies_as_it_does_alone
     assert mixed["records"] == alone["records"]
 
 
+@pytest.mark.slow
 def test_a_script_kept_on_the_shim_by_the_file_it_imports_verifies_identical(tmp_path: Path):
     train = "import eval_tool  # the half-precision evaluation\n" + TRAIN
     tree = _tree(tmp_path / "tree", train=train, eval_tool=EVAL_TOOL)

@@ -69,6 +69,7 @@ def watched(tmp_path_factory):
     return root, outcome, watch
 
 
+@pytest.mark.slow
 def test_verify_reports_each_phase_and_each_run_reaching_its_last_step(watched):
     _, outcome, watch = watched
     assert outcome.verdict.kind == "identical"
@@ -86,6 +87,7 @@ def test_verify_reports_each_phase_and_each_run_reaching_its_last_step(watched):
         assert counts == sorted(counts) and counts[-1] == 4  # never backwards, ends at the last step
 
 
+@pytest.mark.slow
 def test_each_runs_output_is_followed_line_by_line_with_its_prefix(watched):
     _, _, watch = watched
     lines = [event[1] for event in watch.events if event[0] == "output"]
@@ -98,6 +100,7 @@ def test_each_runs_output_is_followed_line_by_line_with_its_prefix(watched):
     assert "[legacy] starting" in lines and "[migrated] starting" in lines
 
 
+@pytest.mark.slow
 def test_each_runs_stdout_and_stderr_are_kept_outside_the_tree_after_verify(watched):
     root, outcome, _ = watched
     assert outcome.log_folder is not None and outcome.log_folder.is_dir()
@@ -118,6 +121,7 @@ def test_each_runs_stdout_and_stderr_are_kept_outside_the_tree_after_verify(watc
     assert sorted(p.name for p in root.iterdir()) == ["data", "train.py"]
 
 
+@pytest.mark.slow
 def test_the_step_table_fits_80_columns_with_every_value_whole(watched):
     _, outcome, _ = watched
     console = Console(width=80, record=True)
@@ -160,6 +164,7 @@ def test_values_that_differ_are_shown_whole_at_80_columns():
     assert re.search(r"┃ step ┃ +┃ legacy +┃ migrated \(shim\) +┃", text)
 
 
+@pytest.mark.slow
 def test_a_wide_console_keeps_one_row_per_step(watched):
     _, outcome, _ = watched
     console = Console(width=160, record=True)
@@ -169,6 +174,7 @@ def test_a_wide_console_keeps_one_row_per_step(watched):
     assert len([line for line in text.splitlines() if re.match(r"│ \d +│", line)]) == 4
 
 
+@pytest.mark.slow
 @cpu_only
 def test_the_copy_migrated_for_cpu_says_so_first_and_what_the_tree_migration_targets(tree):
     result = verify(tree, "--steps", "3", "--show-output", "--", "python", "train.py", "--iterations", "4")
@@ -192,6 +198,7 @@ def test_the_copy_migrated_for_cpu_says_so_first_and_what_the_tree_migration_tar
     assert "it 1 loss" in (folder / "migrated.stdout").read_text()
 
 
+@pytest.mark.slow
 def test_the_trees_config_chooses_target_and_dtype_and_json_says_so(tree):
     (tree / "pyproject.toml").write_text('[tool.amp-migrate]\ntarget = "shim"\ndevice = "cpu"\n')
     result = verify(tree, "--steps", "3", "--format", "json", "--", "python", "train.py")
@@ -216,6 +223,7 @@ def test_the_trees_config_chooses_target_and_dtype_and_json_says_so(tree):
     assert Path(document["logs"]["folder"]) == Path(runs[0]["stdout"]).parent
 
 
+@pytest.mark.slow
 def test_a_terminal_shows_the_runs_progress_live(tree, monkeypatch):
     class Terminal(Console):
         def __init__(self, **options) -> None:
@@ -229,6 +237,7 @@ def test_a_terminal_shows_the_runs_progress_live(tree, monkeypatch):
     assert "identical: 3 steps equal bit for bit" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_plain_run_writes_no_progress_lines(tree):
     result = verify(tree, "--steps", "2", "--device", "cpu", "--", "python", "train.py")
     assert result.exit_code == 0, result.output

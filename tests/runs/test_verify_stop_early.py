@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from .test_verify_command import verify
 
 #: Logs where it runs from (its own file: the original tree or the migrated copy), then fails
@@ -26,6 +28,7 @@ raise FileNotFoundError("data/train.csv")
 """
 
 
+@pytest.mark.slow
 def test_a_legacy_run_failing_before_its_first_step_never_starts_the_migrated_run(tmp_path: Path):
     tree, log = tmp_path / "tree", tmp_path / "started.log"
     tree.mkdir()
@@ -40,6 +43,7 @@ def test_a_legacy_run_failing_before_its_first_step_never_starts_the_migrated_ru
     assert "FileNotFoundError: data/train.csv" in result.output  # its stderr tail
 
 
+@pytest.mark.slow
 def test_the_json_says_the_migrated_run_was_not_started(tmp_path: Path):
     tree, log = tmp_path / "tree", tmp_path / "started.log"
     tree.mkdir()
@@ -53,6 +57,7 @@ def test_the_json_says_the_migrated_run_was_not_started(tmp_path: Path):
     assert len(log.read_text().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_every_torchrun_rank_failing_before_its_first_step_never_starts_the_migrated_ranks(tmp_path: Path):
     tree, log = tmp_path / "tree", tmp_path / "started.log"
     tree.mkdir()

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 PROBE = textwrap.dedent("""
     import torch
     from apex.multi_tensor_apply import multi_tensor_applier
@@ -31,17 +33,20 @@ def run(code, cwd, **env_extra):
     )
 
 
+@pytest.mark.slow
 def test_amp_c_imports_and_runs_through_the_applier_under_the_alias(tmp_path):
     proc = run(PROBE, tmp_path, AMP_SHIM_ALIAS="1")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["amp_shim.amp_C", "amp_shim.apex_C", "0.5", "1", "[5.0]"]
 
 
+@pytest.mark.slow
 def test_without_the_alias_amp_c_is_not_importable(tmp_path):
     proc = run("import amp_C", tmp_path)
     assert proc.returncode != 0 and "No module named 'amp_C'" in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_compiled_amp_c_wins_unless_the_alias_is_forced(tmp_path):
     site = tmp_path / "site"
     site.mkdir()

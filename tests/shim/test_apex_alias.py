@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "fixtures" / "examples" / "legacy_project" / "train.py"
 
@@ -15,6 +17,7 @@ def run(args, cwd, extra_env=None):
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_bundled_legacy_example_trains_through_the_shim(tmp_path):
     proc = run(["-m", "amp_shim", str(EXAMPLE), "--steps", "30"], tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -25,6 +28,7 @@ def test_bundled_legacy_example_trains_through_the_shim(tmp_path):
     assert "'loss_scaler0': {'loss_scale': 65536.0, 'unskipped': 30}" in proc.stdout
 
 
+@pytest.mark.slow
 def test_alias_resolves_apex_modules_to_the_shim(tmp_path):
     script = tmp_path / "probe.py"
     script.write_text(
@@ -44,6 +48,7 @@ def test_alias_resolves_apex_modules_to_the_shim(tmp_path):
     assert proc.stdout.strip() == "ok"
 
 
+@pytest.mark.slow
 def test_a_real_apex_wins_unless_forced(tmp_path):
     fake = tmp_path / "site" / "apex" / "amp"
     fake.mkdir(parents=True)
@@ -61,8 +66,6 @@ def test_a_real_apex_wins_unless_forced(tmp_path):
 import importlib  # noqa: E402
 import textwrap  # noqa: E402
 import types  # noqa: E402
-
-import pytest  # noqa: E402
 
 from amp_shim import alias, launch  # noqa: E402
 
@@ -143,6 +146,7 @@ def write(path, source):
     return path
 
 
+@pytest.mark.slow
 def test_subprocesses_of_a_legacy_script_get_the_alias_and_the_line_appears_once(tmp_path):
     script = write(
         tmp_path / "parent.py",
@@ -164,6 +168,7 @@ def test_subprocesses_of_a_legacy_script_get_the_alias_and_the_line_appears_once
     assert proc.stderr.splitlines() == [ANNOUNCEMENT]
 
 
+@pytest.mark.slow
 def test_multiprocessing_spawn_workers_get_the_alias(tmp_path):
     script = write(
         tmp_path / "spawner.py",
@@ -185,6 +190,7 @@ def test_multiprocessing_spawn_workers_get_the_alias(tmp_path):
     assert proc.stderr.count(ANNOUNCEMENT) == 1
 
 
+@pytest.mark.slow
 def test_the_variable_alone_aliases_a_plain_python_process_and_announces_once(tmp_path):
     code = (
         "import subprocess, sys, apex; print(apex.__name__); "
@@ -196,12 +202,14 @@ def test_the_variable_alone_aliases_a_plain_python_process_and_announces_once(tm
     assert proc.stderr.splitlines() == [ANNOUNCEMENT]
 
 
+@pytest.mark.slow
 def test_without_the_variable_nothing_is_aliased(tmp_path):
     proc = run_clean(["-c", "import apex"], tmp_path)
     assert proc.returncode == 1 and "No module named 'apex'" in proc.stderr
     assert ANNOUNCEMENT not in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_real_apex_wins_in_children_unless_forced(tmp_path):
     fake = tmp_path / "site" / "apex" / "amp"
     fake.mkdir(parents=True)
@@ -218,6 +226,7 @@ def test_a_real_apex_wins_in_children_unless_forced(tmp_path):
     assert forced.stdout.strip() == "False" and forced.stderr.splitlines() == [ANNOUNCEMENT]
 
 
+@pytest.mark.slow
 def test_script_runs_as_if_run_directly_path_and_traceback(tmp_path):
     pkg_dir = tmp_path / "proj"
     pkg_dir.mkdir()
@@ -245,6 +254,7 @@ def test_script_runs_as_if_run_directly_path_and_traceback(tmp_path):
     assert lines[-1] == "ValueError: boom"
 
 
+@pytest.mark.slow
 def test_exit_codes_and_missing_scripts_behave_as_python_does(tmp_path):
     script = write(tmp_path / "exits.py", "import sys\nsys.exit(3)\n")
     assert run_clean(["-m", "amp_shim", str(script)], tmp_path).returncode == 3
@@ -252,6 +262,7 @@ def test_exit_codes_and_missing_scripts_behave_as_python_does(tmp_path):
     assert missing.returncode == 2 and "can't open file" in missing.stderr
 
 
+@pytest.mark.slow
 def test_module_mode_runs_a_module_as_main(tmp_path):
     write(
         tmp_path / "legacy_mod.py",

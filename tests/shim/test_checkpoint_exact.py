@@ -49,6 +49,7 @@ def assert_same(a, b, where=""):
         assert a == b and type(a) is type(b), where
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level,num_losses", CONFIGS)
 def test_resume_in_fresh_process_continues_bit_for_bit(results, level, num_losses):
     uninterrupted, resumed = results
@@ -60,6 +61,7 @@ def test_resume_in_fresh_process_continues_bit_for_bit(results, level, num_losse
     assert_same(want["amp"], got["amp"], "amp")
 
 
+@pytest.mark.slow
 def test_the_runs_exercise_overflow_and_growth(results):
     uninterrupted, _ = results
     for level in ("O1", "O2"):

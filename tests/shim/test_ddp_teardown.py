@@ -151,6 +151,7 @@ def _run_program(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, attempt",
     [(("--apex-hook",), 1), (("--apex-hook",), 2), ((), 1)],

@@ -511,6 +511,7 @@ def _losses(stdout):
     return [float(v) for v in re.findall(r"loss (\d+\.\d+)", stdout)]
 
 
+@pytest.mark.slow
 def test_legacy_fp16_optimizer_script_runs_unchanged_and_the_loss_falls(tmp_path):
     proc = _run_legacy(tmp_path, "--steps", "40")
     assert proc.returncode == 0, proc.stderr
@@ -521,6 +522,7 @@ def test_legacy_fp16_optimizer_script_runs_unchanged_and_the_loss_falls(tmp_path
     assert "final loss scale 128.0" in proc.stdout
 
 
+@pytest.mark.slow
 def test_legacy_script_with_dynamic_scaling_skips_overflows_and_saves_a_checkpoint(tmp_path):
     ckpt = tmp_path / "ckpt.pt"
     proc = _run_legacy(

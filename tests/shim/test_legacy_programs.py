@@ -84,6 +84,7 @@ def _losses(lines):
     return [float(v) for v in re.findall(r"Loss (\S+)", "\n".join(lines))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "launch, amp_args",
     [
@@ -125,6 +126,7 @@ def test_imagenet_style_ddp_trains_on_two_ranks_and_an_inf_on_one_rank_skips_bot
     assert "module.bn1.running_mean" in rank0
 
 
+@pytest.mark.slow
 def test_imagenet_style_ddp_runs_as_a_single_process_too(tmp_path):
     proc = _run(
         [
@@ -176,6 +178,7 @@ def dcgan_clean(tmp_path_factory):
     return _dcgan(tmp_path_factory.mktemp("dcgan"))
 
 
+@pytest.mark.slow
 def test_dcgan_style_trains_with_three_loss_scalers(dcgan_clean):
     iterations, state, (start, end) = dcgan_clean
     assert len(iterations) == 40
@@ -190,6 +193,7 @@ def test_dcgan_style_trains_with_three_loss_scalers(dcgan_clean):
         assert state[f"loss_scaler{loss_id}"]["loss_scale"] == 65536.0 / 2**overflows
 
 
+@pytest.mark.slow
 def test_dcgan_style_an_inf_in_the_generator_loss_skips_only_the_generator_step(tmp_path, dcgan_clean):
     clean, _, _ = dcgan_clean
     step = next(i for i in range(8, 20) if not clean[i]["skips"] and not clean[i + 1]["skips"])

@@ -1,7 +1,13 @@
 """Multiple models, optimizers and losses through `amp.scale_loss`, ported device-agnostic from
 the behaviour Apex's own `test_multiple_models_optimizers_losses.py` checks (an L0 test that needs CUDA):
 which steps are skipped after an overflow, the unscaled grads, `amp.master_params` agreeing
-with the model params, and final params equal to a run without amp."""
+with the model params, and final params equal to a run without amp.
+
+The cases are an all-pairs covering of the full cross product (672 combinations, 46 cases; see
+`full_product`): every value and every pair of values of scenario, O-level, zeroing, per-loss
+scalers, overflow site, iteration and weight dtype is run. The overflow site stays crossed with
+its scenario and loss (which models a loss sums and which optimizers it skips exist only per
+scenario), and injection exists only at O1/O2."""
 
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ from torch.nn import Parameter
 
 from amp_shim import amp
 from amp_shim.amp import _amp_state
+from pairwise_cover import all_pairs, pairs_of
 
 
 class MyModel(torch.nn.Module):
@@ -95,8 +102,17 @@ def reference_run(scenario, iters, skipped):
     return [p.detach().clone() for m in models for p in m.parameters()], grads
 
 
-def cases():
-    for scenario in SCENARIOS:
+def full_product():
+    """Every valid combination, as dimension -> value rows (the old full cross product).
+
+    The overflow site (which loss of which scenario, and which model's weight in it) is one
+    dimension: a loss's models and the optimizers it skips exist only per scenario, so the site
+    stays crossed with the scenario and the loss, and injection exists only at O1/O2 (O0 and O3
+    never scale dynamically). Iteration, weight dtype, O-level, zeroing and per-loss scalers are
+    independent of one another and of the site: `all_pairs` covers each pair of their values.
+    """
+    rows = []
+    for s, scenario in enumerate(SCENARIOS):
         for opt_level in ("O0", "O1", "O2", "O3"):
             for how_to_zero, multiple in itertools.product(("none", "model", "optimizer"), (True, False)):
                 injections = [None]
@@ -105,14 +121,48 @@ def cases():
                         for target in scenario.losses[backward][0]:
                             injections.append((it, backward, loc, target))
                 for inject in injections:
-                    yield pytest.param(
-                        scenario,
-                        opt_level,
-                        how_to_zero,
-                        multiple,
-                        inject,
-                        id=f"{scenario.name}-{opt_level}-{how_to_zero}-{'multi' if multiple else 'shared'}-{inject}",
+                    site = None if inject is None else (s, inject[1], inject[3])
+                    it, loc = (None, None) if inject is None else (inject[0], inject[2])
+                    rows.append(
+                        dict(
+                            scenario=s,
+                            opt_level=opt_level,
+                            how_to_zero=how_to_zero,
+                            multiple=multiple,
+                            site=site,
+                            iteration=it,
+                            loc=loc,
+                        )
                     )
+    return rows
+
+
+def _inject(row):
+    if row["site"] is None:
+        return None
+    _, backward, target = row["site"]
+    return (row["iteration"], backward, row["loc"], target)
+
+
+def cases():
+    for row in all_pairs(full_product()):
+        scenario, inject = SCENARIOS[row["scenario"]], _inject(row)
+        multiple = row["multiple"]
+        yield pytest.param(
+            scenario,
+            row["opt_level"],
+            row["how_to_zero"],
+            multiple,
+            inject,
+            id=f"{scenario.name}-{row['opt_level']}-{row['how_to_zero']}-{'multi' if multiple else 'shared'}-{inject}",
+        )
+
+
+def test_the_cases_cover_every_pair_of_values_of_the_full_product():
+    full, chosen = full_product(), all_pairs(full_product())
+    assert len(chosen) < len(full)
+    assert set().union(*map(pairs_of, chosen)) == set().union(*map(pairs_of, full))
+    assert all(row in full for row in chosen)
 
 
 @pytest.mark.parametrize("scenario,opt_level,how_to_zero,multiple,inject", list(cases()))

@@ -117,6 +117,7 @@ def syncbn_ranks(tmp_path_factory):
     return run_ranks("syncbn", tmp_path_factory.mktemp("syncbn"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name, make_input, kwargs",
     [
@@ -227,6 +228,7 @@ def overflow_ranks(tmp_path_factory):
     return run_ranks("overflow", tmp_path_factory.mktemp("overflow"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", ["O1", "O2"])
 def test_an_overflow_on_one_rank_makes_every_rank_skip_and_print_apexs_message(overflow_ranks, level):
     for rank in overflow_ranks:
@@ -236,6 +238,7 @@ def test_an_overflow_on_one_rank_makes_every_rank_skip_and_print_apexs_message(o
         assert result["scale"] == 32768.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", ["O1", "O2"])
 def test_the_cross_rank_reduction_adds_no_host_sync(overflow_ranks, level):
     for rank in overflow_ranks:
@@ -243,6 +246,7 @@ def test_the_cross_rank_reduction_adds_no_host_sync(overflow_ranks, level):
         assert len(rank[level]["overflow_syncs"]) == 1, rank[level]["overflow_syncs"]
 
 
+@pytest.mark.slow
 def test_without_the_reduction_the_clean_rank_would_step(overflow_ranks):
     """The control: the engine's all-reduce is what makes rank 0 skip."""
     rank0, rank1 = (r["without_reduce"] for r in overflow_ranks)
@@ -262,6 +266,7 @@ def _equal_lists(a, b, **close):
         torch.testing.assert_close(x, y, **close)
 
 
+@pytest.mark.slow
 def test_ddp_broadcasts_rank0s_params_and_averages_gradients(ddp_ranks):
     local = ddp_ranks[0]["local"]
     mean = [(a + b) / 2 for a, b in zip(*local)]
@@ -278,6 +283,7 @@ def test_ddp_broadcasts_rank0s_params_and_averages_gradients(ddp_ranks):
         _equal_lists(rank["disabled"], local[r])
 
 
+@pytest.mark.slow
 def test_reducer_broadcasts_the_module_and_averages_gradients_or_tensors(ddp_ranks):
     _equal_lists(ddp_ranks[0]["reducer_params"], ddp_ranks[1]["reducer_params"])
     mean = [(a + b) / 2 for a, b in zip(*ddp_ranks[0]["local"])]

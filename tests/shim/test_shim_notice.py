@@ -103,6 +103,7 @@ def notice_not_given(monkeypatch):
     monkeypatch.setattr(_deprecation, "_notice_given", False)
 
 
+@pytest.mark.slow
 def test_a_process_gets_one_notice_line_on_stderr_however_many_initialize_calls(legacy_run):
     (line,) = _notice_lines(legacy_run.stderr)
     assert HOW_TO_MIGRATE in line
@@ -110,20 +111,24 @@ def test_a_process_gets_one_notice_line_on_stderr_however_many_initialize_calls(
     assert not _notice_lines(legacy_run.stdout)
 
 
+@pytest.mark.slow
 def test_every_process_gets_its_own_single_notice(legacy_run, tmp_path):
     another = _run_program(tmp_path, verbosity=1)
     assert len(_notice_lines(legacy_run.stderr)) == len(_notice_lines(another.stderr)) == 1
 
 
+@pytest.mark.slow
 def test_apex_deprecation_text_is_gone(legacy_run):
     for text in APEX_TEXT:
         assert text not in legacy_run.stderr and text not in legacy_run.stdout
 
 
+@pytest.mark.slow
 def test_apex_option_listing_is_printed_exactly_as_apex_did_for_every_initialize(legacy_run):
     assert legacy_run.stdout == O1_LISTING * 3
 
 
+@pytest.mark.slow
 def test_verbosity_0_silences_the_listing_but_not_the_notice(tmp_path):
     proc = _run_program(tmp_path, verbosity=0)
     assert proc.stdout == ""

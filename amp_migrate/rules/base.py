@@ -1,23 +1,23 @@
 """What every rule shares: the file's state, Apex name binding, diagnostics, and helpers.
 
-A rule is a libcst codemod command (one class per transform, as in libcst's own codemods)
-that reads like the recipe it implements. Rules run in order over one file; each sees the
-previous rule's output with fresh metadata. Imports are settled once, by the last rule, so the
-per-command import passes of `CodemodCommand.transform_module` are skipped here.
+A rule is a libcst codemod (one class per transform, as in libcst's own codemods) that reads
+like the recipe it implements. Rules run in order over one file; each sees the previous rule's
+output with fresh metadata. Imports are settled once, by the last rule, so a rule is a plain
+`Codemod` and transformer rather than a `CodemodCommand`, whose `transform_module` would run
+the import passes after each one. Only libcst's public API is used
+(tests/codemod/test_libcst_public_api.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import re
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, AbstractSet, ClassVar, Iterable, Mapping, Optional, Sequence, Union, cast
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.codemod import Codemod, CodemodContext, ContextAwareTransformer, VisitorBasedCodemodCommand
+from libcst.codemod import Codemod, CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import (
@@ -30,8 +30,7 @@ from libcst.metadata import (
 )
 
 from ..analysis.binding import NOTHING, ApexBinder, children, find
-from ..analysis.cst_nodes import is_node
-from ..analysis.source_index import SourceIndex, pruning_enabled
+from ..analysis.source_index import SourceIndex
 from ..diagnostics import Code, Diagnostic
 from ..options import Options
 from .facts import Fact
@@ -39,15 +38,8 @@ from .facts import Fact
 if TYPE_CHECKING:
     import ast
 
-    from libcst.codemod.visitors import RemoveImportsVisitor
-
     from .plan import CastSource, InferenceRegion, SharedScaler, TrainingPlan
     from .switch_flow import _Stores
-
-    #: What `PrunedImportRemoval` is mixed into.
-    _ImportRemovalHost = RemoveImportsVisitor
-else:
-    _ImportRemovalHost = object
 
 _UNDEFINED = object()
 
@@ -124,8 +116,9 @@ class FastMetadataWrapper(MetadataWrapper):
 
 @contextmanager
 def metadata_without_copy(codemod: Codemod, module: cst.Module):
-    """What `Codemod._handle_metadata_reference` does, minus libcst's defensive deep copy of a
-    tree: unchanged statements keep their identity, which positions are keyed by."""
+    """`module` in a MetadataWrapper that the codemod's context holds while it runs, as
+    `Codemod.transform_module` sets it up, minus libcst's defensive deep copy of the tree:
+    unchanged statements keep their identity, which positions are keyed by."""
     wrapper = FastMetadataWrapper(module, unsafe_skip_copy=True)
     with codemod.resolve(wrapper):
         codemod.context = replace(codemod.context, wrapper=wrapper)
@@ -133,11 +126,6 @@ def metadata_without_copy(codemod: Codemod, module: cst.Module):
             yield wrapper.module
         finally:
             codemod.context = replace(codemod.context, wrapper=None)
-
-
-class _Everything:
-    def __contains__(self, item: object) -> bool:
-        return True
 
 
 _WORD = re.compile(r"\w+")
@@ -249,71 +237,7 @@ def statements_spelling(module: cst.Module, skip: AbstractSet[int]) -> cst.Modul
     return module.visit(_DropStatements(skip)) if skip else module
 
 
-class WithoutMatcherSearch(ContextAwareTransformer):
-    """A base to list after a libcst codemod visitor (`RemoveImportsVisitor`) in the bases of a
-    subclass that has no matcher decorators: that visitor's `super().__init__` then lands here
-    and skips MatcherDecoratableTransformer's search of the class for them (a `dir()` and a
-    `getattr` of some 300 attributes per instance, milliseconds each), and every node is
-    dispatched as CSTTransformer dispatches it, which is what the matcher dispatch does when
-    there are no matchers."""
-
-    def __init__(self, context: CodemodContext) -> None:
-        Codemod.__init__(self, context)
-        cst.CSTTransformer.__init__(self)
-        self._matchers = {}
-        self._extra_visit_funcs, self._extra_leave_funcs = {}, {}
-
-    on_visit = cst.CSTTransformer.on_visit
-    # CSTTransformer's may return a FlattenSentinel, which the matcher base's type leaves out
-    # though it dispatches to CSTTransformer's all the same.
-    on_leave = cst.CSTTransformer.on_leave  # type: ignore[assignment]  # may flatten, as the matcher base's does
-    on_visit_attribute = cst.CSTTransformer.on_visit_attribute
-    on_leave_attribute = cst.CSTTransformer.on_leave_attribute
-
-
-class PrunedImportRemoval(_ImportRemovalHost):
-    """For a `RemoveImportsVisitor` subclass that keeps statement identity and holds the
-    file's SourceIndex as `_index`: it enters only the statements that spell `import`, and
-    when no name the removals bind is used (`may_read_names`), it skips libcst's scope and
-    qualified-name analysis of the whole file, which could then find no use either."""
-
-    _index: Optional[SourceIndex]
-    _skip_ids: AbstractSet[int] = NOTHING
-    _all_unused = False
-
-    def _bound_names(self) -> set[str]:
-        names = {alias or module.split(".")[0] for module, alias in self.unused_module_imports.items()}
-        for objects in self.unused_obj_imports.values():
-            names.update(alias or obj for obj, alias in objects)
-        return names
-
-    def transform_module(self, tree: cst.Module) -> cst.Module:
-        index = self._index
-        if index is not None and pruning_enabled():
-            self._skip_ids = index.skipped({"import"})
-            names = self._bound_names()
-            self._all_unused = bool(names) and not may_read_names(tree, names, index)
-        return super().transform_module(tree)
-
-    def _handle_metadata_reference(self, module: cst.Module):
-        return nullcontext(module) if self._all_unused else metadata_without_copy(self, module)
-
-    def visit_Module(self, node: cst.Module) -> None:
-        if not self._all_unused:
-            return super().visit_Module(node)
-        # Stands in for the dict of unused aliases, which the visitor only asks `in`.
-        self._unused_imports = cast("dict[cst.ImportAlias, Union[cst.Import, cst.ImportFrom]]", _Everything())
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        return id(node) not in self._skip_ids and super().on_visit(node)
-
-    def on_leave(self, original_node, updated_node):
-        if id(original_node) in self._skip_ids:
-            return original_node
-        return super().on_leave(original_node, updated_node)
-
-
-class Rule(VisitorBasedCodemodCommand):
+class Rule(Codemod, cst.CSTTransformer):
     """Base class of the codemod's rules."""
 
     #: Providers a rule may ask for through `get_metadata`, resolved on first use only: a
@@ -340,11 +264,8 @@ class Rule(VisitorBasedCodemodCommand):
     WRITES: ClassVar[frozenset[Fact]] = frozenset()
 
     def __init__(self, context: CodemodContext, state: FileState) -> None:
-        # What ContextAwareTransformer.__init__ does, minus MatcherDecoratableTransformer's
-        # search of the class for matcher decorators (no rule uses them; see on_visit).
         Codemod.__init__(self, context)
         cst.CSTTransformer.__init__(self)
-        self._extra_visit_funcs, self._extra_leave_funcs = {}, {}
         self.state = state
         self.options = state.options
         self.apex: Optional[ApexBinder] = None
@@ -445,7 +366,7 @@ class Rule(VisitorBasedCodemodCommand):
             cast(cst.Name, n).value for n in find(tree, m.Name(), index.original_ids)
         }
 
-    def findall(  # type: ignore[override]  # libcst's findall (no rule calls it) takes no words
+    def findall(
         self,
         tree: cst.CSTNode,
         matcher,
@@ -466,11 +387,12 @@ class Rule(VisitorBasedCodemodCommand):
         return find(tree, matcher, skip, parents)
 
     # -- running ---------------------------------------------------------------------------
-    # No rule uses matcher decorators (@m.visit, @m.call_if_inside), so the per-node matcher
-    # bookkeeping of libcst's MatcherDecoratableTransformer is skipped: plain CSTTransformer
-    # dispatch. Statements outside the rule's interest are not entered, and a node whose
-    # subtree the rule left alone is returned as the very node it got, so that statements keep
-    # their identity (and their place in the SourceIndex) from rule to rule.
+    # A rule is a plain CSTTransformer (no rule uses matcher decorators, so nothing needs
+    # MatcherDecoratableTransformer's per-node bookkeeping), visited by libcst as
+    # `tree.visit(rule)`. Statements outside the rule's interest and layout nodes it has no
+    # handler for are not entered, and a node whose subtree the rule left alone is returned
+    # as the very node it got, so that statements keep their identity (and their place in the
+    # SourceIndex) from rule to rule.
     def on_visit(self, node: cst.CSTNode) -> bool:
         if type(node) in _passive(type(self)) or id(node) in self._skip:
             return False
@@ -530,12 +452,11 @@ class Rule(VisitorBasedCodemodCommand):
         return not cls.MARKERS or any(marker in state.original for marker in cls.MARKERS)
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
-        return Codemod.transform_module(self, tree)
-
-    def _handle_metadata_reference(self, module: cst.Module):
         # Every rule gets a tree no one else holds (the parse, or the previous rule's output),
-        # so the defensive deep copy libcst makes by default would only cost time.
-        return metadata_without_copy(self, module)
+        # so the defensive deep copy libcst's MetadataWrapper makes by default would only cost
+        # time, and unchanged statements keep their identity.
+        with metadata_without_copy(self, tree) as module:
+            return self.transform_module_impl(module)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         known = self.state.binding
@@ -567,7 +488,7 @@ class Rule(VisitorBasedCodemodCommand):
             self._words = frozenset(words)
             self._also = frozenset(also) if also is not None else None
             self._original = self.state.index.original_ids
-        return visit_module(self, tree)
+        return tree.visit(self)
 
     def get_metadata(self, key, node, default=_UNDEFINED):
         if (
@@ -760,105 +681,6 @@ def _handler(cls: type, prefix: str, node_type: type):
             found = None  # libcst's typed no-op stubs
         _HANDLERS[key] = found
         return found
-
-
-_VISIT_CALL = re.compile(
-    r"\bvisit_(?:required|optional|sentinel|sequence|body_sequence|iterable"
-    r"|body_iterable)\(\s*self,\s*\"(\w+)\""
-)
-_ORDER: dict[type, Optional[tuple[str, ...]]] = {}
-
-
-def _visit_order(node_type: type[cst.CSTNode]) -> Optional[tuple[str, ...]]:
-    """The fields libcst's `_visit_and_replace_children` visits for `node_type`, in its
-    order (read from its source, where each is one `visit_*(self, "field", ...)` call);
-    None where that cannot be read, and the node is then visited by libcst itself."""
-    try:
-        return _ORDER[node_type]
-    except KeyError:
-        pass
-    try:
-        source = inspect.getsource(node_type._visit_and_replace_children)
-    except (OSError, TypeError):
-        source = ""
-    found = _VISIT_CALL.findall(source)
-    calls = len(re.findall(r"\bvisit_\w+\(", source))
-    fields = tuple(dict.fromkeys(found))  # `ImportFrom.names`: one of two calls, by its type
-    known = {f.name for f in dataclasses.fields(node_type)} if dataclasses.is_dataclass(node_type) else set()
-    if not source.strip() or len(found) != calls or not set(fields) <= known:
-        order = None
-    else:
-        order = fields  # () for a leaf: nothing to visit
-    _ORDER[node_type] = order
-    return order
-
-
-class _Replay(cst.CSTTransformer):
-    """Hands libcst's `_visit_and_replace_children` the results a rule visit already has for
-    each child, in libcst's own order, so that the parent is rebuilt exactly as libcst
-    rebuilds it (removals, flattening, empty statements dropped from a body)."""
-
-    def __init__(self, results: list) -> None:
-        self.results = results
-        self.at = 0
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        return False
-
-    def on_leave(self, original_node, updated_node):
-        child, result = self.results[self.at]
-        if child is not original_node:
-            raise AssertionError(f"visit order differs from libcst's at {type(original_node).__name__}")
-        self.at += 1
-        return result
-
-    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
-        pass
-
-    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
-        pass
-
-
-def visit_module(rule: "Rule", tree: cst.Module) -> cst.Module:
-    """`tree.visit(rule)`, with the same calls to the rule in the same order, but a node
-    whose children all come back as they were is kept as it is rather than rebuilt, and
-    the layout nodes the rule ignores (`_passive`) are not visited at all."""
-    result = _visit(rule, tree, _passive(type(rule)))
-    if isinstance(result, cst.RemovalSentinel):
-        return tree.with_changes(body=(), header=(), footer=())
-    return result
-
-
-def _visit(rule: "Rule", node: cst.CSTNode, passive: frozenset):
-    if rule.on_visit(node):
-        order = _visit_order(type(node))
-        if order is None:
-            updated = node._visit_and_replace_children(rule)
-        else:
-            updated = _visit_children(rule, node, order, passive)
-    else:
-        updated = node
-    return rule.on_leave(node, updated)
-
-
-def _visit_children(rule: "Rule", node: cst.CSTNode, order: tuple[str, ...], passive: frozenset):
-    results: list[tuple[cst.CSTNode, object]] = []
-    changed = False
-    skip = rule._skip
-    for name in order:
-        value = getattr(node, name)
-        for child in value if type(value) is tuple or type(value) is list else (value,):
-            if not is_node(child):
-                continue
-            if type(child) in passive or id(child) in skip:
-                results.append((child, child))
-                continue
-            result = _visit(rule, child, passive)
-            results.append((child, result))
-            changed = changed or result is not child
-    if not changed:
-        return node
-    return node._visit_and_replace_children(_Replay(results))
 
 
 def add_requested_imports(

@@ -70,19 +70,19 @@ Example
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence, Union, cast
+from typing import AbstractSet, Iterable, Optional, Sequence, Union, cast
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
-from libcst.helpers import get_full_name_for_node
+from libcst.helpers import get_absolute_module_from_package_for_import, get_full_name_for_node
 from libcst.metadata import MetadataWrapper, QualifiedNameProvider, ScopeProvider
 
-from ..analysis.binding import DEPRECATED_AMP_MODULES
-from ..analysis.source_index import SourceIndex
+from ..analysis.binding import DEPRECATED_AMP_MODULES, NOTHING
+from ..analysis.source_index import SourceIndex, pruning_enabled
 from ..diagnostics import Code, Severity, define
-from .base import FileState, PrunedImportRemoval, Rule, WithoutMatcherSearch, add_requested_imports
+from .base import FileState, Rule, add_requested_imports, may_read_names, metadata_without_copy
 from .facts import Fact
 
 AUTOCAST_FIXED = define(
@@ -532,11 +532,8 @@ class DeprecatedTorchAmp(Rule):
         if self.imports and not self.plain_imports and not _imports_torch(tree):
             tree = _import_torch_before_deprecated_import(tree, self.state.index)
         AddImportsVisitor.add_needed_import(self.context, "torch")
-        removals = CodemodContext()
-        for module, obj, alias in self.imports:
-            RemoveImportsVisitor.remove_unused_import(removals, module, obj, alias)
         if self.imports:
-            tree = _RemoveUnusedImports(removals, self.state.index).transform_module(tree)
+            tree = remove_unused_imports(tree, self.imports, self.state.index)
         if self.plain_imports and not _reads_deprecated_names(tree):
             tree = tree.visit(
                 _PlainImportsToTorch(self.plain_imports, _imports_torch(tree), self.state.index)
@@ -548,40 +545,61 @@ class DeprecatedTorchAmp(Rule):
 _IMPORT_LINE = m.SimpleStatementLine(body=[m.AtLeastN(m.Import() | m.ImportFrom(), n=1)])
 
 
+Removal = tuple[str, Optional[str], Optional[str]]  # module, object, alias
+
+
+def remove_unused_imports(
+    tree: cst.Module, removals: Sequence[Removal], index: Optional[SourceIndex]
+) -> cst.Module:
+    """What `RemoveImportsVisitor` with these removals makes of `tree` (and the blank line a
+    function body would start with when its first import goes, dropped). When no name the
+    removals bind is read anywhere (`may_read_names`), the visitor's scope analysis of the
+    whole file could find no use either, and the imports go without it."""
+    pruned = index is not None and pruning_enabled()
+    skip = cast(SourceIndex, index).skipped({"import"}) if pruned else NOTHING
+    names = {alias or obj or module.split(".")[0] for module, obj, alias in removals}
+    if pruned and names and not may_read_names(tree, names, cast(SourceIndex, index)):
+        return tree.visit(_DropImports(removals, index, skip))
+    context = CodemodContext()
+    for module, obj, alias in removals:
+        RemoveImportsVisitor.remove_unused_import(context, module, obj, alias)
+    return _RemoveUnusedImports(context, index, skip).transform_module(tree)
+
+
 class _KeepIdentity(cst.CSTTransformer):
     """A transform that hands back the very node it got wherever nothing below it changed,
-    and passes a replaced statement's place in the file on to its replacement, so that the
-    rules after this one still place their diagnostics on the original lines."""
+    passes a replaced statement's place in the file on to its replacement, so that the rules
+    after this one still place their diagnostics on the original lines, and does not enter
+    the statements in `skip` (which hold nothing it changes)."""
 
-    def __init__(self, index: Optional[SourceIndex]) -> None:
-        super().__init__()
-        self._index = index
-        self._changed: list[bool] = []
+    def keep_identity(self, index: Optional[SourceIndex], skip: AbstractSet[int] = NOTHING) -> None:
+        self.source_index = index
+        self.skip = skip
+        self.changed_below: list[bool] = []
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        self._changed.append(False)
+        if id(node) in self.skip:
+            return False
+        self.changed_below.append(False)
         return super().on_visit(node)
 
     def on_leave(self, original_node, updated_node):
-        children_changed = self._changed.pop()
+        if id(original_node) in self.skip:
+            return original_node
+        children_changed = self.changed_below.pop()
         result = super().on_leave(original_node, updated_node)
         if result is updated_node and not children_changed:
             return original_node
-        if self._changed:
-            self._changed[-1] = True
-        if self._index is not None:
-            self._index.inherit(original_node, result)
+        if self.changed_below:
+            self.changed_below[-1] = True
+        if self.source_index is not None:
+            self.source_index.inherit(original_node, result)
         return result
 
 
-class _RemoveUnusedImports(PrunedImportRemoval, _KeepIdentity, RemoveImportsVisitor, WithoutMatcherSearch):
-    """libcst's unused-import removal, without the blank line a function body would start
-    with when the import it started with goes."""
-
-    def __init__(self, context: CodemodContext, index: Optional[SourceIndex]) -> None:
-        RemoveImportsVisitor.__init__(self, context)
-        self._index = index
-        self._changed = []
+class _ImportRemoval(_KeepIdentity):
+    """Unused-import removal, without the blank line a function body would start with when
+    the import it started with goes."""
 
     def leave_IndentedBlock(
         self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
@@ -597,10 +615,106 @@ class _RemoveUnusedImports(PrunedImportRemoval, _KeepIdentity, RemoveImportsVisi
             first = cast(Union[cst.SimpleStatementLine, cst.BaseCompoundStatement], updated_node.body[0])
             kept = [line for line in first.leading_lines if line.comment is not None]
             moved = first.with_changes(leading_lines=kept)
-            if self._index is not None:
-                self._index.inherit(first, moved)
+            if self.source_index is not None:
+                self.source_index.inherit(first, moved)
             return updated_node.with_changes(body=[moved, *updated_node.body[1:]])
         return updated_node
+
+
+class _RemoveUnusedImports(_ImportRemoval, RemoveImportsVisitor):
+    """libcst's unused-import removal, on the tree itself (no defensive copy)."""
+
+    def __init__(self, context: CodemodContext, index: Optional[SourceIndex], skip: AbstractSet[int]) -> None:
+        RemoveImportsVisitor.__init__(self, context)
+        self.keep_identity(index, skip)
+
+    def transform_module(self, tree: cst.Module) -> cst.Module:
+        with metadata_without_copy(self, tree) as module:
+            return self.transform_module_impl(module)
+
+
+class _DropImports(_ImportRemoval):
+    """What `RemoveImportsVisitor` does to import statements when none of the names it
+    removes is used: the aliases go, a comment after a removed alias's comma moves to the
+    alias (or parenthesis) before it, and a statement left with no alias goes."""
+
+    def __init__(
+        self, removals: Sequence[Removal], index: Optional[SourceIndex], skip: AbstractSet[int]
+    ) -> None:
+        super().__init__()
+        self.keep_identity(index, skip)
+        # As the visitor keys them: one alias per module, the last one given.
+        self.modules = {module: alias for module, obj, alias in removals if obj is None}
+        self.objects: dict[str, set[tuple[str, Optional[str]]]] = {}
+        for module, obj, alias in removals:
+            if obj is not None:
+                self.objects.setdefault(module, set()).add((obj, alias))
+
+    def leave_Import(self, original_node: cst.Import, updated_node: cst.Import):
+        names = original_node.names
+        keep = [
+            a
+            for a in names
+            if a.evaluated_name not in self.modules or a.evaluated_alias != self.modules[a.evaluated_name]
+        ]
+        return _kept(updated_node, names, keep, {})
+
+    def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom):
+        names = original_node.names
+        if isinstance(names, cst.ImportStar):
+            return updated_node
+        module = get_absolute_module_from_package_for_import(None, updated_node)
+        if module is None or module not in self.objects:
+            return updated_node
+        removed = self.objects[module]
+        keep: list[cst.ImportAlias] = []
+        updates: dict[str, object] = {}
+        for alias in names:
+            if (alias.evaluated_name, alias.evaluated_alias) not in removed:
+                keep.append(alias)
+                continue
+            comma = alias.comma
+            if not isinstance(comma, cst.Comma):
+                continue
+            if keep:
+                before = keep[-1]
+                if isinstance(before.comma, cst.Comma):
+                    whitespace = _merge_whitespace_after(
+                        before.comma.whitespace_after, comma.whitespace_after
+                    )
+                    keep[-1] = before.with_deep_changes(before.comma, whitespace_after=whitespace)
+                else:
+                    keep[-1] = before.with_changes(comma=comma)
+            elif isinstance(updated_node.lpar, cst.LeftParen):
+                lpar = updated_node.lpar
+                whitespace = _merge_whitespace_after(lpar.whitespace_after, comma.whitespace_after)
+                updates["lpar"] = lpar.with_changes(whitespace_after=whitespace)
+        return _kept(updated_node, names, keep, updates)
+
+
+def _kept(updated_node, names: Sequence[cst.ImportAlias], keep: list[cst.ImportAlias], updates: dict):
+    """The import statement with only the aliases in `keep`, as RemoveImportsVisitor writes it."""
+    if len(keep) == len(names):
+        return updated_node
+    if not keep:
+        return cst.RemoveFromParent()
+    if keep[-1] is not names[-1]:
+        keep[-1] = keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return updated_node.with_changes(names=keep, **updates)
+
+
+def _merge_whitespace_after(
+    left: cst.BaseParenthesizableWhitespace, right: cst.BaseParenthesizableWhitespace
+) -> cst.BaseParenthesizableWhitespace:
+    """The whitespace after the comma (or parenthesis) before a removed alias, with the
+    comments that followed the removed alias's comma."""
+    if not isinstance(right, cst.ParenthesizedWhitespace):
+        return left
+    if not isinstance(left, cst.ParenthesizedWhitespace):
+        return right
+    return left.with_changes(
+        empty_lines=tuple(line for line in right.empty_lines if line.comment is not None)
+    )
 
 
 def _reads_deprecated_names(tree: cst.Module) -> bool:
@@ -691,7 +805,8 @@ class _PlainImportsToTorch(_KeepIdentity):
     deprecated module; dropped where the module imports torch already."""
 
     def __init__(self, names: set[str], imports_torch: bool, index: Optional[SourceIndex]) -> None:
-        super().__init__(index)
+        super().__init__()
+        self.keep_identity(index)
         self.names = names
         self.imports_torch = imports_torch
 

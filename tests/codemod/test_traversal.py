@@ -1,7 +1,8 @@
 """The codemod's own tree walks must see what libcst's and Python's walks see, in the same
-order where order matters: a rule visit calls the same handlers on the same nodes in the same
-order as `tree.visit(rule)` and builds the same tree, and `walk_ast` yields every node
-`ast.walk` does but the `Load`/`Store`/`Del` markers."""
+order where order matters: a rule, which skips the layout nodes it has no handler for and
+hands back unchanged subtrees as they were, calls the same handlers on the same nodes in the
+same order as a plain libcst transformer and builds the same tree, and `walk_ast` yields
+every node `ast.walk` does but the `Load`/`Store`/`Del` markers."""
 
 import ast
 
@@ -13,7 +14,7 @@ from libcst.codemod import CodemodContext
 from amp_migrate.analysis.source_index import walk_ast
 from amp_migrate.options import Options
 from amp_migrate.rules import base
-from amp_migrate.rules.base import FileState, Rule, find_statements, visit_module
+from amp_migrate.rules.base import FileState, Rule, find_statements
 from fixture_files import INPUTS, fixture_id
 
 # Inputs of every shape the golden tests hold (not their expected outputs).
@@ -41,19 +42,12 @@ async def run(model: "T.nn.Module", *args, opt=None, **kw) -> None:
 """
 
 
-class _Recorder(Rule):
+class _Handlers:
     """Records every handler call; rewrites every `amp` name, and drops `del` lines and
     `pass` statements, so that parents are rebuilt around changed, removed and flattened
     children."""
 
-    MARKERS = ()
-
-    def __init__(self, context, state, log):
-        super().__init__(context, state)
-        self.log = log
-
-    def interest(self):
-        return None
+    log: list
 
     def on_visit(self, node):
         self.log.append(("visit", type(node).__name__, id(node)))
@@ -78,12 +72,31 @@ class _Recorder(Rule):
         return updated_node
 
 
-def _run(module: cst.Module, through_libcst: bool):
+class _Recorder(_Handlers, Rule):
+    MARKERS = ()
+
+    def __init__(self, context, state, log):
+        super().__init__(context, state)
+        self.log = log
+
+    def interest(self):
+        return None
+
+
+class _Plain(_Handlers, cst.CSTTransformer):
+    def __init__(self, log):
+        super().__init__()
+        self.log = log
+
+
+def _run(module: cst.Module, as_rule: bool):
     log: list = []
-    rule = _Recorder(CodemodContext(), FileState(Options()), log)
-    rule._skip = frozenset()
-    result = module.visit(rule) if through_libcst else visit_module(rule, module)
-    # The fast walk skips layout nodes the rule ignores: compare the calls on the rest.
+    if as_rule:
+        rule = _Recorder(CodemodContext(), FileState(Options()), log)
+        result = module.visit(rule)
+    else:
+        result = module.visit(_Plain(log))
+    # A rule does not enter the layout nodes it ignores: compare the calls on the rest.
     passive = base._passive(_Recorder)
     kept = [entry for entry in log if getattr(cst, entry[1]) not in passive]
     return kept, result
@@ -105,8 +118,8 @@ def test_our_walks_see_what_libcsts_and_pythons_walks_see(text):
     `find_statements` finds what the matchers find, in the same order, for each statement kind
     (from the module and from each top-level statement)."""
     module = cst.parse_module(text)
-    fast_log, fast = _run(module, through_libcst=False)
-    libcst_log, slow = _run(module, through_libcst=True)
+    fast_log, fast = _run(module, as_rule=True)
+    libcst_log, slow = _run(module, as_rule=False)
     assert fast_log == libcst_log
     assert fast.code == slow.code
     assert fast.deep_equals(slow)
@@ -121,21 +134,9 @@ def test_our_walks_see_what_libcsts_and_pythons_walks_see(text):
 
 def test_unchanged_subtrees_keep_their_identity():
     module = cst.parse_module("import torch\n\n\ndef f(x):\n    return x + 1\n\n\ny = amp\n")
-    _, result = _run(module, through_libcst=False)
+    _, result = _run(module, as_rule=True)
     assert result.body[1] is module.body[1]  # nothing in `f` changed
     assert result.body[2] is not module.body[2]
-
-
-def test_every_node_type_has_a_visit_order_read_from_libcst():
-    missing = [
-        name
-        for name, kind in vars(cst).items()
-        if isinstance(kind, type)
-        and issubclass(kind, cst.CSTNode)
-        and not kind.__abstractmethods__
-        and base._visit_order(kind) is None
-    ]
-    assert missing == []
 
 
 @pytest.mark.parametrize(
@@ -190,7 +191,9 @@ def test_fast_metadata_wrapper_resolves_what_libcst_resolves(provider):
     assert {id(n): plain(v) for n, v in fast.items()} == {id(n): plain(v) for n, v in slow.items()}
 
 
-def test_classes_without_matcher_search_have_no_matcher_decorators():
+def test_transformers_without_matcher_dispatch_have_no_matcher_decorators():
+    """A plain CSTTransformer or CSTVisitor (every rule is one) would ignore them silently."""
+    import libcst.matchers as m
     from libcst.matchers._visitors import (
         _gather_constructed_leave_funcs,
         _gather_constructed_visit_funcs,
@@ -198,15 +201,20 @@ def test_classes_without_matcher_search_have_no_matcher_decorators():
     )
 
     import amp_migrate.rules  # noqa: F401 - defines every rule module's classes
-    from amp_migrate.rules.base import WithoutMatcherSearch
 
     def subclasses(cls):
         for sub in cls.__subclasses__():
             yield sub
             yield from subclasses(sub)
 
-    found = list(subclasses(WithoutMatcherSearch))
-    assert found
+    matching = (m.MatcherDecoratableTransformer, m.MatcherDecoratableVisitor)
+    found = [
+        cls
+        for base_class in (cst.CSTTransformer, cst.CSTVisitor)
+        for cls in subclasses(base_class)
+        if cls.__module__.startswith("amp_migrate") and not issubclass(cls, matching)
+    ]
+    assert Rule in found and len(found) > 20
     for cls in found:
         instance = cls.__new__(cls)
         assert (

@@ -179,6 +179,17 @@ def _check_pruning(
     monkeypatch.delenv("AMP_MIGRATE_NO_PRUNE")
 
 
+#: Known defects, each found by the one input holding every character class: (fixture, target)
+#: -> what changes. No class alone changes these migrations (checked above), as the per-class
+#: tests before the merge checked.
+COMBINED_DEFECTS = {
+    ("rules/scale_loss/accumulation_without_delay_unscale.py", "native"): (
+        "a comment line whose indentation starts with a form feed and whose text holds other"
+        " line-break characters comes out indented one level less"
+    ),
+}
+
+
 def _check_line_breaks(path: Path, text: str, options: dict, runs: dict[str, Outcome]) -> None:
     where, every = fixture_id(path), line_breaks.EVERY_CHARACTER
     based = line_breaks.base(path, text)
@@ -192,7 +203,15 @@ def _check_line_breaks(path: Path, text: str, options: dict, runs: dict[str, Out
     for target in ("native", "shim"):
         baseline = runs[target] if based == text else migrate(based, target, options)
         expected = line_breaks.without(line_breaks.outcome(baseline), every)
-        if line_breaks.without(line_breaks.outcome(migrate(mutated, target, options)), every) != expected:
+        changed = (
+            line_breaks.without(line_breaks.outcome(migrate(mutated, target, options)), every) != expected
+        )
+        if (where, target) in COMBINED_DEFECTS:
+            # Each class alone must still leave the migration as it was; the defect shows only
+            # with all of them, and this fails once it is fixed (remove the entry then).
+            assert _which_class(path, based, target, options, baseline).startswith("only"), where
+            assert changed, f"{where}: fixed; remove it from COMBINED_DEFECTS"
+        elif changed:
             culprit = _which_class(path, based, target, options, baseline)
             raise AssertionError(f"{where}: {culprit} characters changed the {target} migration")
 

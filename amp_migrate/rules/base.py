@@ -280,6 +280,9 @@ class Rule(Codemod, cst.CSTTransformer):
         self._path: list[cst.CSTNode] = []  # the nodes being visited, outermost first
         self._seen_parents: dict[cst.CSTNode, Optional[cst.CSTNode]] = {}
         self._statement_positions: dict[int, Mapping[cst.CSTNode, CodeRange]] = {}
+        self._passive_types = _passive(type(self))
+        self._leaf_types = _leaves(type(self))
+        self._untouched_types = self._passive_types | self._leaf_types
 
     # -- what the rule looks at ------------------------------------------------------------
     def interest(self) -> Optional[Iterable[str]]:
@@ -394,7 +397,11 @@ class Rule(Codemod, cst.CSTTransformer):
     # as the very node it got, so that statements keep their identity (and their place in the
     # SourceIndex) from rule to rule.
     def on_visit(self, node: cst.CSTNode) -> bool:
-        if type(node) in _passive(type(self)) or id(node) in self._skip:
+        kind = type(node)
+        if kind in self._passive_types or id(node) in self._skip:
+            return False
+        if kind in self._leaf_types:  # nothing below can change: not entered, not rebuilt
+            self._seen_parents[node] = self._path[-1] if self._path else None
             return False
         if (
             self._words is not None
@@ -413,7 +420,7 @@ class Rule(Codemod, cst.CSTTransformer):
 
     def on_leave(self, original_node, updated_node):
         if (
-            type(original_node) in _passive(type(self))
+            type(original_node) in self._untouched_types
             or id(original_node) in self._skip
             or id(original_node) in self._skip_new
         ):
@@ -667,6 +674,27 @@ def _passive(cls: type) -> frozenset[type]:
             t
             for t in _LAYOUT_TYPES
             if _handler(cls, "visit_", t) is None and _handler(cls, "leave_", t) is None
+        )
+        return out
+
+
+#: Nodes with no child that holds code (names, numbers, plain strings, `...`).
+_LEAF_TYPES = frozenset({cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis})
+_LEAVES: dict[type, frozenset[type]] = {}
+
+
+def _leaves(cls: "type[Rule]") -> frozenset[type]:
+    """The leaf node types a rule class has no handler for: a rule visit records their
+    parent but neither enters nor rebuilds them. None for a rule with its own `visit_node` or
+    `leave_node`, which may act on any node."""
+    try:
+        return _LEAVES[cls]
+    except KeyError:
+        generic = cls.visit_node is not Rule.visit_node or cls.leave_node is not Rule.leave_node
+        out = _LEAVES[cls] = frozenset(
+            t
+            for t in _LEAF_TYPES
+            if not generic and _handler(cls, "visit_", t) is None and _handler(cls, "leave_", t) is None
         )
         return out
 

@@ -184,6 +184,7 @@ class ApexClassRule(Rule):
 
     #: Apex qualified names this rule is about.
     HANDLED: frozenset = frozenset()
+    ACTS_ON = (cst.Name, cst.Attribute)  # bare references, judged and replaced in visit_node/leave_node
 
     def __init__(self, context: CodemodContext, state: FileState) -> None:
         super().__init__(context, state)

@@ -30,6 +30,7 @@ from libcst.metadata import (
 )
 
 from ..analysis.binding import NOTHING, ApexBinder, children, find
+from ..analysis.cst_reach import NODE_TYPES, concrete, holders_of
 from ..analysis.source_index import SourceIndex
 from ..diagnostics import Code, Diagnostic
 from ..options import Options
@@ -281,8 +282,8 @@ class Rule(Codemod, cst.CSTTransformer):
         self._seen_parents: dict[cst.CSTNode, Optional[cst.CSTNode]] = {}
         self._statement_positions: dict[int, Mapping[cst.CSTNode, CodeRange]] = {}
         self._passive_types = _passive(type(self))
-        self._leaf_types = _leaves(type(self))
-        self._untouched_types = self._passive_types | self._leaf_types
+        self._entered_types = _entered(type(self))
+        self._untouched_types = self._passive_types | (NODE_TYPES - self._entered_types)
 
     # -- what the rule looks at ------------------------------------------------------------
     def interest(self) -> Optional[Iterable[str]]:
@@ -293,6 +294,10 @@ class Rule(Codemod, cst.CSTTransformer):
     #: Whether the rule acts only on lines that also spell an Apex word (as `amp.state_dict()`
     #: does, unlike `model.state_dict()`).
     APEX_ON_THE_LINE: ClassVar[bool] = False
+
+    #: The node types a rule's own `visit_node` / `leave_node` acts on, besides its
+    #: `visit_<Type>` / `leave_<Type>` handlers (None: any type).
+    ACTS_ON: ClassVar[Optional[tuple[type, ...]]] = None
 
     #: Whether `parent()` must answer for nodes anywhere in the file, not only in the statements
     #: the rule visits (a rule that follows a binding's reads to the calls around them).
@@ -400,7 +405,7 @@ class Rule(Codemod, cst.CSTTransformer):
         kind = type(node)
         if kind in self._passive_types or id(node) in self._skip:
             return False
-        if kind in self._leaf_types:  # nothing below can change: not entered, not rebuilt
+        if kind not in self._entered_types:  # nothing below can change: not entered, not rebuilt
             self._seen_parents[node] = self._path[-1] if self._path else None
             return False
         if (
@@ -678,24 +683,28 @@ def _passive(cls: type) -> frozenset[type]:
         return out
 
 
-#: Nodes with no child that holds code (names, numbers, plain strings, `...`).
-_LEAF_TYPES = frozenset({cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis})
-_LEAVES: dict[type, frozenset[type]] = {}
+_ENTERED: dict[type, frozenset[type]] = {}
 
 
-def _leaves(cls: "type[Rule]") -> frozenset[type]:
-    """The leaf node types a rule class has no handler for: a rule visit records their
-    parent but neither enters nor rebuilds them. None for a rule with its own `visit_node` or
-    `leave_node`, which may act on any node."""
+def _entered(cls: "type[Rule]") -> frozenset[type]:
+    """The node types a visit of the rule class enters: those whose subtree can hold a node it
+    has a handler for (or, for a rule with its own `visit_node` or `leave_node`, one of the
+    types it names in `ACTS_ON`; every type when it names none). A node of any other type
+    has its parent recorded but is neither entered nor rebuilt: nothing below it can change."""
     try:
-        return _LEAVES[cls]
+        return _ENTERED[cls]
     except KeyError:
         generic = cls.visit_node is not Rule.visit_node or cls.leave_node is not Rule.leave_node
-        out = _LEAVES[cls] = frozenset(
-            t
-            for t in _LEAF_TYPES
-            if not generic and _handler(cls, "visit_", t) is None and _handler(cls, "leave_", t) is None
-        )
+        if generic and cls.ACTS_ON is None:
+            out = NODE_TYPES
+        else:
+            handled = {
+                t
+                for t in NODE_TYPES
+                if _handler(cls, "visit_", t) is not None or _handler(cls, "leave_", t) is not None
+            }
+            out = holders_of(frozenset(handled | concrete(cls.ACTS_ON or ())))
+        _ENTERED[cls] = out
         return out
 
 

@@ -155,6 +155,7 @@ class ShimImports(Rule):
     EMITS = (SHIM_NAME_MISSING, SHIM_ARGUMENT_REJECTED)
     READS = frozenset[Fact]()
     WRITES = frozenset({Fact.IMPORTS_SETTLED})
+    ACTS_ON = (cst.If, cst.Try, cst.SimpleStatementLine)  # what leave_node removes or settles
 
     def interest(self):
         return None if self.state.apex_words is None else frozenset({APEX})

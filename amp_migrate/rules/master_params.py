@@ -122,6 +122,7 @@ class MasterParamsUnscale(TrainingRule):
 
     MARKERS = ("master_params",)
     APEX_ON_THE_LINE = True
+    ACTS_ON = (cst.BaseCompoundStatement,)  # leave_node puts the unscale before a compound statement
 
     def interest(self):
         return self.words_for(MASTER_PARAMS)

@@ -76,14 +76,17 @@ class Pruned:
             stack.extend((child, node) for child in reversed(children(node)))
 
 
-_VISITS: dict[tuple[type, type], object] = {}
-
-
 def _visit_handler(cls: type, node_type: type):
-    key = (cls, node_type)
-    if key not in _VISITS:
-        _VISITS[key] = getattr(cls, "visit_" + node_type.__name__, None)
-    return _VISITS[key]
+    # The table lives on the class, not in a module-level dict: the walkers that functions
+    # define per call (`find`'s) hold what they found, and a global table keyed by class
+    # would keep every one of them, and the trees they point into, for the process's life.
+    table = cls.__dict__.get("_visit_table")
+    if table is None:
+        table = {}
+        cls._visit_table = table
+    if node_type not in table:
+        table[node_type] = getattr(cls, "visit_" + node_type.__name__, None)
+    return table[node_type]
 
 
 def find(

@@ -83,7 +83,7 @@ def _visit_handler(cls: type, node_type: type):
     table = cls.__dict__.get("_visit_table")
     if table is None:
         table = {}
-        cls._visit_table = table
+        cls._visit_table = table  # type: ignore[attr-defined]
     if node_type not in table:
         table[node_type] = getattr(cls, "visit_" + node_type.__name__, None)
     return table[node_type]

@@ -62,6 +62,7 @@ class Pruned:
         stack: list[tuple[cst.CSTNode, Optional[cst.CSTNode]]] = [(tree, None)]
         skip, parents, cls = self.skip, self.parents, type(self)
         every = cls.visit_node
+        handlers = _handlers(cls)
         while stack:
             node, parent = stack.pop()
             if id(node) in skip:
@@ -70,20 +71,27 @@ class Pruned:
                 parents[node] = parent
             if every is not None and every(self, node) is False:
                 continue
-            func = _visit_handler(cls, type(node))
+            kind = type(node)
+            func = handlers[kind] if kind in handlers else _visit_handler(cls, kind)
             if func is not None and func(self, node) is False:
                 continue
             stack.extend((child, node) for child in reversed(children(node)))
 
 
-def _visit_handler(cls: type, node_type: type):
-    # The table lives on the class, not in a module-level dict: the walkers that functions
-    # define per call (`find`'s) hold what they found, and a global table keyed by class
-    # would keep every one of them, and the trees they point into, for the process's life.
+def _handlers(cls: type) -> dict[type, Any]:
+    """The class's `visit_<Type>` handler by node type, filled as types are met. The table
+    lives on the class, not in a module-level dict: the walkers that functions define per call
+    (`find`'s) hold what they found, and a global table keyed by class would keep every one of
+    them, and the trees they point into, for the process's life."""
     table = cls.__dict__.get("_visit_table")
     if table is None:
         table = {}
         cls._visit_table = table  # type: ignore[attr-defined]
+    return table
+
+
+def _visit_handler(cls: type, node_type: type):
+    table = _handlers(cls)
     if node_type not in table:
         table[node_type] = getattr(cls, "visit_" + node_type.__name__, None)
     return table[node_type]

@@ -24,3 +24,10 @@ def fresh_amp_state():
     reset_amp_state()
     yield
     reset_amp_state()
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tests of a minute or more first, the rest in collection order (so that each module's
+    tests stay together for its fixtures): under pytest-xdist the last tests to start are then
+    short ones, and no worker sits idle while another finishes a test of minutes."""
+    items.sort(key=lambda item: item.get_closest_marker("minutes") is None)

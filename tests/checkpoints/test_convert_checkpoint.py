@@ -210,6 +210,7 @@ def _run(args, cwd):
 
 @pytest.mark.parametrize("level", ["O1", "O0"])
 @pytest.mark.slow
+@pytest.mark.minutes
 def test_shim_checkpoint_resumes_in_the_migrated_native_program_bit_for_bit(tmp_path, level):
     legacy = PROGRAM.read_text()
     native = migrate_source(legacy, target="native", device="cpu")

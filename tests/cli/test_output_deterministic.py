@@ -50,6 +50,7 @@ def golden_inputs(root: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.minutes
 def test_report_and_written_code_do_not_depend_on_hash_seed_or_jobs(tmp_path):
     golden_inputs(tmp_path / "rules")
     corpus = [str(c) for c in CORPUS_CANDIDATES if c.is_dir()][:1]  # read in place: --diff writes nothing

@@ -86,7 +86,7 @@ def _handlers(cls: type) -> dict[type, Any]:
     table = cls.__dict__.get("_visit_table")
     if table is None:
         table = {}
-        cls._visit_table = table  # type: ignore[attr-defined]
+        cls._visit_table = table  # type: ignore[attr-defined]  # set on any walker class, on first use
     return table
 
 

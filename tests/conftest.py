@@ -1,4 +1,5 @@
 import os
+import signal
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -31,3 +32,13 @@ def pytest_collection_modifyitems(config, items):
     tests stay together for its fixtures): under pytest-xdist the last tests to start are then
     short ones, and no worker sits idle while another finishes a test of minutes."""
     items.sort(key=lambda item: item.get_closest_marker("minutes") is None)
+
+
+@pytest.fixture
+def ctrl_c_as_from_a_terminal():
+    """SIGINT raises KeyboardInterrupt here and in the processes started from here, as it does
+    in a shell, whatever disposition an earlier test in this worker left behind (an ignored
+    SIGINT is inherited by every child process)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)

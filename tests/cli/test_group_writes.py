@@ -231,7 +231,9 @@ def test_a_second_run_never_sees_a_member_written_before_its_group_was_put_back(
     assert "# edited by hand" in (group / "trainer.py").read_text()
 
 
-def test_ctrl_c_during_a_groups_writes_takes_effect_after_the_last(group, monkeypatch):
+def test_ctrl_c_during_a_groups_writes_takes_effect_after_the_last(
+    group, monkeypatch, ctrl_c_as_from_a_terminal
+):
     after_first_write(monkeypatch, lambda written: os.kill(os.getpid(), signal.SIGINT))
     result = run_cli(ARGS, group)
 

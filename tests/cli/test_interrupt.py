@@ -20,7 +20,7 @@ FILES = 400
 
 
 @pytest.mark.slow
-def test_sigint_mid_run_leaves_each_file_old_or_new(tmp_path):
+def test_sigint_mid_run_leaves_each_file_old_or_new(tmp_path, ctrl_c_as_from_a_terminal):
     old = {}
     for i in range(FILES):
         path = tmp_path / f"pkg{i % 10}" / f"mod{i:03d}.py"

@@ -239,7 +239,17 @@ class Workers:
         # Largest files first: one big Apex file started last would leave the other workers idle.
         ordered = sorted(jobs, key=_size, reverse=True)
         assert len(ordered) <= self.files
-        futures = {self.pool.submit(_work, slot, job): (slot, job) for slot, job in enumerate(ordered)}
+        from concurrent.futures import Future
+        from concurrent.futures.process import BrokenProcessPool
+
+        futures: dict[Future, tuple[int, Job]] = {}
+        for slot, job in enumerate(ordered):
+            try:
+                future = self.pool.submit(_work, slot, job)
+            except BrokenProcessPool as broken:  # a worker died while the jobs were handed out
+                future = Future()
+                future.set_exception(broken)
+            futures[future] = (slot, job)
         self._workers.update(getattr(self.pool, "_processes", None) or {})  # spawned as jobs came
         return self._collect(futures)
 

@@ -24,7 +24,7 @@ L0 = next((c for c in CANDIDATES if (c / "run_test.py").is_file()), None)
 DIRECTORIES = ("run_amp", "run_optimizers", "run_fp16util")
 #: Imported across directories: run_optimizers/test_fused_novograd.py imports test_fused_optimizer.
 SHARED_IMPORTS = ("run_optimizers",)
-PLUGINS = ("cuda_on_cpu", "expected_outcomes")
+PLUGINS = ("cuda_on_cpu", "expected_outcomes", "seeded_tests")
 
 
 @dataclass(frozen=True)

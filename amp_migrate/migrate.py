@@ -41,10 +41,10 @@ from .io.indentation import message as indentation_message
 from .io.lines import form_feed_indents
 from .migration_result import MigrationResult
 from .options import Options, Target
+from .plan.types import SharedScaler
 from .rules import NATIVE_RULES, SHIM_RULES
 from .rules.base import FileState, Rule
 from .rules.imports import SHIM_ARGUMENT_REJECTED, SHIM_NAME_MISSING
-from .rules.plan import SharedScaler
 from .verify import InputDoesNotCompile, VerificationError, shim_names_missing, verify_output
 from .verify import imports_apex as output_imports_apex
 

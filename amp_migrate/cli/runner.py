@@ -24,7 +24,7 @@ from .output_lines import line_map
 if TYPE_CHECKING:
     from concurrent.futures import Future, ProcessPoolExecutor
 
-    from ..rules.plan import SharedScaler
+    from ..plan.types import SharedScaler
 
 
 @dataclass(frozen=True)

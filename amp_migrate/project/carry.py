@@ -21,7 +21,7 @@ import re
 from typing import Mapping, Optional
 
 from ..analysis.carriers import Carriers, External, find_carriers
-from ..rules.plan import SharedScaler
+from ..plan.types import SharedScaler
 from .groups import Group
 from .index import Import, ProjectIndex
 

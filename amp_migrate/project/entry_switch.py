@@ -5,7 +5,7 @@ the loop of the trainer module it imports, passing the same test on:
 `train(model, optimizer, ..., fp16=config.fp16)`. The trainer's
 `if fp16: <scaled backward> else: loss.backward()` is then the scaler's switch: the parameter
 holds, on entry, an and-ed part of the guard the owner hoists into `enabled=`. This module finds
-those entries on the owner's side; rules/switch_flow.py follows the parameter inside the user
+those entries on the owner's side; plan/switch_flow.py follows the parameter inside the user
 (never rebound, passed down unchanged) and stops at the entry.
 
 An entry (function, parameter, rest) is given where, in the owner, the guard is a module-level
@@ -19,7 +19,7 @@ rebinds or stores into), and every call of the user's function there
 
 and nothing else may call it: every mention of the function's name in the owner is such a call,
 and no other module of the tree that reaches the user by imports spells the name at all (a
-name, an attribute, an import). The user checks its own module (switch_flow.py).
+name, an attribute, an import). The user checks its own module (plan/switch_flow.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from __future__ import annotations
 import ast
 from typing import Callable, Mapping, Optional
 
-from ..rules.switch_flow import _ast_path
+from ..plan.switch_flow import _ast_path
 from .callers import STAR, callee_names, dotted
 from .guard import conjuncts, end_line, guarded_builder, parameters, stable_paths
 from .index import ProjectIndex

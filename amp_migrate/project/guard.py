@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from ..rules.switch_flow import _ast_path, _conflict, _Stores
+from ..plan.switch_flow import _ast_path, _conflict, _Stores
 
 
 def conjuncts(test: ast.expr) -> list[ast.expr]:

@@ -14,7 +14,7 @@ with the training owner or runs the user's Apex code itself, so it steps aside w
 * it names no function of the user that holds an Apex use (imported by name or by a star
   import, or spelled `module.fit` through an import of the user's module).
 
-It keeps its own migration (an inference region, plan_inference.py) and the user gets its
+It keeps its own migration (an inference region, plan/inference.py) and the user gets its
 scaler from the training owner alone. Anything else and it competes as before.
 """
 

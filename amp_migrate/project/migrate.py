@@ -27,7 +27,7 @@ from .settle import Outcome, Verdict, blocker, own_warnings, settle
 # a file or a group needs them: a run whose files never spell Apex imports neither.
 if TYPE_CHECKING:
     from ..migrate import MigrationResult
-    from ..rules.plan import SharedScaler
+    from ..plan.types import SharedScaler
     from .notes import Notes
 
 

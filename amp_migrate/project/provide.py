@@ -31,7 +31,7 @@ from typing import Callable, Mapping, NoReturn, Optional, TypeGuard, Union, cast
 
 from ..analysis.provided import Edit, ProvidedPart
 from ..diagnostics import Code, Diagnostic
-from ..rules.plan import SharedScaler
+from ..plan.types import SharedScaler
 from . import codes
 from .groups import Group
 from .guard import end_line

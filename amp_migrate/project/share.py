@@ -21,7 +21,7 @@ scaling (or scale without casting), the owner also hands over autocast's own swi
 (`amp_enabled`, beside the scaler), which the user's autocast reads instead of
 `scaler.is_enabled()`. And for a user whose `if cond: <scaled> else: loss.backward()` must be
 proven to follow the scaler's switch, `owner_switch` gives the `if` test around the owner's
-`initialize` as paths from its builder's parameters (rules/switch_flow.py checks the user's side),
+`initialize` as paths from its builder's parameters (plan/switch_flow.py checks the user's side),
 and `entry_switch` the user's parameters the owner passes that test to (entry_switch.py).
 
 A user tied to several owners gets a scaler only when each owner is a separate program
@@ -38,7 +38,7 @@ import re
 from dataclasses import replace
 from typing import Mapping, Optional
 
-from ..rules.plan import SCALER_NAMES, SharedScaler
+from ..plan.types import SCALER_NAMES, SharedScaler
 from .callers import STAR, callee_names
 from .carry import carrier_roles
 from .entry_switch import entry_switch

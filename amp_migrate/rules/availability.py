@@ -53,9 +53,9 @@ import libcst as cst
 import libcst.matchers as m
 
 from ..diagnostics import Severity, define
+from ..plan.types import pure
 from .base import Rule
 from .facts import Fact
-from .plan import pure
 
 FOLDED = define(
     "AMP905",

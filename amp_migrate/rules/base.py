@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, AbstractSet, ClassVar, Iterable, Mapping, Optional, Sequence, Union, cast
+from dataclasses import replace
+from typing import AbstractSet, ClassVar, Iterable, Mapping, Optional, Sequence, Union, cast
 
 import libcst as cst
 import libcst.matchers as m
@@ -32,62 +32,14 @@ from libcst.metadata import (
 from ..analysis.binding import NOTHING, ApexBinder, children, find
 from ..analysis.cst_reach import NODE_TYPES, concrete, holders_of
 from ..analysis.source_index import SourceIndex
+from ..analysis.statements import BLOCKS as _BLOCKS
+from ..analysis.statements import STATEMENTS as _STATEMENTS
 from ..diagnostics import Code, Diagnostic
-from ..options import Options
+from ..file_state import FileState
+from ..plan.types import TrainingPlan
 from .facts import Fact
 
-if TYPE_CHECKING:
-    import ast
-
-    from .plan import CastSource, InferenceRegion, SharedScaler, TrainingPlan
-    from .switch_flow import _Stores
-
 _UNDEFINED = object()
-
-
-@dataclass
-class FileState:
-    """Everything the rules of one file share, besides the tree itself. The fields from
-    `parsed` to `fp16_optimizer_refused` are the facts one rule (or the driver) hands on to
-    later ones: each is a `Fact`, and a rule's READS and WRITES name the ones it uses, which is
-    how the registry orders the rules (rules/order.py)."""
-
-    options: Options
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-    original: str = ""
-    index: Optional[SourceIndex] = None
-    #: What a statement must spell to touch Apex (None: unknown, every statement matters).
-    apex_words: Optional[frozenset[str]] = None
-    #: The driver's parse of `original`, which the first binder may read as text.
-    parsed: Optional[cst.Module] = None
-    #: The driver's: this file's part in a scaler several modules share (None: it has none).
-    project: Optional[SharedScaler] = None
-    #: The first binder of the file (the rule that ran first), which every later rule reuses.
-    binding: Optional[ApexBinder] = None
-    #: The plan for the file's GradScaler (PlanTraining's, or Fp16OptimizerToGradScaler's).
-    training: Optional[TrainingPlan] = None
-    #: Regions that only run models `initialize` prepared for inference (None: not planned).
-    inference: Optional[tuple[InferenceRegion, ...]] = None
-    #: What each `initialize` of the file turned on, for the eval-time autocast checks.
-    casts: tuple[CastSource, ...] = ()
-    #: Fp16OptimizerToGradScaler refused the file's FP16_Optimizer flow (it uses the shim).
-    fp16_optimizer_refused: bool = False
-    #: Not a fact (no order): the file's `ast` and its stores, found once by whoever asks first
-    #: (switch_flow.file_stores); `()` where the file does not parse, None until asked.
-    file_stores: Union[tuple[ast.Module, _Stores], tuple[()], None] = None
-
-    @property
-    def falls_back(self) -> bool:
-        return any(d.falls_back for d in self.diagnostics)
-
-    def skipping(
-        self, words: Optional[Iterable[str]], also: Optional[Iterable[str]] = None
-    ) -> AbstractSet[int]:
-        """Ids of the original statements that spell none of `words` (with one of `also` on
-        the same line, if given)."""
-        if self.index is None or words is None or self.apex_words is None:
-            return NOTHING  # unknown Apex words (a star import): every statement matters
-        return self.index.skipped(words, also)
 
 
 class FastMetadataWrapper(MetadataWrapper):
@@ -162,45 +114,6 @@ def may_read_names(tree: cst.CSTNode, names: AbstractSet[str], index: SourceInde
                 strings = typing_words is None or name is None or not typing_words.isdisjoint(name.split("."))
             stack.extend((child, strings) for child in children(node))
     return False
-
-
-_BLOCKS = (
-    cst.Module,
-    cst.BaseCompoundStatement,
-    cst.IndentedBlock,
-    cst.Else,
-    cst.ExceptHandler,
-    cst.Finally,
-    cst.MatchCase,
-) + ((cst.ExceptStarHandler,) if hasattr(cst, "ExceptStarHandler") else ())
-
-
-_STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
-_SUITES = ("body", "handlers", "orelse", "finalbody", "cases")  # in libcst's visiting order
-
-
-def find_statements(tree: cst.CSTNode, kind: type) -> list:
-    """`m.findall(tree, m.<Kind>())` for a statement type (`cst.With`, `cst.ImportFrom`, ...),
-    in the same order, reading statement bodies only: no expression holds a statement."""
-    found, stack = [], [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, kind):
-            found.append(node)
-        if isinstance(node, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
-            found.extend(small for small in node.body if isinstance(small, kind))
-            continue
-        if not isinstance(node, _BLOCKS + (cst.BaseSuite,)):
-            continue
-        inner: list[cst.CSTNode] = []
-        for name in _SUITES:
-            value = getattr(node, name, None)
-            if isinstance(value, (list, tuple)):
-                inner.extend(value)
-            elif isinstance(value, cst.CSTNode):
-                inner.append(value)
-        stack.extend(reversed(inner))
-    return found
 
 
 class _DropStatements(cst.CSTTransformer):
@@ -788,3 +701,15 @@ def _leading_block_end(tree: cst.Module) -> int:
     while i < len(body) and m.matches(body[i], m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()])):
         i += 1
     return i
+
+
+class TrainingRule(Rule):
+    """A rule that carries out the plan; it has nothing to do in a file without one."""
+
+    def __init__(self, context, state) -> None:
+        super().__init__(context, state)
+        self.plan: Optional[TrainingPlan] = state.training
+
+    @classmethod
+    def applies(cls, state, context) -> bool:
+        return state.training is not None and super().applies(state, context)

@@ -34,8 +34,9 @@ from __future__ import annotations
 import libcst as cst
 
 from ..diagnostics import Severity, define
+from ..plan.types import LOAD_STATE_DICT, STATE_DICT
+from .base import TrainingRule
 from .facts import Fact
-from .plan import LOAD_STATE_DICT, STATE_DICT, TrainingRule
 
 OLD_CHECKPOINTS = define(
     "AMP310",

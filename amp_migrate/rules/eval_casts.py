@@ -53,8 +53,9 @@ from typing import Optional
 import libcst as cst
 
 from ..diagnostics import Severity, define
+from ..plan.types import CastSource
+from .base import TrainingRule
 from .facts import Fact
-from .plan import CastSource, TrainingRule
 
 OUTSIDE_AUTOCAST = define(
     "AMP170",

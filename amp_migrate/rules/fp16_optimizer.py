@@ -82,14 +82,14 @@ import libcst.matchers as m
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import ScopeProvider
 
+from ..analysis.control_flow import exits_early, runs_backward
+from ..analysis.fp16_names import PACKAGE, fp16_name, star_only_names
 from ..diagnostics import Code, Severity, define
+from ..plan.options import STATIC_GROWTH_INTERVAL
+from ..plan.types import TrainingPlan, bind_arguments, binds_in_ast, literal, pure
 from .apex_calls import NOT_LITERAL
 from .base import Rule
-from .control_flow import exits_early, runs_backward
 from .facts import Fact
-from .fp16_names import PACKAGE, fp16_name, star_only_names
-from .plan import TrainingPlan, bind_arguments, binds_in_ast, literal, pure
-from .plan_options import STATIC_GROWTH_INTERVAL
 
 if TYPE_CHECKING:
     from typing import TypeGuard  # Python 3.10; only ever read by the type checker here
@@ -323,11 +323,12 @@ class Fp16OptimizerToGradScaler(Rule):
         self._conversion_lines: list[cst.CSTNode] = []
 
     def _name(self, node: cst.CSTNode) -> Optional[str]:
-        return fp16_name(self, node, self._star)
+        assert self.apex is not None
+        return fp16_name(self.apex, node, self._star)
 
     # -- deciding ------------------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> Optional[bool]:
-        self._star = star_only_names(self)
+        self._star = star_only_names(self.state.index, self.apex)
         try:
             flow = self._analyse(node)
         except Refused as refused:

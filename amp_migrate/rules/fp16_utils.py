@@ -52,11 +52,11 @@ from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import ScopeProvider
 
 from ..analysis.binding import find, not_reads
+from ..analysis.fp16_names import PACKAGE, STAR, public, star_module
 from ..diagnostics import Code, Severity, define
+from ..plan.types import pure
 from .base import Rule, add_requested_imports
 from .facts import Fact
-from .fp16_names import PACKAGE, STAR, public, star_module
-from .plan import pure
 
 TO_ITEM = define(
     "AMP450",

@@ -35,8 +35,9 @@ import libcst as cst
 
 from ..analysis.binding import HANDLE
 from ..diagnostics import Severity, define
+from ..plan.types import ONE_SCALER, bind_arguments, literal
+from .base import TrainingRule
 from .facts import Fact
-from .plan import ONE_SCALER, TrainingRule, bind_arguments, literal
 
 WRAP_ARGS = define(
     "AMP710",

@@ -62,10 +62,10 @@ from libcst.metadata import ScopeProvider
 
 from ..analysis.binding import APEX, is_apex_name, read_names
 from ..diagnostics import Severity, define
+from ..plan.types import pure
 from .base import Rule, add_requested_imports
 from .facts import Fact
 from .import_guards import apex_import, settled_try
-from .plan import pure
 
 SHIM = "amp_shim"
 

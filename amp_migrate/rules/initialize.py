@@ -38,8 +38,9 @@ from typing import Optional, Sequence, Union, cast
 import libcst as cst
 from libcst.codemod.visitors import AddImportsVisitor
 
+from ..plan.types import INIT, INITIALIZE, bind_arguments, pure
+from .base import TrainingRule
 from .facts import Fact
-from .plan import INIT, INITIALIZE, TrainingRule, bind_arguments, pure
 
 Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
 

@@ -46,10 +46,11 @@ import libcst as cst
 import libcst.matchers as m
 
 from ..analysis.binding import find
+from ..analysis.control_flow import STEP, exits_early
 from ..diagnostics import Severity, define
-from .control_flow import STEP, exits_early
+from ..plan.types import MASTER_PARAMS
+from .base import TrainingRule
 from .facts import Fact
-from .plan import MASTER_PARAMS, TrainingRule
 
 UNPROVEN = define(
     "AMP301",

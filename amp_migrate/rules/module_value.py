@@ -72,8 +72,9 @@ import libcst as cst
 
 from ..analysis.carriers import Carriers, Slot
 from ..diagnostics import Diagnostic, Severity, define
+from ..plan.types import TrainingPlan
+from .base import TrainingRule
 from .facts import Fact
-from .plan import TrainingPlan, TrainingRule
 
 HANDED_ON = define(
     "AMP155",

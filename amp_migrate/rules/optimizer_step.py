@@ -48,10 +48,11 @@ from typing import Optional, Union
 import libcst as cst
 import libcst.matchers as m
 
+from ..analysis.control_flow import STEP, exits_early, guarded_exits, runs_backward, tests_finiteness
 from ..diagnostics import Severity, define
-from .control_flow import STEP, exits_early, guarded_exits, runs_backward, tests_finiteness
+from ..plan.types import TrainingPlan, words_of
+from .base import TrainingRule
 from .facts import Fact
-from .plan import TrainingPlan, TrainingRule, words_of
 
 NO_STEP = define(
     "AMP210",

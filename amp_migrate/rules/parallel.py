@@ -68,9 +68,9 @@ import libcst as cst
 import libcst.matchers as m
 
 from ..diagnostics import Severity, define
+from ..plan.types import pure
 from .apex_calls import NOT_LITERAL, ApexClassRule, Bound, bind, literal, new_keyword, rebuild_call
 from .facts import Fact
-from .plan import pure
 
 DDP_REPLACED = define(
     "AMP520",

@@ -31,7 +31,7 @@ Soundness
     `delay_overflow_check`, and optimizers given as anything but names or attributes (whose
     steps could not be found to become `scaler.step`, AMP221) fall back. `if cond: <scaled backward> else: loss.backward()`
     becomes one `scaler.scale(loss).backward()` only where `cond` is the switch the scaler was
-    built with (switch_flow.py: its `and`-ed parts are parts of `enabled=` read with the same
+    built with (plan/switch_flow.py: its `and`-ed parts are parts of `enabled=` read with the same
     value, the guard of another module's `initialize` reached through this module's one call
     of its builder, or import flags that are True once no Apex import is left), because a
     disabled scaler's `scale(loss)` is the loss itself. Branches that do more than the backward
@@ -66,8 +66,21 @@ import libcst as cst
 import libcst.matchers as m
 
 from ..analysis.binding import Pruned
+from ..analysis.statements import find_statements
 from ..diagnostics import Severity, define
-from .base import find_statements
+from ..plan.options import USER_AUTOCAST, autocast_aliases, own_autocast
+from ..plan.switch_flow import SwitchProof, negation, squeezed
+from ..plan.types import (
+    ONE_SCALER,
+    SCALE_LOSS,
+    SCALE_LOSS_ARGS,
+    WRAPPED_SCALE_LOSS,
+    TrainingPlan,
+    bind_arguments,
+    expression_codes,
+    literal,
+)
+from .base import TrainingRule
 from .facts import Fact
 from .loss_callers import (
     CALLED_OTHERWISE,
@@ -80,19 +93,6 @@ from .loss_callers import (
     calls_any,
     loss_parameter,
 )
-from .plan import (
-    ONE_SCALER,
-    SCALE_LOSS,
-    SCALE_LOSS_ARGS,
-    WRAPPED_SCALE_LOSS,
-    TrainingPlan,
-    TrainingRule,
-    bind_arguments,
-    expression_codes,
-    literal,
-)
-from .plan_options import USER_AUTOCAST, autocast_aliases, own_autocast
-from .switch_flow import SwitchProof, negation, squeezed
 
 UNSUPPORTED_BLOCK = define(
     "AMP201",

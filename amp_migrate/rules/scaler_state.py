@@ -55,22 +55,22 @@ import libcst as cst
 import libcst.matchers as m
 
 from ..analysis.binding import children
+from ..analysis.control_flow import runs_backward
 from ..diagnostics import Severity, define
 from ..io.lines import count_line_breaks
-from .control_flow import runs_backward
-from .facts import Fact
-from .plan import (
+from ..plan.options import start_scale_write
+from ..plan.types import (
     INITIALIZE,
     LOSS_SCALERS,
     SCALE_LOSS,
     SCALE_LOSS_ARGS,
     STATE_DICT,
     TrainingPlan,
-    TrainingRule,
     bind_arguments,
     literal,
 )
-from .plan_options import start_scale_write
+from .base import TrainingRule
+from .facts import Fact
 
 NOT_NATIVE = define(
     "AMP311",

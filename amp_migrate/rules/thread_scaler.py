@@ -46,8 +46,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ..diagnostics import Severity, define
+from .base import TrainingRule
 from .facts import Fact
-from .plan import TrainingRule
 
 THREADED = define(
     "AMP122",

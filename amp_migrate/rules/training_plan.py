@@ -56,8 +56,8 @@ Soundness
     optimizer is scaled under one loss id, because Apex kept one loss scale per loss id and an
     overflow in one backed off only that one; an optimizer scaled under two loss ids shares one
     scaler (its gradients must carry one scale), as AMP114 says. Several `initialize` calls
-    each build their own scaler where every site is tied to one (plan_units.py,
-    plan_methods.py). It refuses what it cannot express: several `initialize` calls a site is
+    each build their own scaler where every site is tied to one (plan/units.py,
+    plan/methods.py). It refuses what it cannot express: several `initialize` calls a site is
     not provably tied to one of, options with side effects or only known at run time
     where a literal is needed, a scaler no single place reaches, and per-loss scalers whose
     state `amp.state_dict()` would have to save as one.
@@ -72,9 +72,31 @@ import libcst as cst
 import libcst.matchers as m
 
 from ..diagnostics import Severity, define
-from .base import Rule
-from .facts import Fact
-from .plan import (
+from ..plan.inference import INFERENCE_DTYPE, INFERENCE_OUT_OF_REACH, SECOND_INITIALIZE, InferencePlanning
+from ..plan.options import (  # codes it reports
+    BF16,
+    IGNORED_OPTIONS,
+    O2_O3,
+    OPTION_NOT_LITERAL,
+    RUN_TIME_SCALE,
+    RUNTIME_O0,
+    RUNTIME_O3,
+    SCALE_BOUNDS,
+    STATIC_SCALE,
+    UNSCALED,
+    OptionReader,
+    Reading,
+    Switch,
+    arguments,
+    is_expression,
+    keyword,
+    start_scale_write,  # a scale Apex's scaler is given after initialize
+    string,
+    switch_of,
+)
+from ..plan.switch_flow import file_stores, flag_branch, function_of, import_flag
+from ..plan.threaded import find_threading, top_level_function
+from ..plan.types import (
     INIT,
     INITIALIZE,
     INITIALIZE_ARGS,
@@ -99,34 +121,12 @@ from .plan import (
     pure,
     words_of,
 )
-from .plan_inference import INFERENCE_DTYPE, INFERENCE_OUT_OF_REACH, SECOND_INITIALIZE, InferencePlanning
-from .plan_options import (  # codes it reports
-    BF16,
-    IGNORED_OPTIONS,
-    O2_O3,
-    OPTION_NOT_LITERAL,
-    RUN_TIME_SCALE,
-    RUNTIME_O0,
-    RUNTIME_O3,
-    SCALE_BOUNDS,
-    STATIC_SCALE,
-    UNSCALED,
-    OptionReader,
-    Reading,
-    Switch,
-    arguments,
-    is_expression,
-    keyword,
-    start_scale_write,  # a scale Apex's scaler is given after initialize
-    string,
-    switch_of,
-)
-from .plan_threading import find_threading, top_level_function
-from .plan_units import Unit, UnitPlanning
-from .switch_flow import file_stores, flag_branch, function_of, import_flag
+from ..plan.units import Unit, UnitPlanning
+from .base import Rule
+from .facts import Fact
 
 if TYPE_CHECKING:
-    from .switch_flow import _Stores
+    from ..plan.switch_flow import _Stores
 
 NO_PLACE = define(
     "AMP101",
@@ -436,7 +436,7 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
 
     MARKERS = ("initialize", "scale_loss", "init(")
     APEX_ON_THE_LINE = True
-    forced_placement: Optional[str] = None  # one placement for several `initialize` calls (plan_methods)
+    forced_placement: Optional[str] = None  # one placement for several `initialize` calls (plan/methods.py)
 
     def interest(self):
         return self.words_for(

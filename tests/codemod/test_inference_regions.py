@@ -1,5 +1,5 @@
 """An `initialize` that only prepares models for inference goes native only where the autocast
-region after it provably covers what Apex cast (plan_inference.py); each escape falls back with
+region after it provably covers what Apex cast (plan/inference.py); each escape falls back with
 AMP150 naming it. A second `initialize` beside the training one is dropped only where Apex's
 rebuilt scalers were the first call's (AMP152)."""
 

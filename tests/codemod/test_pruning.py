@@ -127,7 +127,7 @@ def test_unpairable_files_are_not_pruned():
     ],
 )
 def test_binding_scope_of_a_name_in_a_function(source, name, expected):
-    from amp_migrate.rules.plan import binds_in_ast
+    from amp_migrate.plan.types import binds_in_ast
 
     assert binds_in_ast(ast.parse(source).body[0], name) is expected
 

@@ -12,9 +12,10 @@ import pytest
 from libcst.codemod import CodemodContext
 
 from amp_migrate.analysis.source_index import walk_ast
+from amp_migrate.analysis.statements import find_statements
 from amp_migrate.options import Options
 from amp_migrate.rules import base
-from amp_migrate.rules.base import FileState, Rule, find_statements
+from amp_migrate.rules.base import FileState, Rule
 from fixture_files import INPUTS, fixture_id
 
 # Inputs of every shape the golden tests hold (not their expected outputs).

@@ -1,5 +1,5 @@
 """`if cond: <scale_loss backward> else: loss.backward()` in a module whose GradScaler another
-module builds (project/share.py `owner_switch`, rules/switch_flow.py): it collapses to one
+module builds (project/share.py `owner_switch`, plan/switch_flow.py): it collapses to one
 scaled backward only where `cond` is provably the guard of the owner's `initialize` (passed down
 unchanged from this module's one call of the owner's builder) and availability flags that are
 True once Apex is gone. And where run-time options may make Apex cast without scaling, the

@@ -1,5 +1,5 @@
 """Two ways a group's scaler is handed over where the index alone refused
-(project/inference_owners.py, project/entry_switch.py, rules/switch_flow.py `_entered`):
+(project/inference_owners.py, project/entry_switch.py, plan/switch_flow.py `_entered`):
 
 * an owner whose every `initialize` only prepares models for inference, in a program of its own
   that runs none of the code that scales, does not compete with the owner that trains (AMP153);

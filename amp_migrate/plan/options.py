@@ -5,7 +5,7 @@ and whether losses were scaled (the GradScaler's `enabled`). Each is a literal b
 expression read where the scaler is built; a guard around `initialize`, `enabled=`, the opt
 level and the loss scale each contribute a part, and the parts are joined with `and`. The
 static scale, if any, adds `init_scale`/`growth_interval`; a scale written into Apex's scaler
-right after `initialize` (`start_scale_write`) replaces `init_scale`. PlanTraining (training_plan.py)
+right after `initialize` (`start_scale_write`) replaces `init_scale`. PlanTraining (rules/training_plan.py)
 reads them here and decides where the scaler lives; this module holds no rule.
 """
 
@@ -17,10 +17,10 @@ from typing import Callable, Collection, Optional, Sequence, TypeGuard, Union
 
 import libcst as cst
 
+from ..analysis.literals import NOT_LITERAL
+from ..analysis.statements import find_statements
 from ..diagnostics import Severity, define
-from .apex_calls import NOT_LITERAL
-from .base import find_statements
-from .plan import LEVELS, PURE_BUILTINS, literal, pure
+from .types import LEVELS, PURE_BUILTINS, literal, pure
 
 #: A switch: a literal bool, or an expression that is true where the thing is on.
 Switch = Union[bool, cst.BaseExpression]

@@ -1,7 +1,7 @@
 """What the training rules share: Apex's training calls, the plan for a file's GradScaler, and
 the readers of `initialize`'s and `scale_loss`'s arguments.
 
-`PlanTraining` (training_plan.py) fills a `TrainingPlan` from the file as given; every
+`PlanTraining` (rules/training_plan.py) fills a `TrainingPlan` from the file as given; every
 `TrainingRule` after it reads the plan and has nothing to do in a file without one. This
 module holds no rule.
 """
@@ -15,10 +15,9 @@ from typing import Collection, Optional
 
 import libcst as cst
 
+from ..analysis.literals import NOT_LITERAL
+from ..analysis.literals import literal as literal_value
 from ..diagnostics import Severity, define
-from .apex_calls import NOT_LITERAL
-from .apex_calls import literal as literal_value
-from .base import Rule
 
 _WORD = re.compile(r"\w+")
 
@@ -140,7 +139,7 @@ class PlanPart:
 
 @dataclass(frozen=True)
 class InferenceRegion:
-    """An `initialize` that only prepares models for inference (plan_inference.py): the line of
+    """An `initialize` that only prepares models for inference (plan/inference.py): the line of
     its statement, the line of the statement after which autocast covers the rest of the block
     (the statement itself, or the `if` guarding it), and the autocast to open there (None: amp
     is off, nothing to cover)."""
@@ -191,7 +190,7 @@ class TrainingPlan:
     init_scope: int = 0
     init_line: int = 0  # the last line of the `initialize` statement
     #: Functions that get the scaler as a parameter (placement "threaded"): name, line of the
-    #: `def` and how the parameter is declared (plan_threading.Threaded). Calls from other
+    #: `def` and how the parameter is declared (plan/threaded.py's Threaded). Calls from other
     #: modules are not checked here; a project-level pass can check them by these names.
     threaded: tuple = ()
     #: Several `initialize` calls (or one run per loop iteration), each with its own local
@@ -398,15 +397,3 @@ def binds_in_ast(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) ->
             found = True
         stack.extend(ast.iter_child_nodes(node))
     return found
-
-
-class TrainingRule(Rule):
-    """A rule that carries out the plan; it has nothing to do in a file without one."""
-
-    def __init__(self, context, state) -> None:
-        super().__init__(context, state)
-        self.plan: Optional[TrainingPlan] = state.training
-
-    @classmethod
-    def applies(cls, state, context) -> bool:
-        return state.training is not None and super().applies(state, context)

@@ -17,7 +17,7 @@ from typing import Iterator
 import libcst as cst
 import libcst.matchers as m
 
-from ..analysis.binding import children, find
+from .binding import children, find
 
 #: Calls that test whether values are finite: the guards people put around a step after an
 #: overflow (`if torch.isfinite(grad_norm): opt.step()`, `if math.isnan(loss): continue`).

@@ -5,13 +5,15 @@
 from __future__ import annotations
 
 import ast
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from ..analysis.binding import STAR_EXPORTS
-from .base import Rule
+from .binding import STAR_EXPORTS, ApexBinder
+
+if TYPE_CHECKING:
+    from .source_index import SourceIndex
 
 PACKAGE = "apex.fp16_utils"
 SUBMODULES = ("fp16util", "fp16_optimizer", "loss_scaler")
@@ -57,11 +59,11 @@ def star_module(node: cst.ImportFrom) -> Optional[str]:
     return name if name in STAR else None
 
 
-def star_words(rule: Rule) -> set[str]:
+def star_words(index: Optional[SourceIndex]) -> set[str]:
     """Every name the file's fp16_utils star imports bind (from the parse of the file as given)."""
     words: set[str] = set()
-    if rule.state.index is not None:
-        for node in rule.state.index.imports():
+    if index is not None:
+        for node in index.imports():
             if (
                 isinstance(node, ast.ImportFrom)
                 and node.module in STAR
@@ -71,17 +73,17 @@ def star_words(rule: Rule) -> set[str]:
     return words
 
 
-def fp16_name(rule: Rule, node: cst.CSTNode, star: set[str]) -> Optional[str]:
+def fp16_name(binding: ApexBinder, node: cst.CSTNode, star: set[str]) -> Optional[str]:
     """The public `apex.fp16_utils` name `node` is: through an import, or a bare name that only
     the star import binds (`star`: what it binds and nothing else in the file does)."""
     if isinstance(node, cst.Name) and node.value in star:
         return f"{PACKAGE}.{node.value}"
-    return public(rule.apex_name(node))
+    return public(binding.name_of(node))
 
 
-def star_only_names(rule: Rule) -> set[str]:
+def star_only_names(index: Optional[SourceIndex], binding: Optional[ApexBinder]) -> set[str]:
     """The star-imported names no other binding of the file shadows, when that is known."""
-    words = star_words(rule)
-    if not words or rule.apex is None or rule.apex.table is None:
+    words = star_words(index)
+    if not words or binding is None or binding.table is None:
         return set()
-    return words - set(rule.apex.bound_elsewhere)
+    return words - set(binding.bound_elsewhere)

@@ -10,7 +10,7 @@ method on the way can call (by any name it mentions) a function holding another
 `initialize`; a method nothing in the class calls (a checkpoint hook the framework calls) is
 tied to the only `initialize` there is (one call, or one per arm of one `if`/`else`, of which
 exactly one runs). Each such `initialize` then sets `self.<scaler>`, which the tied methods
-read. This module holds no rule: PlanTraining mixes it in through plan_units.py.
+read. This module holds no rule: PlanTraining mixes it in through plan/units.py.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Union
 import libcst as cst
 import libcst.matchers as m
 
-from .base import find_statements
-from .plan import PlanPart, TrainingPlan
+from ..analysis.statements import find_statements
+from .types import PlanPart, TrainingPlan
 
 if TYPE_CHECKING:
     from libcst.codemod import CodemodContext
 
-    from .plan_units import Unit
+    from .units import Unit
 
 #: A site reached from a method nothing in the class calls: any `initialize` may have run last.
 ANYONE = "anyone"

@@ -10,9 +10,9 @@ fold, one `initialize` per branch of an `if`/`else`, and one per training functi
 blocks. A loop that only runs `initialize` on each element (plain assignments beside it) is
 one unit as a whole: the state it leaves is the last call's, fresh, so sites after the loop are
 tied to it as to one `initialize` where the loop stands. Sites in functions called from such a block (`train_one_epoch(model, optimizer)` in
-the fold loop) get the block's scaler as a parameter (plan_threading.py), passed only by calls
+the fold loop) get the block's scaler as a parameter (plan/threaded.py), passed only by calls
 in a block after its `initialize`. Anything else keeps AMP101/AMP102 with the reason. This module holds no rule: it is a
-part of PlanTraining (training_plan.py), which mixes it in.
+part of PlanTraining (rules/training_plan.py), which mixes it in.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Optional, Union
 import libcst as cst
 import libcst.matchers as m
 
-from .plan import InferenceRegion, PlanPart, TrainingPlan
-from .plan_methods import MethodTies, branch_arms
-from .plan_threading import Threaded, find_threading
+from .methods import MethodTies, branch_arms
+from .threaded import Threaded, find_threading
+from .types import InferenceRegion, PlanPart, TrainingPlan
 
 
 class Unit:
@@ -48,7 +48,7 @@ class Unit:
         self.pair: Optional[cst.If] = None
         self.pair_block: Optional[cst.CSTNode] = None
         self.pair_after = 0
-        self.methods: list[cst.FunctionDef] = []  # other methods of its class tied to it (plan_methods)
+        self.methods: list[cst.FunctionDef] = []  # other methods of its class tied to it (plan/methods.py)
 
 
 class UnitPlanning(MethodTies):

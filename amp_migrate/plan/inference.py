@@ -20,7 +20,7 @@ needing casts does:
 
 A region holding a `backward()` falls back (Apex never cast backward), as do regions that nest
 or hold another `initialize` or a training site. This module holds no rule: it is a part of
-PlanTraining (training_plan.py), which mixes it in.
+PlanTraining (rules/training_plan.py), which mixes it in.
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ from typing import TYPE_CHECKING, Optional, Union
 import libcst as cst
 
 from ..diagnostics import Severity, define
-from .plan import INITIALIZE, InferenceRegion, bind_arguments, expression_codes, literal, pure
-from .plan_options import (
+from .options import (
     OPTION_NOT_LITERAL,
     OptionReader,
     both,
@@ -42,12 +41,13 @@ from .plan_options import (
     report_dropped,
     string,
 )
+from .types import INITIALIZE, InferenceRegion, bind_arguments, expression_codes, literal, pure
 
 if TYPE_CHECKING:
     from ..analysis.source_index import SourceIndex
     from ..diagnostics import Code
+    from ..file_state import FileState
     from ..options import Options
-    from .base import FileState
 
 INFERENCE_OUT_OF_REACH = define(
     "AMP150",

@@ -36,7 +36,7 @@ from typing import Optional, cast
 import libcst as cst
 import libcst.matchers as m
 
-from .plan import SharedScaler, TrainingPlan, literal
+from .types import SharedScaler, TrainingPlan, literal
 
 _DEPTH = 8
 

@@ -100,7 +100,7 @@ def soundness(module) -> str:
 def native_rule_modules() -> list:
     """The modules of the native rules, in the order they run."""
     seen: list = []
-    for rule in rules.NATIVE_RULES:
+    for rule in rules.PLANNERS + rules.NATIVE_RULES:
         module = sys.modules[rule.__module__]
         if module not in seen:
             seen.append(module)
@@ -110,7 +110,9 @@ def native_rule_modules() -> list:
 def render_soundness() -> str:
     parts = [_SOUNDNESS_INTRO]
     for module in native_rule_modules():
-        names = ", ".join(f"`{r.__name__}`" for r in rules.NATIVE_RULES if r.__module__ == module.__name__)
+        names = ", ".join(
+            f"`{r.__name__}`" for r in rules.PLANNERS + rules.NATIVE_RULES if r.__module__ == module.__name__
+        )
         parts.append(f"## {module.__name__.rsplit('.', 1)[-1]} ({names})\n\n{soundness(module)}\n")
     return "\n".join(parts)
 
@@ -139,14 +141,16 @@ def _owner_name(code: str) -> str:
 def render_rule(rule) -> str:
     """A rule's section: what it handles, what it emits, and the codes documented under it
     (a code several rules emit is documented under the first of them to run)."""
-    module = rule.__module__.rsplit(".", 1)[-1]
+    path = "/".join(rule.__module__.split(".")[1:]) + ".py"
     kind = "native" if rule in rules.NATIVE_RULES else "shim"
     if rule in rules.NATIVE_RULES and rule in rules.SHIM_RULES:
         kind = "native and shim"
+    planner = rule in rules.PLANNERS
     codes = sorted(rule.EMITS, key=lambda c: c.code)
     elsewhere = [c.code for c in codes if rules.owner(c.code) is not rule]
     lines = [
-        f"## {rule.__name__} (rules/{module}.py; {kind} target)",
+        f"## {rule.__name__} ({path}; "
+        + ("the planner, before the native rules)" if planner else f"{kind} target)"),
         "",
         _summary(rule),
         "",
@@ -154,7 +158,9 @@ def render_rule(rule) -> str:
         "",
         f"Emits: {_names([c.code for c in codes])}.",
         "",
-        f"Reads: {_facts(rule.READS)}. Writes: {_facts(rule.WRITES)}.",
+        "Runs on the parse before every rule; leaves: `binding`, `casts`, `inference`, `training`."
+        if planner
+        else f"Reads: {_facts(rule.READS)}. Writes: {_facts(rule.WRITES)}.",
     ]
     if elsewhere:
         lines += [
@@ -188,7 +194,7 @@ def render() -> str:
     order the rules run, then the codes no rule emits, then each native rule's argument."""
     register_all_codes()
     return "\n".join(
-        [_INTRO] + [render_rule(rule) for rule in rules.ALL_RULES] + [render_others(), render_soundness()]
+        [_INTRO] + [render_rule(rule) for rule in rules.PASSES] + [render_others(), render_soundness()]
     )
 
 
@@ -237,7 +243,7 @@ def fallback_codes() -> list[Code]:
     """The codes that fall back, in the page's order: by the rule that documents them, in the
     order the rules run, each rule's by number; then those no rule reports, by number."""
     ordered: list[Code] = []
-    for rule in rules.ALL_RULES:
+    for rule in rules.PASSES:
         own = [c for c in rule.EMITS if c.falls_back and rules.owner(c.code) is rule]
         ordered += sorted(own, key=lambda c: c.code)
     return ordered + sorted(

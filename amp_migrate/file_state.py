@@ -39,7 +39,7 @@ class FileState:
     project: Optional[SharedScaler] = None
     #: The first binder of the file (the rule that ran first), which every later rule reuses.
     binding: Optional[ApexBinder] = None
-    #: The plan for the file's GradScaler (PlanTraining's, or Fp16OptimizerToGradScaler's).
+    #: The plan for the file's GradScaler (the planner's, or Fp16OptimizerToGradScaler's).
     training: Optional[TrainingPlan] = None
     #: Regions that only run models `initialize` prepared for inference (None: not planned).
     inference: Optional[tuple[InferenceRegion, ...]] = None

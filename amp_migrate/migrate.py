@@ -41,6 +41,7 @@ from .io.indentation import message as indentation_message
 from .io.lines import form_feed_indents
 from .migration_result import MigrationResult
 from .options import Options, Target
+from .plan import plan_file
 from .plan.types import SharedScaler
 from .rules import NATIVE_RULES, SHIM_RULES
 from .rules.base import FileState, Rule
@@ -182,9 +183,12 @@ def _run(
     index: Optional[SourceIndex],
     options: Options,
     project: Optional[SharedScaler] = None,
+    planned: bool = False,
 ) -> tuple[cst.Module, FileState]:
     words = apex_import_words(index.imports()) if index is not None else None
     state = FileState(options, original=text, index=index, apex_words=words, parsed=module, project=project)
+    if planned:
+        plan_file(module, state)
     context = CodemodContext()
     for rule in rules:
         if rule.applies(state, context):
@@ -208,7 +212,7 @@ def _transform(
     if options.target == "shim":
         shimmed, state = _run(SHIM_RULES, module, original, index, options)
         return _code(shimmed, module, original), _sorted(state.diagnostics), "shim"
-    native, state = _run(NATIVE_RULES, module, original, index, options, project)
+    native, state = _run(NATIVE_RULES, module, original, index, options, project, planned=True)
     if not state.falls_back:
         return _code(native, module, original), _sorted(state.diagnostics), "native"
     reasons = [d for d in state.diagnostics if d.falls_back]

@@ -6,4 +6,52 @@ block (`units`), across a trainer's methods (`methods`), for inference-only mode
 (`inference`), from `initialize`'s options (`options`), through functions the scaler must be
 handed to (`threaded`), and around run-time switches (`switch_flow`). Nothing here imports a
 rule: the rules read the plan, the planner never reads the rules.
+
+`plan_file` is the phase: it runs on the parse before the native rules, binds the file's Apex
+names (the binding every rule reuses) and leaves the plan in the file's state.
 """
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import libcst as cst
+
+from ..diagnostics import Diagnostic
+from ..file_state import FileState
+from .planner import Planner
+from .training import PlanTraining
+from .types import CastSource, InferenceRegion, TrainingPlan
+
+
+@dataclass(frozen=True)
+class FilePlan:
+    """What the planner decided for one file: the GradScaler plan (None: none, or refused),
+    the inference-only regions, what each `initialize` cast, and the diagnostics it reported
+    (a refusal is a falling-back one, located at the call it could not plan)."""
+
+    training: Optional[TrainingPlan] = None
+    inference: Optional[tuple[InferenceRegion, ...]] = None
+    casts: tuple[CastSource, ...] = ()
+    diagnostics: tuple[Diagnostic, ...] = ()
+
+    @property
+    def refused(self) -> bool:
+        return any(d.falls_back for d in self.diagnostics)
+
+
+def plan_file(module: cst.Module, state: FileState) -> FilePlan:
+    """Bind the parse's Apex names and plan its GradScaler, before any rule runs.
+
+    `state` is the file's (the parse's index, the options, its part in a project's shared
+    scaler); the binding, the plan and the diagnostics are left on it for the rules, and the
+    plan is returned."""
+    before = len(state.diagnostics)
+    if not PlanTraining.applies(state):
+        Planner(state).read(module)  # binds only: nothing to plan
+        return FilePlan()
+    planner = PlanTraining(state)
+    planner.read(module)
+    planner.decide(module)
+    return FilePlan(state.training, state.inference, state.casts, tuple(state.diagnostics[before:]))

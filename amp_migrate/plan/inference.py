@@ -41,13 +41,11 @@ from .options import (
     report_dropped,
     string,
 )
+from .sites import TrainingSites
 from .types import INITIALIZE, InferenceRegion, bind_arguments, expression_codes, literal, pure
 
 if TYPE_CHECKING:
     from ..analysis.source_index import SourceIndex
-    from ..diagnostics import Code
-    from ..file_state import FileState
-    from ..options import Options
 
 INFERENCE_OUT_OF_REACH = define(
     "AMP150",
@@ -240,27 +238,8 @@ def _aliases(scope: ast.AST, names: set[str]) -> set[str]:
     return names
 
 
-class InferencePlanning:
+class InferencePlanning(TrainingSites):
     """PlanTraining's planning for `initialize` calls that only prepare models for inference."""
-
-    # What this mixin reads from its host (Rule, PlanTraining): declared for the type checker
-    # only, so that nothing here shadows the host's definitions at run time.
-    if TYPE_CHECKING:
-        state: FileState
-        options: Options
-        inits: list[tuple[cst.Call, cst.CSTNode]]
-        sites: list[cst.CSTNode]
-        scale_losses: list[cst.Call]
-
-        def position(self, node: cst.CSTNode) -> tuple[int, int]: ...
-        def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]: ...
-        def apex_name(self, node: cst.CSTNode) -> Optional[str]: ...
-        def code_of(self, node: cst.CSTNode) -> str: ...
-        def report(
-            self, node: cst.CSTNode, code: Code, message: Optional[str] = None, *, fixed: bool = True
-        ) -> None: ...
-        def _lines_of(self, statement: cst.CSTNode) -> range: ...
-        def _free_builtins(self) -> tuple[str, ...]: ...
 
     def _source_index(self) -> SourceIndex:
         """The file's index: the plans that read Python's parse run only where it exists."""

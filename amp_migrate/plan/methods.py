@@ -15,17 +15,16 @@ read. This module holds no rule: PlanTraining mixes it in through plan/units.py.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 import libcst as cst
 import libcst.matchers as m
 
 from ..analysis.statements import find_statements
+from .sites import TrainingSites
 from .types import PlanPart, TrainingPlan
 
 if TYPE_CHECKING:
-    from libcst.codemod import CodemodContext
-
     from .units import Unit
 
 #: A site reached from a method nothing in the class calls: any `initialize` may have run last.
@@ -55,35 +54,29 @@ def branch_arms(rule, anchor: cst.CSTNode) -> Optional[tuple[cst.If, list[cst.Ba
     return top, arms
 
 
-class MethodTies:
+class MethodTies(TrainingSites):
     """PlanTraining's reading of `self.<method>(...)` calls inside one trainer class."""
 
-    # What this mixin reads from its host (Rule, PlanTraining, UnitPlanning): declared for the
-    # type checker only, so that nothing here shadows the host's definitions at run time.
-    if TYPE_CHECKING:
-        context: CodemodContext
-
-        def position(self, node: cst.CSTNode) -> tuple[int, int]: ...
-        def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]: ...
-        def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]: ...
-        def code_of(self, node: cst.CSTNode) -> str: ...
-        def findall(  # Rule's; its `tree` widened as libcst's (a base too) takes it
-            self,
-            tree: Union[cst.MaybeSentinel, cst.RemovalSentinel, cst.CSTNode],
-            matcher,
-            words: Optional[Iterable[str]] = (),
-            also: Optional[Iterable[str]] = None,
-        ) -> list[cst.CSTNode]: ...
-        def scope_of(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]: ...
-        def class_of(self, function: cst.FunctionDef) -> Optional[cst.ClassDef]: ...
-        def _lines_of(self, statement: cst.CSTNode) -> range: ...
-        def _holder(self, units: list[Unit], node: cst.CSTNode) -> Optional[Unit]: ...
-
     def _module(self) -> cst.Module:
-        """The module being planned (the host runs inside a codemod: its wrapper is set)."""
-        wrapper = self.context.wrapper
-        assert wrapper is not None
-        return wrapper.module
+        """The module being planned."""
+        return self.current_module()
+
+    def _holder(self, units: list[Unit], node: cst.CSTNode) -> Optional[Unit]:
+        """The unit whose block holds `node` after its `initialize` (None: no unit's)."""
+        line = self.position(node)[0]
+        scope = self.scope_of(node)
+        for unit in units:
+            if scope is not self.scope_of(unit.statement):
+                continue
+            if line > unit.after and any(p is unit.block for p in self.ancestors(node)):
+                return unit
+            if (
+                unit.pair is not None
+                and line > unit.pair_after
+                and any(p is unit.pair_block for p in self.ancestors(node))
+            ):
+                return unit
+        return None
 
     def _tie_methods(self, units: list[Unit], outside: list[cst.CSTNode]) -> str:
         """Move the sites in methods of the units' class from `outside` to the unit their

@@ -18,13 +18,14 @@ part of PlanTraining (rules/training_plan.py), which mixes it in.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Optional, Union
+from typing import Callable, Optional, Union
 
 import libcst as cst
 import libcst.matchers as m
 
+from .inference import InferencePlanning
 from .methods import MethodTies, branch_arms
-from .threaded import Threaded, find_threading
+from .threaded import find_threading
 from .types import InferenceRegion, PlanPart, TrainingPlan
 
 
@@ -51,33 +52,13 @@ class Unit:
         self.methods: list[cst.FunctionDef] = []  # other methods of its class tied to it (plan/methods.py)
 
 
-class UnitPlanning(MethodTies):
+#: How one `initialize` is planned: (call, its statement, the module, its unit, the functions the
+#: scaler is handed to) -> the plan, or None where refused (reported).
+PlanOne = Callable[[cst.Call, cst.CSTNode, cst.Module, Optional[Unit], tuple], Optional[TrainingPlan]]
+
+
+class UnitPlanning(MethodTies, InferencePlanning):
     """PlanTraining's planning for `initialize` calls that each govern one block."""
-
-    # What this mixin reads from its host, PlanTraining (and InferencePlanning beside it):
-    # declared for the type checker only, so that nothing here shadows them at run time.
-    if TYPE_CHECKING:
-        inits: list[tuple[cst.Call, cst.CSTNode]]
-        sites: list[cst.CSTNode]
-        scale_losses: list[cst.Call]
-        forced_placement: Optional[str]
-
-        def _inference_shaped(self, call: cst.Call) -> bool: ...
-        def _inference_region(
-            self, call: cst.Call, statement: cst.CSTNode
-        ) -> Union[InferenceRegion, str]: ...
-        def _regions_apart(self, regions: list[InferenceRegion], sites: list[int]) -> bool: ...
-        def _step_sites(
-            self, module: cst.Module, optimizers: set[str], init: cst.CSTNode
-        ) -> list[cst.Call]: ...
-        def _plan(
-            self,
-            call: cst.Call,
-            statement: cst.CSTNode,
-            module: cst.Module,
-            unit: Optional[Unit] = None,
-            threaded: tuple[Threaded, ...] = (),
-        ) -> Optional[TrainingPlan]: ...
 
     def _initializing_loop(self, statement: cst.CSTNode) -> Optional[cst.For]:
         """The `for` whose body only runs this `initialize` on one element each (plain
@@ -130,8 +111,8 @@ class UnitPlanning(MethodTies):
             )
         return unit
 
-    def _plan_in_units(self, module: cst.Module) -> Union[TrainingPlan, str]:
-        """One plan part per `initialize`; or why the sites are not provably tied to one each."""
+    def _plan_in_units(self, module: cst.Module, plan_one: PlanOne) -> Union[TrainingPlan, str]:
+        """A plan part per `initialize`, each made by `plan_one`; or why sites are not tied to one."""
         units = [self._unit_of(call, statement) for call, statement in self.inits]
         outside: list[cst.CSTNode] = []
         why = (
@@ -154,7 +135,7 @@ class UnitPlanning(MethodTies):
                     return ""
                 regions.append(region)
                 continue
-            plan = self._plan_unit(unit, module, outside, threaded)
+            plan = self._plan_unit(unit, module, outside, threaded, plan_one)
             if plan is None:
                 return ""
             if isinstance(plan, str):
@@ -270,24 +251,8 @@ class UnitPlanning(MethodTies):
             or any(self.scope_of(c) is f for f in unit.methods)
         ]
 
-    def _holder(self, units: list[Unit], node: cst.CSTNode) -> Optional[Unit]:
-        line = self.position(node)[0]
-        scope = self.scope_of(node)
-        for unit in units:
-            if scope is not self.scope_of(unit.statement):
-                continue
-            if line > unit.after and any(p is unit.block for p in self.ancestors(node)):
-                return unit
-            if (
-                unit.pair is not None
-                and line > unit.pair_after
-                and any(p is unit.pair_block for p in self.ancestors(node))
-            ):
-                return unit
-        return None
-
     def _plan_unit(
-        self, unit: Unit, module: cst.Module, outside: list[cst.CSTNode], threaded: list
+        self, unit: Unit, module: cst.Module, outside: list[cst.CSTNode], threaded: list, plan_one: PlanOne
     ) -> Union[TrainingPlan, str, None]:
         """The plan for one unit: its own sites (and those of the functions it passes the
         scaler to), a scaler built where it ran."""
@@ -297,6 +262,6 @@ class UnitPlanning(MethodTies):
         try:
             if not self.scale_losses:
                 return f"no `scale_loss` goes with the `initialize` at line {self.position(unit.call)[0]}"
-            return self._plan(unit.call, unit.statement, module, unit=unit, threaded=tuple(threaded))
+            return plan_one(unit.call, unit.statement, module, unit, tuple(threaded))
         finally:
             self.sites, self.scale_losses = every

@@ -11,6 +11,10 @@ class too, and the tables here are derived from it.
 
 from __future__ import annotations
 
+from typing import Union
+
+from ..plan.planner import Planner
+from ..plan.training import PlanTraining
 from .availability import ApexAvailabilityChecks
 from .base import Rule
 from .casts import CastRegistrationToAutocast
@@ -35,7 +39,6 @@ from .rebinding import ReboundApexNames
 from .scale_loss import ScaleLossToGradScaler
 from .scaler_state import ScalerStateReads
 from .thread_scaler import ThreadScalerThroughCalls
-from .training_plan import PlanTraining
 
 NATIVE = ("native",)
 SHIM = ("shim",)
@@ -59,7 +62,6 @@ REGISTRY: dict[type[Rule], tuple[str, ...]] = {
     MasterParamsUnscale: NATIVE,
     OptimizerClassAlias: NATIVE,
     OptimizerStepThroughScaler: NATIVE,
-    PlanTraining: NATIVE,
     ReboundApexNames: NATIVE,
     RemainingApexUses: NATIVE,
     ScaleLossToGradScaler: NATIVE,
@@ -76,24 +78,29 @@ SHIM_RULES = ordered(rule for rule, targets in REGISTRY.items() if "shim" in tar
 
 #: Every rule once, native ones first, in running order.
 ALL_RULES: list[type[Rule]] = list(dict.fromkeys(NATIVE_RULES + SHIM_RULES))
+#: The planner phase (plan/): it runs on the parse before the native rules, handles Apex's
+#: `initialize` and reports with codes of its own, and is documented with the rules.
+PLANNERS: list[type[Planner]] = [PlanTraining]
+#: Every pass that handles Apex names or reports a code: the planner, then the rules.
+PASSES: list[type[Union[Planner, Rule]]] = [*PLANNERS, *ALL_RULES]
 
 
-def emitters(code: str) -> list[type[Rule]]:
-    """The rules that declare `code` (an "AMPnnn" string) in their EMITS, in running order."""
-    return [rule for rule in ALL_RULES if any(emitted.code == code for emitted in rule.EMITS)]
+def emitters(code: str) -> list[type[Union[Planner, Rule]]]:
+    """The passes that declare `code` (an "AMPnnn" string) in their EMITS, in running order."""
+    return [rule for rule in PASSES if any(emitted.code == code for emitted in rule.EMITS)]
 
 
-def owner(code: str) -> type[Rule] | None:
+def owner(code: str) -> type[Union[Planner, Rule]] | None:
     """The rule whose documentation holds `code`: the first that emits it (None: the code is
     reported by the driver, the notebook reader or the project pass, not by a rule)."""
     found = emitters(code)
     return found[0] if found else None
 
 
-def handled_names() -> dict[str, list[type[Rule]]]:
-    """Each Apex (or deprecated torch) name some rule handles → those rules, in running order."""
-    table: dict[str, list[type[Rule]]] = {}
-    for rule in ALL_RULES:
+def handled_names() -> dict[str, list[type[Union[Planner, Rule]]]]:
+    """Each Apex (or deprecated torch) name some pass handles → those passes, in running order."""
+    table: dict[str, list[type[Union[Planner, Rule]]]] = {}
+    for rule in PASSES:
         for name in rule.HANDLES:
             table.setdefault(name, []).append(rule)
     return table

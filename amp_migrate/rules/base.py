@@ -11,9 +11,9 @@ the import passes after each one. Only libcst's public API is used
 from __future__ import annotations
 
 import re
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import replace
-from typing import AbstractSet, ClassVar, Iterable, Mapping, Optional, Sequence, Union, cast
+from typing import AbstractSet, ClassVar, Iterable, Optional, Sequence, cast
 
 import libcst as cst
 import libcst.matchers as m
@@ -21,50 +21,25 @@ from libcst.codemod import Codemod, CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import (
-    CodeRange,
-    MetadataWrapper,
     ParentNodeProvider,
     PositionProvider,
     QualifiedNameProvider,
     ScopeProvider,
 )
 
-from ..analysis.binding import NOTHING, ApexBinder, children, find
+from ..analysis.binding import NOTHING, children
 from ..analysis.cst_reach import NODE_TYPES, concrete, holders_of
+from ..analysis.fast_metadata import FastMetadataWrapper
 from ..analysis.source_index import SourceIndex
 from ..analysis.statements import BLOCKS as _BLOCKS
 from ..analysis.statements import STATEMENTS as _STATEMENTS
-from ..diagnostics import Code, Diagnostic
+from ..diagnostics import Code
+from ..file_reader import FileReader
 from ..file_state import FileState
 from ..plan.types import TrainingPlan
 from .facts import Fact
 
 _UNDEFINED = object()
-
-
-class FastMetadataWrapper(MetadataWrapper):
-    """A MetadataWrapper without the walks that compute nothing. libcst resolves providers
-    in rounds, and each round walks the whole tree once for the batchable providers, even
-    when there are none (PositionProvider's round) or when every one works in `visit_Module`
-    alone (ScopeProvider and ExpressionContextProvider each run a visitor of their own
-    there): such a round calls `visit_Module` and walks nothing."""
-
-    def visit_batched(self, visitors, before_visit=None, after_leave=None):
-        visitors = list(visitors)
-        handlers = [v.get_visitors() for v in visitors]
-        if (
-            before_visit is not None
-            or after_leave is not None
-            or any(set(h) - {"visit_Module"} for h in handlers)
-        ):
-            return super().visit_batched(visitors, before_visit, after_leave)
-        with ExitStack() as stack:
-            for v in visitors:
-                stack.enter_context(v.resolve(self))
-            for h in handlers:
-                if "visit_Module" in h:
-                    h["visit_Module"](self.module)
-        return self.module
 
 
 @contextmanager
@@ -151,7 +126,7 @@ def statements_spelling(module: cst.Module, skip: AbstractSet[int]) -> cst.Modul
     return module.visit(_DropStatements(skip)) if skip else module
 
 
-class Rule(Codemod, cst.CSTTransformer):
+class Rule(FileReader, Codemod, cst.CSTTransformer):
     """Base class of the codemod's rules."""
 
     #: Providers a rule may ask for through `get_metadata`, resolved on first use only: a
@@ -180,20 +155,13 @@ class Rule(Codemod, cst.CSTTransformer):
     def __init__(self, context: CodemodContext, state: FileState) -> None:
         Codemod.__init__(self, context)
         cst.CSTTransformer.__init__(self)
-        self.state = state
-        self.options = state.options
-        self.apex: Optional[ApexBinder] = None
-        self._parents: Optional[dict[cst.CSTNode, cst.CSTNode]] = None
-        self._skip: AbstractSet[int] = NOTHING
-        self._parent_skip: AbstractSet[int] = NOTHING
+        FileReader.__init__(self, state)
         self._words: Optional[frozenset[str]] = None  # set while statements are being skipped
         self._also: Optional[frozenset[str]] = None
         self._original: AbstractSet[int] = NOTHING
         self._skip_new: set[int] = set()
         self._changed: list[bool] = []
         self._path: list[cst.CSTNode] = []  # the nodes being visited, outermost first
-        self._seen_parents: dict[cst.CSTNode, Optional[cst.CSTNode]] = {}
-        self._statement_positions: dict[int, Mapping[cst.CSTNode, CodeRange]] = {}
         self._passive_types = _passive(type(self))
         self._entered_types = _entered(type(self))
         self._untouched_types = self._passive_types | (NODE_TYPES - self._entered_types)
@@ -220,46 +188,6 @@ class Rule(Codemod, cst.CSTTransformer):
         """A second set of words the same line must spell too (None: no such condition)."""
         return self.state.apex_words if self.APEX_ON_THE_LINE else None
 
-    def words_for(self, *names: str) -> Optional[frozenset[str]]:
-        """What a statement must spell to reach one of these Apex names: the name's last part
-        (`amp.initialize`, `handle.scale_loss`), or a local name that an import or a `self.`
-        holder binds to it or to something under it. Files that rebind an Apex name get all
-        the Apex words."""
-        words = self.state.apex_words
-        if words is None or self.apex is None or self.apex.table is None:
-            return words
-        lasts = {name.rsplit(".", 1)[-1] for name in names}
-        out = set(lasts)
-        for local, full in list(self.apex.table.items()) + list(self.apex.holders.items()):
-            if full.rsplit(".", 1)[-1] in lasts or any(full == n or full.startswith(n + ".") for n in names):
-                out.add(local)
-        return frozenset(out)
-
-    def qualifying_words(self, part: str, first: Optional[str] = None) -> Optional[frozenset[str]]:
-        """What a statement must spell for a name in it to have a qualified name with the
-        dotted component `part` (None: unknown, every statement); `first`: only qualified
-        names that start with it matter (see `SourceIndex.qualifying`)."""
-        return self.state.index.qualifying(part, first) if self.state.index is not None else None
-
-    def may_qualify_as(self, node: cst.CSTNode, part: str, first: Optional[str] = None) -> bool:
-        """False when no qualified name of `node` (QualifiedNameProvider's) can have the
-        dotted component `part`, told from its spelling and the file's imports, without scope
-        analysis; True when it may."""
-        words = self.qualifying_words(part, first)
-        if words is None:
-            return True
-        name = get_full_name_for_node(node)
-        return name is None or not words.isdisjoint(name.split("."))
-
-    def may_start_with(self, node: cst.CSTNode, first: str) -> bool:
-        """False when no qualified name of `node` can start with the component `first`: its
-        dotted spelling starts with none of `SourceIndex.root_words(first)`."""
-        words = self.state.index.root_words(first) if self.state.index is not None else None
-        if words is None:
-            return True
-        name = get_full_name_for_node(node)
-        return name is None or name.split(".", 1)[0] in words
-
     def scope_questions(self) -> Optional[tuple[Iterable[str], Iterable[str]]]:
         """`(asked, names)` when the rule asks ScopeProvider (or QualifiedNameProvider) only
         about nodes on lines that spell one of `asked`, and only what names in `names` are
@@ -270,42 +198,6 @@ class Rule(Codemod, cst.CSTTransformer):
         to elsewhere). A rule that asks which reads a binding has (`assignment.references`)
         needs every statement that spells the name: it puts the name among `asked` too."""
         return None
-
-    def name_is_free(self, name: str, tree: cst.Module) -> bool:
-        """No code in the file spells `name` (cheap when the text never does)."""
-        index = self.state.index
-        if index is not None and not index.spells(name) and not find(tree, m.Name(name), index.original_ids):
-            return True
-        return name not in self.names_in_use(tree)
-
-    def names_in_use(self, tree: cst.Module) -> set[str]:
-        """Every name the code spells (the file as given, and what rules wrote since)."""
-        index = self.state.index
-        if index is None:
-            return {cast(cst.Name, n).value for n in m.findall(tree, m.Name())}  # what m.Name() found
-        return set(index.identifiers) | {
-            cast(cst.Name, n).value for n in find(tree, m.Name(), index.original_ids)
-        }
-
-    def findall(
-        self,
-        tree: cst.CSTNode,
-        matcher,
-        words: Optional[Iterable[str]] = (),
-        also: Optional[Iterable[str]] = None,
-    ) -> list[cst.CSTNode]:
-        """`m.findall` over the statements that spell one of `words` (default: `interest()`),
-        with one of `also` on the same line if given."""
-        parents = self._seen_parents if tree is self._wrapped_module() else None
-        if words == ():
-            return find(tree, matcher, self._skip, parents)
-        skip = self.state.skipping(words, also)
-        if words is None:
-            self._parent_skip = NOTHING
-        elif self._parent_skip:
-            self._parent_skip = self._parent_skip & skip
-        self._parents = None  # what was found must have parents
-        return find(tree, matcher, skip, parents)
 
     # -- running ---------------------------------------------------------------------------
     # A rule is a plain CSTTransformer (no rule uses matcher decorators, so nothing needs
@@ -384,27 +276,7 @@ class Rule(Codemod, cst.CSTTransformer):
             return self.transform_module_impl(module)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        known = self.state.binding
-        index = self.state.index
-        parsed = (
-            (self.state.original, index.tree)
-            if (known is None and index is not None and tree is self.state.parsed)
-            else None
-        )
-        self.apex = ApexBinder(
-            tree,
-            self.get_metadata,
-            known,
-            self.state.skipping,
-            self.state.apex_words,
-            self._known_parent,
-            dict(self.state.project.carrier_slots if self.state.project is not None else ()),
-            parsed,
-        )
-        if known is None:
-            self.state.binding = self.apex
-            if self.state.apex_words is not None:
-                self.state.apex_words = self.state.apex_words | self.apex.words()
+        self.bind(tree)
         words, also = self.interest(), self.also_spells()
         self._skip = self._parent_skip = self.state.skipping(words, also)
         if self.PARENTS_EVERYWHERE:
@@ -443,112 +315,6 @@ class Rule(Codemod, cst.CSTTransformer):
         # QualifiedNameProvider, alone among libcst's providers, stores a callable that computes
         # the set on first use; libcst's own get_metadata calls it the same way.
         return value() if key is QualifiedNameProvider and callable(value) else value
-
-    # -- helpers for rules -----------------------------------------------------------------
-    def apex_name(self, node: cst.CSTNode) -> Optional[str]:
-        assert self.apex is not None
-        return self.apex.name_of(node)
-
-    def code_of(self, node: cst.CSTNode) -> str:
-        return cst.Module([]).code_for_node(node)
-
-    def position(self, node: cst.CSTNode) -> tuple[int, int]:
-        """Line and column of `node` in the file as given. Statements no rule has changed
-        know their line (SourceIndex); a node inside one is placed by laying out that
-        statement alone. A node no statement of the original file encloses has none: (0, 0)."""
-        index = self.state.index
-        if isinstance(node, cst.Module):
-            return (1, 1)
-        if index is None:
-            return self._position_by_layout(node)
-        statement: Optional[cst.CSTNode] = node
-        while statement is not None:
-            place = index.place_of(statement)
-            if place is not None:
-                break
-            statement = self.parent(statement)
-        else:
-            return (0, 0)
-        line, col = place
-        if statement is node:
-            return line, col + 1
-        positions = self._statement_positions.get(id(statement))
-        if positions is None:
-            placed = cast(Union[cst.SimpleStatementLine, cst.BaseCompoundStatement], statement)  # has a place
-            wrapper = FastMetadataWrapper(cst.Module(body=[placed]), unsafe_skip_copy=True)
-            positions = self._statement_positions[id(statement)] = wrapper.resolve(PositionProvider)
-        where, base = positions.get(node), positions.get(statement)
-        if where is None or base is None:
-            return line, col + 1
-        return line + where.start.line - base.start.line, where.start.column + col + 1
-
-    def _position_by_layout(self, node: cst.CSTNode) -> tuple[int, int]:
-        try:
-            start = self.get_metadata(PositionProvider, node).start
-        except KeyError:  # a node this rule built: no position
-            return (0, 0)
-        return start.line, start.column + 1
-
-    def report(
-        self, node: cst.CSTNode, code: Code, message: Optional[str] = None, *, fixed: bool = True
-    ) -> None:
-        line, col = self.position(node)
-        diag = Diagnostic(
-            code.code, code.severity, line, col, message or code.summary, fixed and not code.falls_back
-        )
-        if diag not in self.state.diagnostics:
-            self.state.diagnostics.append(diag)
-
-    def _known_parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
-        """The parent if the traversal has recorded it (no walk over the file)."""
-        return self._seen_parents.get(node)
-
-    def _wrapped_module(self) -> cst.Module:
-        """The tree being transformed (the context holds its wrapper while a rule runs)."""
-        wrapper = self.context.wrapper
-        assert wrapper is not None, "no tree is being transformed"
-        return wrapper.module
-
-    def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
-        # What ParentNodeProvider gives: recorded during the traversal for every node it
-        # entered; for others (asked about before the traversal reaches them), from a walk
-        # over node fields that does not enter the statements this rule skips.
-        if node in self._seen_parents:
-            return self._seen_parents[node]
-        if self._parents is None:
-            self._parents = {}
-            stack: list[cst.CSTNode] = [self._wrapped_module()]
-            skip = self._parent_skip
-            while stack:
-                current = stack.pop()
-                for child in children(current):
-                    self._parents[child] = current
-                    if id(child) not in skip:
-                        stack.append(child)
-        return self._parents.get(node)
-
-    def statement_around(self, block: cst.CSTNode) -> Optional[cst.BaseCompoundStatement]:
-        """The compound statement (`if`, `with`, `try`) whose body `block` is, when it sits in a
-        block itself; None at a loop, function, class or module boundary, which a search for
-        what happened earlier in the same iteration must not cross."""
-        owner = block
-        while True:
-            above = self.parent(owner)
-            if above is None or isinstance(
-                above, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Module)
-            ):
-                return None
-            owner = above
-            if isinstance(owner, cst.BaseCompoundStatement) and isinstance(
-                self.parent(owner), (cst.IndentedBlock, cst.Module)
-            ):
-                return owner
-
-    def ancestors(self, node: cst.CSTNode):
-        parent = self.parent(node)
-        while parent is not None:
-            yield parent
-            parent = self.parent(parent)
 
 
 _HANDLERS: dict[tuple[type, str, type], object] = {}

@@ -6,16 +6,18 @@ a rule that reads a fact runs after every other rule of the list that writes it.
 
 * State facts: a value on `FileState` one rule leaves for later ones (`FIELDS` names the
   field). Two facts may share a field: Fp16OptimizerToGradScaler plans into `training` only
-  where PlanTraining left it empty, and the rules that carry out only Apex amp's plan must
+  where the planner left it empty, and the rules that carry out only Apex amp's plan must
   not see that one.
 * Tree facts: what earlier rules must already have done to the tree (or to the requests in
   libcst's context) before a later rule looks, or what a later rule would destroy that an
   earlier one must read first. The latter is declared the same way: the later rule reads
   that the earlier one is done (`SCALER_STATE_REWRITTEN`).
 
-Every rule's binder (`Rule.transform_module_impl`) reads `PARSED` and `PROJECT` and fills
-`BINDING` when no rule before it did; that machinery is no rule's declaration. This module
-holds no rule.
+The planner phase (plan/, `plan_file`) runs before every native rule: it binds the parse's
+Apex names (`BINDING`), plans the GradScaler (`TRAINING`, `INFERENCE`, `CASTS`) and analyses
+the Apex code as given (`APEX_ANALYSED`), so for the native rules these are the driver's, as
+the parse and the project part are. Under the shim target nothing plans, and the first rule's
+binder fills `BINDING`. This module holds no rule.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ class Fact(enum.Enum):
     #: The file's Apex binding. A rule that reads it in `applies`, before its own binder exists,
     #: needs a rule before it that binds every file it may act on.
     BINDING = "binding"
-    #: The GradScaler plan PlanTraining made from Apex amp's calls.
+    #: The GradScaler plan the planner (plan/training.py) made from Apex amp's calls.
     TRAINING = "training"
     #: The plan Fp16OptimizerToGradScaler made for an `FP16_Optimizer` flow, where amp left none.
     FP16_PLAN = "fp16 plan"
@@ -87,5 +89,8 @@ FIELDS: dict[Fact, str] = {
     Fact.FP16_OPTIMIZER_REFUSED: "fp16_optimizer_refused",
 }
 
-#: What the driver (migrate.py's `_run`) sets on `FileState` before any rule runs.
-DRIVER_PROVIDES = frozenset({Fact.PARSED, Fact.PROJECT})
+#: What the driver (migrate.py's `_run`) sets on `FileState` before any rule runs: the parse,
+#: the project part, and what the planner phase (plan/, `plan_file`) decides from the parse.
+DRIVER_PROVIDES = frozenset(
+    {Fact.PARSED, Fact.PROJECT, Fact.BINDING, Fact.TRAINING, Fact.INFERENCE, Fact.CASTS, Fact.APEX_ANALYSED}
+)

@@ -4,7 +4,7 @@ What it does
     Removes `amp.initialize` (or the old `amp.init()`), keeps what its assignment meant
     (`initialize` returns the models and optimizers it was given, in the shape it was given),
     and creates the scaler: `scaler = torch.amp.GradScaler("cuda")` as a local, a
-    `self.scaler` attribute, or a module-level global (see `training_plan`, which makes the plan).
+    `self.scaler` attribute, or a module-level global (see plan/training.py, which makes the plan).
 
 Why
     Native mixed precision has no global state to initialise: models and optimizers stay as

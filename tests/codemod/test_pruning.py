@@ -93,8 +93,8 @@ def test_unchanged_statements_keep_their_identity_through_the_rules(monkeypatch)
     seen = {}
     real = migrate._run
 
-    def spy(rules, module, text, index, options, *project):
-        out, state = real(rules, module, text, index, options, *project)
+    def spy(rules, module, text, index, options, *project, **planned):
+        out, state = real(rules, module, text, index, options, *project, **planned)
         seen["before"], seen["after"] = module, out
         return out, state
 
@@ -165,6 +165,7 @@ def test_text_check_lets_native_torch_amp_through():
 def test_rules_do_not_enter_functions_that_spell_no_apex_word(monkeypatch):
     """Only ForwardOutsideAutocast reads `evaluate`, which spells no Apex word: it calls the
     model `initialize` cast, outside autocast, which is what that rule reports (AMP170)."""
+    from amp_migrate.plan.planner import Planner
     from amp_migrate.rules.base import Rule
 
     entered: set[tuple[str, str]] = set()
@@ -175,7 +176,16 @@ def test_rules_do_not_enter_functions_that_spell_no_apex_word(monkeypatch):
             entered.add((type(self).__name__, node.name.value))
         return real(self, node)
 
+    real_planner = Planner.on_visit
+
+    def planner_spy(self, node):
+        enters = real_planner(self, node)
+        if enters and isinstance(node, cst.FunctionDef):
+            entered.add((type(self).__name__, node.name.value))
+        return enters
+
     monkeypatch.setattr(Rule, "visit_node", spy)
+    monkeypatch.setattr(Planner, "on_visit", planner_spy)
     result = migrate_source(SAMPLE)
     assert result.changed
     readers = {rule for rule, function in entered if function == "evaluate"}

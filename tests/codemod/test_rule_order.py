@@ -63,13 +63,13 @@ def test_a_dependency_cycle_is_an_error():
 
 
 def test_a_fact_read_that_no_rule_writes_is_an_error():
-    with pytest.raises(RuleOrderError, match="A reads TRAINING"):
-        ordered([_rule("A", reads={Fact.TRAINING}), _rule("B", writes={Fact.CASTS})])
+    with pytest.raises(RuleOrderError, match="A reads FP16_PLAN"):
+        ordered([_rule("A", reads={Fact.FP16_PLAN}), _rule("B", writes={Fact.CASTS})])
 
 
 def test_a_fact_only_its_reader_writes_is_an_error():
-    with pytest.raises(RuleOrderError, match="A reads TRAINING"):
-        ordered([_rule("A", reads={Fact.TRAINING}, writes={Fact.TRAINING})])
+    with pytest.raises(RuleOrderError, match="A reads FP16_PLAN"):
+        ordered([_rule("A", reads={Fact.FP16_PLAN}, writes={Fact.FP16_PLAN})])
 
 
 def test_what_the_driver_provides_needs_no_writer():
@@ -79,11 +79,11 @@ def test_what_the_driver_provides_needs_no_writer():
 
 
 def test_unmet_names_a_reader_placed_before_a_writer():
-    reader, writer = _rule("A", reads={Fact.CASTS}), _rule("B", writes={Fact.CASTS})
+    reader, writer = _rule("A", reads={Fact.FP16_PLAN}), _rule("B", writes={Fact.FP16_PLAN})
     assert unmet([writer, reader]) == []
     assert unmet([reader, writer]) == [
-        "A reads CASTS before B writes it",
-        "A reads CASTS, which nothing before it writes",
+        "A reads FP16_PLAN before B writes it",
+        "A reads FP16_PLAN, which nothing before it writes",
     ]
 
 
@@ -92,7 +92,9 @@ def test_a_broken_registry_fails_at_import(monkeypatch):
     package from importing rather than running rules in a wrong order."""
     import importlib
 
-    monkeypatch.setattr(rules.PlanTraining, "READS", rules.PlanTraining.READS | {Fact.FALLBACK_REASONS})
+    monkeypatch.setattr(
+        rules.ReboundApexNames, "READS", rules.ReboundApexNames.READS | {Fact.FALLBACK_REASONS}
+    )
     try:
         with pytest.raises(RuleOrderError, match="cycle"):
             importlib.reload(rules)

@@ -65,15 +65,15 @@ Soundness
 
 from __future__ import annotations
 
-import ast
-from typing import TYPE_CHECKING, NamedTuple, Optional, Sequence, Union
+from typing import TYPE_CHECKING, NamedTuple, Optional, Sequence
 
 import libcst as cst
 import libcst.matchers as m
 
 from ..diagnostics import Severity, define
-from ..plan.inference import INFERENCE_DTYPE, INFERENCE_OUT_OF_REACH, SECOND_INITIALIZE, InferencePlanning
-from ..plan.options import (  # codes it reports
+from ..file_state import FileState
+from .inference import INFERENCE_DTYPE, INFERENCE_OUT_OF_REACH, SECOND_INITIALIZE
+from .options import (  # codes it reports
     BF16,
     IGNORED_OPTIONS,
     O2_O3,
@@ -94,19 +94,16 @@ from ..plan.options import (  # codes it reports
     string,
     switch_of,
 )
-from ..plan.switch_flow import file_stores, flag_branch, function_of, import_flag
-from ..plan.threaded import find_threading, top_level_function
-from ..plan.types import (
+from .switch_flow import file_stores, flag_branch, function_of, import_flag
+from .threaded import find_threading, top_level_function
+from .types import (
     INIT,
     INITIALIZE,
     INITIALIZE_ARGS,
     LEVELS,
     LOAD_STATE_DICT,
     LOSS_SCALERS,
-    MASTER_PARAMS,
     ONE_SCALER,
-    PURE_BUILTINS,
-    SCALE_LOSS,
     SCALE_LOSS_ARGS,
     SCALER_NAMES,
     STATE_DICT,
@@ -115,18 +112,14 @@ from ..plan.types import (
     SharedScaler,
     TrainingPlan,
     bind_arguments,
-    binds_in_ast,
     expression_codes,
     literal,
     pure,
-    words_of,
 )
-from ..plan.units import Unit, UnitPlanning
-from .base import Rule
-from .facts import Fact
+from .units import Unit, UnitPlanning
 
 if TYPE_CHECKING:
-    from ..plan.switch_flow import _Stores
+    pass
 
 NO_PLACE = define(
     "AMP101",
@@ -375,20 +368,6 @@ def _script_entry(node: cst.CSTNode) -> bool:
     return isinstance(node, cst.If) and node.orelse is None and m.matches(node.test, _MAIN)
 
 
-def _bound_names(node: ast.AST) -> tuple[str, ...]:
-    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-        return (node.id,)
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return (node.name,)
-    if isinstance(node, ast.alias):
-        return (node.asname or node.name.split(".")[0],)
-    if isinstance(node, ast.arg):
-        return (node.arg,)
-    if isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
-        return (node.name,)
-    return ()
-
-
 class _Recipe(NamedTuple):
     """What `PlanTraining._plan` reads before it places, names and builds the scaler."""
 
@@ -402,7 +381,7 @@ class _Recipe(NamedTuple):
     shared: Optional[SharedScaler]
 
 
-class PlanTraining(UnitPlanning, InferencePlanning, Rule):
+class PlanTraining(UnitPlanning):
     """Read the file's Apex training calls and decide where its GradScaler lives."""
 
     HANDLES = (INITIALIZE, INIT)
@@ -429,44 +408,6 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
         INFERENCE_DTYPE,
         SECOND_INITIALIZE,
     )
-    READS = frozenset({Fact.PARSED, Fact.PROJECT})
-    WRITES = frozenset(
-        {Fact.APEX_ANALYSED, Fact.BINDING, Fact.CASTS, Fact.FALLBACK_REASONS, Fact.INFERENCE, Fact.TRAINING}
-    )
-
-    MARKERS = ("initialize", "scale_loss", "init(")
-    APEX_ON_THE_LINE = True
-    forced_placement: Optional[str] = None  # one placement for several `initialize` calls (plan/methods.py)
-
-    def interest(self):
-        return self.words_for(
-            INITIALIZE, INIT, *SCALE_LOSS, MASTER_PARAMS, STATE_DICT, LOAD_STATE_DICT, *LOSS_SCALERS
-        )
-
-    def __init__(self, context, state) -> None:
-        super().__init__(context, state)
-        self.inits: list[tuple[cst.Call, cst.CSTNode]] = []  # (call, statement)
-        self.sites: list[cst.CSTNode] = []  # every call that will reach the scaler
-        self.scale_losses: list[cst.Call] = []
-        self._binds_cache: dict[tuple[int, str], Optional[bool]] = {}
-        self._builtins: Optional[tuple[str, ...]] = None
-        self._flagged: set[int] = set()  # lines of the `if FLAG:` branches reported (AMP158)
-        # the file's ast and stores, () where it does not parse
-        self._stored: Optional[Union[tuple[ast.Module, _Stores], tuple[()]]] = None
-
-    def visit_Call(self, node: cst.Call) -> None:
-        name = self.apex_name(node.func)
-        if name in (INITIALIZE, INIT):
-            self.inits.append((node, self._statement(node)))
-        elif name in SCALE_LOSS:
-            self.scale_losses.append(node)
-            self.sites.append(node)
-        elif name in (MASTER_PARAMS, STATE_DICT, LOAD_STATE_DICT):
-            self.sites.append(node)
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        if node.attr.value == "loss_scalers" and self.apex_name(node) in LOSS_SCALERS:
-            self.sites.append(node)  # a read of Apex's scale reaches the scaler too
 
     def _unscales_at_exit(self, call: cst.Call) -> bool:
         """Apex unscaled and updated its scale at this `scale_loss`'s exit (no `delay_unscale`,
@@ -474,67 +415,39 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
         bound = bind_arguments(call, SCALE_LOSS_ARGS) or {}
         return literal(bound.get("delay_unscale")) in (None, False)
 
-    def _lines_of(self, statement: cst.CSTNode) -> range:
-        first = self.position(statement)[0]
-        tree = self.state.index.ast_of(statement) if self.state.index is not None else None
-        last = getattr(tree, "end_lineno", None) or first
-        return range(first, last + 1)
-
-    def _statement(self, node: cst.CSTNode) -> cst.CSTNode:
-        for parent in self.ancestors(node):
-            if isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-                return parent
-        return node
-
-    def scope_of(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
-        for parent in self.ancestors(node):
-            if isinstance(parent, (cst.FunctionDef, cst.Lambda)):
-                return parent if isinstance(parent, cst.FunctionDef) else None
-        return None
-
-    def class_of(self, function: cst.FunctionDef) -> Optional[cst.ClassDef]:
-        block = self.parent(function)
-        owner = self.parent(block) if block is not None else None
-        if (
-            isinstance(owner, cst.ClassDef)
-            and function.params.params
-            and function.params.params[0].name.value == "self"
-        ):
-            return owner
-        return None
-
     @classmethod
-    def applies(cls, state, context) -> bool:
-        return state.project is not None or super().applies(state, context)
+    def applies(cls, state: FileState) -> bool:
+        return state.project is not None or super().applies(state)
 
-    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+    def decide(self, original_node: cst.Module) -> None:
+        """Plan the file from the sites the visit collected (reports what it refuses)."""
         shared: Optional[SharedScaler] = self.state.project
         if not self.inits and shared is not None and self.sites and (shared.user or shared.refused):
             if shared.user:
                 self._keep(self._plan_shared_use(original_node, shared))
             else:
                 self._not_once(shared)
-            return updated_node
+            return
         if not self.inits and not self.scale_losses:
-            return updated_node
+            return
         self.state.casts = tuple(self._cast_source(call, statement) for call, statement in self.inits)
         if self._only_inference(shared):
             self._plan_inference(original_node)
-            return updated_node
+            return
         absorbed = self._absorb(self._optimizer_codes()) if self.scale_losses else []
         if self.scale_losses and (
             len(self.inits) > 1 or self.inits and self._guard(self.inits[0][1], flags=len(self.inits) == 1)[1]
         ):
             self._plan_several(original_node)
             self._with_absorbed(absorbed)
-            return updated_node
+            return
         if len(self.inits) != 1 or not (self.scale_losses or shared is not None and shared.owner):
             self._not_once(shared)
-            return updated_node
+            return
         call, statement = self.inits[0]
         self._keep(self._plan(call, statement, original_node))
         self._with_absorbed(absorbed)
-        return updated_node
+        return
 
     def _cast_source(self, call: cst.Call, statement: cst.CSTNode) -> CastSource:
         """What this `initialize` cast, for the check of forwards left outside autocast."""
@@ -628,7 +541,7 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
 
     def _plan_several(self, module: cst.Module) -> None:
         """Several `initialize` calls, or one that runs in a loop or a branch: a scaler each."""
-        found = self._plan_in_units(module)
+        found = self._plan_in_units(module, self._plan)
         if isinstance(found, TrainingPlan):
             self.state.training = found
         elif found and len(self.inits) > 1:
@@ -676,53 +589,6 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
                 if found.setdefault(code, loss_id) != loss_id:
                     return None
         return found
-
-    def _step_sites(self, module: cst.Module, optimizers: set[str], init: cst.CSTNode) -> list[cst.Call]:
-        """The `X.step()` calls whose `X` is an optimizer `scale_loss` scaled: in the scope
-        that binds it where `initialize` or `scale_loss` sees it (an `optimizer` parameter of
-        some other function is another variable), or `self.X` in the same class."""
-        matcher = m.Call(func=m.Attribute(attr=m.Name("step")))
-        calls = [  # what the matcher finds: calls of an attribute
-            (c, c.func.value)
-            for c in self.findall(module, matcher, words_of(optimizers), ("step",))
-            if isinstance(c, cst.Call) and isinstance(c.func, cst.Attribute)
-            if self.code_of(c.func.value) in optimizers
-        ]
-        seen_from = [init] + [s for s in self.scale_losses]
-        return [c for c, owner in calls if self._same_variable(owner, c, seen_from)]
-
-    def _same_variable(self, expr: cst.BaseExpression, where: cst.CSTNode, sites: list[cst.CSTNode]) -> bool:
-        if isinstance(expr, cst.Name):
-            scope = self._binding_scope(where, expr.value)
-            return any(self._binding_scope(s, expr.value) is scope for s in sites)
-        if m.matches(expr, m.Attribute(value=m.Name("self"))):
-            here = self.scope_of(where)
-            owner = self.class_of(here) if here is not None else None
-            return any(self._class_around(s) is owner for s in sites)
-        return True  # `trainer.optimizer`: one object wherever it is read
-
-    def _class_around(self, node: cst.CSTNode) -> Optional[cst.ClassDef]:
-        function = self.scope_of(node)
-        return self.class_of(function) if function is not None else None
-
-    def _binding_scope(self, node: cst.CSTNode, name: str) -> Optional[cst.FunctionDef]:
-        """The function whose variable `name` is where `node` reads it (None: the module's)."""
-        for parent in self.ancestors(node):
-            if isinstance(parent, cst.FunctionDef):
-                key = (id(parent), name)
-                if key not in self._binds_cache:
-                    index = self.state.index
-                    tree = index.ast_of(parent) if index is not None else None
-                    if index is not None and not index.may_spell(parent, name):
-                        self._binds_cache[key] = None
-                    elif isinstance(tree, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                        self._binds_cache[key] = binds_in_ast(tree, name)
-                    else:  # beyond this interpreter's parser: by spelling, as Apex users wrote it
-                        self._binds_cache[key] = None
-                binds = self._binds_cache[key]
-                if binds is not None:
-                    return parent if binds else None
-        return None
 
     def _placement(self, init_statement: cst.CSTNode, sites: list[cst.CSTNode]) -> str:
         init_scope = self.scope_of(init_statement)
@@ -991,29 +857,6 @@ class PlanTraining(UnitPlanning, InferencePlanning, Rule):
             )
             return guard, None
         return guard, switch_of(guard)
-
-    def _free_builtins(self) -> tuple[str, ...]:
-        """The builtins of PURE_BUILTINS that nothing in the file binds (any scope)."""
-        if self._builtins is None:
-            index = self.state.index
-            spelled = {b for b in PURE_BUILTINS if index is None or index.spells(b)}
-            try:
-                tree = (
-                    (index.tree if index is not None else ast.parse(self.state.original)) if spelled else None
-                )
-            except (SyntaxError, ValueError):
-                tree, spelled = None, set(PURE_BUILTINS)
-            bound = (
-                index.bound_names()
-                if index is not None and tree is not None
-                else {
-                    name
-                    for node in (ast.walk(tree) if tree is not None else ())
-                    for name in _bound_names(node)
-                }
-            ) & spelled
-            self._builtins = tuple(b for b in PURE_BUILTINS if b not in bound)
-        return self._builtins
 
     def _per_loss(self, args: dict[str, cst.BaseExpression]) -> Optional[dict[str, int]]:
         """Optimizer -> loss id where Apex's per-loss scalers stay apart ({}: one scaler for

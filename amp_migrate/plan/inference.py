@@ -26,6 +26,7 @@ PlanTraining (rules/training_plan.py), which mixes it in.
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from typing import TYPE_CHECKING, Optional, Union
 
 import libcst as cst
@@ -583,10 +584,12 @@ class InferencePlanning(TrainingSites):
         plan = self.state.training
         if plan is None or not absorbed:
             return
+        models = set(plan.models)
         for call, _ in absorbed:
             self.report(call, SECOND_INITIALIZE)
-            plan.models |= set(expression_codes((bind_arguments(call) or {}).get("models")))
-        plan.absorbed = frozenset(self._lines_of(statement)[0] for _, statement in absorbed)
+            models |= set(expression_codes((bind_arguments(call) or {}).get("models")))
+        lines = frozenset(self._lines_of(statement)[0] for _, statement in absorbed)
+        self.state.training = replace(plan, models=models, absorbed=lines)
 
     def _absorb(self, scaled: set[str]) -> list[tuple[cst.Call, cst.CSTNode]]:
         """Take out of `self.inits` each later `initialize` that Apex ran right after the first

@@ -165,7 +165,7 @@ class CastSource:
     models: frozenset = frozenset()  # the models passed and the names `initialize` bound them to
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainingPlan:
     scaler: str  # how code reaches it: "scaler" or "self.scaler"
     placement: str  # "local" | "self" | "module" | "threaded" (a parameter of the functions using it)

@@ -40,6 +40,7 @@ class Planner(FileReader, cst.CSTVisitor):
         self._wrapper: Optional[FastMetadataWrapper] = None
         self._resolved: dict = {}
         self._path: list[cst.CSTNode] = []
+        self._entered_here = type(self)._entered()
 
     @classmethod
     def applies(cls, state: FileState) -> bool:
@@ -67,20 +68,17 @@ class Planner(FileReader, cst.CSTVisitor):
             cls._entered_types = holders_of(handled)
         return cls.__dict__["_entered_types"]
 
-    def _enters(self, node: cst.CSTNode) -> bool:
-        return id(node) not in self._skip and type(node) in self._entered()
-
     def on_visit(self, node: cst.CSTNode) -> bool:
         if id(node) in self._skip:
             return False
         self._seen_parents[node] = self._path[-1] if self._path else None
-        if type(node) not in self._entered():
+        if type(node) not in self._entered_here:
             return False
         self._path.append(node)
         return super().on_visit(node)
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
-        if self._enters(original_node):
+        if type(original_node) in self._entered_here and id(original_node) not in self._skip:
             self._path.pop()
             super().on_leave(original_node)
 

@@ -2,7 +2,7 @@
 
 Per file, `scale_loss` on a loss parameter is native only where every call of the function in
 the file passes a loss the caller computed right before it: autocast then goes around each
-caller's forward (rules/loss_callers.py, AMP207 at the function). A module that imports the
+caller's forward (plan/loss_callers.py, AMP207 at the function). A module that imports the
 function and calls it is not seen there; its forward would run in fp32 where Apex's O1 cast it.
 So in a tree, a file whose native result has an AMP207 function that another module spells (a
 word match, as project/carry.py matches receivers: a call, an import or a coincidence alike, one
@@ -29,7 +29,7 @@ def named_elsewhere(
     if not diagnostics:
         return None
     # Diagnostics come from the codemod, which has imported the rules by then.
-    from ..rules.loss_callers import CALLED_OTHERWISE, CALLERS_CAST
+    from ..plan.loss_callers import CALLED_OTHERWISE, CALLERS_CAST
 
     lines = text.splitlines()
     for found in diagnostics:

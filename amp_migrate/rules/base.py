@@ -28,6 +28,7 @@ from libcst.metadata import (
 )
 
 from ..analysis.binding import NOTHING, children
+from ..analysis.call_args import dotted
 from ..analysis.cst_reach import NODE_TYPES, concrete, holders_of
 from ..analysis.fast_metadata import FastMetadataWrapper
 from ..analysis.source_index import SourceIndex
@@ -479,3 +480,88 @@ class TrainingRule(Rule):
     @classmethod
     def applies(cls, state, context) -> bool:
         return state.training is not None and super().applies(state, context)
+
+
+class ApexClassRule(Rule):
+    """A rule that rewrites calls of some Apex callables and judges their bare references."""
+
+    #: Apex qualified names this rule is about.
+    HANDLED: frozenset = frozenset()
+    ACTS_ON = (cst.Name, cst.Attribute)  # bare references, judged and replaced in visit_node/leave_node
+
+    def __init__(self, context: CodemodContext, state: FileState) -> None:
+        super().__init__(context, state)
+        self.replacements: dict[int, str] = {}  # id(original node) -> torch name
+
+    def interest(self):
+        return self.words_for(*self.HANDLED)
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def handled_name(self, node: cst.CSTNode) -> Optional[str]:
+        name = self.apex_name(node)
+        return name if name in self.HANDLED else None
+
+    def direct(self, node: cst.CSTNode) -> bool:
+        """`node` names the Apex object through an import. The binder also resolves
+        `self.<attr>` when every assignment to it is Apex-valued, but it cannot tell a held
+        class (`self.norm_cls = FusedLayerNorm`) from a held instance
+        (`self.norm = FusedLayerNorm(d)`); the assignment is judged instead, where the class is
+        named directly."""
+        assert self.apex is not None
+        return self.apex.imported_name(node) is not None
+
+    def use_torch(self) -> None:
+        AddImportsVisitor.add_needed_import(self.context, "torch")
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        name = self.handled_name(original_node.func)
+        if name is None or not self.direct(original_node.func):
+            return updated_node
+        replaced = self.rewrite_call(original_node, updated_node, name)
+        if replaced is not updated_node:
+            self.use_torch()
+        return replaced
+
+    def visit_node(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            name = self.handled_name(node)
+            if name is not None and self.direct(node):
+                parent = self.parent(node)
+                if not (isinstance(parent, cst.Call) and parent.func is node):
+                    self.bare_reference(node, name)
+                return False
+        return super().visit_node(node)
+
+    def leave_node(self, original_node, updated_node):
+        replacement = self.replacements.get(id(original_node))
+        if replacement is not None:
+            self.use_torch()
+            return dotted(replacement)
+        return super().leave_node(original_node, updated_node)
+
+    def reference_context(self, node: cst.CSTNode) -> str:
+        """'check' for isinstance/issubclass arguments and class bases, else 'value'."""
+        parent = self.parent(node)
+        while isinstance(parent, (cst.Element, cst.Tuple)):
+            parent = self.parent(parent)
+        if isinstance(parent, cst.Arg):
+            owner = self.parent(parent)
+            if isinstance(owner, cst.ClassDef):
+                return "check"
+            if isinstance(owner, cst.Call) and m.matches(
+                owner.func, m.Name("isinstance") | m.Name("issubclass")
+            ):
+                return "check"
+        return "value"
+
+    # -- what subclasses implement ---------------------------------------------------------
+    def rewrite_call(self, original: cst.Call, updated: cst.Call, name: str) -> cst.BaseExpression:
+        raise NotImplementedError
+
+    def bare_reference(self, node: cst.CSTNode, name: str) -> None:
+        raise NotImplementedError

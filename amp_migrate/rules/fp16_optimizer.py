@@ -82,12 +82,12 @@ import libcst.matchers as m
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import ScopeProvider
 
+from ..analysis.call_args import NOT_LITERAL
 from ..analysis.control_flow import exits_early, runs_backward
 from ..analysis.fp16_names import PACKAGE, fp16_name, star_only_names
 from ..diagnostics import Code, Severity, define
 from ..plan.options import STATIC_GROWTH_INTERVAL
 from ..plan.types import TrainingPlan, bind_arguments, binds_in_ast, literal, pure
-from .apex_calls import NOT_LITERAL
 from .base import Rule
 from .facts import Fact
 

@@ -61,11 +61,11 @@ from libcst.helpers import get_full_name_for_node
 from libcst.metadata import ScopeProvider
 
 from ..analysis.binding import APEX, is_apex_name, read_names
+from ..analysis.import_guards import apex_import, settled_try
 from ..diagnostics import Severity, define
 from ..plan.types import pure
 from .base import Rule, add_requested_imports
 from .facts import Fact
-from .import_guards import apex_import, settled_try
 
 SHIM = "amp_shim"
 

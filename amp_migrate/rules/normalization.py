@@ -44,8 +44,9 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..analysis.call_args import bind, new_keyword, rebuild_call
 from ..diagnostics import Severity, define
-from .apex_calls import ApexClassRule, bind, new_keyword, rebuild_call
+from .base import ApexClassRule
 from .facts import Fact
 
 NORM_REFERENCE = define(

@@ -52,8 +52,9 @@ from typing import Optional
 
 import libcst as cst
 
+from ..analysis.call_args import Bound, bind, new_keyword, rebuild_call
 from ..diagnostics import Severity, define
-from .apex_calls import ApexClassRule, Bound, bind, new_keyword, rebuild_call
+from .base import ApexClassRule
 from .facts import Fact
 
 CHECKPOINT_FORMAT = define(

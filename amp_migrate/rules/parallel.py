@@ -67,9 +67,10 @@ from typing import Optional, cast
 import libcst as cst
 import libcst.matchers as m
 
+from ..analysis.call_args import NOT_LITERAL, Bound, bind, literal, new_keyword, rebuild_call
 from ..diagnostics import Severity, define
 from ..plan.types import pure
-from .apex_calls import NOT_LITERAL, ApexClassRule, Bound, bind, literal, new_keyword, rebuild_call
+from .base import ApexClassRule
 from .facts import Fact
 
 DDP_REPLACED = define(

@@ -56,8 +56,8 @@ from typing import Optional
 
 import libcst as cst
 
+from ..analysis.call_args import bind
 from ..diagnostics import Severity, define
-from .apex_calls import bind
 from .base import Rule
 from .facts import Fact
 

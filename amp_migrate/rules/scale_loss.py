@@ -25,7 +25,7 @@ Soundness
     patches did from `initialize` on, and ends before backward, which Apex never cast. Where the
     loss is a parameter of a module-level function whose every use in the file is a direct call
     passing a loss the caller computed right before it, the region goes around each caller's
-    forward instead (loss_callers.py; AMP205/AMP206 where a call or a use cannot be followed,
+    forward instead (plan/loss_callers.py; AMP205/AMP206 where a call or a use cannot be followed,
     and a tree moves the file to the shim where another module names the function). A loss
     computed elsewhere otherwise (no forward to wrap), several context managers in one `with`,
     `delay_overflow_check`, and optimizers given as anything but names or attributes (whose
@@ -68,6 +68,17 @@ import libcst.matchers as m
 from ..analysis.binding import Pruned
 from ..analysis.statements import find_statements
 from ..diagnostics import Severity, define
+from ..plan.loss_callers import (
+    CALLED_OTHERWISE,
+    CALLER_LOSS_UNPROVEN,
+    CALLERS_CAST,
+    CallerSite,
+    Refused,
+    autocast_reaches,
+    caller_sites,
+    calls_any,
+    loss_parameter,
+)
 from ..plan.options import USER_AUTOCAST, autocast_aliases, own_autocast
 from ..plan.switch_flow import SwitchProof, negation, squeezed
 from ..plan.types import (
@@ -82,17 +93,6 @@ from ..plan.types import (
 )
 from .base import TrainingRule
 from .facts import Fact
-from .loss_callers import (
-    CALLED_OTHERWISE,
-    CALLER_LOSS_UNPROVEN,
-    CALLERS_CAST,
-    CallerSite,
-    Refused,
-    autocast_reaches,
-    caller_sites,
-    calls_any,
-    loss_parameter,
-)
 
 UNSUPPORTED_BLOCK = define(
     "AMP201",
@@ -456,7 +456,7 @@ class ScaleLossToGradScaler(TrainingRule):
         self.withs: set[int] = set()  # original With nodes to rewrite
         self.regions: dict[int, list[tuple[int, int]]] = {}  # original block -> [(first, last)]
         self._autocast_aliases: Optional[frozenset[str]] = None  # `autocast as ac` imports
-        #: Functions whose `scale_loss` scales a loss parameter (loss_callers.py), and for each
+        #: Functions whose `scale_loss` scales a loss parameter (plan/loss_callers.py), and for each
         #: such `with` (by id) its callers' sites with whether a model use starts the region, or
         #: why they cannot all be followed.
         self._helpers: frozenset[str] = frozenset()
@@ -483,7 +483,7 @@ class ScaleLossToGradScaler(TrainingRule):
     def _plan_callers(self, module: cst.Module, words) -> None:
         """Before the walk (a caller may come before the function it calls): each `scale_loss`
         whose loss is a parameter of its function gets the autocast regions of its callers, or
-        the reason one cannot be followed (loss_callers.py)."""
+        the reason one cannot be followed (plan/loss_callers.py)."""
         pending = []
         for found_with in self.findall(module, m.With(), words):
             node = cast(cst.With, found_with)  # what m.With() found

@@ -1,4 +1,4 @@
-"""What the rules that replace Apex calls share: literal values, argument binding, rebuilt calls.
+"""What the rules that replace Apex calls share: argument binding and rebuilt calls.
 
 Apex's classes (`FusedAdam`, `DistributedDataParallel`, `FusedLayerNorm`) and `amp.initialize`
 are replaced by torch calls only when their arguments say provably what the torch call needs,
@@ -13,12 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
 
 import libcst as cst
-import libcst.matchers as m
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
 
-from ..analysis.literals import NOT_LITERAL, literal
-from .base import FileState, Rule
+from .literals import NOT_LITERAL, literal
 
 
 def dotted(name: str) -> Union[cst.Name, cst.Attribute]:
@@ -134,88 +130,3 @@ def rebuild_call(
             arg = arg.with_changes(comma=separator, whitespace_after_arg=cst.SimpleWhitespace(""))
         out.append(arg)
     return call.with_changes(func=dotted(func), args=out)
-
-
-class ApexClassRule(Rule):
-    """A rule that rewrites calls of some Apex callables and judges their bare references."""
-
-    #: Apex qualified names this rule is about.
-    HANDLED: frozenset = frozenset()
-    ACTS_ON = (cst.Name, cst.Attribute)  # bare references, judged and replaced in visit_node/leave_node
-
-    def __init__(self, context: CodemodContext, state: FileState) -> None:
-        super().__init__(context, state)
-        self.replacements: dict[int, str] = {}  # id(original node) -> torch name
-
-    def interest(self):
-        return self.words_for(*self.HANDLED)
-
-    def visit_Import(self, node: cst.Import) -> bool:
-        return False
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        return False
-
-    def handled_name(self, node: cst.CSTNode) -> Optional[str]:
-        name = self.apex_name(node)
-        return name if name in self.HANDLED else None
-
-    def direct(self, node: cst.CSTNode) -> bool:
-        """`node` names the Apex object through an import. The binder also resolves
-        `self.<attr>` when every assignment to it is Apex-valued, but it cannot tell a held
-        class (`self.norm_cls = FusedLayerNorm`) from a held instance
-        (`self.norm = FusedLayerNorm(d)`); the assignment is judged instead, where the class is
-        named directly."""
-        assert self.apex is not None
-        return self.apex.imported_name(node) is not None
-
-    def use_torch(self) -> None:
-        AddImportsVisitor.add_needed_import(self.context, "torch")
-
-    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        name = self.handled_name(original_node.func)
-        if name is None or not self.direct(original_node.func):
-            return updated_node
-        replaced = self.rewrite_call(original_node, updated_node, name)
-        if replaced is not updated_node:
-            self.use_torch()
-        return replaced
-
-    def visit_node(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, (cst.Name, cst.Attribute)):
-            name = self.handled_name(node)
-            if name is not None and self.direct(node):
-                parent = self.parent(node)
-                if not (isinstance(parent, cst.Call) and parent.func is node):
-                    self.bare_reference(node, name)
-                return False
-        return super().visit_node(node)
-
-    def leave_node(self, original_node, updated_node):
-        replacement = self.replacements.get(id(original_node))
-        if replacement is not None:
-            self.use_torch()
-            return dotted(replacement)
-        return super().leave_node(original_node, updated_node)
-
-    def reference_context(self, node: cst.CSTNode) -> str:
-        """'check' for isinstance/issubclass arguments and class bases, else 'value'."""
-        parent = self.parent(node)
-        while isinstance(parent, (cst.Element, cst.Tuple)):
-            parent = self.parent(parent)
-        if isinstance(parent, cst.Arg):
-            owner = self.parent(parent)
-            if isinstance(owner, cst.ClassDef):
-                return "check"
-            if isinstance(owner, cst.Call) and m.matches(
-                owner.func, m.Name("isinstance") | m.Name("issubclass")
-            ):
-                return "check"
-        return "value"
-
-    # -- what subclasses implement ---------------------------------------------------------
-    def rewrite_call(self, original: cst.Call, updated: cst.Call, name: str) -> cst.BaseExpression:
-        raise NotImplementedError
-
-    def bare_reference(self, node: cst.CSTNode, name: str) -> None:
-        raise NotImplementedError

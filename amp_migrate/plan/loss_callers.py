@@ -29,7 +29,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from ..diagnostics import Code, Severity, define
-from ..plan.types import pure
+from .types import pure
 
 CALLER_LOSS_UNPROVEN = define(
     "AMP205",

@@ -5,7 +5,6 @@ migration that continues bit for bit."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import types
 from collections import OrderedDict
@@ -22,6 +21,7 @@ from amp_migrate.checkpoints.convert import (
     load,
     save_atomically,
 )
+from forked_runs import launch
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = ROOT / "fixtures" / "programs" / "resume_legacy.py"
@@ -199,18 +199,17 @@ def test_save_is_atomic_and_leaves_no_temp_files(tmp_path):
 # Resume across the migration ---------------------------------------------------------------
 
 
-def _run(args, cwd):
+def _run(args, cwd, shim=False):
+    """`python [-m amp_shim] ARGS` in `cwd`, forked from a fork server that already imported
+    torch (tests/forked_runs.py); its stdout."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    done = subprocess.run(
-        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    rc, stdout, stderr = launch([str(a) for a in args], shim=shim, env=env, cwd=cwd, timeout=120)
+    assert rc == 0, stderr
+    return stdout
 
 
 @pytest.mark.parametrize("level", ["O1", "O0"])
 @pytest.mark.slow
-@pytest.mark.minutes
 def test_shim_checkpoint_resumes_in_the_migrated_native_program_bit_for_bit(tmp_path, level):
     legacy = PROGRAM.read_text()
     native = migrate_source(legacy, target="native", device="cpu")
@@ -219,12 +218,8 @@ def test_shim_checkpoint_resumes_in_the_migrated_native_program_bit_for_bit(tmp_
     native_program.write_text(native.code)
     opts = ["--opt-level", level]
 
-    full = _run(
-        ["-m", "amp_shim", str(PROGRAM), *opts, "--steps", "8", "--save", str(tmp_path / "full.pt")], tmp_path
-    )
-    _run(
-        ["-m", "amp_shim", str(PROGRAM), *opts, "--steps", "5", "--save", str(tmp_path / "half.pt")], tmp_path
-    )
+    full = _run([PROGRAM, *opts, "--steps", "8", "--save", tmp_path / "full.pt"], tmp_path, shim=True)
+    _run([PROGRAM, *opts, "--steps", "5", "--save", tmp_path / "half.pt"], tmp_path, shim=True)
     converted, _ = convert(torch.load(tmp_path / "half.pt", weights_only=True))
     save_atomically(converted, tmp_path / "half_native.pt")
     resumed = _run(

@@ -27,8 +27,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -36,11 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from forked_runs import RunFailed, launch, stop_zygotes
+from forked_runs import base_env as _env
+
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "fixtures" / "programs" / "equivalence"
 RECORDER = ROOT / "amp_migrate" / "runs" / "recorder.py"
 MODES = ("shim", "native", "shim-target")
-RUN_TIMEOUT = 120
 
 
 @dataclass(frozen=True)
@@ -93,15 +93,6 @@ class Case:
     @property
     def is_project(self) -> bool:
         return self.path.is_dir()
-
-
-def _env(extra=()) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    for name in ("AMP_SHIM_ALIAS", "AMP_SHIM_ALIAS_ANNOUNCED", "AMP_SHIM_DTYPE"):
-        env.pop(name, None)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "shim"), str(ROOT), env.get("PYTHONPATH")]))
-    env.update(dict(extra))
-    return env
 
 
 class MigrationFellBack(Exception):
@@ -180,69 +171,6 @@ def _migrate(case: Case, target: str) -> str:
     if result.target_used != target:
         raise MigrationFellBack([d for d in result.diagnostics])
     return result.code
-
-
-class RunFailed(Exception):
-    pass
-
-
-_zygotes = threading.local()
-_all_zygotes: list = []
-FORKSERVER = ROOT / "tests" / "equivalence" / "forkserver.py"
-
-
-def _zygote() -> subprocess.Popen:
-    """This thread's fork server (tests/equivalence/forkserver.py), started on first use."""
-    proc = getattr(_zygotes, "proc", None)
-    if proc is None or proc.poll() is not None:
-        proc = subprocess.Popen(
-            [sys.executable, str(FORKSERVER)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=_env(),
-            text=True,
-            bufsize=1,
-        )
-        _zygotes.proc = proc
-        _all_zygotes.append(proc)
-    return proc
-
-
-def stop_zygotes() -> None:
-    while _all_zygotes:
-        proc = _all_zygotes.pop()
-        if proc.poll() is None:
-            proc.stdin.close()
-            proc.wait(timeout=RUN_TIMEOUT)
-
-
-def launch(argv, *, shim: bool, env: dict, cwd: Path, fresh: bool = False) -> tuple[int, str, str]:
-    """Run `python [-m amp_shim] argv...` in `cwd`; (exit status, stdout, stderr).
-
-    By default through a fork server (a child of an interpreter that already imported torch);
-    `fresh=True`, or AMP_EQUIVALENCE_FRESH=1 in the environment, starts a new interpreter.
-    """
-    if fresh or os.environ.get("AMP_EQUIVALENCE_FRESH") == "1":
-        cmd = [sys.executable, *(["-m", "amp_shim"] if shim else []), *map(str, argv)]
-        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT)
-        return proc.returncode, proc.stdout, proc.stderr
-    out, err = Path(cwd) / "stdout.txt", Path(cwd) / "stderr.txt"
-    job = {
-        "argv": [str(a) for a in argv],
-        "shim": shim,
-        "env": env,
-        "cwd": str(cwd),
-        "stdout": str(out),
-        "stderr": str(err),
-        "timeout": RUN_TIMEOUT,
-    }
-    zygote = _zygote()
-    zygote.stdin.write(json.dumps(job) + "\n")
-    zygote.stdin.flush()
-    reply = zygote.stdout.readline()
-    if not reply:
-        raise RunFailed(f"the fork server died (exit {zygote.wait()})")
-    return json.loads(reply)["rc"], out.read_text(), err.read_text()
 
 
 def _run_once(case: Case, mode: str, workdir: Path, source: Path, args, tag: str, fresh=False) -> dict:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # forked_runs, shared with tests/runs
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from equivalence_cases import CASES  # noqa: E402

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_verify_command import verify
+from .test_verify_command import verify, verify_text_and_json
 
 #: The program's own code turns mixed precision off on a machine without CUDA.
 AMP_ONLY_ON_CUDA = '''\
@@ -61,17 +61,17 @@ def amp_off(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_a_program_that_switches_amp_off_on_cpu_is_refused_as_amp_never_ran(amp_off):
-    result = verify(amp_off, "--steps", "4", "--device", "cpu", "--", "python", "train.py")
+def test_a_program_that_switches_amp_off_on_cpu_is_refused_as_amp_never_ran_in_text_and_json(
+    amp_off, monkeypatch
+):
+    """Was two tests, a text and a JSON verify of the same run; one run now, both renderings."""
+    args = ("--steps", "4", "--device", "cpu", "--", "python", "train.py")
+    result, as_json = verify_text_and_json(monkeypatch, amp_off, *args)
     assert result.exit_code == 1, result.output
     assert "amp never ran in the legacy run" in result.output
     assert "so the migration was not exercised" in result.output
-
-
-@pytest.mark.slow
-def test_the_json_gives_the_amp_never_ran_verdict_and_the_legacy_runs_amp_calls(amp_off):
-    args = ("--steps", "4", "--device", "cpu", "--format", "json", "--", "python", "train.py")
-    document = json.loads(verify(amp_off, *args).output)
+    # The JSON gives the amp-never-ran verdict and the legacy run's amp calls.
+    document = json.loads(as_json.output)
     assert document["verdict"] == "amp never ran" and document["passed"] is False
     assert document["exit_code"] == 1
     assert document["amp_calls"] == {}

@@ -81,6 +81,32 @@ def verify(cwd: Path, *args: str):
         os.chdir(old)
 
 
+def verify_text_and_json(monkeypatch, cwd: Path, *args: str):
+    """`amp-migrate verify ARGS` in text, then with `--format json`, both whole CLI invocations
+    (parsing, settings, rendering, exit status) that read one verify run: the second is handed the
+    outcome of the first, whose arguments it repeats (`--format` only chooses the rendering; with
+    no --show-output and no terminal both give the runs a plain progress.Watch). Returns the two
+    results."""
+    real = verify_run.verify
+    done: list = []
+
+    def once(parsed, root, settings, watch=None):
+        if not done:
+            done.append(((parsed, root, settings), real(parsed, root, settings, watch)))
+        assert done[0][0] == (parsed, root, settings), "the JSON verify was asked another run"
+        return done[0][1]
+
+    monkeypatch.setattr(verify_run, "verify", once)
+    try:
+        text = verify(cwd, *args)
+        split = args.index("--")
+        as_json = verify(cwd, *args[:split], "--format", "json", *args[split:])
+    finally:
+        monkeypatch.setattr(verify_run, "verify", real)
+    assert len(done) == 1
+    return text, as_json
+
+
 def break_migration(monkeypatch, old: str, new: str) -> dict[str, str]:
     """Make the migration return its code with `old` replaced by `new` (which must be there);
     the broken code is left under "code" of the returned dict once verify has migrated the copy."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_verify_command import verify
+from .test_verify_command import verify, verify_text_and_json
 
 #: A legacy Apex O1 script that saves a checkpoint once training is over: verify's runs stop
 #: after --steps steps, so the migrated `scaler.state_dict()` there never runs.
@@ -53,20 +53,18 @@ def tree(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_a_checkpoint_save_the_steps_never_reach_is_listed_as_never_ran(tree):
-    result = verify(tree, "--steps", "4", "--device", "cpu", "--", "python", "train.py")
+def test_a_checkpoint_save_the_steps_never_reach_is_listed_as_never_ran_in_text_and_json(tree, monkeypatch):
+    """Was two tests, a text and a JSON verify of the same run; one run now, both renderings."""
+    args = ("--steps", "4", "--device", "cpu", "--", "python", "train.py")
+    result, as_json = verify_text_and_json(monkeypatch, tree, *args)
     assert result.exit_code == 0, result.output
     assert "the migration's statements in the migrated run: 5 ran, 1 never ran" in result.output
     assert (
         '`"amp": scaler.state_dict(),` in save_checkpoint at train.py:11 (line 12 of the original) never ran'
         in result.output
     )
-
-
-@pytest.mark.slow
-def test_the_json_lists_the_statements_that_ran_and_those_that_never_did(tree):
-    args = ("--steps", "4", "--device", "cpu", "--format", "json", "--", "python", "train.py")
-    coverage = json.loads(verify(tree, *args).output)["coverage"]
+    # The JSON lists the statements that ran and those that never did.
+    coverage = json.loads(as_json.output)["coverage"]
     [never] = coverage["not_run"]
     assert never == {
         "file": "train.py",

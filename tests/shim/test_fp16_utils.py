@@ -8,7 +8,6 @@ import os
 import pickle
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -34,6 +33,7 @@ from amp_shim.fp16_utils import (
     to_python_float,
     tofp16,
 )
+from forked_runs import launch
 
 ROOT = Path(__file__).resolve().parents[2]
 LEGACY = ROOT / "fixtures" / "programs" / "fp16_optimizer_legacy.py"
@@ -495,16 +495,13 @@ def test_legacy_dynamic_loss_scaler_detects_inf_and_nan_grads():
 
 
 # The legacy program ------------------------------------------------------------------------------
-def _run_legacy(tmp_path, *args):
+def _run_legacy(tmp_path, *args) -> subprocess.CompletedProcess:
+    """`python -m amp_shim LEGACY ARGS`, forked from a fork server that already imported torch
+    (tests/forked_runs.py: what a fresh interpreter would record)."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run(
-        [sys.executable, "-m", "amp_shim", str(LEGACY), *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    argv = [str(LEGACY), *map(str, args)]
+    rc, stdout, stderr = launch(argv, shim=True, env=env, cwd=tmp_path, timeout=120)
+    return subprocess.CompletedProcess(["python", "-m", "amp_shim", *argv], rc, stdout, stderr)
 
 
 def _losses(stdout):

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from forked_runs import launch
+
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "fixtures" / "programs"
 SKIP = "Gradient overflow.  Skipping step, loss scaler {} reducing loss scale to {}"
@@ -35,6 +37,14 @@ def _run(args, cwd, timeout=60):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
+
+
+def _run_on_the_shim(args, cwd) -> str:
+    """`python -m amp_shim ARGS` in `cwd`, forked from a fork server that already imported torch
+    (tests/forked_runs.py: what a fresh interpreter would record); its stdout."""
+    rc, stdout, stderr = launch([str(a) for a in args], shim=True, env=_env(), cwd=cwd, timeout=60)
+    assert rc == 0, stdout[-3000:] + stderr[-3000:]
+    return stdout
 
 
 def _free_port() -> int:
@@ -128,10 +138,8 @@ def test_imagenet_style_ddp_trains_on_two_ranks_and_an_inf_on_one_rank_skips_bot
 
 @pytest.mark.slow
 def test_imagenet_style_ddp_runs_as_a_single_process_too(tmp_path):
-    proc = _run(
+    stdout = _run_on_the_shim(
         [
-            "-m",
-            "amp_shim",
             str(PROGRAMS / "imagenet_style_ddp.py"),
             "--opt-level",
             "O1",
@@ -142,16 +150,16 @@ def test_imagenet_style_ddp_runs_as_a_single_process_too(tmp_path):
         ],
         tmp_path,
     )
-    losses = _losses(proc.stdout.splitlines())
+    losses = _losses(stdout.splitlines())
     assert len(losses) == 12 and losses[-1] < losses[0]
-    assert "{'loss_scale': 128.0, 'unskipped': 12}" in proc.stdout
+    assert "{'loss_scale': 128.0, 'unskipped': 12}" in stdout
 
 
 # -- DCGAN-style: two models, two optimizers, three losses ----------------------------------
 def _dcgan(tmp_path, *args):
-    proc = _run(["-m", "amp_shim", str(PROGRAMS / "dcgan_style.py"), *args], tmp_path)
+    stdout = _run_on_the_shim([PROGRAMS / "dcgan_style.py", *args], tmp_path)
     iterations, pending = [], []
-    for line in proc.stdout.splitlines():  # a skip message prints at the step of its iteration
+    for line in stdout.splitlines():  # a skip message prints at the step of its iteration
         if line.startswith("Gradient overflow"):
             pending.append(line)
         m = re.match(
@@ -168,8 +176,8 @@ def _dcgan(tmp_path, *args):
                 }
             )
             pending = []
-    state = eval(re.search(r"amp state: (\{.*\})", proc.stdout).group(1))
-    distance = [float(v) for v in re.search(r"distance to real: (\S+) -> (\S+)", proc.stdout).groups()]
+    state = eval(re.search(r"amp state: (\{.*\})", stdout).group(1))
+    distance = [float(v) for v in re.search(r"distance to real: (\S+) -> (\S+)", stdout).groups()]
     return iterations, state, distance
 
 

@@ -299,7 +299,7 @@ class Tree:
         from ..cli.runner import Job, process
 
         found = named_elsewhere(
-            rel, self.texts.get(rel, ""), [f.diagnostic for f in result.findings], self.texts
+            rel, self.texts.get(rel, ""), [f.diagnostic for f in result.findings], self.texts, self.names
         )
         if found is None:
             return result

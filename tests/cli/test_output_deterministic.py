@@ -27,6 +27,8 @@ CORPUS_CANDIDATES = (REPO.parent / "shared" / "corpus" / "files", Path("/work/sh
 RUNS = ((0, 2), (1, 1))
 #: A third seed, with the first run's job count, over the goldens alone (a tenth of a whole pass:
 #: the corpus is nine tenths of the bytes): a difference from the first run there is the seed's.
+#: That holds because a file's report names other modules only as the nearest that qualifies
+#: (project/loss_helpers.py): a golden's sibling, never a corpus file, wherever the two lie.
 GOLDENS_AGAIN = (12345, 2)
 FIRST_REFUSAL = RULES / "fp16_utils" / "fp16_optimizer_first_refusal_fallback.py"
 _ELAPSED = re.compile(r'"elapsed_s": [0-9.e+-]+')

@@ -37,3 +37,20 @@ def test_without_a_caller_elsewhere_the_tree_keeps_the_native_script():
     files = sources(PROJECTS / "loss_helper_imported_elsewhere")
     del files["finetune.py"]
     assert migrate_project(files)["train.py"].target_used == "native"
+
+
+def test_the_report_names_the_nearest_module_that_spells_the_helper_as_the_run_was_given_it(tmp_path):
+    """A sibling in the file's own folder, not the first path of the tree: so a run that also
+    covers other folders reports the same module for the file."""
+    files = sources(PROJECTS / "loss_helper_imported_elsewhere")
+    for path, text in files.items():
+        (tmp_path / "pkg").mkdir(exist_ok=True)
+        (tmp_path / "pkg" / path).write_text(text)
+    (tmp_path / "aaa").mkdir()
+    (tmp_path / "aaa" / "notes.py").write_text("# backward_step is the script's helper\n")
+    train = run_json(tmp_path, "--diff")["by_path"]["pkg/train.py"]
+    (found,) = [d for d in train["diagnostics"] if d["code"] == "AMP206"]
+    assert "is also named in pkg/finetune.py," in found["message"]
+    alone = run_json(tmp_path / "pkg", "--diff")["by_path"]["train.py"]
+    (found,) = [d for d in alone["diagnostics"] if d["code"] == "AMP206"]
+    assert "is also named in finetune.py," in found["message"]

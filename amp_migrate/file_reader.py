@@ -9,12 +9,12 @@ the statements the pass does not skip.
 
 from __future__ import annotations
 
-from typing import AbstractSet, Iterable, Mapping, Optional, Union, cast
+from typing import AbstractSet, Iterable, Optional, Union, cast
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
-from libcst.metadata import CodeRange, PositionProvider
+from libcst.metadata import PositionProvider
 
 from .analysis.binding import NOTHING, ApexBinder, children, find
 from .analysis.fast_metadata import FastMetadataWrapper
@@ -36,7 +36,6 @@ class FileReader:
         self._skip: AbstractSet[int] = NOTHING
         self._parent_skip: AbstractSet[int] = NOTHING
         self._seen_parents: dict[cst.CSTNode, Optional[cst.CSTNode]] = {}
-        self._statement_positions: dict[int, Mapping[cst.CSTNode, CodeRange]] = {}
 
     def get_metadata(self, key, node, default=_UNDEFINED):
         raise NotImplementedError  # each kind of pass resolves metadata its own way
@@ -170,11 +169,14 @@ class FileReader:
         line, col = place
         if statement is node:
             return line, col + 1
-        positions = self._statement_positions.get(id(statement))
-        if positions is None:
+        known = self.state.layouts.get(id(statement))
+        if known is not None and known[0] is statement:
+            positions = known[1]
+        else:
             placed = cast(Union[cst.SimpleStatementLine, cst.BaseCompoundStatement], statement)  # has a place
             wrapper = FastMetadataWrapper(cst.Module(body=[placed]), unsafe_skip_copy=True)
-            positions = self._statement_positions[id(statement)] = wrapper.resolve(PositionProvider)
+            positions = wrapper.resolve(PositionProvider)
+            self.state.layouts[id(statement)] = (statement, positions)
         where, base = positions.get(node), positions.get(statement)
         if where is None or base is None:
             return line, col + 1

@@ -4,9 +4,10 @@ the file as given and the facts one pass hands on to later ones."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, AbstractSet, Iterable, Optional, Union
+from typing import TYPE_CHECKING, AbstractSet, Iterable, Mapping, Optional, Union
 
 import libcst as cst
+from libcst.metadata import CodeRange
 
 from .analysis.binding import NOTHING, ApexBinder
 from .analysis.source_index import SourceIndex
@@ -50,6 +51,9 @@ class FileState:
     #: Not a fact (no order): the file's `ast` and its stores, found once by whoever asks first
     #: (switch_flow.file_stores); `()` where the file does not parse, None until asked.
     file_stores: Union[tuple[ast.Module, _Stores], tuple[()], None] = None
+    #: Not a fact: each original statement laid out alone (FileReader.position), by id, with the
+    #: statement itself (which keeps the id its own): the same for every pass that asks.
+    layouts: dict[int, tuple[cst.CSTNode, Mapping[cst.CSTNode, CodeRange]]] = field(default_factory=dict)
 
     @property
     def falls_back(self) -> bool:

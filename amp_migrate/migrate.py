@@ -39,6 +39,7 @@ from .diagnostics import (
 from .io.indentation import TabIndents, tab_indents
 from .io.indentation import message as indentation_message
 from .io.lines import form_feed_indents
+from .io.render import render
 from .migration_result import MigrationResult
 from .options import Options, Target
 from .plan import plan_file
@@ -211,10 +212,10 @@ def _transform(
     index = SourceIndex(original, module, tree) if tree is not None else None
     if options.target == "shim":
         shimmed, state = _run(SHIM_RULES, module, original, index, options)
-        return _code(shimmed, module, original), _sorted(state.diagnostics), "shim"
+        return _code(shimmed, module, original, index), _sorted(state.diagnostics), "shim"
     native, state = _run(NATIVE_RULES, module, original, index, options, project, planned=True)
     if not state.falls_back:
-        return _code(native, module, original), _sorted(state.diagnostics), "native"
+        return _code(native, module, original, index), _sorted(state.diagnostics), "native"
     reasons = [d for d in state.diagnostics if d.falls_back]
     if options.target == "native":
         return (
@@ -236,13 +237,14 @@ def _transform(
         )
     shimmed, shim_state = _run(SHIM_RULES, module, original, index, options)
     again = [d for d in shim_state.diagnostics if d not in reasons]  # rules of both targets report once
-    return _code(shimmed, module, original), _sorted(reasons + again), "shim"
+    return _code(shimmed, module, original, index), _sorted(reasons + again), "shim"
 
 
-def _code(result: cst.Module, parsed: cst.Module, original: str) -> str:
+def _code(result: cst.Module, parsed: cst.Module, original: str, index: Optional[SourceIndex]) -> str:
     """The rules' output as text: the text as given when no rule changed the tree (rules
-    hand back the very tree they got then, and libcst renders a parse as its text)."""
-    return original if result is parsed else result.code
+    hand back the very tree they got then, and libcst renders a parse as its text), and the
+    original lines of every top-level statement no rule replaced (io/render.py)."""
+    return render(result, parsed, original, index)
 
 
 def _missing_diagnostic(missing) -> Diagnostic:

@@ -40,9 +40,16 @@ class Binding:
 
     node: cst.CSTNode  # where it is reported: the target, the import alias, the statement
     name: str
-    what: str  # the binding as the reader wrote it, shortened (`amp = Helper()`, `del amp`)
+    #: The binding as written: text, or the node whose first line, shortened, is `what`.
+    written: Union[str, cst.CSTNode]
     apex: Optional[str] = None  # the Apex object an Apex import binds
     harmless: bool = False  # `amp = None` (an import guard): no other object, nothing to rewrite
+
+    @property
+    def what(self) -> str:
+        """The binding as the reader wrote it, shortened (`amp = Helper()`, `del amp`): laid
+        out only for the few a message names, not for every binding a file makes."""
+        return self.written if isinstance(self.written, str) else _snippet(self.written)
 
 
 State = dict  # name -> frozenset of Bindings and _Free tokens
@@ -390,8 +397,7 @@ class Reaching:
             return
         binding = self.bindings.get(at)
         if binding is None:
-            text = what if isinstance(what, str) else _snippet(what)
-            binding = self.bindings[at] = Binding(at, name, text, apex, harmless or self._without_apex > 0)
+            binding = self.bindings[at] = Binding(at, name, what, apex, harmless or self._without_apex > 0)
         frame = self._frame
         if walrus:  # binds in the function (or module) the comprehensions run in
             frame = next(f for f in reversed(self._frames) if f.scope.kind != "comprehension")

@@ -16,7 +16,7 @@ from amp_migrate.rules.facts import DRIVER_PROVIDES, FIELDS, Fact
 from amp_migrate.rules.order import RuleOrderError, ordered, unmet
 
 #: FileState fields that are no fact: the file itself, what rules report, and a cache.
-NOT_FACTS = {"options", "diagnostics", "original", "index", "apex_words", "file_stores"}
+NOT_FACTS = {"options", "diagnostics", "original", "index", "apex_words", "file_stores", "layouts"}
 
 
 def _rule(name: str, reads=(), writes=()) -> type[Rule]:

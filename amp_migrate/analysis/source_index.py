@@ -275,21 +275,23 @@ class SourceIndex:
             if number < len(flags):
                 flags[number] = 1
         marks = list(itertools.accumulate(flags))
-        last = len(marks) - 1
         out: list[int] = []
-        for start, end, node_id, header_end, header_ids in self._flat():
-            first = marks[min(start, last + 1) - 1]
-            if marks[min(end, last)] == first:
-                out.append(node_id)
-            elif header_end is not None and marks[min(header_end, last)] == first:
-                out.extend(header_ids)
+        append, extend = out.append, out.extend
+        for before, end, node_id, header_end, header_ids in self._flat():
+            first = marks[before]
+            if marks[end] == first:
+                append(node_id)
+            elif header_end is not None and marks[header_end] == first:
+                extend(header_ids)
         return frozenset(out)
 
     def _flat(self) -> list[tuple[int, int, int, Optional[int], list[int]]]:
-        """Every statement at every depth: its lines, id, and the last line and ids of its
-        header parts (when it has a body and a header of its own lines)."""
+        """Every statement at every depth: the line before its first, its last line, its id,
+        and the last line and ids of its header parts (when it has a body and a header of its
+        own lines); lines past the file's end read as its last."""
         if self._flat_cache is None:
             self._flat_cache = []
+            last = len(self._line_words)
             stack = list(self.statements or ())
             while stack:
                 entry = stack.pop()
@@ -297,7 +299,13 @@ class SourceIndex:
                 if header_end is not None and header_end < entry.start:
                     header_end = None
                 self._flat_cache.append(
-                    (entry.start, entry.end, id(entry.node), header_end, [id(part) for part in entry.header])
+                    (
+                        min(entry.start, last + 1) - 1,
+                        min(entry.end, last),
+                        id(entry.node),
+                        None if header_end is None else min(header_end, last),
+                        [id(part) for part in entry.header],
+                    )
                 )
                 stack.extend(entry.children)
         return self._flat_cache

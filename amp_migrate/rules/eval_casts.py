@@ -146,20 +146,27 @@ class _Facts:
 
     @classmethod
     def of(cls, tree: ast.Module) -> "_Facts":
+        """One walk: a call anywhere inside a `def` (its decorators and defaults included, and
+        the functions nested in it) counts for every `def` around it."""
         facts = cls()
-        for node in ast.walk(tree):
+        stack: list[tuple[ast.AST, tuple[set[str], ...]]] = [(tree, ())]
+        while stack:
+            node, around = stack.pop()
             if isinstance(node, ast.ClassDef) and any(_called(b) == "Module" for b in node.bases):
                 facts.classes.add(node.name)
             elif isinstance(node, ast.Assign):
                 spelled = [_spelled(t) for t in node.targets]
                 facts.bindings += [(t, node.value) for t in spelled if t is not None]
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                calls = facts.callees.setdefault(node.name, set())
-                calls.update(
-                    c for n in ast.walk(node) if isinstance(n, ast.Call) for c in [_called(n.func)] if c
-                )
+                around = (*around, facts.callees.setdefault(node.name, set()))
             elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
                 facts.aliases.update(a.asname or a.name for a in node.names if a.name == "autocast")
+            elif isinstance(node, ast.Call) and around:
+                called = _called(node.func)
+                if called:
+                    for calls in around:
+                        calls.add(called)
+            stack.extend((child, around) for child in ast.iter_child_nodes(node))
         return facts
 
     def derived(self, names: set[str]) -> set[str]:

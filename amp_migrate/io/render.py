@@ -17,14 +17,16 @@ does not), the output is `Module.code`.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional, Sequence, cast
 
 import libcst as cst
 
-from ..analysis.source_index import SourceIndex
+from ..analysis.source_index import SourceIndex, Statement
 from .lines import split_lines
 
 #: Characters `str.splitlines` or libcst may take for line breaks where Python does not.
+#: The name of a placeholder statement (`_layout`), never in a file it lays out.
+_MARK = "__amp_migrate_kept_statement_"
 _ODD_BREAKS = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\ufeff")
 
 
@@ -39,7 +41,7 @@ def render(result: cst.Module, parsed: cst.Module, original: str, index: Optiona
     for statement in result.body:
         kept = texts.statements.get(id(statement))
         pieces.append(
-            kept[1] if kept is not None and kept[0] is statement else result.code_for_node(statement)
+            kept[1] if kept is not None and kept[0] is statement else _layout(result, statement, texts)
         )
     pieces.append(_part(result.footer, parsed.footer, texts.footer, result))
     code = "".join(pieces)
@@ -53,6 +55,47 @@ def render(result: cst.Module, parsed: cst.Module, original: str, index: Optiona
 class _Texts:
     def __init__(self, header: str, statements: dict[int, tuple[cst.CSTNode, str]], footer: str) -> None:
         self.header, self.statements, self.footer = header, statements, footer
+        #: Statements in the bodies of classes and functions, by id: the node, the indentation
+        #: it was written at, its original text.
+        self.nested: dict[int, tuple[cst.CSTNode, str, str]] = {}
+        self.newline = "\n"
+
+
+_Body = (cst.ClassDef, cst.FunctionDef)  # one indented block, the statement's last part
+
+
+def _layout(module: cst.Module, statement: cst.CSTNode, texts: _Texts) -> str:
+    """A statement the rules replaced, laid out by libcst but for the statements of its class
+    and function bodies that are the parse's own at the indentation they were written at:
+    those are their original text (each laid out as a placeholder line first, then swapped)."""
+    swaps: dict[str, str] = {}
+    marked = _marked(statement, "", module.default_indent, texts, swaps)
+    code = module.code_for_node(marked)
+    for line, text in swaps.items():
+        if code.count(line) != 1:
+            return module.code_for_node(statement)
+        code = code.replace(line, text)
+    return code
+
+
+def _marked(
+    node: cst.CSTNode, indent: str, default: str, texts: _Texts, swaps: dict[str, str]
+) -> cst.CSTNode:
+    if not isinstance(node, _Body) or not isinstance(node.body, cst.IndentedBlock) or not texts.nested:
+        return node
+    inner = indent + (node.body.indent if node.body.indent is not None else default)
+    body: list[cst.BaseStatement] = []
+    for child in node.body.body:
+        kept = texts.nested.get(id(child))
+        if kept is not None and kept[0] is child and kept[1] == inner:
+            mark = f"{_MARK}{len(swaps)}"
+            swaps[f"{inner}{mark}{texts.newline}"] = kept[2]
+            body.append(cst.SimpleStatementLine([cst.Expr(cst.Name(mark))]))
+        else:
+            body.append(cast(cst.BaseStatement, _marked(child, inner, default, texts, swaps)))
+    if all(a is b for a, b in zip(body, node.body.body)):
+        return node
+    return node.with_changes(body=node.body.with_changes(body=body))
 
 
 def _statement_texts(parsed: cst.Module, original: str, index: Optional[SourceIndex]) -> Optional[_Texts]:
@@ -83,7 +126,37 @@ def _statement_texts(parsed: cst.Module, original: str, index: Optional[SourceIn
     statements = {
         id(e.node): (e.node, "".join(lines[first - 1 : end])) for e, first, end in zip(entries, firsts, ends)
     }
-    return _Texts("".join(lines[: firsts[0] - 1]), statements, "".join(lines[ends[-1] :]))
+    texts = _Texts("".join(lines[: firsts[0] - 1]), statements, "".join(lines[ends[-1] :]))
+    texts.newline = parsed.default_newline
+    if _MARK not in original:
+        for entry, end in zip(entries, ends):
+            _nested(entry, end, "", parsed.default_indent, lines, texts.nested)
+    return texts
+
+
+def _nested(
+    entry: Statement, end: int, indent: str, default: str, lines: list[str], out: dict[int, tuple]
+) -> None:
+    """The statements of a class or function body with their original text, at every depth
+    (the body is the statement's last part: its last statement ends where the statement does,
+    less the block's own footer lines)."""
+    node = entry.node
+    if not isinstance(node, _Body) or not isinstance(node.body, cst.IndentedBlock):
+        return
+    block = node.body
+    kids = entry.children
+    if len(kids) != len(block.body) or any(k.node is not c for k, c in zip(kids, block.body)):
+        return
+    inner = indent + (block.indent if block.indent is not None else default)
+    firsts = [k.start - len(_leading(k.node)) for k in kids]
+    ends = [f - 1 for f in firsts[1:]] + [end - len(block.footer)]
+    if firsts[0] <= entry.start - 1 or any(
+        e < k.end or (isinstance(k.node, cst.SimpleStatementLine) and e != k.end) for k, e in zip(kids, ends)
+    ):
+        return
+    for kid, first, last in zip(kids, firsts, ends):
+        out[id(kid.node)] = (kid.node, inner, "".join(lines[first - 1 : last]))
+        _nested(kid, last, inner, default, lines, out)
 
 
 def _leading(node: cst.CSTNode) -> Sequence[cst.EmptyLine]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field, replace
-from typing import Collection, Optional
+from typing import Callable, Collection, Optional
 
 import libcst as cst
 
@@ -36,6 +36,23 @@ LOAD_STATE_DICT = "apex.amp.load_state_dict"
 #: `amp._amp_state.loss_scalers` (`from apex.amp import _amp_state`, or from its own module)
 LOSS_SCALERS = ("apex.amp._amp_state.loss_scalers", "apex.amp._amp_state._amp_state.loss_scalers")
 SCALER_NAMES = ("scaler", "grad_scaler", "amp_scaler")
+
+
+def scaler_name(is_free: Callable[[str], bool]) -> str:
+    """The name a file's new GradScaler gets: the first of `SCALER_NAMES` the file leaves free,
+    else the first free `scaler_1`, `scaler_2`, .... The training planner and the
+    FP16_Optimizer planner both name theirs so, so a file reads the same whichever Apex API it
+    used. (A project's shared scaler is named from the texts of every module it spans instead:
+    project/share.py.)"""
+    for name in SCALER_NAMES:
+        if is_free(name):
+            return name
+    i = 1
+    while not is_free(f"scaler_{i}"):
+        i += 1
+    return f"scaler_{i}"
+
+
 LEVELS = ("O0", "O1", "O2", "O3")
 SCALE_LOSS_ARGS = ("loss", "optimizers", "loss_id", "model", "delay_unscale", "delay_overflow_check")
 INITIALIZE_ARGS = (

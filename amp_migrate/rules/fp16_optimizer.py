@@ -82,12 +82,13 @@ import libcst.matchers as m
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import ScopeProvider
 
+from ..analysis.autocast_region import loss_block, region_start, wrap_spans
 from ..analysis.call_args import NOT_LITERAL
 from ..analysis.control_flow import exits_early, runs_backward
 from ..analysis.fp16_names import PACKAGE, fp16_name, star_only_names
 from ..diagnostics import Code, Severity, define
 from ..plan.options import STATIC_GROWTH_INTERVAL
-from ..plan.types import TrainingPlan, bind_arguments, binds_in_ast, literal, pure
+from ..plan.types import TrainingPlan, bind_arguments, binds_in_ast, literal, pure, scaler_name
 from .base import Rule
 from .facts import Fact
 
@@ -367,7 +368,7 @@ class Fp16OptimizerToGradScaler(Rule):
         if call is None:
             return None
         flow = self._flow_of(call)
-        flow.scaler = self._free(module)
+        flow.scaler = scaler_name(lambda name: self.name_is_free(name, module))
         scaler_call = self._scaler_call(call, flow)
         if flow.guard is not None and not any(
             a.keyword is not None and a.keyword.value == "enabled" for a in scaler_call.args
@@ -480,15 +481,6 @@ class Fp16OptimizerToGradScaler(Rule):
             if isinstance(parent, (cst.FunctionDef, cst.Module)):
                 return
             yield parent
-
-    def _free(self, module: cst.Module) -> str:
-        for name in ("scaler", "grad_scaler", "amp_scaler"):
-            if self.name_is_free(name, module):
-                return name
-        i = 1
-        while not self.name_is_free(f"scaler_{i}", module):
-            i += 1
-        return f"scaler_{i}"
 
     # -- the loss scale ---------------------------------------------------------------------------
     def _scaler_call(self, call: cst.Call, flow: Flow) -> cst.Call:
@@ -1104,31 +1096,21 @@ class Fp16OptimizerToGradScaler(Rule):
         last assignment of the loss go under autocast."""
         bound = bind_arguments(backward, _BACKWARD_ARGS)
         assert bound is not None  # `_method` took only backwards whose arguments bind
-        wanted = _reads(bound["loss"])
-        current: cst.CSTNode = self._line_of(backward)
-        while True:
-            block = self.parent(current)
-            if not isinstance(block, (cst.IndentedBlock, cst.Module)):
-                break
-            body = list(block.body)
-            at = next(i for i, s in enumerate(body) if s is current)
-            last = next((i for i in range(at - 1, -1, -1) if _assigned(body[i]) & wanted), None)
-            if last is not None:
-                start = next((i + 1 for i in range(last - 1, -1, -1) if runs_backward(body[i])), 0)
-                first = next((i for i in range(start, last + 1) if self._runs_model(body[i], flow)), None)
-                if first is None:
-                    raise Refused(
-                        backward,
-                        f"no forward of {_names(flow.models)} is visible before the loss "
-                        "that this backward scales, so the autocast region cannot be placed",
-                    )
-                flow.regions.setdefault(id(block), []).append((first, last))
-                return
-            owner = self.statement_around(block)
-            if owner is None:
-                break
-            current = owner
-        raise Refused(backward, f"the loss of `{self.code_of(backward)}` is not computed in its function")
+        found = loss_block(
+            self._line_of(backward), _reads(bound["loss"]), _assigned, self.parent, self.statement_around
+        )
+        if found is None:
+            raise Refused(backward, f"the loss of `{self.code_of(backward)}` is not computed in its function")
+        block, body, last = found
+        start = region_start(body, last, runs_backward)
+        first = next((i for i in range(start, last + 1) if self._runs_model(body[i], flow)), None)
+        if first is None:
+            raise Refused(
+                backward,
+                f"no forward of {_names(flow.models)} is visible before the loss "
+                "that this backward scales, so the autocast region cannot be placed",
+            )
+        flow.regions.setdefault(id(block), []).append((first, last))
 
     def _runs_model(self, statement: cst.CSTNode, flow: Flow) -> bool:
         if id(statement) in flow.conversions:
@@ -1192,27 +1174,16 @@ class Fp16OptimizerToGradScaler(Rule):
     def _rebuild(
         self, original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement], block_id: int
     ) -> list[cst.BaseStatement]:
-        assert self.flow is not None  # blocks are rebuilt only for a flow
-        spans = {first: last for first, last in _merged(self.flow.regions.get(block_id, []))}
-        out: list[cst.BaseStatement] = []
-        i = 0
-        while i < len(updated):
-            if i in spans:
-                inner = [s for k in range(i, spans[i] + 1) for s in self._replace(original[k], updated[k])]
-                lead = inner[0].leading_lines
-                inner[0] = inner[0].with_changes(leading_lines=())
-                assert self.state.training is not None  # visit_Module planned it with the flow
-                autocast = self.state.training.autocast_call.deep_clone()
-                out.append(
-                    cst.With(
-                        items=[cst.WithItem(autocast)], body=cst.IndentedBlock(body=inner), leading_lines=lead
-                    )
-                )
-                i = spans[i] + 1
-                continue
-            out.extend(self._replace(original[i], updated[i]))
-            i += 1
-        return out
+        flow = self.flow
+        assert flow is not None and self.state.training is not None  # visit_Module planned the flow
+        autocast = self.state.training.autocast_call
+        return wrap_spans(
+            len(updated),
+            flow.regions.get(block_id, []),
+            lambda i: autocast,
+            lambda k: self._replace(original[k], updated[k]),
+            lambda k: self._replace(original[k], updated[k]),
+        )
 
     def _replace(self, original: cst.BaseStatement, updated: cst.BaseStatement) -> list[_Statement]:
         flow = self.flow
@@ -1316,16 +1287,6 @@ def _if(test: cst.BaseExpression, yes: cst.BaseExpression, no: cst.BaseExpressio
     return cst.IfExp(
         test=test.deep_clone(), body=yes, orelse=no, lpar=[cst.LeftParen()], rpar=[cst.RightParen()]
     )
-
-
-def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    merged: list[list[int]] = []
-    for first, last in sorted(spans):
-        if merged and first <= merged[-1][1] + 1:
-            merged[-1][1] = max(merged[-1][1], last)
-        else:
-            merged.append([first, last])
-    return [(a, b) for a, b in merged]
 
 
 def _names(codes) -> str:

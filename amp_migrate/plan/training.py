@@ -385,6 +385,7 @@ class PlanTraining(UnitPlanning):
     """Read the file's Apex training calls and decide where its GradScaler lives."""
 
     HANDLES = (INITIALIZE, INIT)
+    LEAVES = ("binding", "casts", "inference", "training")
     EMITS = (
         NO_PLACE,
         INIT_COUNT,

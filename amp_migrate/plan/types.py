@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field, replace
-from typing import Callable, Collection, Optional
+from typing import Callable, Collection, Mapping, Optional
 
 import libcst as cst
 
@@ -254,6 +254,33 @@ class TrainingPlan:
     def scalers(self) -> list[str]:
         """Every GradScaler the plan builds, in loss-id order."""
         return [self.loss_scalers[k] for k in sorted(self.loss_scalers)] or [self.scaler]
+
+
+@dataclass(frozen=True)
+class Fp16OptimizerPlan:
+    """What the native rewrite of a file's `FP16_Optimizer` flow does (plan/fp16_optimizer.py
+    decides it, rules/fp16_optimizer.py carries it out). Nodes are named by their ids in
+    `module`, the tree the planner read: the rewrite acts on that very tree (a rule's
+    transform keeps the nodes it is given), so the ids are the nodes it visits."""
+
+    module: cst.Module
+    #: The GradScaler, the autocast and the steps the flow implies, for the rules after it.
+    training: TrainingPlan
+    target: str  # the wrapper's name, which becomes the plain optimizer's
+    statement: cst.SimpleStatementLine  # `target = FP16_Optimizer(...)`
+    inner: cst.BaseExpression  # the optimizer it wraps
+    #: `if args.fp16:` around the wrapper: the GradScaler is built before it with `enabled=`
+    guard: Optional[cst.If] = None
+    backwards: Mapping[int, cst.Call] = field(default_factory=dict)  # statement -> backward call
+    clips: Mapping[int, cst.Call] = field(default_factory=dict)  # statement -> clip call
+    calls: frozenset[int] = frozenset()  # zero_grad / clip calls to rewrite
+    unwraps: frozenset[int] = frozenset()  # `optimizer.optimizer`
+    scale_reads: frozenset[int] = frozenset()  # `optimizer.loss_scale`
+    #: conversion statement -> the value it keeps (None: the statement goes)
+    conversions: Mapping[int, Optional[cst.BaseExpression]] = field(default_factory=dict)
+    #: block -> spans of its statements (first, last) to put under autocast
+    regions: Mapping[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    dropped_ifs: frozenset[int] = frozenset()  # `if` statements left with nothing in them
 
 
 _COMPOUND = (cst.UnaryOperation, cst.BinaryOperation, cst.Tuple, cst.List, cst.ConcatenatedString)

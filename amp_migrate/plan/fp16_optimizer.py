@@ -38,26 +38,35 @@ Soundness
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional, Union
+from typing import Optional
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
 from ..analysis.autocast_region import loss_block, region_start
-from ..analysis.call_args import NOT_LITERAL
 from ..analysis.control_flow import exits_early, runs_backward
-from ..analysis.fp16_names import PACKAGE, fp16_name, star_only_names
-from ..diagnostics import Code, Severity, define
+from ..analysis.fp16_names import star_only_names
+from ..diagnostics import Severity, define
 from ..file_state import FileState
-from .options import STATIC_GROWTH_INTERVAL
-from .planner import Planner
+from .fp16_flow import (
+    BACKWARD_ARGS,
+    CODE,
+    CONVERTERS,
+    FP16_OPTIMIZER,
+    FP16_OPTIMIZER_ARGS,
+    HOUSEKEEPING,
+    METHODS,
+    PROXIED,
+    Flow,
+    Refused,
+    assigned,
+    keyword,
+    reads,
+)
+from .fp16_model import CONVERSION, Fp16Model
+from .fp16_scale import DYNAMIC, STATIC, scaler_call
 from .types import Fp16OptimizerPlan, TrainingPlan, bind_arguments, binds_in_ast, literal, pure, scaler_name
-
-if TYPE_CHECKING:
-    from typing import TypeGuard  # Python 3.10; only ever read by the type checker here
 
 FLOW = define(
     "AMP465",
@@ -108,50 +117,6 @@ REFUSED = define(
         "build a GradScaler where the optimizer is built and pass it with it."
     ),
 )
-STATIC = define(
-    "AMP467",
-    "fp16-optimizer-static-scale",
-    Severity.INFO,
-    "`FP16_Optimizer`'s static loss scale became a GradScaler that starts there and never grows; "
-    "it differs from Apex only on a step whose gradients are not finite.",
-    "A static scale S never changed and never skipped a step. `init_scale=S, "
-    "growth_interval=2**31 - 1` scales and unscales by the same S while gradients are finite; "
-    "on a step with inf/NaN gradients Apex applied them (the weights became non-finite), "
-    "GradScaler skips the step and halves its scale (as for AMP111). The default static scale "
-    "1.0 scales nothing, so the GradScaler is disabled, which is exact.",
-    before="optimizer = FP16_Optimizer(optimizer, static_loss_scale=128.0)",
-    after='scaler = torch.amp.GradScaler("cuda", init_scale=128.0, growth_interval=2**31 - 1)',
-)
-DYNAMIC = define(
-    "AMP468",
-    "fp16-optimizer-dynamic-scale",
-    Severity.INFO,
-    "`FP16_Optimizer`'s dynamic loss scaler became a GradScaler with the same schedule.",
-    'With `dynamic_loss_scale=True` FP16_Optimizer uses Apex\'s amp `LossScaler("dynamic")` '
-    "(not the legacy `DynamicLossScaler`): it starts at `min(init_scale, max_loss_scale)` "
-    "(2**16 and 2**24 by default), halves the scale and skips the step on an overflow and "
-    "doubles it after `scale_window` (2000) clean steps. GradScaler's `init_scale`, "
-    "`backoff_factor=0.5`, `growth_factor=2.0` and `growth_interval` do the same. "
-    "`scale_factor` was ignored by Apex and is dropped; `min_loss_scale`/`max_loss_scale` bounds "
-    "have no GradScaler equivalent (its scale is unbounded).",
-    before="optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True,\n"
-    '                           dynamic_loss_args={"scale_window": 500})',
-    after='scaler = torch.amp.GradScaler("cuda", growth_interval=500)',
-)
-CONVERSION = define(
-    "AMP469",
-    "fp16-model-conversion-removed",
-    Severity.INFO,
-    "The model's conversion to fp16 was removed: its weights stay fp32 and autocast chooses "
-    "each op's precision.",
-    "`network_to_half`, `.half()`, `BN_convert_float` and `FP16Model` made the fp16 model "
-    "FP16_Optimizer needed. Natively the fp32 model runs under autocast. `network_to_half` "
-    "wrapped the model in `nn.Sequential(tofp16(), model)` (state-dict keys `1.*`) and "
-    "`FP16Model` in a module with a `network` attribute (keys `network.*`); the model is now "
-    "the bare one, so old checkpoints of it need their keys renamed.",
-    before="model = network_to_half(model)",
-    after="# removed",
-)
 CLIP_NORM = define(
     "AMP480",
     "clip-master-grads-norm-on-overflow",
@@ -165,121 +130,8 @@ CLIP_NORM = define(
     after="scaler.unscale_(optimizer)\nnorm = torch.nn.utils.clip_grad_norm_(params, 1.0)",
 )
 
-FP16_OPTIMIZER = f"{PACKAGE}.FP16_Optimizer"
-CONVERTERS = {
-    f"{PACKAGE}.network_to_half": "1.",
-    f"{PACKAGE}.FP16Model": "network.",
-    f"{PACKAGE}.BN_convert_float": "",
-}
-FP16_OPTIMIZER_ARGS = (
-    "init_optimizer",
-    "static_loss_scale",
-    "dynamic_loss_scale",
-    "dynamic_loss_args",
-    "verbose",
-)
-_DYNAMIC_KEYS = ("init_scale", "scale_factor", "scale_window", "min_loss_scale", "max_loss_scale")
-_METHODS = ("backward", "step", "zero_grad", "clip_master_grads")
-BACKWARD_ARGS = ("loss", "update_master_grads", "retain_graph")  # FP16_Optimizer.backward's parameters
-_PROXIED = ("param_groups", "state")  # FP16_Optimizer forwards these to the optimizer it wraps
-_HALF_SPELLINGS = ("float16", "half", "HalfTensor")
-_HOUSEKEEPING = ("zero_grad", "train", "eval", "to", "cuda", "cpu", "requires_grad_")
-_CODE = cst.Module([]).code_for_node
 
-
-class Refused(Exception):
-    def __init__(self, node: cst.CSTNode, why: str) -> None:
-        super().__init__(why)
-        self.node, self.why = node, why
-
-
-@dataclass
-class Flow:
-    """The flow as the planner follows it, keyed by ids of the nodes of the tree it reads;
-    frozen into an `Fp16OptimizerPlan` once every check passed."""
-
-    target: str
-    statement: cst.SimpleStatementLine
-    inner: cst.BaseExpression
-    scaler: str = "scaler"
-    scaler_call: Optional[cst.Call] = None
-    backwards: dict[int, cst.Call] = field(default_factory=dict)  # statement -> backward call
-    steps: list[cst.Call] = field(default_factory=list)
-    clips: dict[int, cst.Call] = field(default_factory=dict)  # statement -> clip call
-    calls: set[int] = field(default_factory=set)  # zero_grad / clip calls to rewrite
-    unwraps: set[int] = field(default_factory=set)  # `optimizer.optimizer`
-    scale_reads: set[int] = field(default_factory=set)  # `optimizer.loss_scale`
-    conversions: dict[int, Optional[cst.BaseExpression]] = field(default_factory=dict)
-    models: set[str] = field(default_factory=set)
-    regions: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
-    notes: list[tuple[cst.CSTNode, Code, Optional[str]]] = field(default_factory=list)
-    #: `if args.fp16:` around the wrapper: the GradScaler is built before it with `enabled=`
-    guard: Optional[cst.If] = None
-    dropped_ifs: set[int] = field(default_factory=set)  # `if` statements left with nothing in them
-
-    @property
-    def target_node(self) -> cst.BaseAssignTargetExpression:
-        """The wrapper's name where `statement` binds it (`_flow_of` checked the shape)."""
-        return cst.ensure_type(self.statement.body[0], cst.Assign).targets[0].target
-
-    def guarded_by(self, node: Optional[cst.CSTNode]) -> TypeGuard[cst.If]:
-        """`node` is an `if` on the wrapper's own guard."""
-        return (
-            self.guard is not None and isinstance(node, cst.If) and _CODE(node.test) == _CODE(self.guard.test)
-        )
-
-    def plan(self, module: cst.Module, training: TrainingPlan) -> Fp16OptimizerPlan:
-        return Fp16OptimizerPlan(
-            module=module,
-            training=training,
-            target=self.target,
-            statement=self.statement,
-            inner=self.inner,
-            guard=self.guard,
-            backwards=dict(self.backwards),
-            clips=dict(self.clips),
-            calls=frozenset(self.calls),
-            unwraps=frozenset(self.unwraps),
-            scale_reads=frozenset(self.scale_reads),
-            conversions=dict(self.conversions),
-            regions={block: tuple(spans) for block, spans in self.regions.items()},
-            dropped_ifs=frozenset(self.dropped_ifs),
-        )
-
-
-def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
-    """`name=value`, spaced as a keyword argument is."""
-    return cst.Arg(
-        value=value,
-        keyword=cst.Name(name),
-        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-    )
-
-
-def _reads(node: cst.CSTNode) -> set[str]:
-    """Names and dotted attributes an expression or statement reads (`loss`, `self.model`)."""
-    found: set[str] = set()
-    for name in m.findall(node, m.Name() | m.Attribute()):
-        found.add(_CODE(name))
-    return found
-
-
-def _assigned(statement: cst.CSTNode) -> set[str]:
-    """What a statement assigns, anywhere in it (targets of `=`, `+=`, `for`, `with ... as`)."""
-    targets = m.findall(statement, m.AssignTarget() | m.AugAssign() | m.AnnAssign() | m.For() | m.WithItem())
-    out: set[str] = set()
-    for node in targets:
-        target: Optional[cst.BaseExpression]
-        if isinstance(node, cst.WithItem):
-            target = node.asname.name if node.asname is not None else None
-        else:  # `AssignTarget`, `AugAssign`, `AnnAssign`, `For`: each has a `target`
-            target = getattr(node, "target", None)
-        if target is not None:
-            out |= {_CODE(t) for t in m.findall(target, m.Name() | m.Attribute())}
-    return out
-
-
-class PlanFp16Optimizer(Planner):
+class PlanFp16Optimizer(Fp16Model):
     """Follow a file's `FP16_Optimizer` flow and plan its native form, or refuse it."""
 
     MARKERS = ("FP16_Optimizer",)
@@ -293,11 +145,6 @@ class PlanFp16Optimizer(Planner):
     @classmethod
     def applies(cls, state: FileState) -> bool:
         return state.training is None and super().applies(state)
-
-    def __init__(self, state: FileState) -> None:
-        super().__init__(state)
-        self._star: set[str] = set()
-        self._conversion_lines: list[cst.CSTNode] = []
 
     # -- deciding ------------------------------------------------------------------------------
     def decide(self, module: cst.Module) -> Optional[Fp16OptimizerPlan]:
@@ -338,24 +185,18 @@ class PlanFp16Optimizer(Planner):
             step_lines=frozenset(self.position(c)[0] for c in flow.steps),
         )
 
-    def _name(self, node: cst.CSTNode) -> Optional[str]:
-        assert self.apex is not None
-        return fp16_name(self.apex, node, self._star)
-
     def _analyse(self, module: cst.Module) -> Optional[Flow]:
         call = self._the_call(module)
         if call is None:
             return None
         flow = self._flow_of(call)
         flow.scaler = scaler_name(lambda name: self.name_is_free(name, module))
-        scaler_call = self._scaler_call(call, flow)
+        built = scaler_call(call, flow, self.options)
         if flow.guard is not None and not any(
-            a.keyword is not None and a.keyword.value == "enabled" for a in scaler_call.args
+            a.keyword is not None and a.keyword.value == "enabled" for a in built.args
         ):
-            scaler_call = scaler_call.with_changes(
-                args=[*scaler_call.args, keyword("enabled", flow.guard.test.deep_clone())]
-            )
-        flow.scaler_call = scaler_call
+            built = built.with_changes(args=[*built.args, keyword("enabled", flow.guard.test.deep_clone())])
+        flow.scaler_call = built
         self._uses(flow)
         self._pairs(flow)
         self._conversions(module, flow)
@@ -453,131 +294,6 @@ class PlanFp16Optimizer(Planner):
             return owner
         return None
 
-    def _up_to_function(self, node: Optional[cst.CSTNode]) -> Iterator[cst.CSTNode]:
-        if node is None:  # above a module-level guard: nothing
-            return
-        for parent in self.ancestors(node):
-            if isinstance(parent, (cst.FunctionDef, cst.Module)):
-                return
-            yield parent
-
-    # -- the loss scale ---------------------------------------------------------------------------
-    def _scaler_call(self, call: cst.Call, flow: Flow) -> cst.Call:
-        args = bind_arguments(call, FP16_OPTIMIZER_ARGS) or {}
-        scaler_args = [cst.Arg(cst.SimpleString(f'"{self.options.device}"'))]
-        if not self.options.needs_loss_scaling:  # bfloat16: no scaling at all
-            return self._built(scaler_args + [keyword("enabled", cst.Name("False"))], None, None)
-        dynamic = args.get("dynamic_loss_scale")
-        dynamic_value = literal(dynamic) if dynamic is not None else False
-        static = args.get("static_loss_scale")
-        static_value = literal(static) if static is not None else 1.0
-        for node, value in ((dynamic, dynamic_value), (static, static_value)):
-            if value is NOT_LITERAL and node is not None and not pure(node):  # an absent one is None
-                raise Refused(node, f"`{self.code_of(node)}` is an expression with side effects")
-        init, window = (
-            self._dynamic_schedule(args.get("dynamic_loss_args"), flow)
-            if dynamic_value is not False
-            else (None, None)
-        )
-        if dynamic is not None and dynamic_value is not NOT_LITERAL and dynamic_value:
-            flow.notes.append((dynamic, DYNAMIC, None))
-            return self._built(scaler_args, init, window)
-        if isinstance(static_value, (int, float)) and not isinstance(static_value, bool):
-            if not 0.0 < static_value < float("inf"):
-                assert static is not None  # the default, 1.0, is a usable scale
-                raise Refused(static, f"`static_loss_scale={static_value!r}` is no usable scale")
-            if static_value == 1.0 and dynamic_value is False:
-                flow.notes.append(
-                    (
-                        static or call,
-                        STATIC,
-                        "a static loss scale of 1.0 scaled nothing: the "
-                        "GradScaler is disabled, exactly as Apex neither scaled nor skipped",
-                    )
-                )
-                return self._built(scaler_args + [keyword("enabled", cst.Name("False"))], None, None)
-        elif static_value is not NOT_LITERAL:
-            assert static is not None  # the default, 1.0, is a number
-            raise Refused(static, f"`static_loss_scale={static_value!r}` is no number")
-        static_expr = static if static is not None else cst.Float("1.0")
-        flow.notes.append((static if static is not None else call, STATIC, None))
-        never = cst.parse_expression(STATIC_GROWTH_INTERVAL)
-        if dynamic_value is False:
-            return self._built(scaler_args, static_expr, never)
-        assert dynamic is not None  # an absent `dynamic_loss_scale` is False
-        flow.notes.append(
-            (
-                dynamic,
-                DYNAMIC,
-                f"`{self.code_of(dynamic)}` chooses at run time between "
-                "Apex's dynamic scaler and the static scale; the GradScaler's arguments follow it",
-            )
-        )
-        return self._built(
-            scaler_args,
-            _if(dynamic, init or cst.Float("65536.0"), static_expr),
-            _if(dynamic, window or cst.Integer("2000"), never),
-        )
-
-    @staticmethod
-    def _built(
-        args: list[cst.Arg], init: Optional[cst.BaseExpression], window: Optional[cst.BaseExpression]
-    ) -> cst.Call:
-        if init is not None:
-            args.append(keyword("init_scale", init))
-        if window is not None:
-            args.append(keyword("growth_interval", window))
-        return cst.Call(cst.parse_expression("torch.amp.GradScaler"), args)
-
-    def _dynamic_schedule(
-        self, node: Optional[cst.BaseExpression], flow: Flow
-    ) -> tuple[Optional[cst.BaseExpression], Optional[cst.BaseExpression]]:
-        """(init_scale, growth_interval) expressions for `dynamic_loss_args` (None: the default)."""
-        if node is None or literal(node) is None:
-            return None, None
-        if not isinstance(node, cst.Dict) or any(not isinstance(e, cst.DictElement) for e in node.elements):
-            raise Refused(node, "`dynamic_loss_args` is not a literal dict")
-        given: dict[str, cst.BaseExpression] = {}
-        for element in [e for e in node.elements if isinstance(e, cst.DictElement)]:  # every one, as checked
-            key = literal(element.key)
-            if key not in _DYNAMIC_KEYS:
-                raise Refused(element, f"`dynamic_loss_args` key {key!r} is not one Apex's LossScaler takes")
-            if not pure(element.value):
-                raise Refused(element.value, f"`{self.code_of(element.value)}` has side effects")
-            given[key] = element.value
-        for dropped in ("scale_factor", "min_loss_scale", "max_loss_scale"):
-            if dropped in given:
-                flow.notes.append(
-                    (
-                        given[dropped],
-                        DYNAMIC,
-                        f"`{dropped}` has no GradScaler equivalent and was "
-                        "dropped" + (" (Apex ignored it too)" if dropped == "scale_factor" else ""),
-                    )
-                )
-        cap = given.get("max_loss_scale", cst.parse_expression("2.0**24"))
-        init = given.get("init_scale")
-        start: Optional[cst.BaseExpression]
-        if init is None and "max_loss_scale" not in given:
-            start = None
-        else:
-            values = [literal(init) if init is not None else 2.0**16, literal(cap)]
-            start = (
-                cst.Float(repr(float(min(values))))
-                if NOT_LITERAL not in values
-                else cst.Call(
-                    cst.Name("min"),
-                    [
-                        cst.Arg(
-                            init or cst.Float("65536.0"),
-                            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
-                        ),
-                        cst.Arg(cap),
-                    ],
-                )
-            )
-        return start, given.get("scale_window")
-
     # -- what the wrapper is used for -------------------------------------------------------------
     def _accesses(self, flow: Flow) -> list[cst.Name]:
         """Every read of the wrapper's name after it was bound (in nested scopes: every read)."""
@@ -636,13 +352,13 @@ class PlanFp16Optimizer(Planner):
                 )
             attr = attribute.attr.value
             call = self.parent(attribute)
-            if attr in _METHODS and isinstance(call, cst.Call) and call.func is attribute:
+            if attr in METHODS and isinstance(call, cst.Call) and call.func is attribute:
                 self._method(flow, attr, call)
             elif attr == "loss_scale" and not self._is_target(attribute):
                 flow.scale_reads.add(id(attribute))
             elif attr == "optimizer":
                 flow.unwraps.add(id(attribute))
-            elif attr not in _PROXIED:
+            elif attr not in PROXIED:
                 why = (
                     "its checkpoint holds Apex's loss scaler object and the fp32 master weights, "
                     "which a native optimizer cannot load"
@@ -745,9 +461,9 @@ class PlanFp16Optimizer(Planner):
     def _plain_backward(self, branch: cst.If, bound: dict) -> None:
         """The `else` of `if fp16: optimizer.backward(loss)` is `loss.backward()` of the same loss."""
         wanted = (
-            f"{_CODE(bound['loss'])}.backward()"
+            f"{CODE(bound['loss'])}.backward()"
             if "retain_graph" not in bound
-            else f"{_CODE(bound['loss'])}.backward(retain_graph={_CODE(bound['retain_graph'])})"
+            else f"{CODE(bound['loss'])}.backward(retain_graph={CODE(bound['retain_graph'])})"
         )
         orelse = branch.orelse
         body = (
@@ -759,17 +475,13 @@ class PlanFp16Optimizer(Planner):
             len(body) == 1
             and isinstance(body[0], cst.SimpleStatementLine)
             and len(body[0].body) == 1
-            and "".join(_CODE(body[0].body[0]).split()) == "".join(wanted.split())
+            and "".join(CODE(body[0].body[0]).split()) == "".join(wanted.split())
         ):
             raise Refused(
                 branch,
                 f"the `else` of `if {self.code_of(branch.test)}:` is not `{wanted}`, so the "
                 "two paths do not collapse into one scaled backward",
             )
-
-    def _statement(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
-        statements = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
-        return next((p for p in self.ancestors(node) if isinstance(p, statements)), None)
 
     def _line_of(self, call: cst.Call) -> cst.SimpleStatementLine:
         """The line of a `backward` or clip call `_method` accepted: a statement of its own."""
@@ -847,114 +559,11 @@ class PlanFp16Optimizer(Planner):
                 return False
         return False
 
-    # -- the fp16 model -------------------------------------------------------------------------
-    def _conversion_calls(self, module: cst.Module) -> list[cst.Call]:
-        return [call for call in m.findall(module, m.Call()) if self._is_conversion(call)]
-
-    def _conversions(self, module: cst.Module, flow: Flow) -> None:
-        """Each fp16 conversion is a whole statement that converts one model (which it now keeps
-        fp32); any other fp16 value refuses."""
-        self._refuse_half_values(module)
-        for call in self._conversion_calls(module):
-            line = self._statement(call)
-            if id(line) not in flow.conversions:
-                self._conversion(call, line, flow)
-        if not flow.models:
-            raise Refused(
-                flow.statement,
-                "no conversion of a model to fp16 is visible in this file, so "
-                "the parameters the optimizer holds may be fp16 from code the rule cannot see",
-            )
-        self._model_reads(module, flow.models)
-
-    def _refuse_half_values(self, module: cst.Module) -> None:
-        """An fp16 dtype (`torch.float16`, `torch.cuda.HalfTensor`) that is neither called nor the
-        argument of a conversion makes fp16 values."""
-        for node in m.findall(
-            module,
-            m.Attribute(
-                value=m.Name("torch") | m.Attribute(m.Name("torch"), m.Name("cuda")),
-                attr=m.OneOf(*map(m.Name, _HALF_SPELLINGS)),
-            ),
-        ):
-            parent = self.parent(node)
-            converts = isinstance(parent, cst.Arg) and self._is_conversion(self.parent(parent))
-            if not converts and not (isinstance(parent, cst.Call) and parent.func is node):
-                raise Refused(
-                    node,
-                    f"`{self.code_of(node)}` makes fp16 values that fp32 weights would meet outside autocast",
-                )
-
-    def _conversion(self, call: cst.Call, line: Optional[cst.CSTNode], flow: Flow) -> None:
-        """`call`, a conversion on `line`, converts a model, which the rewrite keeps fp32."""
-        small = line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
-        if (
-            line is None
-            or not isinstance(small, (cst.Assign, cst.Expr))
-            or not self._within(call, small.value)
-        ):
-            raise Refused(
-                call, f"`{self.code_of(call)}` converts to fp16 outside a statement that converts a model"
-            )
-        self._conversion_lines.append(line)
-        self._check_condition(line, call, flow)
-        stripped, prefixes = self._strip(small.value)
-        if any(c is not None for c in m.findall(stripped, m.Call()) if self._is_conversion(c)):
-            raise Refused(
-                call,
-                f"`{self.code_of(call)}` makes an fp16 value that is no model, which fp32 "
-                "weights would meet outside autocast",
-            )
-        model = self._converted_model(call, small, stripped)
-        kept = flow.conversions[id(line)] = None if _CODE(model) == _CODE(stripped) else stripped
-        flow.models.add(_CODE(model))
-        kind = (
-            " and its state-dict keys lose the `{}` prefix".format("`, `".join(sorted(prefixes)))
-            if prefixes
-            else ""
-        )
-        done = (
-            f"`{self.code_of(small).strip()}` removed"
-            if kept is None
-            else f"`{self.code_of(small).strip()}` became `{_CODE(small.with_changes(value=kept)).strip()}`"
-        )
-        flow.notes.append((line, CONVERSION, f"{done}: `{_CODE(model)}` stays fp32{kind}"))
-
-    def _converted_model(
-        self, call: cst.Call, small: Union[cst.Assign, cst.Expr], stripped: cst.BaseExpression
-    ) -> cst.BaseExpression:
-        """The model a conversion statement converts: the name it assigns or, on a line of its
-        own, the one whose methods it calls."""
-        if isinstance(small, cst.Assign):
-            if len(small.targets) != 1 or not pure(small.targets[0].target):
-                raise Refused(call, "the converted model is not assigned to a plain name")
-            return small.targets[0].target
-        model = stripped
-        while isinstance(model, cst.Call) and isinstance(model.func, cst.Attribute):
-            model = model.func.value  # `model.cuda().half()`: `model`
-        if not isinstance(model, (cst.Name, cst.Attribute)) or not pure(model):
-            raise Refused(call, f"`{self.code_of(call)}` converts no model by name")
-        # `model.cuda().half()` on its own line still moves the model: `model.cuda()` is kept
-        return model
-
-    def _check_condition(self, line: cst.CSTNode, call: cst.Call, flow: Flow) -> None:
-        """A conversion runs unconditionally or under the wrapper's own guard: natively the model
-        stays fp32 either way, which is right only where Apex's fp16 model got FP16_Optimizer."""
-        conditions = [p for p in self._up_to_function(line) if isinstance(p, cst.BaseCompoundStatement)]
-        if not conditions or (
-            len(conditions) == 1 and flow.guarded_by(conditions[0]) and conditions[0].orelse is None
-        ):
-            return
-        raise Refused(
-            call,
-            f"`{self.code_of(call)}` runs under a condition other than the one that builds "
-            "the `FP16_Optimizer`",
-        )
-
+    # -- the `if`s the rewrite empties ----------------------------------------------------------
     def _dropped_ifs(self, flow: Flow) -> None:
         """`if fp16:` statements whose every statement the rewrite removes go too."""
         removed = {k for k, v in flow.conversions.items() if v is None}
-        if _CODE(flow.inner) == flow.target:
+        if CODE(flow.inner) == flow.target:
             removed.add(id(flow.statement))
         for line in [flow.statement, *self._conversion_lines]:
             owner = self._grandparent(line)
@@ -965,63 +574,7 @@ class PlanFp16Optimizer(Planner):
             ):
                 flow.dropped_ifs.add(id(owner))
 
-    def _within(self, node: cst.CSTNode, value: cst.CSTNode) -> bool:
-        return node is value or any(a is value for a in self.ancestors(node))
-
-    def _is_conversion(self, call: Optional[cst.CSTNode]) -> TypeGuard[cst.Call]:
-        if not isinstance(call, cst.Call):
-            return False
-        return (
-            (m.matches(call.func, m.Attribute(attr=m.Name("half"))) and not call.args)
-            or self._name(call.func) in CONVERTERS
-            or _half_type(call) is not None
-        )
-
-    def _strip(self, expr: cst.BaseExpression) -> tuple[cst.BaseExpression, set[str]]:
-        """`network_to_half(Net().cuda())` → (`Net().cuda()`, {"1."}); `m.cuda().half()` → `m.cuda()`."""
-        prefixes: set[str] = set()
-        while isinstance(expr, cst.Call):
-            name = self._name(expr.func)
-            if (
-                name in CONVERTERS
-                and len(expr.args) == 1
-                and expr.args[0].keyword is None
-                and not expr.args[0].star
-            ):
-                if CONVERTERS[name]:
-                    prefixes.add(CONVERTERS[name])
-                expr = expr.args[0].value
-            elif (
-                isinstance(expr.func, cst.Attribute)
-                and m.matches(expr.func, m.Attribute(attr=m.Name("half")))
-                and not expr.args
-            ):
-                expr = expr.func.value
-            elif _half_type(expr) is not None:  # `model.type(torch.cuda.HalfTensor)`: to CUDA, in fp32
-                inner, more = self._strip(cst.ensure_type(expr.func, cst.Attribute).value)
-                prefixes |= more
-                return (
-                    cst.Call(cst.Attribute(inner, cst.Name("cuda"))) if _half_type(expr) else inner
-                ), prefixes
-            elif isinstance(expr.func, cst.Attribute):
-                inner, more = self._strip(expr.func.value)
-                prefixes |= more
-                return expr.with_changes(func=expr.func.with_changes(value=inner)), prefixes
-            else:
-                break
-        return expr, prefixes
-
-    def _model_reads(self, module: cst.Module, models: set[str]) -> None:
-        """The wrapper modules had a shape of their own (`model[1]`, `model.network`); the first
-        such read in the file is reported, whichever model it reads (not a set's first)."""
-        for node in m.findall(module, m.Subscript() | m.Attribute(attr=m.Name("network"))):
-            if isinstance(node, (cst.Subscript, cst.Attribute)) and _CODE(node.value) in models:
-                raise Refused(
-                    node,
-                    f"`{self.code_of(node)}` reads the fp16 wrapper module, which the "
-                    "native model does not have",
-                )
-
+    # -- the optimizer's parameters --------------------------------------------------------------
     def _tie(self, flow: Flow) -> None:
         """Every parameter the wrapped optimizer holds is one of a converted model's."""
         constructor = flow.inner if isinstance(flow.inner, cst.Call) else self._bound_call(flow)
@@ -1046,8 +599,8 @@ class PlanFp16Optimizer(Planner):
             )
             if isinstance(c, cst.Call) and isinstance(c.func, cst.Attribute)
         ]
-        unknown = _free_names(params) - {_CODE(o).split(".")[0] for o in owners} - {"filter", "list", "tuple"}
-        if not owners or unknown or any(_CODE(o) not in flow.models for o in owners):
+        unknown = _free_names(params) - {CODE(o).split(".")[0] for o in owners} - {"filter", "list", "tuple"}
+        if not owners or unknown or any(CODE(o) not in flow.models for o in owners):
             raise Refused(
                 params,
                 f"`{self.code_of(params)}` may hold parameters of a model whose fp16 "
@@ -1076,7 +629,7 @@ class PlanFp16Optimizer(Planner):
         bound = bind_arguments(backward, BACKWARD_ARGS)
         assert bound is not None  # `_method` took only backwards whose arguments bind
         found = loss_block(
-            self._line_of(backward), _reads(bound["loss"]), _assigned, self.parent, self.statement_around
+            self._line_of(backward), reads(bound["loss"]), assigned, self.parent, self.statement_around
         )
         if found is None:
             raise Refused(backward, f"the loss of `{self.code_of(backward)}` is not computed in its function")
@@ -1094,40 +647,18 @@ class PlanFp16Optimizer(Planner):
     def _runs_model(self, statement: cst.CSTNode, flow: Flow) -> bool:
         if id(statement) in flow.conversions:
             return False
-        housekeeping = m.Expr(m.Call(func=m.Attribute(attr=m.OneOf(*map(m.Name, _HOUSEKEEPING)))))
+        housekeeping = m.Expr(m.Call(func=m.Attribute(attr=m.OneOf(*map(m.Name, HOUSEKEEPING)))))
         if isinstance(statement, cst.SimpleStatementLine) and all(
-            m.matches(s, housekeeping) and _CODE(_receiver(s)) in flow.models for s in statement.body
+            m.matches(s, housekeeping) and CODE(_receiver(s)) in flow.models for s in statement.body
         ):
             return False
-        return bool(_reads(statement) & flow.models)
+        return bool(reads(statement) & flow.models)
 
 
 def _receiver(statement: cst.BaseSmallStatement) -> cst.BaseExpression:
     """`model` of a statement `model.train()` (one `_runs_model`'s housekeeping matcher matched)."""
     call = cst.ensure_type(cst.ensure_type(statement, cst.Expr).value, cst.Call)
     return cst.ensure_type(call.func, cst.Attribute).value
-
-
-def _half_type(call: cst.Call) -> Optional[bool]:
-    """`x.type(torch.cuda.HalfTensor)` → True (it also moves `x` to CUDA), `x.type(torch.HalfTensor)`
-    or `x.type(torch.float16)` → False; None for any other call."""
-    if not (
-        m.matches(call.func, m.Attribute(attr=m.Name("type")))
-        and len(call.args) == 1
-        and call.args[0].keyword is None
-        and not call.args[0].star
-    ):
-        return None
-    spelled = _CODE(call.args[0].value)
-    if spelled == "torch.cuda.HalfTensor":
-        return True
-    return False if spelled in ("torch.HalfTensor", "torch.half", "torch.float16") else None
-
-
-def _if(test: cst.BaseExpression, yes: cst.BaseExpression, no: cst.BaseExpression) -> cst.IfExp:
-    return cst.IfExp(
-        test=test.deep_clone(), body=yes, orelse=no, lpar=[cst.LeftParen()], rpar=[cst.RightParen()]
-    )
 
 
 def _names(codes) -> str:

@@ -65,20 +65,12 @@ import libcst as cst
 from libcst.codemod.visitors import AddImportsVisitor
 
 from ..analysis.autocast_region import wrap_spans
-from ..plan.fp16_optimizer import (
-    BACKWARD_ARGS,
-    CONVERTERS,
-    FP16_OPTIMIZER,
-    FP16_OPTIMIZER_ARGS,
-    PlanFp16Optimizer,
-    keyword,
-    plan_fp16_optimizer,
-)
+from ..plan.fp16_flow import BACKWARD_ARGS, CODE, CONVERTERS, FP16_OPTIMIZER, FP16_OPTIMIZER_ARGS, keyword
+from ..plan.fp16_optimizer import PlanFp16Optimizer, plan_fp16_optimizer
 from ..plan.types import Fp16OptimizerPlan, bind_arguments
 from .base import Rule
 from .facts import Fact
 
-_CODE = cst.Module([]).code_for_node
 #: What a block holds: `IndentedBlock.body` is typed `BaseStatement`, whose only kinds these are.
 _Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
 
@@ -150,7 +142,7 @@ class Fp16OptimizerToGradScaler(Rule):
         clip = bind_arguments(updated_node, ("max_norm", "norm_type"))
         assert clip is not None  # `_method` took only clip calls whose arguments bind
         params = cst.parse_expression(
-            f'(p for group in {_CODE(receiver)}.param_groups for p in group["params"])'
+            f'(p for group in {CODE(receiver)}.param_groups for p in group["params"])'
         )
         args = [cst.Arg(params), cst.Arg(clip["max_norm"])] + (
             [cst.Arg(clip["norm_type"])] if "norm_type" in clip else []
@@ -218,7 +210,7 @@ class Fp16OptimizerToGradScaler(Rule):
             return []
         if original is flow.statement:
             made: list[_Statement] = [creation] if flow.guard is None else []
-            if _CODE(flow.inner) != flow.target:
+            if CODE(flow.inner) != flow.target:
                 inner = _init_optimizer(cst.ensure_type(updated, cst.SimpleStatementLine))
                 made.append(
                     cst.SimpleStatementLine(
@@ -239,7 +231,7 @@ class Fp16OptimizerToGradScaler(Rule):
         if key in flow.backwards:
             return self._replace_backward(cst.ensure_type(updated, cst.SimpleStatementLine))
         if key in flow.clips:
-            receiver = _CODE(cst.ensure_type(flow.clips[key].func, cst.Attribute).value)
+            receiver = CODE(cst.ensure_type(flow.clips[key].func, cst.Attribute).value)
             unscale = cst.SimpleStatementLine(
                 [cst.Expr(cst.parse_expression(f"{flow.training.scaler}.unscale_({receiver})"))],
                 leading_lines=updated.leading_lines,

@@ -18,7 +18,7 @@ Soundness
     early exit, second backward or read of gradients: Apex updated its scale at `backward` and
     stepped masters the fp16 gradients no longer fed, GradScaler updates at `update()` and
     steps the model's own gradients); every parameter the
-    wrapped optimizer holds comes from a model whose conversion to fp16 this rule removes; and
+    wrapped optimizer holds comes from a model whose conversion to fp16 the rewrite removes; and
     no other fp16 value (`x.half()`, `torch.float16`) that fp32 weights would meet outside
     autocast. Under `if flag:` every use must sit in the function that reads the flag, and
     conversions must run under that flag or none; with the flag off, the disabled scaler and
@@ -32,7 +32,6 @@ Soundness
     gradients are finite (AMP467). What changes is the arithmetic of the weights: fp32 weights
     under autocast instead of fp16 weights with fp32 masters (AMP465), which the equivalence
     harness bounds (docs/differences.md). Anything else falls back to the shim, located (AMP466).
-
 """
 
 from __future__ import annotations
@@ -139,8 +138,8 @@ class PlanFp16Optimizer(Fp16Model):
     EMITS = (FLOW, REFUSED, STATIC, DYNAMIC, CONVERSION, CLIP_NORM)
     LEAVES = ("fp16_optimizer", "fp16_optimizer_refused")
 
-    def interest(self):
-        return None
+    def interest(self) -> Optional[frozenset[str]]:
+        return None  # every statement: the wrapper's uses and the model's reads may be anywhere
 
     @classmethod
     def applies(cls, state: FileState) -> bool:

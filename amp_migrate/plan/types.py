@@ -260,8 +260,9 @@ class TrainingPlan:
 class Fp16OptimizerPlan:
     """What the native rewrite of a file's `FP16_Optimizer` flow does (plan/fp16_optimizer.py
     decides it, rules/fp16_optimizer.py carries it out). Nodes are named by their ids in
-    `module`, the tree the planner read: the rewrite acts on that very tree (a rule's
-    transform keeps the nodes it is given), so the ids are the nodes it visits."""
+    `module`, the tree the planner read, which is the tree the rewrite transforms: the parse,
+    where no rule before it changed the file (rules hand on unchanged nodes as they got them),
+    else the rewrite's own tree, which it has planned again."""
 
     module: cst.Module
     #: The GradScaler, the autocast and the steps the flow implies, for the rules after it.

@@ -17,10 +17,31 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import AbstractSet, Optional, Union, cast
 
 import libcst as cst
+import libcst.matchers as m
 
 #: What a block holds: `IndentedBlock.body` is typed `BaseStatement`, whose only kinds these are.
 Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
 Block = Union[cst.IndentedBlock, cst.Module]
+
+
+#: Model methods that set a mode or clear gradients rather than run the forward pass.
+HOUSEKEEPING = ("zero_grad", "train", "eval", "to", "cuda", "cpu", "requires_grad_")
+_HOUSEKEEPING_CALL = m.Expr(m.Call(func=m.Attribute(attr=m.OneOf(*map(m.Name, HOUSEKEEPING)))))
+
+
+def housekeeping_only(statement: cst.CSTNode, models: AbstractSet[str]) -> bool:
+    """The statement is a line of `model.train()`, `model.zero_grad()`, ... calls on `models`
+    only: it reads a model without running its forward, so a region need not start there."""
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        m.matches(s, _HOUSEKEEPING_CALL)
+        and cst.Module([]).code_for_node(
+            cst.ensure_type(
+                cst.ensure_type(cst.ensure_type(s, cst.Expr).value, cst.Call).func, cst.Attribute
+            ).value
+        )
+        in models
+        for s in statement.body
+    )
 
 
 def loss_block(

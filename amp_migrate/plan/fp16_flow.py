@@ -39,7 +39,6 @@ METHODS = ("backward", "step", "zero_grad", "clip_master_grads")
 BACKWARD_ARGS = ("loss", "update_master_grads", "retain_graph")  # FP16_Optimizer.backward's parameters
 PROXIED = ("param_groups", "state")  # FP16_Optimizer forwards these to the optimizer it wraps
 HALF_SPELLINGS = ("float16", "half", "HalfTensor")
-HOUSEKEEPING = ("zero_grad", "train", "eval", "to", "cuda", "cpu", "requires_grad_")
 CODE = cst.Module([]).code_for_node
 
 

@@ -43,7 +43,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
-from ..analysis.autocast_region import loss_block, region_start
+from ..analysis.autocast_region import housekeeping_only, loss_block, region_start
 from ..analysis.control_flow import exits_early, runs_backward
 from ..analysis.fp16_names import star_only_names
 from ..diagnostics import Severity, define
@@ -54,7 +54,6 @@ from .fp16_flow import (
     CONVERTERS,
     FP16_OPTIMIZER,
     FP16_OPTIMIZER_ARGS,
-    HOUSEKEEPING,
     METHODS,
     PROXIED,
     Flow,
@@ -646,18 +645,9 @@ class PlanFp16Optimizer(Fp16Model):
     def _runs_model(self, statement: cst.CSTNode, flow: Flow) -> bool:
         if id(statement) in flow.conversions:
             return False
-        housekeeping = m.Expr(m.Call(func=m.Attribute(attr=m.OneOf(*map(m.Name, HOUSEKEEPING)))))
-        if isinstance(statement, cst.SimpleStatementLine) and all(
-            m.matches(s, housekeeping) and CODE(_receiver(s)) in flow.models for s in statement.body
-        ):
+        if housekeeping_only(statement, flow.models):
             return False
         return bool(reads(statement) & flow.models)
-
-
-def _receiver(statement: cst.BaseSmallStatement) -> cst.BaseExpression:
-    """`model` of a statement `model.train()` (one `_runs_model`'s housekeeping matcher matched)."""
-    call = cst.ensure_type(cst.ensure_type(statement, cst.Expr).value, cst.Call)
-    return cst.ensure_type(call.func, cst.Attribute).value
 
 
 def _names(codes) -> str:

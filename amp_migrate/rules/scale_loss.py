@@ -65,7 +65,7 @@ from typing import Optional, Sequence, Union, cast
 import libcst as cst
 import libcst.matchers as m
 
-from ..analysis.autocast_region import loss_block, region_start, wrap_spans
+from ..analysis.autocast_region import housekeeping_only, loss_block, region_start, wrap_spans
 from ..analysis.binding import Pruned
 from ..analysis.statements import find_statements
 from ..diagnostics import Severity, define
@@ -410,20 +410,11 @@ def _single_backward(stmt: cst.CSTNode, alias: str) -> Optional[cst.Call]:
     return call
 
 
-# Model methods that set a mode or clear grads rather than run the forward pass.
-HOUSEKEEPING = ("zero_grad", "train", "eval", "to", "cuda", "cpu", "requires_grad_")
-
-
 def _uses(stmt: cst.CSTNode, codes: set[str]) -> bool:
     """Does the statement run a model (anything but housekeeping calls on it)?"""
     if not codes:
         return False
-    code = cst.Module([]).code_for_node
-    housekeeping = m.Expr(m.Call(func=m.Attribute(attr=m.OneOf(*[m.Name(n) for n in HOUSEKEEPING]))))
-    if isinstance(stmt, cst.SimpleStatementLine) and all(
-        m.matches(s, housekeeping) and code(_method_owner(cast(cst.Expr, s).value)) in codes
-        for s in stmt.body
-    ):
+    if housekeeping_only(stmt, codes):
         return False
     return bool(_names(stmt) & codes)
 

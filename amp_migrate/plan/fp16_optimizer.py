@@ -144,6 +144,10 @@ class PlanFp16Optimizer(Fp16Model):
     def applies(cls, state: FileState) -> bool:
         return state.training is None and super().applies(state)
 
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        super().on_visit(node)  # the module: its parent recorded, as a rule's visit records it
+        return False  # nothing to collect on the way down: `decide` asks the tree itself
+
     # -- deciding ------------------------------------------------------------------------------
     def decide(self, module: cst.Module) -> Optional[Fp16OptimizerPlan]:
         """The plan of the flow `read` saw (None: no `FP16_Optimizer` call, or refused, which is

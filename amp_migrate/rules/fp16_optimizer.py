@@ -120,9 +120,10 @@ class Fp16OptimizerToGradScaler(Rule):
         return None
 
     def _plan_again(self, module: cst.Module) -> Optional[Fp16OptimizerPlan]:
-        """A rule before this one rewrote the file, so the plan's nodes are not this tree's:
-        the parse's verdict and what it reported go, and the planner follows the flow on this
-        tree (reporting as it did on the parse, in the order the rules report)."""
+        """A rule before this one rewrote the file, so the plan's nodes are not this tree's
+        (a block holding a rewritten line is a new node): the parse's verdict and what it
+        reported are withdrawn, and the planner follows the flow on this tree. Its reports then
+        come where this rule's always came, after those of the rules before it."""
         own = {code.code for code in PlanFp16Optimizer.EMITS}
         self.state.diagnostics[:] = [d for d in self.state.diagnostics if d.code not in own]
         self.state.fp16_optimizer_refused = False

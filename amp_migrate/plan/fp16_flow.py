@@ -86,6 +86,7 @@ class Flow:
         )
 
     def plan(self, module: cst.Module, training: TrainingPlan) -> Fp16OptimizerPlan:
+        """What the rewrite needs of the flow, frozen (the steps and models go into `training`)."""
         return Fp16OptimizerPlan(
             module=module,
             training=training,

@@ -158,7 +158,7 @@ def render_rule(rule) -> str:
         "",
         f"Emits: {_names([c.code for c in codes])}.",
         "",
-        "Runs on the parse before every rule; leaves: `binding`, `casts`, `inference`, `training`."
+        f"Runs on the parse before every rule; leaves: {_names(rule.LEAVES)}."
         if planner
         else f"Reads: {_facts(rule.READS)}. Writes: {_facts(rule.WRITES)}.",
     ]

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import ast
 
     from .plan.switch_flow import _Stores
-    from .plan.types import CastSource, InferenceRegion, SharedScaler, TrainingPlan
+    from .plan.types import CastSource, Fp16OptimizerPlan, InferenceRegion, SharedScaler, TrainingPlan
 
 
 @dataclass
@@ -40,13 +40,17 @@ class FileState:
     project: Optional[SharedScaler] = None
     #: The first binder of the file (the rule that ran first), which every later rule reuses.
     binding: Optional[ApexBinder] = None
-    #: The plan for the file's GradScaler (the planner's, or Fp16OptimizerToGradScaler's).
+    #: The plan for the file's GradScaler: the planner's for Apex amp, or, once
+    #: Fp16OptimizerToGradScaler has run, the one its `FP16_Optimizer` flow implies.
     training: Optional[TrainingPlan] = None
     #: Regions that only run models `initialize` prepared for inference (None: not planned).
     inference: Optional[tuple[InferenceRegion, ...]] = None
     #: What each `initialize` of the file turned on, for the eval-time autocast checks.
     casts: tuple[CastSource, ...] = ()
-    #: Fp16OptimizerToGradScaler refused the file's FP16_Optimizer flow (it uses the shim).
+    #: The planner's plan for the file's `FP16_Optimizer` flow (None: none, or refused).
+    fp16_optimizer: Optional[Fp16OptimizerPlan] = None
+    #: The file's FP16_Optimizer flow was refused (it uses the shim): by the planner, or by
+    #: Fp16OptimizerToGradScaler where it planned again on a tree earlier rules rewrote.
     fp16_optimizer_refused: bool = False
     #: Not a fact (no order): the file's `ast` and its stores, found once by whoever asks first
     #: (switch_flow.file_stores); `()` where the file does not parse, None until asked.

@@ -32,6 +32,8 @@ class Planner(FileReader, cst.CSTVisitor):
     #: The Apex names it handles and every code it can report (read by docs and tests).
     HANDLES: ClassVar[tuple[str, ...]] = ()
     EMITS: ClassVar[tuple[Code, ...]] = ()
+    #: The `FileState` fields it fills for the rules (read by docs).
+    LEAVES: ClassVar[tuple[str, ...]] = ()
     _entered_types: ClassVar[Optional[frozenset[type]]] = None
 
     def __init__(self, state: FileState) -> None:

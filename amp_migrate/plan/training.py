@@ -105,7 +105,6 @@ from .types import (
     LOSS_SCALERS,
     ONE_SCALER,
     SCALE_LOSS_ARGS,
-    SCALER_NAMES,
     STATE_DICT,
     WRAPPED_SCALE_LOSS,
     CastSource,
@@ -115,6 +114,7 @@ from .types import (
     expression_codes,
     literal,
     pure,
+    scaler_name,
 )
 from .units import Unit, UnitPlanning
 
@@ -385,6 +385,7 @@ class PlanTraining(UnitPlanning):
     """Read the file's Apex training calls and decide where its GradScaler lives."""
 
     HANDLES = (INITIALIZE, INIT)
+    LEAVES = ("binding", "casts", "inference", "training")
     EMITS = (
         NO_PLACE,
         INIT_COUNT,
@@ -602,13 +603,7 @@ class PlanTraining(UnitPlanning):
         return "module"
 
     def _name(self, module: cst.Module, placement: str) -> str:
-        for name in SCALER_NAMES:
-            if self.name_is_free(name, module):
-                return name
-        i = 1
-        while not self.name_is_free(f"scaler_{i}", module):
-            i += 1
-        return f"scaler_{i}"
+        return scaler_name(lambda name: self.name_is_free(name, module))
 
     def _free_name(self, module: cst.Module, wanted: str) -> str:
         name, i = wanted, 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field, replace
-from typing import Collection, Optional
+from typing import Callable, Collection, Mapping, Optional
 
 import libcst as cst
 
@@ -36,6 +36,23 @@ LOAD_STATE_DICT = "apex.amp.load_state_dict"
 #: `amp._amp_state.loss_scalers` (`from apex.amp import _amp_state`, or from its own module)
 LOSS_SCALERS = ("apex.amp._amp_state.loss_scalers", "apex.amp._amp_state._amp_state.loss_scalers")
 SCALER_NAMES = ("scaler", "grad_scaler", "amp_scaler")
+
+
+def scaler_name(is_free: Callable[[str], bool]) -> str:
+    """The name a file's new GradScaler gets: the first of `SCALER_NAMES` the file leaves free,
+    else the first free `scaler_1`, `scaler_2`, .... The training planner and the
+    FP16_Optimizer planner both name theirs so, so a file reads the same whichever Apex API it
+    used. (A project's shared scaler is named from the texts of every module it spans instead:
+    project/share.py.)"""
+    for name in SCALER_NAMES:
+        if is_free(name):
+            return name
+    i = 1
+    while not is_free(f"scaler_{i}"):
+        i += 1
+    return f"scaler_{i}"
+
+
 LEVELS = ("O0", "O1", "O2", "O3")
 SCALE_LOSS_ARGS = ("loss", "optimizers", "loss_id", "model", "delay_unscale", "delay_overflow_check")
 INITIALIZE_ARGS = (
@@ -237,6 +254,34 @@ class TrainingPlan:
     def scalers(self) -> list[str]:
         """Every GradScaler the plan builds, in loss-id order."""
         return [self.loss_scalers[k] for k in sorted(self.loss_scalers)] or [self.scaler]
+
+
+@dataclass(frozen=True)
+class Fp16OptimizerPlan:
+    """What the native rewrite of a file's `FP16_Optimizer` flow does (plan/fp16_optimizer.py
+    decides it, rules/fp16_optimizer.py carries it out). Nodes are named by their ids in
+    `module`, the tree the planner read, which is the tree the rewrite transforms: the parse,
+    where no rule before it changed the file (rules hand on unchanged nodes as they got them),
+    else the rewrite's own tree, which it has planned again."""
+
+    module: cst.Module
+    #: The GradScaler, the autocast and the steps the flow implies, for the rules after it.
+    training: TrainingPlan
+    target: str  # the wrapper's name, which becomes the plain optimizer's
+    statement: cst.SimpleStatementLine  # `target = FP16_Optimizer(...)`
+    inner: cst.BaseExpression  # the optimizer it wraps
+    #: `if args.fp16:` around the wrapper: the GradScaler is built before it with `enabled=`
+    guard: Optional[cst.If] = None
+    backwards: Mapping[int, cst.Call] = field(default_factory=dict)  # statement -> backward call
+    clips: Mapping[int, cst.Call] = field(default_factory=dict)  # statement -> clip call
+    calls: frozenset[int] = frozenset()  # zero_grad / clip calls to rewrite
+    unwraps: frozenset[int] = frozenset()  # `optimizer.optimizer`
+    scale_reads: frozenset[int] = frozenset()  # `optimizer.loss_scale`
+    #: conversion statement -> the value it keeps (None: the statement goes)
+    conversions: Mapping[int, Optional[cst.BaseExpression]] = field(default_factory=dict)
+    #: block -> spans of its statements (first, last) to put under autocast
+    regions: Mapping[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    dropped_ifs: frozenset[int] = frozenset()  # `if` statements left with nothing in them
 
 
 _COMPOUND = (cst.UnaryOperation, cst.BinaryOperation, cst.Tuple, cst.List, cst.ConcatenatedString)

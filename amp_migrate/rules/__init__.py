@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Union
 
+from ..plan.fp16_optimizer import PlanFp16Optimizer
 from ..plan.planner import Planner
 from ..plan.training import PlanTraining
 from .availability import ApexAvailabilityChecks
@@ -79,8 +80,9 @@ SHIM_RULES = ordered(rule for rule, targets in REGISTRY.items() if "shim" in tar
 #: Every rule once, native ones first, in running order.
 ALL_RULES: list[type[Rule]] = list(dict.fromkeys(NATIVE_RULES + SHIM_RULES))
 #: The planner phase (plan/): it runs on the parse before the native rules, handles Apex's
-#: `initialize` and reports with codes of its own, and is documented with the rules.
-PLANNERS: list[type[Planner]] = [PlanTraining]
+#: `initialize` (and an `FP16_Optimizer` flow) and reports with codes of its own, and is
+#: documented with the rules.
+PLANNERS: list[type[Planner]] = [PlanTraining, PlanFp16Optimizer]
 #: Every pass that handles Apex names or reports a code: the planner, then the rules.
 PASSES: list[type[Union[Planner, Rule]]] = [*PLANNERS, *ALL_RULES]
 

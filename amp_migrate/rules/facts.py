@@ -5,18 +5,19 @@ A rule declares, as data on its class, the facts it reads (`READS`) and the fact
 a rule that reads a fact runs after every other rule of the list that writes it. Two kinds:
 
 * State facts: a value on `FileState` one rule leaves for later ones (`FIELDS` names the
-  field). Two facts may share a field: Fp16OptimizerToGradScaler plans into `training` only
-  where the planner left it empty, and the rules that carry out only Apex amp's plan must
-  not see that one.
+  field). Two facts may share a field: Fp16OptimizerToGradScaler hands the GradScaler plan
+  of an `FP16_Optimizer` flow on into `training` only where the planner left it empty, and
+  the rules that carry out only Apex amp's plan must not see that one.
 * Tree facts: what earlier rules must already have done to the tree (or to the requests in
   libcst's context) before a later rule looks, or what a later rule would destroy that an
   earlier one must read first. The latter is declared the same way: the later rule reads
   that the earlier one is done (`SCALER_STATE_REWRITTEN`).
 
 The planner phase (plan/, `plan_file`) runs before every native rule: it binds the parse's
-Apex names (`BINDING`), plans the GradScaler (`TRAINING`, `INFERENCE`, `CASTS`) and analyses
-the Apex code as given (`APEX_ANALYSED`), so for the native rules these are the driver's, as
-the parse and the project part are. Under the shim target nothing plans, and the first rule's
+Apex names (`BINDING`), plans the GradScaler (`TRAINING`, `INFERENCE`, `CASTS`) and an
+`FP16_Optimizer` flow (`FP16_OPTIMIZER`), and analyses the Apex code as given
+(`APEX_ANALYSED`), so for the native rules these are the driver's, as the parse and the
+project part are. Under the shim target nothing plans, and the first rule's
 binder fills `BINDING`. This module holds no rule.
 """
 
@@ -38,13 +39,18 @@ class Fact(enum.Enum):
     BINDING = "binding"
     #: The GradScaler plan the planner (plan/training.py) made from Apex amp's calls.
     TRAINING = "training"
-    #: The plan Fp16OptimizerToGradScaler made for an `FP16_Optimizer` flow, where amp left none.
+    #: The GradScaler plan an `FP16_Optimizer` flow implies, which Fp16OptimizerToGradScaler
+    #: hands on (into `training`) as it rewrites the flow, where amp left none.
     FP16_PLAN = "fp16 plan"
+    #: The plan the planner (plan/fp16_optimizer.py) made for the file's `FP16_Optimizer` flow.
+    FP16_OPTIMIZER = "fp16 optimizer"
     #: The regions that only run models `initialize` prepared for inference.
     INFERENCE = "inference"
     #: What each `initialize` turned on.
     CASTS = "casts"
-    #: Fp16OptimizerToGradScaler refused the file's `FP16_Optimizer` flow.
+    #: The file's `FP16_Optimizer` flow was refused. The planner decides it on the parse, but
+    #: it is final only once Fp16OptimizerToGradScaler ran: where rules before it rewrote the
+    #: file, it plans the flow again on the tree it got. So it is that rule's to write.
     FP16_OPTIMIZER_REFUSED = "fp16 optimizer refused"
 
     # -- tree facts -------------------------------------------------------------------------------
@@ -84,6 +90,7 @@ FIELDS: dict[Fact, str] = {
     Fact.BINDING: "binding",
     Fact.TRAINING: "training",
     Fact.FP16_PLAN: "training",
+    Fact.FP16_OPTIMIZER: "fp16_optimizer",
     Fact.INFERENCE: "inference",
     Fact.CASTS: "casts",
     Fact.FP16_OPTIMIZER_REFUSED: "fp16_optimizer_refused",
@@ -92,5 +99,14 @@ FIELDS: dict[Fact, str] = {
 #: What the driver (migrate.py's `_run`) sets on `FileState` before any rule runs: the parse,
 #: the project part, and what the planner phase (plan/, `plan_file`) decides from the parse.
 DRIVER_PROVIDES = frozenset(
-    {Fact.PARSED, Fact.PROJECT, Fact.BINDING, Fact.TRAINING, Fact.INFERENCE, Fact.CASTS, Fact.APEX_ANALYSED}
+    {
+        Fact.PARSED,
+        Fact.PROJECT,
+        Fact.BINDING,
+        Fact.TRAINING,
+        Fact.FP16_OPTIMIZER,
+        Fact.INFERENCE,
+        Fact.CASTS,
+        Fact.APEX_ANALYSED,
+    }
 )

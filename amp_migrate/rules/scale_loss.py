@@ -65,6 +65,7 @@ from typing import Optional, Sequence, Union, cast
 import libcst as cst
 import libcst.matchers as m
 
+from ..analysis.autocast_region import housekeeping_only, loss_block, region_start, wrap_spans
 from ..analysis.binding import Pruned
 from ..analysis.statements import find_statements
 from ..diagnostics import Severity, define
@@ -409,20 +410,11 @@ def _single_backward(stmt: cst.CSTNode, alias: str) -> Optional[cst.Call]:
     return call
 
 
-# Model methods that set a mode or clear grads rather than run the forward pass.
-HOUSEKEEPING = ("zero_grad", "train", "eval", "to", "cuda", "cpu", "requires_grad_")
-
-
 def _uses(stmt: cst.CSTNode, codes: set[str]) -> bool:
     """Does the statement run a model (anything but housekeeping calls on it)?"""
     if not codes:
         return False
-    code = cst.Module([]).code_for_node
-    housekeeping = m.Expr(m.Call(func=m.Attribute(attr=m.OneOf(*[m.Name(n) for n in HOUSEKEEPING]))))
-    if isinstance(stmt, cst.SimpleStatementLine) and all(
-        m.matches(s, housekeeping) and code(_method_owner(cast(cst.Expr, s).value)) in codes
-        for s in stmt.body
-    ):
+    if housekeeping_only(stmt, codes):
         return False
     return bool(_names(stmt) & codes)
 
@@ -610,39 +602,27 @@ class ScaleLossToGradScaler(TrainingRule):
 
     def _region(self, node: cst.With, loss_names: set[str]):
         """(block, first, last, saw_model): the statements of `block` to put under autocast."""
-        current: cst.CSTNode = node
-        while True:
-            block = self.parent(current)
-            if not isinstance(block, (cst.IndentedBlock, cst.Module)):
-                return None
-            body = list(block.body)
-            at = next(i for i, stmt in enumerate(body) if stmt is current)
-            last = next((i for i in range(at - 1, -1, -1) if _assigned(body[i]) & loss_names), None)
-            if last is not None:
-                # From the last backward before the loss was computed: a loss computed before an
-                # earlier scale_loss shares its forward (both forwards ran under Apex's casts).
-                start = next(
-                    (
-                        i + 1
-                        for i in range(last - 1, -1, -1)
-                        if any(
-                            self._scale_loss_call(w) is not None for w in find_statements(body[i], cst.With)
-                        )
-                        or calls_any(body[i], self._helpers)
-                    ),
-                    0,
-                )
-                plan = self._plan()
-                if plan.global_casts:  # amp.init(): everything since the last backward
-                    return block, start, last, True
-                first = next((i for i in range(start, last + 1) if _uses(body[i], plan.models)), None)
-                if first is None:  # no model use seen: from the earliest statement the loss comes from
-                    return block, _feeding(body, start, last), last, False
-                return block, first, last, True
-            owner = self.statement_around(block)
-            if owner is None:
-                return None
-            current = owner
+        found = loss_block(node, loss_names, _assigned, self.parent, self.statement_around)
+        if found is None:
+            return None
+        block, body, last = found
+        # From the last backward before the loss was computed: a loss computed before an
+        # earlier scale_loss shares its forward (both forwards ran under Apex's casts).
+        start = region_start(
+            body,
+            last,
+            lambda s: (
+                any(self._scale_loss_call(w) is not None for w in find_statements(s, cst.With))
+                or calls_any(s, self._helpers)
+            ),
+        )
+        plan = self._plan()
+        if plan.global_casts:  # amp.init(): everything since the last backward
+            return block, start, last, True
+        first = next((i for i in range(start, last + 1) if _uses(body[i], plan.models)), None)
+        if first is None:  # no model use seen: from the earliest statement the loss comes from
+            return block, _feeding(body, start, last), last, False
+        return block, first, last, True
 
     # -- rewriting --------------------------------------------------------------------------------
     def _replacement(self, updated: cst.With) -> list[cst.BaseStatement]:
@@ -696,38 +676,18 @@ class ScaleLossToGradScaler(TrainingRule):
     def _rebuild(
         self, original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement], block_id: int
     ) -> list[cst.BaseStatement]:
-        spans = sorted(self.regions.get(block_id, []))
-        merged: list[list[int]] = []
-        for first, last in spans:
-            if merged and first <= merged[-1][1] + 1:
-                merged[-1][1] = max(merged[-1][1], last)
-            else:
-                merged.append([first, last])
-        starts = {first: last for first, last in merged}
-        out: list[cst.BaseStatement] = []
-        i = 0
-        while i < len(updated):
-            if i in starts:
-                last = starts[i]
-                inner = list(updated[i : last + 1])
-                lead = cast(Union[cst.SimpleStatementLine, cst.BaseCompoundStatement], inner[0]).leading_lines
-                inner[0] = inner[0].with_changes(leading_lines=())
-                autocast = self._plan().at(self.position(original[i])[0]).autocast_call
-                out.append(
-                    cst.With(
-                        items=[cst.WithItem(autocast.deep_clone())],
-                        body=cst.IndentedBlock(body=inner),
-                        leading_lines=lead,
-                    )
-                )
-                i = last + 1
-                continue
+        def outside(i: int) -> Sequence[cst.BaseStatement]:
             if id(original[i]) in self.withs:
-                out.extend(self._replacement(cast(cst.With, updated[i])))  # a `with` it took
-            else:
-                out.append(updated[i])
-            i += 1
-        return out
+                return self._replacement(cast(cst.With, updated[i]))  # a `with` it took
+            return [updated[i]]
+
+        return wrap_spans(
+            len(updated),
+            self.regions.get(block_id, []),
+            lambda i: self._plan().at(self.position(original[i])[0]).autocast_call,
+            lambda k: [updated[k]],
+            outside,
+        )
 
     # -- `if fp16: <scaled backward> else: loss.backward()` -------------------------------------
     def leave_If(self, original_node: cst.If, updated_node: cst.If):

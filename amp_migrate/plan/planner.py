@@ -66,7 +66,7 @@ class Planner(FileReader, cst.CSTVisitor):
     @classmethod
     def _entered(cls) -> frozenset[type]:
         if cls.__dict__.get("_entered_types") is None:
-            handled = frozenset(t for t in NODE_TYPES if callable(getattr(cls, f"visit_{t.__name__}", None)))
+            handled = frozenset(t for t in NODE_TYPES if _own_handler(cls, t))
             cls._entered_types = holders_of(handled)
         return cls.__dict__["_entered_types"]
 
@@ -101,3 +101,9 @@ class Planner(FileReader, cst.CSTVisitor):
         value = table[node] if default is _UNDEFINED else table.get(node, default)
         # QualifiedNameProvider stores a callable that computes the set on first use.
         return value() if key is QualifiedNameProvider and callable(value) else value
+
+
+def _own_handler(cls: type, node_type: type) -> bool:
+    """A `visit_<Type>` of the planner's own: libcst's visitor has a no-op one for every type."""
+    found = getattr(cls, f"visit_{node_type.__name__}", None)
+    return callable(found) and not getattr(found, "__module__", "").startswith("libcst")

@@ -46,6 +46,9 @@ class Code:
     fallback_why: str = ""
     #: The fallback page's heading for the code; codes with one heading share an entry.
     fallback_title: str = ""
+    #: An unsafe fix (ruff's tiers): the rewrite it reports differs from Apex only as the
+    #: docs/differences.md entry of this id says. Without `--unsafe-fixes` it falls back.
+    unsafe: str = ""
 
 
 CODES: dict[str, Code] = {}
@@ -67,6 +70,7 @@ def define(
     by_hand: str = "",
     fallback_why: str = "",
     fallback_title: str = "",
+    unsafe: str = "",
 ) -> Code:
     """Register a diagnostic code; rule modules call this at import time."""
     if code in CODES and CODES[code].name != name:
@@ -86,7 +90,12 @@ def define(
         by_hand,
         fallback_why,
         fallback_title,
+        unsafe,
     )
+    if unsafe and falls_back:
+        raise ValueError(
+            f"diagnostic code {code}: an unsafe fix is applied with --unsafe-fixes, never a fallback"
+        )
     CODES[code] = entry
     return entry
 
@@ -99,10 +108,15 @@ class Diagnostic:
     col: int
     message: str
     fixed: bool
+    #: An unsafe fix that was applied (`--unsafe-fixes`); its code names the differences entry.
+    unsafe: bool = False
 
     @property
     def falls_back(self) -> bool:
-        return CODES[self.code].falls_back
+        """Sends the file to the shim under `--target auto`: a code that always does, or an
+        unsafe fix the run did not allow."""
+        entry = CODES[self.code]
+        return entry.falls_back or bool(entry.unsafe) and not self.unsafe
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -111,6 +125,30 @@ class Diagnostic:
 
     def format(self, path: str = "<string>") -> str:
         return f"{path}:{self.line}:{self.col}: {self.code} {self.message}"
+
+
+def settle_unsafe(diagnostics, applied: bool) -> list["Diagnostic"]:
+    """The unsafe fixes' diagnostics once the file's target is known: applied where the native
+    output is kept and the run allowed them, else fallback reasons; each message names its
+    differences entry and says which."""
+    settled = []
+    for d in diagnostics:
+        entry = CODES[d.code].unsafe
+        if not entry:
+            settled.append(d)
+        elif applied and d.unsafe:
+            note = f" (unsafe fix, applied: differs from Apex as docs/differences.md entry {entry} says)"
+            settled.append(Diagnostic(d.code, d.severity, d.line, d.col, d.message + note, d.fixed, True))
+        else:
+            note = (
+                f" (unsafe fix, not applied: the file keeps the shim for the reasons reported with it; it "
+                f"differs from Apex as docs/differences.md entry {entry} says)"
+                if d.unsafe
+                else f" (unsafe fix: it differs from Apex as docs/differences.md entry {entry} says, so the "
+                "file keeps the shim; `--unsafe-fixes` applies it)"
+            )
+            settled.append(Diagnostic(d.code, d.severity, d.line, d.col, d.message + note, False, False))
+    return settled
 
 
 PARSE_ERROR = define(

@@ -19,6 +19,8 @@ from .diagnostics import CODES, Code
 
 PATH = Path(__file__).resolve().parents[1] / "docs" / "diagnostics.md"
 FALLBACKS_PATH = PATH.with_name("fallbacks.md")
+DIFFERENCES_PATH = PATH.with_name("differences.md")
+DIFFERENCES_START, DIFFERENCES_END = "<!-- unsafe-fixes:start -->", "<!-- unsafe-fixes:end -->"
 
 _INTRO = """\
 # Diagnostics
@@ -44,7 +46,7 @@ def render_code(code: Code, level: int = 2) -> str:
     lines = [
         f"{head} {code.code} {code.name}",
         "",
-        f"Severity: {code.severity}. Falls back to the shim: {'yes' if code.falls_back else 'no'}.",
+        f"Severity: {code.severity}. Falls back to the shim: {_falls_back(code)}.",
         "",
         code.summary,
         "",
@@ -296,8 +298,42 @@ def render_fallbacks() -> str:
     return "\n".join([_FALLBACKS_INTRO] + [render_fallback(codes) for codes in fallback_entries()])
 
 
+def _falls_back(code: Code) -> str:
+    if code.unsafe:
+        return (
+            f"unless `--unsafe-fixes` is given (an unsafe fix: it differs from Apex as "
+            f"[docs/differences.md](differences.md#unsafe-fixes) entry {code.unsafe} says)"
+        )
+    return "yes" if code.falls_back else "no"
+
+
+def render_unsafe_fixes() -> str:
+    """The unsafe tier's entries, one table row each, from amp_migrate/differences.py."""
+    from .differences import DIFFERENCES
+
+    register_all_codes()
+    rows = [
+        "| # | rule | codes | what changes | when it shows | how large | verify accepts differences in |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for entry in sorted(DIFFERENCES.values(), key=lambda d: d.id):
+        codes = ", ".join(f"[{c}](diagnostics.md#{c.lower()}-{CODES[c].name})" for c in entry.codes)
+        rows.append(
+            f"| {entry.id} | `{entry.rule}` | {codes} | **{entry.title}.** {entry.what} | {entry.when} | "
+            f"{entry.size} | {', '.join(entry.quantities)} |"
+        )
+    return "\n".join(rows)
+
+
+def render_differences() -> str:
+    """docs/differences.md with its unsafe-fixes section regenerated (the rest is written by hand)."""
+    text = DIFFERENCES_PATH.read_text(encoding="utf-8")
+    start, end = text.index(DIFFERENCES_START) + len(DIFFERENCES_START), text.index(DIFFERENCES_END)
+    return text[:start] + "\n" + render_unsafe_fixes() + "\n" + text[end:]
+
+
 #: Each generated page and the function that renders it.
-PAGES = {PATH: render, FALLBACKS_PATH: render_fallbacks}
+PAGES = {PATH: render, FALLBACKS_PATH: render_fallbacks, DIFFERENCES_PATH: render_differences}
 
 
 def main(argv: list[str]) -> int:

@@ -9,6 +9,7 @@ the statements the pass does not skip.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import AbstractSet, Iterable, Optional, Union, cast
 
 import libcst as cst
@@ -193,9 +194,10 @@ class FileReader:
         self, node: cst.CSTNode, code: Code, message: Optional[str] = None, *, fixed: bool = True
     ) -> None:
         line, col = self.position(node)
-        diag = Diagnostic(
-            code.code, code.severity, line, col, message or code.summary, fixed and not code.falls_back
-        )
+        # An unsafe fix is marked allowed here; migrate.py says in its message whether it applied.
+        allowed = bool(code.unsafe) and self.options.unsafe_fixes
+        diag = Diagnostic(code.code, code.severity, line, col, message or code.summary, False, allowed)
+        diag = replace(diag, fixed=fixed and not diag.falls_back)
         if diag not in self.state.diagnostics:
             self.state.diagnostics.append(diag)
 

@@ -35,6 +35,7 @@ from .diagnostics import (
     VERIFY_FAILED,
     Code,
     Diagnostic,
+    settle_unsafe,
 )
 from .io.indentation import TabIndents, tab_indents
 from .io.indentation import message as indentation_message
@@ -215,8 +216,12 @@ def _transform(
         return _code(shimmed, module, original, index), _sorted(state.diagnostics), "shim"
     native, state = _run(NATIVE_RULES, module, original, index, options, project, planned=True)
     if not state.falls_back:
-        return _code(native, module, original, index), _sorted(state.diagnostics), "native"
-    reasons = [d for d in state.diagnostics if d.falls_back]
+        return (
+            _code(native, module, original, index),
+            _sorted(settle_unsafe(state.diagnostics, True)),
+            "native",
+        )
+    reasons = [d for d in settle_unsafe(state.diagnostics, False) if d.falls_back]
     if options.target == "native":
         return (
             original,
@@ -252,7 +257,7 @@ def _missing_diagnostic(missing) -> Diagnostic:
     return Diagnostic(code.code, code.severity, missing.line, missing.col, missing.message, False)
 
 
-def _with_part(text: str, target: Target, device: str, dtype: str, project: SharedScaler) -> MigrationResult:
+def _with_part(text: str, options: Options, project: SharedScaler) -> MigrationResult:
     """A file with a part in a provider group (amp_migrate/analysis/provided.py): the part applied around
     the ordinary migration, with the rest of its project role."""
     part = project.provided
@@ -262,12 +267,24 @@ def _with_part(text: str, target: Target, device: str, dtype: str, project: Shar
     return migrate_part(
         text,
         part,
-        lambda code: migrate_source(code, target=target, device=device, dtype=dtype, project=rest),
+        lambda code: _again(code, options, rest),
+    )
+
+
+def _again(text: str, options: Options, project: Optional[SharedScaler]) -> MigrationResult:
+    """`migrate_source` of a text derived from the file's, with the same options."""
+    return migrate_source(
+        text,
+        target=options.target,
+        device=options.device,
+        dtype=options.dtype,
+        unsafe_fixes=options.unsafe_fixes,
+        project=project,
     )
 
 
 def _with_spaced_indents(
-    tabs: TabIndents, target: Target, device: str, dtype: str, project: Optional[SharedScaler]
+    tabs: TabIndents, options: Options, project: Optional[SharedScaler]
 ) -> MigrationResult:
     """The migration of the spaced text, indented back as the file was; AMP004 at the first
     line libcst cannot read where either step would not provably keep the program."""
@@ -275,7 +292,7 @@ def _with_spaced_indents(
     if tabs.text == tabs.original:
         raise unreadable
     try:
-        result = migrate_source(tabs.text, target=target, device=device, dtype=dtype, project=project)
+        result = _again(tabs.text, options, project)
     except MigrationError as exc:
         raise MigrationError(exc.message, exc.line, tabs.column(exc.line, exc.col), exc.code) from None
     code = tabs.restore(result.code)
@@ -288,12 +305,10 @@ def _with_spaced_indents(
     )
 
 
-def _with_form_feed_indents(
-    indents, target: Target, device: str, dtype: str, project: Optional[SharedScaler]
-) -> MigrationResult:
+def _with_form_feed_indents(indents, options: Options, project: Optional[SharedScaler]) -> MigrationResult:
     """Migrate the text without the form feeds, then put them back, columns included."""
     try:
-        result = migrate_source(indents.text, target=target, device=device, dtype=dtype, project=project)
+        result = _again(indents.text, options, project)
     except MigrationError as exc:
         column = indents.column(exc.line, exc.col)
         raise MigrationError(exc.message, exc.line, column, exc.code) from None
@@ -310,6 +325,7 @@ def migrate_source(
     target: Target = "auto",
     device: str = "cuda",
     dtype: str = "float16",
+    unsafe_fixes: bool = False,
     project: Optional[SharedScaler] = None,
 ) -> MigrationResult:
     """Migrate one Python source text off Apex.
@@ -325,31 +341,28 @@ def migrate_source(
     MigrationError.
     """
     try:
-        return deep_stack.call(_migrate, text, target, device, dtype, project)
+        return deep_stack.call(_migrate, text, Options(target, device, dtype, unsafe_fixes), project)
     except deep_stack.TooDeep as exc:
         raise MigrationError(str(exc), 1, 1) from None
     finally:
         _parses.clear()
 
 
-def _migrate(
-    text: str, target: Target, device: str, dtype: str, project: Optional[SharedScaler]
-) -> MigrationResult:
+def _migrate(text: str, options: Options, project: Optional[SharedScaler]) -> MigrationResult:
     if project is not None and project.provided is not None:
-        return _with_part(text, target, device, dtype, project)
-    options = Options(target, device, dtype)
+        return _with_part(text, options, project)
     handed = project is not None and bool(project.carrier_slots)  # receives Apex's module as a value
     if not might_use_apex(text) and not handed:
         return MigrationResult(text, (), None)
     indents = form_feed_indents(text)
     if indents is not None:  # libcst cannot parse statements indented past a form feed
-        return _with_form_feed_indents(indents, target, device, dtype, project)
+        return _with_form_feed_indents(indents, options, project)
     tree = _python_tree(text)
     if tree is not None and not touches_apex(tree) and not handed:
         return MigrationResult(text, (), None)
     tabs = tab_indents(text) if tree is not None else None
     if tabs is not None:  # libcst cannot read how the indentation mixes tabs and spaces
-        return _with_spaced_indents(tabs, target, device, dtype, project)
+        return _with_spaced_indents(tabs, options, project)
     module = parse(text)
     code, diagnostics, used = _transform(module, text, tree, options, project)
     if code == text:

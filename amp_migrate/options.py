@@ -1,4 +1,5 @@
-"""What the user asked for: the target, and the device and dtype native code runs with."""
+"""What the user asked for: the target, the device and dtype native code runs with, and whether
+native rewrites that differ from Apex as docs/differences.md documents are allowed."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ class Options:
     target: Target = "auto"
     device: str = "cuda"
     dtype: str = "float16"
+    #: ruff's `--unsafe-fixes`: also apply the native rewrites whose behaviour differs from Apex's
+    #: only as a docs/differences.md entry says (each one's diagnostic names its entry).
+    unsafe_fixes: bool = False
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:

@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 RULES = FIXTURES / "rules"
-EXPECTED_SUFFIXES = (".native.py", ".shim.py")
+EXPECTED_SUFFIXES = (".native.py", ".shim.py", ".unsafe.py")
 
 
 def is_expected_output(path: Path) -> bool:

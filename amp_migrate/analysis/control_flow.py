@@ -12,7 +12,7 @@ function or class boundary (what `Rule.statement_around` also respects).
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from typing import Callable, Iterable, Iterator
 
 import libcst as cst
 import libcst.matchers as m
@@ -61,3 +61,43 @@ def guarded_exits(statement: cst.CSTNode) -> Iterator[cst.If]:
 
 def runs_backward(statement: cst.CSTNode) -> bool:
     return bool(find(statement, BACKWARD))
+
+
+def exclusive_branches(
+    a: cst.CSTNode, b: cst.CSTNode, ancestors: Callable[[cst.CSTNode], Iterable[cst.CSTNode]]
+) -> bool:
+    """`a` and `b` sit in different arms of one `if`/`elif`/`else` or `match`, so no run of
+    the statement runs both. Other shapes (a `try` body and its handler, two loops) may run
+    both, and count as not exclusive."""
+    above_a = list(ancestors(a))
+    above_b = {id(node) for node in ancestors(b)}
+    below = a
+    for node in above_a:
+        if id(node) in above_b:
+            if isinstance(node, cst.If):
+                return _arm_of(node, below) != _arm_of(node, _child_towards(node, b, ancestors))
+            if isinstance(node, cst.Match):
+                return below is not _child_towards(node, b, ancestors)
+            return False
+        below = node
+    return False
+
+
+def _child_towards(
+    parent: cst.CSTNode, node: cst.CSTNode, ancestors: Callable[[cst.CSTNode], Iterable[cst.CSTNode]]
+) -> cst.CSTNode:
+    """The child of `parent` on the way down to `node`."""
+    below = node
+    for above in ancestors(node):
+        if above is parent:
+            return below
+        below = above
+    return node
+
+
+def _arm_of(statement: cst.If, child: cst.CSTNode) -> str:
+    if child is statement.body:
+        return "body"
+    if child is statement.orelse:
+        return "orelse"
+    return "test"

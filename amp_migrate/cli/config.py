@@ -19,7 +19,7 @@ else:  # Python < 3.11
 
 from ..options import DTYPES, TARGETS
 
-KEYS = ("target", "device", "dtype", "exclude", "include")
+KEYS = ("target", "device", "dtype", "unsafe-fixes", "exclude", "include")
 
 
 class ConfigError(Exception):
@@ -32,6 +32,7 @@ class Config:
     target: Optional[str] = None
     device: Optional[str] = None
     dtype: Optional[str] = None
+    unsafe_fixes: Optional[bool] = None
     exclude: tuple[str, ...] = ()
     include: tuple[str, ...] = ()
 
@@ -74,11 +75,15 @@ def load(path: str) -> Optional[Config]:
     device = table.get("device")
     if device is not None and not isinstance(device, str):
         raise ConfigError(f"{path}: [tool.amp-migrate] device must be a string")
+    unsafe = table.get("unsafe-fixes")
+    if unsafe is not None and not isinstance(unsafe, bool):
+        raise ConfigError(f"{path}: [tool.amp-migrate] unsafe-fixes must be true or false, not {unsafe!r}")
     return Config(
         path=path,
         target=_choice(path, "target", table["target"], TARGETS) if "target" in table else None,
         device=device,
         dtype=_choice(path, "dtype", table["dtype"], DTYPES) if "dtype" in table else None,
+        unsafe_fixes=unsafe,
         exclude=_strings(path, "exclude", table.get("exclude", [])),
         include=_strings(path, "include", table.get("include", [])),
     )

@@ -61,6 +61,11 @@ class FileResult:
         return sorted(set(codes))
 
     @property
+    def unsafe_codes(self) -> list[str]:
+        """The unsafe fixes applied to the file (`--unsafe-fixes`), by code."""
+        return sorted({f.diagnostic.code for f in self.findings if f.diagnostic.unsafe})
+
+    @property
     def reason(self) -> Optional[str]:
         """Why a failed file was left untouched: its error, or else its first error diagnostic
         (code, position, message), so that every file counted as an error says why in one field."""

@@ -123,6 +123,13 @@ def _review(results: list, console: Console, answer: str = "n") -> tuple[list, s
     help="Autocast dtype of the native code.  [default: float16]",
 )
 @click.option(
+    "--unsafe-fixes/--no-unsafe-fixes",
+    "unsafe_fixes",
+    default=None,
+    help="Also apply native rewrites that differ from Apex only as docs/differences.md documents "
+    "(each named in its diagnostic); without it those files keep the shim.  [default: no]",
+)
+@click.option(
     "--diff",
     "--dry-run",
     "diff",
@@ -166,6 +173,7 @@ def migrate(
     target: Optional[str],
     device: Optional[str],
     dtype: Optional[str],
+    unsafe_fixes: Optional[bool],
     diff: bool,
     interactive: bool,
     check: bool,
@@ -190,7 +198,16 @@ def migrate(
     if interactive and not _stdin_is_terminal():
         raise click.UsageError("--interactive asks questions, but stdin is not a terminal")
     options, files = _options_and_files(
-        paths, target, device, dtype, exclude, include, force_exclude, no_gitignore, follow_symlinks
+        paths,
+        target,
+        device,
+        dtype,
+        exclude,
+        include,
+        force_exclude,
+        no_gitignore,
+        follow_symlinks,
+        unsafe_fixes,
     )
     mode = "interactive" if interactive else "check" if check else "diff" if diff else "fix"
     console = Console(
@@ -226,6 +243,7 @@ def _options_and_files(
     force_exclude: bool,
     no_gitignore: bool,
     follow_symlinks: bool = False,
+    unsafe_fixes: Optional[bool] = None,
 ) -> tuple:
     """The run's Options (flags over the config file's settings) and the files it covers."""
     from ..options import Options, Target
@@ -241,6 +259,7 @@ def _options_and_files(
             cast(Target, target or settings.target or "auto"),
             device or settings.device or "cuda",
             dtype or settings.dtype or "float16",
+            unsafe_fixes if unsafe_fixes is not None else bool(settings.unsafe_fixes),
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None

@@ -24,7 +24,7 @@ from ..options import Options
 from .file_result import FileResult
 from .quoting import printable, quote_path
 
-JSON_SCHEMA_VERSION = 1
+JSON_SCHEMA_VERSION = 2
 #: Apex reached where no rule can rewrite it (project/codes.py, rules/dynamic_apex.py): the
 #: file keeps needing Apex.
 KEPT_APEX_CODES = frozenset({"AMP031", "AMP032", "AMP035"})
@@ -103,6 +103,8 @@ def _status(result: FileResult, mode: str) -> Optional[Text]:
     target = result.target_used or result.kind  # an install file: its kind
     if target == "shim" and result.fallback_codes:
         target += " fallback: " + ", ".join(result.fallback_codes)
+    elif target == "native" and result.unsafe_codes:
+        target += ", unsafe fixes: " + ", ".join(result.unsafe_codes)
     if result.written:
         verb = "Migrated"
     elif mode == "interactive":
@@ -236,6 +238,7 @@ def json_document(
             "target_used": r.target_used,
             "error": r.reason,
             "diagnostics": [{**f.to_dict(), "output_line": r.output_line(f)} for f in r.findings],
+            "unsafe_fixes": r.unsafe_codes,
             "notes": list(r.notes),
         }
         if include_diff:
@@ -245,7 +248,12 @@ def json_document(
         "schema_version": JSON_SCHEMA_VERSION,
         "tool": f"amp-migrate {__version__}",
         "mode": mode,
-        "options": {"target": options.target, "device": options.device, "dtype": options.dtype},
+        "options": {
+            "target": options.target,
+            "device": options.device,
+            "dtype": options.dtype,
+            "unsafe_fixes": options.unsafe_fixes,
+        },
         "files": files,
         "notes": list(notes),
         "summary": summary.to_dict(),

@@ -48,6 +48,7 @@ def _migrate_python(job: Job, data: bytes) -> FileResult:
             target=job.options.target,
             device=job.options.device,
             dtype=job.options.dtype,
+            unsafe_fixes=job.options.unsafe_fixes,
             project=job.project,
         )
     except MigrationError as exc:

@@ -525,7 +525,9 @@ def _migrated_cells(
 ) -> tuple[MigrationResult, Optional[list[str]], list[Finding]]:
     """The cells' joined code (`module`) migrated to `target`, its code cut back into the cells
     (None: it cannot be), and the IPython lines that name what the migration no longer binds."""
-    migrated = migrate_source(module, target=target, device=options.device, dtype=options.dtype)
+    migrated = migrate_source(
+        module, target=target, device=options.device, dtype=options.dtype, unsafe_fixes=options.unsafe_fixes
+    )
     if not migrated.changed:
         return migrated, None, []
     sources = _split(migrated.code, cells)

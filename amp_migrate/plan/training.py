@@ -72,6 +72,7 @@ import libcst.matchers as m
 
 from ..diagnostics import Severity, define
 from ..file_state import FileState
+from . import exits_per_step
 from .inference import INFERENCE_DTYPE, INFERENCE_OUT_OF_REACH, SECOND_INITIALIZE
 from .options import (  # codes it reports
     BF16,
@@ -408,6 +409,7 @@ class PlanTraining(UnitPlanning):
         INFERENCE_OUT_OF_REACH,
         INFERENCE_DTYPE,
         SECOND_INITIALIZE,
+        *exits_per_step.CODES,
     )
 
     def _unscales_at_exit(self, call: cst.Call) -> bool:
@@ -536,6 +538,7 @@ class PlanTraining(UnitPlanning):
                 if self._unscales_at_exit(c)
                 for line in self._lines_of(self._statement(c))
             ),
+            loss_id_lines=self._loss_id_lines(),
             global_casts=True,
             shared=shared,
         )
@@ -647,6 +650,7 @@ class PlanTraining(UnitPlanning):
             return None
         if shared is not None and not self._shares(call, shared, built, scaler):
             return None
+        self._check_exits_per_step(steps)
         scope = self.scope_of(statement)
         return TrainingPlan(
             scaler=scaler,
@@ -657,6 +661,7 @@ class PlanTraining(UnitPlanning):
             optimizers=optimizers,
             step_lines=frozenset(self.position(c)[0] for c in steps),
             eager_unscale_lines=self._eager_unscale_lines(),
+            loss_id_lines=self._loss_id_lines(),
             hoisted=guard_node is not None,
             init_scope=self.position(scope)[0] if scope else 0,
             init_line=self._lines_of(statement)[-1],
@@ -716,6 +721,35 @@ class PlanTraining(UnitPlanning):
             if self._unscales_at_exit(c)
             for line in self._lines_of(self._statement(c))
         )
+
+    def _check_exits_per_step(self, steps: Sequence[cst.CSTNode]) -> None:
+        """AMP215/AMP216 where one of Apex's loss scalers updated more than once per step."""
+        ids = self._loss_id_lines()
+        exits = []
+        for call in self.scale_losses:
+            if self._unscales_at_exit(call):
+                bound = bind_arguments(call, SCALE_LOSS_ARGS)
+                codes = expression_codes(bound.get("optimizers")) if bound is not None else ()
+                optimizers = frozenset(codes) if codes else None
+                exits.append((self._statement(call), ids.get(self.position(call)[0]), optimizers))
+        stepped = [
+            (c, self.code_of(c.func.value))
+            for c in steps
+            if isinstance(c, cst.Call) and isinstance(c.func, cst.Attribute)
+        ]
+        exits_per_step.check(exits, stepped, self.ancestors, self.position, self.code_of, self.report)
+
+    def _loss_id_lines(self) -> dict[int, Optional[int]]:
+        """Each line of each `scale_loss` statement -> its literal `loss_id` (0 when not given;
+        None when only known at run time)."""
+        found: dict[int, Optional[int]] = {}
+        for call in self.scale_losses:
+            bound = bind_arguments(call, SCALE_LOSS_ARGS)
+            value = literal(bound["loss_id"]) if bound is not None and "loss_id" in bound else 0
+            loss_id = value if isinstance(value, int) and not isinstance(value, bool) and bound else None
+            for line in self._lines_of(self._statement(call)):
+                found[line] = loss_id
+        return found
 
     def _run_time_switch_placement(
         self,

@@ -60,18 +60,30 @@ def _outcome_of(diagnostics: Sequence[Diagnostic], changed: bool, target_used: O
 
 
 def _migrate_one(
-    text: str, target: Target, device: str, dtype: str, project: Optional[SharedScaler] = None
+    text: str,
+    target: Target,
+    device: str,
+    dtype: str,
+    project: Optional[SharedScaler] = None,
+    unsafe_fixes: bool = False,
 ) -> MigrationResult:
     from ..migrate import MigrationError, MigrationResult, migrate_source
 
     try:
-        return migrate_source(text, target=target, device=device, dtype=dtype, project=project)
+        return migrate_source(
+            text, target=target, device=device, dtype=dtype, unsafe_fixes=unsafe_fixes, project=project
+        )
     except MigrationError as exc:
         return MigrationResult(text, (exc.as_diagnostic(),), None)
 
 
 def migrate_project(
-    files: Mapping[str, str], *, target: Target = "auto", device: str = "cuda", dtype: str = "float16"
+    files: Mapping[str, str],
+    *,
+    target: Target = "auto",
+    device: str = "cuda",
+    dtype: str = "float16",
+    unsafe_fixes: bool = False,
 ) -> dict[str, MigrationResult]:
     """Migrate a tree given as relative path -> text: files that share Apex objects end on one
     target (docs/cli.md, "Projects"). Files not ending in `.py` are migrated alone."""
@@ -82,7 +94,9 @@ def migrate_project(
     index = build_index(python)
     groups = find_groups(index)
     roles, notes = _group_parts(index, groups, python) if target != "shim" else ({}, {})
-    results = {p: _migrate_one(t, target, device, dtype, roles.get(p)) for p, t in files.items()}
+    results = {
+        p: _migrate_one(t, target, device, dtype, roles.get(p), unsafe_fixes) for p, t in files.items()
+    }
     for path in python:
         results[path] = _callers_elsewhere(path, results[path], python, target, device, dtype)
     outcomes = {p: _outcome(r) for p, r in results.items()}

@@ -175,24 +175,6 @@ STEPS_APART = define(
     ),
 )
 
-UPDATED_PER_STEP = define(
-    "AMP215",
-    "scale-updated-per-step",
-    Severity.INFO,
-    "Apex updated the loss scale at every `scale_loss` exit of this accumulation window; the "
-    "GradScaler is updated once, after the step.",
-    "Without `delay_unscale`, each micro-batch's `scale_loss` exit unscaled, checked for "
-    "overflow and updated Apex's scale. Natively the accumulated gradients stay scaled until "
-    "the step, which checks once and updates once. Steps, skips and parameters are the same "
-    "while at most one micro-batch of a window overflows; the scale grows after 2000 optimizer "
-    "steps instead of 2000 micro-batches, and two overflows in one window back off once, not "
-    "twice. `delay_unscale=True` on all but the last micro-batch, as Apex recommended, has "
-    "neither difference.",
-    before="with amp.scale_loss(loss, opt) as s:\n    s.backward()\nif (i + 1) % accum == 0:\n    opt.step()",
-    after="scaler.scale(loss).backward()\nif (i + 1) % accum == 0:\n    scaler.step(opt)\n"
-    "    scaler.update()",
-)
-
 _LINES = (cst.SimpleStatementLine, cst.SimpleStatementSuite)
 _ITERATION = (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Module)
 #: Where step lines sit: a block, or a suite on the line of its `if`/`for` (then the line itself).
@@ -206,7 +188,13 @@ def _receiver(call: cst.Call) -> cst.BaseExpression:
 
 class OptimizerStepThroughScaler(TrainingRule):
     HANDLES = ()
-    EMITS = (NO_STEP, CLOSURE, FINITE_GUARD, EXIT_IN_GROUP, STEPS_APART, UPDATED_PER_STEP)
+    EMITS = (
+        NO_STEP,
+        CLOSURE,
+        FINITE_GUARD,
+        EXIT_IN_GROUP,
+        STEPS_APART,
+    )
     READS = frozenset(
         {
             Fact.APEX_ANALYSED,
@@ -325,7 +313,6 @@ class OptimizerStepThroughScaler(TrainingRule):
                 events.setdefault(id(self._function_of(call)), []).append(("backward", call))
         for found in events.values():
             window: list[cst.CSTNode] = []
-            backward: Optional[cst.CSTNode] = None
             for kind, node in found + [("backward", None)]:
                 if kind == "step":
                     assert node is not None  # only the closing ("backward", None) has none
@@ -334,25 +321,7 @@ class OptimizerStepThroughScaler(TrainingRule):
                 groups = {id(self._group_of(line)) for line in window}
                 if len(groups) > 1:
                     self.report(window[-1], STEPS_APART)
-                elif (
-                    window
-                    and backward is not None
-                    and self._guarded_apart(window[0], backward)
-                    and self.position(backward)[0] in self._plan.eager_unscale_lines
-                ):
-                    self.report(window[0], UPDATED_PER_STEP)
-                window, backward = [], node
-
-    def _guarded_apart(self, line: cst.CSTNode, backward: cst.CSTNode) -> bool:
-        """`line` sits under an `if` of its iteration that does not also hold `backward`: the
-        backward runs in iterations where the step does not."""
-        held = set(map(id, self.ancestors(backward)))
-        for parent in self.ancestors(line):
-            if isinstance(parent, _ITERATION):
-                return False
-            if isinstance(parent, cst.If) and id(parent) not in held:
-                return True
-        return False
+                window = []
 
     def _function_of(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         return next((p for p in self.ancestors(node) if isinstance(p, (cst.FunctionDef, cst.Lambda))), None)

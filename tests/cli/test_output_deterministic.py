@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from fixture_files import is_expected_output
+
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "fixtures" / "rules"
 CORPUS_CANDIDATES = (REPO.parent / "shared" / "corpus" / "files", Path("/work/shared/corpus/files"))
@@ -49,7 +51,7 @@ def run(args: list[str], cwd: Path, seed: int) -> subprocess.CompletedProcess:
 def golden_inputs(root: Path) -> Path:
     """The golden cases' inputs (not their expected outputs), in their rule folders."""
     for case in sorted(RULES.glob("*/*.py")):
-        if not case.name.endswith((".native.py", ".shim.py")):
+        if not is_expected_output(case):
             (root / case.parent.name).mkdir(parents=True, exist_ok=True)
             shutil.copyfile(case, root / case.parent.name / case.name)
     return root

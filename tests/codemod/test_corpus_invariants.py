@@ -147,6 +147,8 @@ def _check_input(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _check_pruning(where, text, options, runs["auto"], monkeypatch)
     if path in GOLDEN:
         _check_golden(Case(path), {t: _result(where, t, r) for t, r in runs.items()})
+        unsafe = _result(where, "unsafe", migrate(text, "native", {**options, "unsafe_fixes": True}))
+        _check_unsafe(Case(path), runs["native"], unsafe)
 
 
 def _result(where: str, target: str, run: Outcome) -> MigrationResult:
@@ -182,12 +184,7 @@ def _check_pruning(
 #: Known defects, each found by the one input holding every character class: (fixture, target)
 #: -> what changes. No class alone changes these migrations (checked above), as the per-class
 #: tests before the merge checked.
-COMBINED_DEFECTS = {
-    ("rules/scale_loss/accumulation_without_delay_unscale.py", "native"): (
-        "a comment line whose indentation starts with a form feed and whose text holds other"
-        " line-break characters comes out indented one level less"
-    ),
-}
+COMBINED_DEFECTS: dict[tuple[str, str], str] = {}
 
 
 def _check_line_breaks(path: Path, text: str, options: dict, runs: dict[str, Outcome]) -> None:
@@ -280,6 +277,46 @@ def _check_auto(case: Case, results: dict[str, MigrationResult]) -> None:
     else:
         assert auto.code == native.code, case.id
         assert auto.target_used == native.target_used, case.id
+
+
+def _check_unsafe(case: Case, native: Outcome, unsafe: MigrationResult) -> None:
+    """`--unsafe-fixes` changes only the cases with an unsafe fix: those have `<case>.unsafe.py`
+    (the native output with the fix applied), which compiles, is stable under a second run with
+    the flag, and whose every unsafe diagnostic names its differences entry; without the flag
+    the same codes make the file fall back. Every other case comes out exactly as without it."""
+    path = case.path.with_name(f"{case.path.stem}.unsafe.py")
+    applied = [d for d in unsafe.diagnostics if d.unsafe]
+    assert isinstance(native, MigrationResult)
+    if not applied:
+        if UPDATE and path.exists():
+            path.unlink()
+        assert not path.exists(), f"{case.id}: {path.name} exists but no unsafe fix applies"
+
+        # Where the file falls back for other reasons, an unsafe fix's message says it was not applied.
+        def seen(result: MigrationResult) -> tuple:
+            places = [
+                (d.code, d.line, d.col, d.fixed, CODES[d.code].unsafe or d.message)
+                for d in result.diagnostics
+            ]
+            return result.code, places, result.target_used
+
+        assert seen(unsafe) == seen(native), (
+            f"{case.id}: --unsafe-fixes changed a case that has no unsafe fix"
+        )
+        return
+    if UPDATE:
+        path.write_text(unsafe.code)
+    assert path.exists(), f"missing golden file {path.name}"
+    assert unsafe.code == path.read_text(), f"{case.id}: the unsafe-fixes output differs from {path.name}"
+    assert unsafe.target_used == "native" and not any(d.falls_back for d in unsafe.diagnostics), case.id
+    compile(unsafe.code, str(path), "exec", dont_inherit=True)
+    again = migrate_source(unsafe.code, target="native", unsafe_fixes=True, **case.options)
+    assert again.code == unsafe.code, f"{case.id}: a second unsafe-fixes run changed the output"
+    for d in applied:
+        assert CODES[d.code].unsafe and f"entry {CODES[d.code].unsafe}" in d.message, (case.id, d)
+    refused = {d.code for d in native.diagnostics if CODES[d.code].unsafe and d.falls_back}
+    assert refused == {d.code for d in applied}, f"{case.id}: without the flag the same fixes must fall back"
+    assert native.code == case.path.read_text(), case.id
 
 
 def _check_places(case: Case, results: dict[str, MigrationResult]) -> None:

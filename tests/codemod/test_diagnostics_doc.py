@@ -14,7 +14,7 @@ docs.register_all_codes()
 
 
 def test_generated_pages_are_up_to_date():
-    assert set(docs.PAGES) == {docs.PATH, docs.FALLBACKS_PATH}
+    assert set(docs.PAGES) == {docs.PATH, docs.FALLBACKS_PATH, docs.DIFFERENCES_PATH}
     for path, render in docs.PAGES.items():
         name = path.relative_to(docs.PATH.parents[1])
         assert path.exists(), f"{name} is missing: run `python -m amp_migrate.docs`"

@@ -543,6 +543,13 @@ def run(force: bool, command: tuple[str, ...]) -> None:
     help="The migration's target, as for `migrate`.  [default: the tree's, else auto]",
 )
 @click.option(
+    "--unsafe-fixes/--no-unsafe-fixes",
+    "unsafe_fixes",
+    default=None,
+    help="Migrate the copy with `migrate --unsafe-fixes` and accept, in the quantities its applied "
+    "fixes' docs/differences.md entries name, the differences they document.  [default: the tree's, else no]",
+)
+@click.option(
     "--rtol",
     type=click.FloatRange(min=0.0),
     default=None,
@@ -582,6 +589,7 @@ def verify(
     device: Optional[str],
     dtype: Optional[str],
     target: Optional[str],
+    unsafe_fixes: Optional[bool],
     rtol: Optional[float],
     fmt: str,
     timeout: float,
@@ -607,11 +615,19 @@ def verify(
 
     try:
         parsed = verify_run.parse_command(command, Path.cwd())
-        choice = tree_migration.choose(Path.cwd(), target, device, dtype)
+        choice = tree_migration.choose(Path.cwd(), target, device, dtype, unsafe_fixes)
     except (verify_run.UsageProblem, tree_migration.SettingsProblem) as exc:
         raise click.UsageError(str(exc)) from None
     settings = verify_run.Settings(
-        steps, choice.device, choice.dtype, choice.target, rtol, timeout or None, allow_no_amp, choice
+        steps,
+        choice.device,
+        choice.dtype,
+        choice.target,
+        rtol,
+        timeout or None,
+        allow_no_amp,
+        choice,
+        unsafe_fixes=choice.unsafe_fixes,
     )
     console = Console(highlight=False, emoji=False, stderr=fmt == "json")
     if not console.is_terminal:

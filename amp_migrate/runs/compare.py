@@ -14,6 +14,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
+from ..differences import Difference
+
 #: The recorded numbers a tolerance may cover; everything else in a record must match exactly.
 QUANTITIES = ("losses", "scales", "grad_norm", "param_sum", "param_abs_sum")
 
@@ -167,9 +169,13 @@ def step_differences(shim: Record, native: Record) -> dict[str, float]:
     }
 
 
-def _step_identical(shim: Record, native: Record) -> bool:
+def _step_identical(shim: Record, native: Record, besides: frozenset = frozenset()) -> bool:
+    """Every compared quantity but `besides` bit-equal in one step."""
     return all(
-        same_bits(a, b) for q in _compared(shim, native) for a, b in zip(_values(shim, q), _values(native, q))
+        same_bits(a, b)
+        for q in _compared(shim, native)
+        if q not in besides
+        for a, b in zip(_values(shim, q), _values(native, q))
     )
 
 
@@ -243,9 +249,14 @@ class _Steps:
     identical: bool = True
     documented: Optional[Divergence] = None
     scales_apart: Optional[Divergence] = None
+    #: Quantity -> the steps where it differed beyond the tolerance, as a documented difference
+    #: of the migration's unsafe fixes allows (docs/differences.md).
+    waived: dict[str, list[int]] = field(default_factory=dict)
 
 
-def _compare_steps(shim: Sequence[Record], native: Sequence[Record], rtol: float) -> _Steps:
+def _compare_steps(
+    shim: Sequence[Record], native: Sequence[Record], rtol: float, allowed: frozenset = frozenset()
+) -> _Steps:
     steps = _Steps()
     for index, (a, b) in enumerate(zip(shim, native)):
         step = index + 1
@@ -260,20 +271,30 @@ def _compare_steps(shim: Sequence[Record], native: Sequence[Record], rtol: float
             steps.scales_apart = Divergence(step, "number of scales", len(a["scales"]), len(b["scales"]))
         for quantity, difference in step_differences(a, b).items():
             steps.largest[quantity] = max(steps.largest[quantity], difference)
-            if difference > rtol:
+            if difference > rtol and quantity in allowed:
+                steps.waived.setdefault(quantity, []).append(step)
+            elif difference > 0 and quantity in allowed:
+                steps.identical = False
+            elif difference > rtol:
                 steps.divergence = Divergence(step, quantity, a.get(quantity), b.get(quantity))
                 steps.identical = False
                 return steps
-        steps.identical = steps.identical and _step_identical(a, b)
+        steps.identical = steps.identical and _step_identical(a, b, allowed)
     return steps
 
 
-def judge(shim: Run, native: Run, rtol: Optional[float] = None, allow_no_amp: bool = False) -> Verdict:
+def judge(
+    shim: Run,
+    native: Run,
+    rtol: Optional[float] = None,
+    allow_no_amp: bool = False,
+    documented: Sequence[Difference] = (),
+) -> Verdict:
     """The verdict of `compare_runs`, unless no amp call ran in the legacy run (`shim`): then
     the runs prove nothing about the migration, whose statements replace those calls, and a
     passing comparison is the "amp never ran" verdict; with `allow_no_amp` it stays a pass,
     with a note saying so. A verdict that does not pass keeps its kind, with the note."""
-    verdict = compare_runs(shim, native, rtol)
+    verdict = compare_runs(shim, native, rtol, documented)
     if amp_ran(shim) is not False or not native.started:
         return verdict
     never = (
@@ -287,7 +308,9 @@ def judge(shim: Run, native: Run, rtol: Optional[float] = None, allow_no_amp: bo
     return dataclasses.replace(verdict, notes=(*verdict.notes, note))
 
 
-def compare_runs(shim: Run, native: Run, rtol: Optional[float] = None) -> Verdict:
+def compare_runs(
+    shim: Run, native: Run, rtol: Optional[float] = None, documented: Sequence[Difference] = ()
+) -> Verdict:
     """The verdict on a shim run and a native run of the same program.
 
     A step diverges when its structure differs (optimizer, skipped flag, number of losses, a
@@ -296,10 +319,13 @@ def compare_runs(shim: Run, native: Run, rtol: Optional[float] = None) -> Verdic
     within tolerance, with the largest difference per quantity and why a difference was expected.
     The tolerance is `rtol`, or where none is given 0 (bit for bit) unless the legacy run
     computes in another precision (`PRECISION_RTOL`). A static scale's overflowed step is the
-    documented difference, not a divergence. A failed run is reported as failed, with the
-    divergence its steps show before it failed, if any."""
+    documented difference, not a divergence; so are the quantities that the docs/differences.md
+    entries of the migration's unsafe fixes (`documented`) say may differ, and only those. A
+    failed run is reported as failed, with the divergence its steps show before it failed, if
+    any."""
     tolerance = rtol if rtol is not None else PRECISION_RTOL if shim.precision else 0.0
-    steps = _compare_steps(shim.records, native.records, tolerance)
+    allowed = frozenset(q for entry in documented for q in entry.quantities)
+    steps = _compare_steps(shim.records, native.records, tolerance, allowed)
     notes = _notes(steps, shim)
     failure = _failure(shim, native)
     if failure is not None:
@@ -318,6 +344,9 @@ def compare_runs(shim: Run, native: Run, rtol: Optional[float] = None) -> Verdic
             f"the first {min(counts)} agree"
         )
         return Verdict(STEP_COUNTS, message, None, steps.largest, notes)
+    if steps.waived:
+        message = _waived_message(steps, documented, counts[0], tolerance)
+        return Verdict(AS_DOCUMENTED, message, None, steps.largest, notes)
     if steps.identical:
         message = f"identical: {counts[0]} steps equal bit for bit"
         return Verdict(IDENTICAL, message, None, steps.largest, notes)
@@ -354,6 +383,20 @@ def _documented_message(steps: _Steps) -> str:
         "static loss scale applies such a step (Apex), the migration's GradScaler skips it and lowers "
         f"its scale (AMP111); the {step - 1} steps before it are {before}, the runs are not compared after it"
     )
+
+
+def _waived_message(steps: _Steps, documented: Sequence[Difference], count: int, tolerance: float) -> str:
+    """Which entry, which quantities, how large, on which steps; and that nothing else differed."""
+    parts = []
+    for quantity, at in steps.waived.items():
+        entries = ", ".join(e.id for e in documented if quantity in e.quantities)
+        parts.append(
+            f"{quantity} differ at {len(at)} of {count} steps (from step {at[0]}), largest relative "
+            f"difference {steps.largest[quantity]:.3g} (docs/differences.md entry {entries})"
+        )
+    titles = "; ".join(f"{e.id}: {e.title}" for e in documented if set(e.quantities) & set(steps.waived))
+    rest = "equal bit for bit" if steps.identical else f"within tolerance (rtol {tolerance:g})"
+    return f"differs as documented ({titles}): {'; '.join(parts)}; every other quantity is {rest}"
 
 
 def _diverged_message(divergence: Divergence) -> str:

@@ -41,6 +41,7 @@ class Choice:
     tree_dtype: str
     device_reason: str  # why the copy's device is what it is
     config_path: Optional[str]  # the pyproject.toml whose [tool.amp-migrate] applied, if any
+    unsafe_fixes: bool = False  # both migrations apply the unsafe fixes (flag, else the tree's config)
 
     @property
     def differs(self) -> bool:
@@ -58,7 +59,13 @@ def runnable(device: str) -> bool:
     return bool(available()) if callable(available) else False
 
 
-def choose(root: Path, target: Optional[str], device: Optional[str], dtype: Optional[str]) -> Choice:
+def choose(
+    root: Path,
+    target: Optional[str],
+    device: Optional[str],
+    dtype: Optional[str],
+    unsafe_fixes: Optional[bool] = None,
+) -> Choice:
     """Flags over the tree's config over the migrate command's defaults; the copy's device is
     the tree's unless this machine cannot run it, then cpu."""
     try:
@@ -80,7 +87,8 @@ def choose(root: Path, target: Optional[str], device: Optional[str], dtype: Opti
             Options(*checked)  # type: ignore[arg-type]  # Options checks the target itself
         except ValueError as exc:
             raise SettingsProblem(str(exc)) from None
-    return Choice(tree_target, copy_device, copy_dtype, tree_device, tree_dtype, reason, found.path)
+    unsafe = unsafe_fixes if unsafe_fixes is not None else bool(found.unsafe_fixes)
+    return Choice(tree_target, copy_device, copy_dtype, tree_device, tree_dtype, reason, found.path, unsafe)
 
 
 def _literal(device: str) -> re.Pattern:

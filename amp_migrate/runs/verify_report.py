@@ -160,6 +160,13 @@ def print_text(console: Console, outcome: Outcome) -> None:
     if migration.shim_files:
         shim = ", ".join(map(quote_path, migration.shim_files))
         console.print(Text(f"kept on the shim (the copy runs with amp_shim): {shim}"))
+    for entry in migration.documented:
+        codes = ", ".join(c for c in migration.unsafe_codes if c in entry.codes)
+        console.print(
+            Text(
+                f"unsafe fixes applied ({codes}): differ from Apex as docs/differences.md entry {entry.id} says"
+            )
+        )
     legacy, migrated = labels(outcome)
     console.print(
         Text(f"{legacy}: the original program on the shim's apex alias (the verdict's \"shim\" run)")
@@ -218,6 +225,7 @@ def _migration(outcome: Outcome, choice: Optional[Choice]) -> Optional[dict]:
     beyond = outcome.migration.beyond_arguments
     return {
         "target": choice.target,
+        "unsafe_fixes": choice.unsafe_fixes,
         "device": choice.device,
         "dtype": choice.dtype,
         "tree_device": choice.tree_device,
@@ -252,6 +260,8 @@ def json_document(outcome: Outcome, exit_code: int, choice: Optional[Choice] = N
         "stderr_tail": {run.mode: stderr_tail(run.stderr) for run in (outcome.shim, outcome.native)},
         "migrated": list(outcome.migration.changed),
         "kept_shim": list(outcome.migration.shim_files),
+        "unsafe_fixes": list(outcome.migration.unsafe_codes),
+        "documented": [entry.id for entry in outcome.migration.documented],
         "records": {"shim": list(outcome.shim.records), "native": list(outcome.native.records)},
         "location": _location(outcome.location),
         "coverage": coverage.as_json(outcome.coverage),

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from .. import project
+from ..differences import Difference, for_codes
 from ..project import migrate_project
 from . import isolate, tree_guard
 from .compare import (
@@ -117,6 +118,7 @@ class Settings:
     allow_no_amp: bool = False  # a legacy run in which no amp call ran may pass (compare.judge)
     # The tree's own migration, when it is not the copy's (the copy's migration is compared with it).
     tree: Optional[Choice] = None
+    unsafe_fixes: bool = False  # the copy is migrated with --unsafe-fixes
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,12 @@ class Migration:
     # arguments (tree_migration.beyond_arguments); None: the two are migrated alike.
     beyond_arguments: Optional[tuple[str, ...]] = None
     same_as_tree: bool = False  # compared, and the two codes are the same
+    #: The unsafe fixes applied (codes), whose docs/differences.md entries the verdict accepts.
+    unsafe_codes: tuple[str, ...] = ()
+
+    @property
+    def documented(self) -> tuple[Difference, ...]:
+        return for_codes(self.unsafe_codes)
 
 
 @dataclass(frozen=True)
@@ -286,8 +294,20 @@ def migrate_copy(root: Path, settings: Settings) -> Migration:
         target=settings.target,  # type: ignore[arg-type]  # the CLI's click.Choice admits only targets
         device=settings.device,
         dtype=settings.dtype,
+        unsafe_fixes=settings.unsafe_fixes,
     )
     changed = sorted(path for path, result in results.items() if result.changed)
+    unsafe = tuple(
+        sorted(
+            {
+                d.code
+                for path in changed
+                if results[path].target_used == "native"
+                for d in results[path].diagnostics
+                if d.unsafe
+            }
+        )
+    )
     for path in changed:
         file = root / path
         file.unlink()  # a symlink in the copy is replaced, never written through
@@ -302,10 +322,11 @@ def migrate_copy(root: Path, settings: Settings) -> Migration:
             target=settings.target,  # type: ignore[arg-type]  # as above
             device=tree.tree_device,
             dtype=tree.tree_dtype,
+            unsafe_fixes=settings.unsafe_fixes,
         )
         beyond = tuple(beyond_arguments(results, theirs, tree))
-        return Migration(tuple(changed), shim, beyond, same_code(results, theirs))
-    return Migration(tuple(changed), shim, beyond)
+        return Migration(tuple(changed), shim, beyond, same_code(results, theirs), unsafe)
+    return Migration(tuple(changed), shim, beyond, unsafe_codes=unsafe)
 
 
 def run_environment(unbuffered: bool = False) -> dict[str, str]:
@@ -624,7 +645,7 @@ def verify(parsed: Command, root: Path, settings: Settings, watch: Optional[Watc
             natives = [run for run, _ in native_ranks]
         else:
             shim, native, logs = _run_both(both)
-            verdict = judge(shim, native, settings.rtol, settings.allow_no_amp)
+            verdict = judge(shim, native, settings.rtol, settings.allow_no_amp, migration.documented)
             outcome, natives = Outcome(verdict, shim, native, migration, parsed), [native]
         location = _locate(outcome.verdict, outcome.shim, outcome.native, root, copy, migration)
         coverage = _coverage(statements, migrated.seen, natives)
@@ -809,7 +830,7 @@ def judge_ranks(
     Among failed ranks the one whose program raised first is the worst: when one rank fails,
     the others fail after it (a collective whose peer is gone), and the first is the cause."""
     ranks = tuple(
-        RankOutcome(rank, judge(a, b, rtol, allow_no_amp), a, b, min(a_at, b_at))
+        RankOutcome(rank, judge(a, b, rtol, allow_no_amp, migration.documented), a, b, min(a_at, b_at))
         for rank, ((a, a_at), (b, b_at)) in enumerate(zip(shim, native))
     )
     worst = min(ranks, key=_badness)

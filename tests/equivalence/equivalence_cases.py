@@ -51,6 +51,7 @@ CASES = [
         ("--fp16",),
         covers="accumulation without `delay_unscale`, `if args.fp16:` branches, clipping "
         "`amp.master_params`, LR schedule",
+        unsafe="U1",
     ),
     Case(
         "clip-master-params-O1",
@@ -473,6 +474,7 @@ CASES = [
         "start overflows the fp16 backward for several steps, plus a forced overflow; "
         "master params clipped before each step",
         min_skipped=3,
+        unsafe="U1",
     ),
     Case(
         "start-scale-after-initialize-fp32",
@@ -480,6 +482,7 @@ CASES = [
         ("--corrupt-step", "25"),
         covers="the same script without `--fp16`: Apex never initialised, the scaler disabled",
         scales="native_disabled",
+        unsafe="U1",
     ),
     Case(
         "factory-package-resume",
@@ -753,12 +756,26 @@ CASES = [
         covers="a main and an auxiliary loss, both forwards before either scaled backward into one "
         "optimizer: one autocast region over both forwards; an overflow in the auxiliary loss",
         min_skipped=1,
+        unsafe="U1",
+    ),
+    Case(
+        "two-forwards-two-scaled-backwards-both-overflow",
+        "two_forwards_then_two_scaled_backwards.py",
+        ("--fp16", "--corrupt-both-step", "7"),
+        covers="the same script, both losses of one iteration overflowing: Apex halved its scale at "
+        "each `scale_loss` exit (twice), the GradScaler halves once at the step (AMP216, an unsafe "
+        "fix: docs/differences.md entry U1); losses, skips and parameters equal, the scales a factor "
+        "2 apart from that step on",
+        expect="documented",
+        min_skipped=1,
+        unsafe="U1",
     ),
     Case(
         "two-forwards-two-scaled-backwards-fp32",
         "two_forwards_then_two_scaled_backwards.py",
         covers="the same script without `--fp16`: plain backwards, the scaler disabled",
         scales="native_disabled",
+        unsafe="U1",
     ),
     Case(
         "module-handed-as-value-resume",
@@ -964,6 +981,7 @@ CASES = [
         "step: AMP215), and equal again from the step on",
         min_skipped=1,
         scales="own",
+        unsafe="U1",
     ),
     Case(
         "loss-helper-forward-in-caller-fp16-update-overflow",
@@ -971,6 +989,7 @@ CASES = [
         ("--fp16", "--accumulate", "3", "--corrupt-step", "8"),
         covers="the same helper, 3 micro-batches per step, the overflow on a micro-batch that steps",
         min_skipped=1,
+        unsafe="U1",
     ),
     Case(
         "loss-helper-forward-in-caller-fp32",
@@ -978,6 +997,7 @@ CASES = [
         ("--corrupt-step", "4"),
         covers="the same script without `--fp16`: the scaler disabled, autocast off",
         scales="native_disabled",
+        unsafe="U1",
     ),
     Case(
         "loss-helper-threaded-two-losses-fp16",
@@ -990,6 +1010,7 @@ CASES = [
         "as a parameter, one autocast region per call's forward; an overflow in one "
         "auxiliary loss",
         min_skipped=1,
+        unsafe="U1",
     ),
     Case(
         "loss-helper-threaded-two-losses-fp32",
@@ -997,6 +1018,7 @@ CASES = [
         ("--corrupt-step", "7"),
         covers="the same script without `--fp16`: the scaler disabled, autocast off",
         scales="native_disabled",
+        unsafe="U1",
     ),
 ]
 

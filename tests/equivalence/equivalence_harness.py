@@ -78,6 +78,9 @@ class Case:
     phases: tuple = ()
     # Expected fallback of the native migration (a known codemod limit): the diagnostic code.
     native_xfail: str = ""
+    # The native migration is `--unsafe-fixes`'s and applies exactly this docs/differences.md
+    # entry's fixes (the default tier keeps the program on the shim); "": a safe migration.
+    unsafe: str = ""
     # What the run must show besides equality (e.g. the storm must skip steps).
     min_skipped: int = 0
     # A project program (a directory): the script that runs it.
@@ -143,15 +146,32 @@ def _migrate_tree(case: Case, target: str) -> dict[str, str]:
         from amp_migrate.project import migrate_project
     except ImportError:  # no project pass: each file alone
         results = {
-            name: migrate_source(text, target=target, device="cpu", dtype=case.dtype)
+            name: migrate_source(
+                text, target=target, device="cpu", dtype=case.dtype, unsafe_fixes=bool(case.unsafe)
+            )
             for name, text in files.items()
         }
     else:
-        results = migrate_project(files, target=target, device="cpu", dtype=case.dtype)
+        results = migrate_project(
+            files, target=target, device="cpu", dtype=case.dtype, unsafe_fixes=bool(case.unsafe)
+        )
     fell_back = [d for r in results.values() if r.changed and r.target_used != target for d in r.diagnostics]
     if fell_back or not any(r.changed for r in results.values()):
         raise MigrationFellBack(fell_back or [d for r in results.values() for d in r.diagnostics])
+    if target == "native":
+        _check_unsafe(case, [d for r in results.values() for d in r.diagnostics])
     return {name: results[name].code for name in files}
+
+
+def _check_unsafe(case: Case, diagnostics) -> None:
+    """A case's native migration applies the unsafe fixes of its entry and no other."""
+    from amp_migrate.diagnostics import CODES
+
+    entries = {CODES[d.code].unsafe for d in diagnostics if d.unsafe}
+    expected = {case.unsafe} if case.unsafe else set()
+    assert entries == expected, (
+        f"{case.id}: the native migration applies unsafe fixes of {entries or 'no entry'}"
+    )
 
 
 def _migrate(case: Case, target: str) -> str:
@@ -167,9 +187,13 @@ def _migrate(case: Case, target: str) -> str:
         if used != target:
             raise MigrationFellBack([f.diagnostic for f in findings])
         return code
-    result = migrate_source(case.path.read_text(), target=target, device="cpu", dtype=case.dtype)
+    result = migrate_source(
+        case.path.read_text(), target=target, device="cpu", dtype=case.dtype, unsafe_fixes=bool(case.unsafe)
+    )
     if result.target_used != target:
         raise MigrationFellBack([d for d in result.diagnostics])
+    if target == "native":
+        _check_unsafe(case, result.diagnostics)
     return result.code
 
 

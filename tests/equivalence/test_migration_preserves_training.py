@@ -32,6 +32,7 @@ from equivalence_harness import (
 
 EXACT = [c for c in CASES if c.expect == "exact"]
 TOLERANCE = [c for c in CASES if c.expect == "tolerance"]
+DOCUMENTED = [c for c in CASES if c.expect == "documented"]
 
 
 def _param(case):
@@ -67,6 +68,19 @@ def test_migrated_native_program_trains_bit_for_bit_like_the_shim(equivalence_ru
     shim, native = equivalence_runner.get(case, "shim"), equivalence_runner.get(case, "native")
     assert native["imported"] == [] and not native["apex_installed"]
     assert compare_exact(case, shim, native, case.scales) == []
+
+
+@pytest.mark.parametrize("case", [_param(c) for c in DOCUMENTED])
+def test_migrated_unsafe_program_differs_only_in_what_its_entry_documents(equivalence_runner, case):
+    """An unsafe fix's program (`--unsafe-fixes`, overflow forced): the difference its
+    docs/differences.md entry names shows, and nothing else differs."""
+    from amp_migrate.differences import DIFFERENCES
+
+    migrate(case, "native")
+    shim, native = equivalence_runner.get(case, "shim"), equivalence_runner.get(case, "native")
+    assert DIFFERENCES[case.unsafe].quantities == ("scales",)
+    assert compare_exact(case, shim, native, "own") == []
+    assert compare_exact(case, shim, native, "equal") != [], "the documented difference did not show"
 
 
 @pytest.mark.parametrize("case", [_param(c) for c in TOLERANCE])

@@ -13,9 +13,15 @@ import pytest
 from equivalence_cases import CASES, case_param
 from equivalence_harness import migrate
 
-from amp_migrate.runs.compare import AS_DOCUMENTED, IDENTICAL, WITHIN_TOLERANCE, Run, judge
+from amp_migrate.differences import DIFFERENCES
+from amp_migrate.runs.compare import AS_DOCUMENTED, DIVERGED, IDENTICAL, WITHIN_TOLERANCE, Run, judge
 
-EXPECTED = {"exact": IDENTICAL, "static-overflow": AS_DOCUMENTED, "tolerance": WITHIN_TOLERANCE}
+EXPECTED = {
+    "exact": IDENTICAL,
+    "static-overflow": AS_DOCUMENTED,
+    "tolerance": WITHIN_TOLERANCE,
+    "documented": AS_DOCUMENTED,
+}
 NATIVE = [c for c in CASES if not c.native_xfail]
 
 
@@ -24,6 +30,7 @@ def verdict_of(runner, case):
     return judge(
         Run("shim", 0, shim["step_records"], precision=tuple(shim["precision"])),
         Run("native", 0, native["step_records"]),
+        documented=(DIFFERENCES[case.unsafe],) if case.unsafe else (),
     )
 
 
@@ -38,3 +45,23 @@ def test_verify_judges_the_native_migration_of_every_program_as_the_harness_expe
 
 def test_every_kind_of_expected_verdict_is_among_the_programs():
     assert {c.expect for c in NATIVE} == set(EXPECTED)
+
+
+@pytest.mark.parametrize("case", [case_param(c) for c in NATIVE if c.expect == "documented"])
+def test_an_unsafe_programs_difference_is_documented_only_with_its_entry_and_a_broken_run_diverges(
+    equivalence_runner, case
+):
+    """verify knows the entry: the same runs judged without it diverge where the entry's
+    quantity differs; a native run broken elsewhere (a step's weights) diverges with it."""
+    migrate(case, "native")
+    verdict = verdict_of(equivalence_runner, case)
+    assert f"entry {case.unsafe}" in verdict.message, verdict.message
+    shim, native = equivalence_runner.get(case, "shim"), equivalence_runner.get(case, "native")
+    legacy = Run("shim", 0, shim["step_records"])
+    without = judge(legacy, Run("native", 0, native["step_records"]))
+    assert without.kind == DIVERGED and without.divergence.quantity == "scales", without.message
+    broken = [dict(r) for r in native["step_records"]]
+    last = broken[-1]
+    last["param_sum"] = float(last["param_sum"]) * 1.001 + 1e-3
+    verdict = judge(legacy, Run("native", 0, broken), documented=(DIFFERENCES[case.unsafe],))
+    assert verdict.kind == DIVERGED and verdict.divergence.quantity == "param_sum", verdict.message

@@ -299,3 +299,42 @@ def test_a_legacy_run_that_failed_before_its_first_step_reports_the_migrated_run
     assert failed_before_first_step(shim)
     assert not failed_before_first_step(Run("shim", 1, steps(1)))
     assert not failed_before_first_step(Run("shim", 0, ()))
+
+
+# -- documented differences of unsafe fixes (docs/differences.md, "Unsafe fixes") ----------------
+
+from amp_migrate.differences import SCALE_UPDATED_PER_STEP  # noqa: E402
+
+SCALES_APART = {"3": {"scale": 32768.0}, "4": {"scale": 32768.0}}
+
+
+def test_scales_apart_as_entry_u1_allows_differ_as_documented_naming_the_entry_and_size():
+    shim, native = steps(5), steps(5, **SCALES_APART)
+    verdict = judge(*runs(shim, native), documented=(SCALE_UPDATED_PER_STEP,))
+    assert verdict.kind == AS_DOCUMENTED and verdict.passed
+    assert "entry U1" in verdict.message and "at 2 of 5 steps (from step 3)" in verdict.message
+    assert verdict.max_relative["scales"] == 0.5
+    assert "every other quantity is equal bit for bit" in verdict.message
+
+
+def test_the_same_scales_apart_without_the_entry_are_a_divergence():
+    verdict = judge(*runs(steps(5), steps(5, **SCALES_APART)))
+    assert (
+        verdict.kind == DIVERGED and verdict.divergence.step == 3 and verdict.divergence.quantity == "scales"
+    )
+
+
+def test_an_entry_covers_only_its_quantities_a_skip_or_a_weight_apart_still_diverges():
+    skip = steps(5, **{**SCALES_APART, "4": {"scale": 32768.0, "skipped": True}})
+    verdict = judge(*runs(steps(5), skip), documented=(SCALE_UPDATED_PER_STEP,))
+    assert (
+        verdict.kind == DIVERGED and verdict.divergence.step == 4 and verdict.divergence.quantity == "skipped"
+    )
+    weights = steps(5, **{**SCALES_APART, "5": {"param_sum": 9.0}})
+    verdict = judge(*runs(steps(5), weights), documented=(SCALE_UPDATED_PER_STEP,))
+    assert verdict.kind == DIVERGED and verdict.divergence.quantity == "param_sum"
+
+
+def test_with_the_entry_and_nothing_apart_the_runs_are_identical():
+    verdict = judge(*runs(steps(4), steps(4)), documented=(SCALE_UPDATED_PER_STEP,))
+    assert verdict.kind == IDENTICAL

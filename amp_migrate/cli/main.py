@@ -197,18 +197,9 @@ def migrate(
         raise click.UsageError("--interactive cannot be combined with --diff, --check or --format json")
     if interactive and not _stdin_is_terminal():
         raise click.UsageError("--interactive asks questions, but stdin is not a terminal")
-    options, files = _options_and_files(
-        paths,
-        target,
-        device,
-        dtype,
-        exclude,
-        include,
-        force_exclude,
-        no_gitignore,
-        follow_symlinks,
-        unsafe_fixes,
-    )
+    asked = (target, device, dtype, unsafe_fixes)
+    walk = (exclude, include, force_exclude, no_gitignore, follow_symlinks)
+    options, files = _options_and_files(paths, asked, walk)
     mode = "interactive" if interactive else "check" if check else "diff" if diff else "fix"
     console = Console(
         file=sys.stdout, no_color=True if no_color else None, highlight=False, soft_wrap=True, emoji=False
@@ -233,19 +224,12 @@ def migrate(
     sys.exit(code)
 
 
-def _options_and_files(
-    paths: tuple[str, ...],
-    target: Optional[str],
-    device: Optional[str],
-    dtype: Optional[str],
-    exclude: tuple[str, ...],
-    include: tuple[str, ...],
-    force_exclude: bool,
-    no_gitignore: bool,
-    follow_symlinks: bool = False,
-    unsafe_fixes: Optional[bool] = None,
-) -> tuple:
-    """The run's Options (flags over the config file's settings) and the files it covers."""
+def _options_and_files(paths: tuple[str, ...], asked: tuple, walk: tuple) -> tuple:
+    """The run's Options (flags over the config file's settings) and the files it covers:
+    `asked` is (target, device, dtype, unsafe_fixes), `walk` (exclude, include, force_exclude,
+    no_gitignore, follow_symlinks), as the flags gave them."""
+    target, device, dtype, unsafe_fixes = asked
+    exclude, include, force_exclude, no_gitignore, follow_symlinks = walk
     from ..options import Options, Target
     from . import config, discover
 
@@ -618,17 +602,7 @@ def verify(
         choice = tree_migration.choose(Path.cwd(), target, device, dtype, unsafe_fixes)
     except (verify_run.UsageProblem, tree_migration.SettingsProblem) as exc:
         raise click.UsageError(str(exc)) from None
-    settings = verify_run.Settings(
-        steps,
-        choice.device,
-        choice.dtype,
-        choice.target,
-        rtol,
-        timeout or None,
-        allow_no_amp,
-        choice,
-        unsafe_fixes=choice.unsafe_fixes,
-    )
+    settings = verify_run.Settings.of(choice, steps, rtol, timeout or None, allow_no_amp)
     console = Console(highlight=False, emoji=False, stderr=fmt == "json")
     if not console.is_terminal:
         console.width = 160  # the table's nine columns, readable in a log

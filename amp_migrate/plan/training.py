@@ -83,6 +83,7 @@ from .options import (  # codes it reports
     RUNTIME_O0,
     RUNTIME_O3,
     SCALE_BOUNDS,
+    STATIC_GROWTH_INTERVAL,
     STATIC_SCALE,
     UNSCALED,
     OptionReader,
@@ -538,7 +539,6 @@ class PlanTraining(UnitPlanning):
                 if self._unscales_at_exit(c)
                 for line in self._lines_of(self._statement(c))
             ),
-            loss_id_lines=self._loss_id_lines(),
             global_casts=True,
             shared=shared,
         )
@@ -650,7 +650,8 @@ class PlanTraining(UnitPlanning):
             return None
         if shared is not None and not self._shares(call, shared, built, scaler):
             return None
-        self._check_exits_per_step(steps)
+        if self._scale_is_dynamic(reading):
+            self._check_exits_per_step(steps)
         scope = self.scope_of(statement)
         return TrainingPlan(
             scaler=scaler,
@@ -661,7 +662,6 @@ class PlanTraining(UnitPlanning):
             optimizers=optimizers,
             step_lines=frozenset(self.position(c)[0] for c in steps),
             eager_unscale_lines=self._eager_unscale_lines(),
-            loss_id_lines=self._loss_id_lines(),
             hoisted=guard_node is not None,
             init_scope=self.position(scope)[0] if scope else 0,
             init_line=self._lines_of(statement)[-1],
@@ -720,6 +720,18 @@ class PlanTraining(UnitPlanning):
             for c in self.scale_losses
             if self._unscales_at_exit(c)
             for line in self._lines_of(self._statement(c))
+        )
+
+    def _scale_is_dynamic(self, reading: Reading) -> bool:
+        """Apex's scale can change at a `scale_loss` exit: amp and loss scaling may be on, and no
+        literal static `loss_scale` fixed it (AMP111 covers those)."""
+        if reading.amp_on is False or reading.scaling_on is False:
+            return False
+        return not any(
+            isinstance(arg.keyword, cst.Name)
+            and arg.keyword.value == "growth_interval"
+            and self.code_of(arg.value) == STATIC_GROWTH_INTERVAL
+            for arg in reading.scale_args
         )
 
     def _check_exits_per_step(self, steps: Sequence[cst.CSTNode]) -> None:

@@ -195,9 +195,6 @@ class TrainingPlan:
     step_lines: frozenset = frozenset()
     #: Lines of the `scale_loss` calls at whose exit Apex unscaled and updated the scale.
     eager_unscale_lines: frozenset = frozenset()
-    #: Line of each `scale_loss` statement -> its `loss_id` (an int, or None where only known at
-    #: run time): which of Apex's loss scalers updates at its exit.
-    loss_id_lines: dict[int, Optional[int]] = field(default_factory=dict)
     hoisted: bool = False  # built before the `if` that guarded `initialize`
     global_casts: bool = False  # `amp.init()`: casts were on everywhere, not for given models
     #: Apex's per-loss scalers kept apart (`num_losses > 1`, each optimizer stepped under one

@@ -162,7 +162,6 @@ class UnitPlanning(MethodTies, InferencePlanning):
             optimizers=set().union(*(p.optimizers for p in plans)),
             step_lines=frozenset(steps),
             eager_unscale_lines=frozenset().union(*(p.eager_unscale_lines for p in plans)),
-            loss_id_lines={line: i for p in plans for line, i in p.loss_id_lines.items()},
             threaded=tuple(threaded),
             parts=tuple(
                 PlanPart(

@@ -120,6 +120,23 @@ class Settings:
     tree: Optional[Choice] = None
     unsafe_fixes: bool = False  # the copy is migrated with --unsafe-fixes
 
+    @classmethod
+    def of(
+        cls, choice: Choice, steps: int, rtol: Optional[float], timeout: Optional[float], allow_no_amp: bool
+    ) -> "Settings":
+        """The settings of a run whose migration options `choice` settled."""
+        return cls(
+            steps,
+            choice.device,
+            choice.dtype,
+            choice.target,
+            rtol,
+            timeout,
+            allow_no_amp,
+            choice,
+            choice.unsafe_fixes,
+        )
+
 
 @dataclass(frozen=True)
 class Migration:

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from amp_migrate import migrate_source
+from amp_migrate.diagnostics import CODES
 
 IMPORTS = {
     "from": ("from apex import amp", "amp"),
@@ -114,6 +115,11 @@ def test_generated_scripts_migrate_natively_and_idempotently(script):
         assert result.target_used == "shim"
         assert {d.code for d in result.diagnostics if d.falls_back} == {"AMP101"}
         return
+    unsafe = {d.code for d in result.diagnostics if CODES[d.code].unsafe}
+    if unsafe:  # an unsafe fix (an accumulation window at a dynamic scale): native with the flag
+        assert result.target_used == "shim" and unsafe == {d.code for d in result.diagnostics if d.falls_back}
+        result = migrate_source(script, target="auto", unsafe_fixes=True)
+        assert migrate_source(result.code, target="auto", unsafe_fixes=True).code == result.code
     assert result.target_used == "native", [d.format() for d in result.diagnostics]
     assert not re.search(r"\bapex\b", result.code), result.code
     assert "amp_shim" not in result.code

@@ -55,3 +55,28 @@ def test_verify_gives_a_correct_migration_of_a_fixture_program_its_verdict(
     assert result.exit_code == 0 and document["passed"] is True
     assert document["kept_shim"] == []  # the native migration ran, not the shim
     assert len(document["records"]["native"]) == steps
+
+
+@pytest.mark.slow
+def test_verify_with_unsafe_fixes_says_differs_as_documented_and_without_them_the_program_keeps_the_shim(
+    tmp_path,
+):
+    """Both losses of one step overflow: Apex halved its scale twice, the GradScaler once (entry
+    U1). With `--unsafe-fixes` the copy goes native and the verdict names the entry; without,
+    the copy keeps the shim and the runs are identical."""
+    program = "two_forwards_then_two_scaled_backwards.py"
+    (tmp_path / "tree").mkdir()
+    shutil.copy(PROGRAMS / program, tmp_path / "tree" / program)
+    run = ["--", "python", program, "--fp16", "--corrupt-both-step", "3"]
+    flagged = verify(
+        tmp_path / "tree", "--steps", "8", "--device", "cpu", "--format", "json", "--unsafe-fixes", *run
+    )
+    document = json.loads(flagged.output)
+    assert document["verdict"] == "differs as documented", document["message"]
+    assert "entry U1" in document["message"] and "scales differ" in document["message"]
+    assert document["unsafe_fixes"] == ["AMP216"] and document["documented"] == ["U1"]
+    assert document["kept_shim"] == [] and flagged.exit_code == 0
+    safe = verify(tmp_path / "tree", "--steps", "8", "--device", "cpu", "--format", "json", *run)
+    document = json.loads(safe.output)
+    assert document["verdict"] == "identical" and document["kept_shim"] == [program], document["message"]
+    assert document["unsafe_fixes"] == [] and document["documented"] == []

@@ -207,6 +207,7 @@ def test_the_trees_config_chooses_target_and_dtype_and_json_says_so(tree):
     assert document["kept_shim"] == ["train.py"]  # the config's target, as `amp-migrate .` would
     assert document["migration"] == {
         "target": "shim",
+        "unsafe_fixes": False,
         "device": "cpu",
         "dtype": "float16",
         "tree_device": "cpu",

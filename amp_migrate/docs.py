@@ -242,14 +242,15 @@ fp16=config.fp16)`) and a program that only initializes for inference beside the
 
 
 def fallback_codes() -> list[Code]:
-    """The codes that fall back, in the page's order: by the rule that documents them, in the
+    """The codes that fall back (unsafe fixes too, which do by default), in the page's order: by the rule that documents them, in the
     order the rules run, each rule's by number; then those no rule reports, by number."""
     ordered: list[Code] = []
     for rule in rules.PASSES:
-        own = [c for c in rule.EMITS if c.falls_back and rules.owner(c.code) is rule]
+        own = [c for c in rule.EMITS if (c.falls_back or c.unsafe) and rules.owner(c.code) is rule]
         ordered += sorted(own, key=lambda c: c.code)
     return ordered + sorted(
-        (c for c in CODES.values() if c.falls_back and rules.owner(c.code) is None), key=lambda c: c.code
+        (c for c in CODES.values() if (c.falls_back or c.unsafe) and rules.owner(c.code) is None),
+        key=lambda c: c.code,
     )
 
 

@@ -36,6 +36,18 @@ UPDATED_PER_STEP = define(
     after="scaler.scale(loss).backward()\nif (i + 1) % accum == 0:\n    scaler.step(opt)\n"
     "    scaler.update()",
     unsafe="U1",
+    refusal="Apex updated the loss scale at each micro-batch, GradScaler once per step",
+    fallback_title="gradient accumulation without `delay_unscale` (an unsafe fix)",
+    shape=(
+        "`with amp.scale_loss(loss, optimizer) as s: s.backward()` on every micro-batch and "
+        "`optimizer.step()` under `if (i + 1) % accumulation_steps == 0:` (or in a helper that steps when "
+        "asked), at a dynamic loss scale."
+    ),
+    by_hand=(
+        "Run with `--unsafe-fixes` to take the native rewrite and its documented difference (entry U1), or "
+        "pass `delay_unscale=True` to every `scale_loss` but the one before the step, as Apex recommended: "
+        "then each step sees one exit and the rewrite is safe."
+    ),
 )
 
 SEVERAL_EXITS_PER_STEP = define(
@@ -59,6 +71,19 @@ SEVERAL_EXITS_PER_STEP = define(
     "scaler.step(opt)\nscaler.update()",
     unsafe="U1",
     variants=("before one optimizer step", "in a loop"),
+    refusal="Apex updated the loss scale at each of several losses, GradScaler once per step",
+    fallback_title="several `scale_loss` exits before one step (an unsafe fix)",
+    shape=(
+        "A main and an auxiliary loss each under `with amp.scale_loss(..., optimizer)` (the first with "
+        "`backward(retain_graph=True)`) and one `optimizer.step()` after both, or `for loss in losses:` around "
+        "one `scale_loss`, at a dynamic loss scale."
+    ),
+    by_hand=(
+        "Run with `--unsafe-fixes` to take the native rewrite and its documented difference (entry U1); or "
+        "sum the losses and scale the sum once (`with amp.scale_loss(main + aux, optimizer)`), or give each "
+        "loss its own `loss_id` under `num_losses`: either way Apex updated one scale once per step, and the "
+        "rewrite is safe."
+    ),
 )
 
 CODES = (UPDATED_PER_STEP, SEVERAL_EXITS_PER_STEP)

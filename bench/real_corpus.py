@@ -1,6 +1,6 @@
 """Real public Apex code: what amp-migrate makes of it, and how fast.
 
-    OMP_NUM_THREADS=1 python bench/real_corpus.py [--corpus DIR] [--write]
+    OMP_NUM_THREADS=1 python bench/real_corpus.py [--corpus DIR] [--write] [--unsafe-fixes]
 
 Reads the corpus of real files that use Apex (`../shared/corpus/`: `files/` and `manifest.tsv`
 with each file's repository, path, commit and license), lays each repository's files out at
@@ -46,6 +46,7 @@ from amp_migrate.docs import register_all_codes  # noqa: E402
 register_all_codes()
 
 START, END = "<!-- real-corpus:start -->", "<!-- real-corpus:end -->"
+UNSAFE_START, UNSAFE_END = "<!-- real-corpus-unsafe:start -->", "<!-- real-corpus-unsafe:end -->"
 
 
 def default_corpus() -> Path:
@@ -202,11 +203,11 @@ def _libcst_seconds(path: Path) -> float:
     return time.perf_counter() - started
 
 
-def run(corpus: Path) -> dict:
+def run(corpus: Path, unsafe_fixes: bool = False) -> dict:
     from amp_migrate.options import Options
 
     rows = manifest(corpus)
-    options = Options(target="auto")
+    options = Options(target="auto", unsafe_fixes=unsafe_fixes)
     best: dict[str, float] = {}
     best_libcst: dict[str, float] = {}
     best_index: dict[str, float] = {}
@@ -235,7 +236,8 @@ def run(corpus: Path) -> dict:
         defects: dict[str, str] = {}
         for repo, files in repos.items():
             defects.update(_verify_repo(files, collected[repo][2], options))
-    return _summarise(collected, defects, best, best_libcst, best_index, best_settle, corpus)
+    result = _summarise(collected, defects, best, best_libcst, best_index, best_settle, corpus)
+    return {**result, "unsafe_fixes": unsafe_fixes}
 
 
 def _verify_repo(files: list[tuple[dict, Path]], final: dict, options) -> dict[str, str]:
@@ -323,7 +325,8 @@ def render(res: dict) -> str:
     share = counts.get("native", 0) / changed if changed else 0.0
     sp = res["speed"]
     out = [
-        "### Real public code (`bench/real_corpus.py`)",
+        "### Real public code (`bench/real_corpus.py`"
+        + (" --unsafe-fixes)" if res.get("unsafe_fixes") else ")"),
         "",
         f"*Measured {res['date']}, {describe(res['machine'])}.* {len(res['files'])} real files that use "
         f"Apex, from {len({f['repo'] for f in res['files']})} public repositories at pinned commits "
@@ -378,31 +381,39 @@ def render(res: dict) -> str:
     return "\n".join(out)
 
 
-def write_page(body: str) -> None:
+def write_page(body: str, unsafe_fixes: bool = False) -> None:
+    """The default run's section, or with `--unsafe-fixes` the section of that tier."""
     page = ROOT / "docs" / "results" / "real-corpus.md"
+    start, end = (UNSAFE_START, UNSAFE_END) if unsafe_fixes else (START, END)
     text = page.read_text()
-    if START not in text or END not in text:
-        raise SystemExit(f"{page} has no {START} ... {END} section")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    page.write_text(head + START + "\n" + body + "\n" + END + tail)
+    if start not in text or end not in text:
+        raise SystemExit(f"{page} has no {start} ... {end} section")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    page.write_text(head + start + "\n" + body + "\n" + end + tail)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, default=None)
     parser.add_argument("--write", "--write-readme", action="store_true")
+    parser.add_argument(
+        "--unsafe-fixes",
+        action="store_true",
+        help="migrate as `amp-migrate --unsafe-fixes` does (its own JSON and section)",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     load_before = loadavg()
-    res = run(args.corpus or default_corpus())
+    res = run(args.corpus or default_corpus(), args.unsafe_fixes)
     res["load_before"], res["load_after"] = load_before, loadavg()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "real_corpus.json").write_text(json.dumps(res, indent=1) + "\n")
+    name = "real_corpus_unsafe.json" if args.unsafe_fixes else "real_corpus.json"
+    (RESULTS / name).write_text(json.dumps(res, indent=1) + "\n")
     body = render(res)
     print(body)
     if args.write:
-        write_page(body)
+        write_page(body, args.unsafe_fixes)
     return 0
 
 

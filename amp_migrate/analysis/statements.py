@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable, Optional
+
 import libcst as cst
 
 BLOCKS = (
@@ -41,3 +43,10 @@ def find_statements(tree: cst.CSTNode, kind: type) -> list:
                 inner.append(value)
         stack.extend(reversed(inner))
     return found
+
+
+def is_elif(node: cst.CSTNode, parent: Callable[[cst.CSTNode], Optional[cst.CSTNode]]) -> bool:
+    """Whether `node` is the `elif` of an `if` chain: the chain is one statement, so an `elif`
+    is no statement of a block; nothing can stand before or after it alone, and its body runs
+    only where the tests above it failed too."""
+    return isinstance(node, cst.If) and isinstance(parent(node), cst.If)

@@ -46,6 +46,7 @@ from libcst.metadata import ScopeProvider
 from ..analysis.autocast_region import housekeeping_only, loss_block, region_start
 from ..analysis.control_flow import exits_early, runs_backward
 from ..analysis.fp16_names import star_only_names
+from ..analysis.statements import is_elif
 from ..diagnostics import Severity, define
 from ..file_state import FileState
 from .fp16_flow import (
@@ -292,7 +293,13 @@ class PlanFp16Optimizer(Fp16Model):
         """`if cond:` (no `else`, a side-effect-free test) directly around `line`."""
         block = self.parent(line)
         owner = self.parent(block) if isinstance(block, cst.IndentedBlock) else None
-        if isinstance(owner, cst.If) and owner.body is block and owner.orelse is None and pure(owner.test):
+        if (
+            isinstance(owner, cst.If)
+            and owner.body is block
+            and owner.orelse is None
+            and not is_elif(owner, self.parent)
+            and pure(owner.test)
+        ):
             return owner
         return None
 
@@ -572,6 +579,7 @@ class PlanFp16Optimizer(Fp16Model):
             if (
                 isinstance(owner, cst.If)
                 and owner.orelse is None
+                and not is_elif(owner, self.parent)
                 and all(id(s) in removed for s in owner.body.body)
             ):
                 flow.dropped_ifs.add(id(owner))

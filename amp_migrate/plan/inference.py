@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Optional, Union
 
 import libcst as cst
 
+from ..analysis.statements import is_elif
 from ..diagnostics import Severity, define
 from .options import (
     OPTION_NOT_LITERAL,
@@ -542,6 +543,7 @@ class InferencePlanning(TrainingSites):
             isinstance(owner, cst.If)
             and owner.body is block
             and owner.orelse is None
+            and not is_elif(owner, self.parent)
             and block.body
             and block.body[-1] is statement
         ):

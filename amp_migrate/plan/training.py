@@ -70,6 +70,7 @@ from typing import TYPE_CHECKING, NamedTuple, Optional, Sequence
 import libcst as cst
 import libcst.matchers as m
 
+from ..analysis.statements import is_elif
 from ..diagnostics import Severity, define
 from ..file_state import FileState
 from . import exits_per_step
@@ -1023,6 +1024,7 @@ class PlanTraining(UnitPlanning):
             isinstance(owner, cst.If)
             and owner.body is block
             and (owner.orelse is None or self._none_else(owner))
+            and not is_elif(owner, self.parent)
         ):
             guard, start = owner.test, owner
         for parent in self.ancestors(start):

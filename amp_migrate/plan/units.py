@@ -23,6 +23,7 @@ from typing import Callable, Optional, Union
 import libcst as cst
 import libcst.matchers as m
 
+from ..analysis.statements import is_elif
 from .inference import InferencePlanning
 from .methods import MethodTies, branch_arms
 from .threaded import find_threading
@@ -87,7 +88,12 @@ class UnitPlanning(MethodTies, InferencePlanning):
         block, anchor = self.parent(statement), statement
         assert block is not None  # a statement of the file stands in a block
         owner = self.parent(block)
-        if isinstance(owner, cst.If) and owner.body is block and owner.orelse is None:
+        if (
+            isinstance(owner, cst.If)
+            and owner.body is block
+            and owner.orelse is None
+            and not is_elif(owner, self.parent)
+        ):
             block, anchor = self.parent(owner), owner
         assert isinstance(block, (cst.BaseSuite, cst.Module))
         body = list(block.body)

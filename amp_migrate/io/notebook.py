@@ -55,6 +55,16 @@ _TIMEIT_LINE = re.compile(
 )
 _CODE_MAGIC = re.compile(r"^[ \t]*(%time[ \t]+|%timeit((?:[ \t]+-(?:[nrp][ \t]*\d+|[tcqo]))*)[ \t]+)(\S.*)$")
 _IPYTHON_LINE = re.compile(r"^[ \t]*(?:[%!]|\?{1,2}[\w.]|[\w.]+[ \t]*\?{1,2}[ \t]*$|[\w.]+[ \t]*=[ \t]*[%!])")
+#: Line magics and shell aliases IPython runs without their `%` (automagic, on by default) when
+#: a cell's top-level line is no Python: `ls ./logs/`, `pip install apex`, `cd ..`.
+_AUTOMAGIC = frozenset(
+    {
+        "alias", "bookmark", "cat", "cd", "clear", "conda", "cp", "dhist", "env", "history",
+        "less", "ll", "load_ext", "ls", "mamba", "man", "matplotlib", "mkdir", "more", "mv",
+        "pip", "popd", "pushd", "pwd", "reload_ext", "rm", "rmdir", "who", "whos",
+    }
+)  # fmt: skip
+_AUTOMAGIC_LINE = re.compile(r"(\w+)(?:[ \t].*)?$")
 # Cell magics whose body is Python run once in the user namespace; any other `%%magic` cell
 # (bash, html, ...) is left alone. A `%%timeit` body runs many times in a namespace of its own
 # (its assignments do not persist), so it is not part of the module: it is checked like an
@@ -114,6 +124,19 @@ def _one_simple_statement(code: str, expression: bool = False) -> bool:
     )
 
 
+def _automagic(line: str) -> bool:
+    """A line IPython runs as a magic without its `%`: an automagic word first, at the top
+    level of the cell, and not a Python statement by itself."""
+    word = _AUTOMAGIC_LINE.match(line)
+    if word is None or word.group(1) not in _AUTOMAGIC:
+        return False
+    try:
+        compile(line.rstrip("\\"), "<line>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return True
+    return False
+
+
 def _identifiers(text: str) -> set[str]:
     return set(re.findall(r"[A-Za-z_]\w*", text))
 
@@ -126,7 +149,7 @@ def _protect(source: str, magics: list[_Masked], words: Optional[frozenset[str]]
     i = 0
     while i < len(lines):
         line = lines[i]
-        if _IPYTHON_LINE.match(line):
+        if _IPYTHON_LINE.match(line) or _automagic(line):
             start = i
             block = [line]
             while block[-1].endswith("\\") and i + 1 < len(lines):
@@ -462,7 +485,7 @@ def _referenced(masked: _Masked) -> set[str]:
         names |= _python_names(expr) if expr else {plain}
     if text.startswith("!"):
         return names
-    magic = re.match(r"%%?(\w+)(.*)$", text)
+    magic = re.match(r"%%?(\w+)(.*)$", text) or (re.match(r"(\w+)(.*)$", text) if _automagic(text) else None)
     if magic is None:  # `obj?`, `??obj`: the object
         return names | set(re.findall(r"[A-Za-z_]\w*", text.strip("? \t"))[:1])
     name, args = magic.group(1), magic.group(2)

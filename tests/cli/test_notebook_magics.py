@@ -65,6 +65,7 @@ def test_time_magic_statements_are_migrated_as_code(project, line, migrated):
         ("%time x = 1; print(amp)", "amp", 20),  # two statements: not migrated as code
         ("%timeit -n 1 -r 1 amp.state_dict() \\\n    if True else None", "amp", 19),  # continued
         ("%timeit state = amp.state_dict()", "amp", 17),  # %timeit keeps no assignment
+        ("cat {amp.__file__}", "amp", 6),  # automagic `%cat`, which expands `{expr}`
     ],
 )
 def test_ipython_lines_naming_a_removed_name_fall_back_at_their_cell_and_line(project, line, name, col):
@@ -108,6 +109,11 @@ def test_native_target_leaves_the_notebook_untouched_and_says_where(project):
         "%time model(torch.ones(1, 4))",
         "!echo {step}",
         "%env APEX_LOG=1",
+        # automagic: IPython runs these line magics and aliases without their `%`
+        "ls ./embeddings/",
+        "pip install apex",
+        "cd ..\nls -la",
+        "mkdir -p logs",
     ],
 )
 def test_ipython_lines_that_name_nothing_removed_stay_native(project, line):
@@ -131,3 +137,11 @@ def test_ipython_lines_that_name_nothing_removed_stay_native(project, line):
 def test_a_timed_statement_that_is_not_one_statement_any_more_cannot_be_put_back(piece):
     prefix = "%timeit " if "timeit" in piece else "%time "
     assert _restore(piece, [_Masked(["..."], 1, prefix, "optimizer.step()")], set()) is None
+
+
+@pytest.mark.parametrize("line", ["ls = 3", "pwd", "cd(1)", "    ls -la"])
+def test_a_line_that_is_python_or_indented_is_never_taken_for_automagic(line):
+    """IPython applies automagic only where the line is no Python, and only at a cell's top level."""
+    from amp_migrate.io.notebook import _automagic
+
+    assert not _automagic(line)

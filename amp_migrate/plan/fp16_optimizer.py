@@ -10,6 +10,12 @@ located, and the file uses the shim. It rewrites nothing: rules/fp16_optimizer.p
 plan out, and the rules after that one (the step, checkpoints) read the `TrainingPlan` as they
 read amp's. It plans only files the training planner left without a plan.
 
+Fix safety
+    No fix: nothing is rewritten here. The plan is in the safe tier by the O2 rule: like O2's
+    native form, fp32 weights under autocast instead of fp16 weights with fp32 masters, within
+    the tolerance the equivalence harness asserts (docs/differences.md row E9: losses within
+    0.005, parameters within 0.01 relative, the same skipped steps and final scale).
+
 Soundness
     The flow is rewritten only when everything that touches the wrapper is visible in the file
     and has a native counterpart: one `FP16_Optimizer`, bound to a plain name that nothing else

@@ -23,8 +23,12 @@ Why
     the file as given, keeps them from each guessing.
 
 Fix safety
-    Nothing is rewritten here. What cannot be planned falls back with a code naming the option
-    or the placement; what changes behaviour in a way a user should know is reported as info
+    No fix: nothing is rewritten here; the plan decides which tier the rules after it write in.
+    Where k > 1 `scale_loss` exits share one optimizer step under a scale that can change (not
+    O0, not a literal static `loss_scale`), the plan is the unsafe fix of docs/differences.md
+    entry U1 (AMP215 for an accumulation window, AMP216 for several losses): with
+    `--unsafe-fixes` it is carried out, otherwise the file keeps the shim. What cannot be
+    planned falls back with a code naming the option or the placement; what changes behaviour in a way a user should know is reported as info
     (AMP111 for a static scale, AMP114 for a scaler shared by several losses, AMP120 for a
     scale chosen at run time).
 

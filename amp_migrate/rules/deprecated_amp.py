@@ -31,7 +31,7 @@ Soundness
     so every call does what it did.
 
 Fix safety
-    Every rewrite calls what the deprecated wrapper called, with the same values:
+    Safe: every rewrite calls what the deprecated wrapper called, with the same values:
 
     - The old autocast's `__init__(enabled=True, dtype=<float16|bfloat16>, cache_enabled=True)`
       takes its arguments in another order than `torch.autocast(device_type, dtype, enabled,

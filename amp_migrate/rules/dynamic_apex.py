@@ -29,7 +29,7 @@ Soundness
     rewrite that the dynamic use might not survive, and `--target native` refuses the file.
 
 Fix safety
-    Nothing is fixed. Replace the dynamic use by an import statement and attribute reads the
+    No fix. Replace the dynamic use by an import statement and attribute reads the
     codemod can see, then run amp-migrate again; or run the script with `amp-migrate run`, which
     makes `apex` import the shim.
 

@@ -16,7 +16,7 @@ Why
     or stay in float32 is the user's choice; the message says how to get Apex's behaviour.
 
 Fix safety
-    Nothing is rewritten: the diagnostic is information, and it never makes a file fall back.
+    No fix: the diagnostic is information, and it never makes a file fall back.
 
 Example
     for x, y in loader:

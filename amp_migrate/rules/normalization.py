@@ -16,7 +16,7 @@ Soundness
     (`isinstance`, bases, a bare `FusedRMSNorm`) fall back.
 
 Fix safety
-    The parameters are named `weight` (and `bias`) in both, so checkpoints load unchanged.
+    Safe where it applies. The parameters are named `weight` (and `bias`) in both, so checkpoints load unchanged.
     `memory_efficient` only trades memory for recomputation in backward
     and is dropped. torch's RMSNorm defaults to `eps=None` (the dtype's machine epsilon) where
     Apex defaults to 1e-5, so Apex's value is always passed.

@@ -32,7 +32,12 @@ Fix safety
     Safe where it applies. Closures (`optimizer.step(closure)`) are not supported by an enabled
     GradScaler, an optimizer whose `step()` this file never calls cannot be routed through the
     scaler, and an early exit between the steps of one group would skip the update; all fall
-    back to the shim.
+    back to the shim. Unsafe (docs/differences.md entry U1) where k > 1 `scale_loss` exits
+    share one step (an accumulation window without `delay_unscale`, AMP215; several losses
+    scaled before one step, AMP216): the step and the scale update are the ones a careful
+    engineer writes, one `scaler.step` and one `scaler.update()` per optimizer step, but Apex
+    updated its scale at every exit, so the scales differ from the first overflow on (or after
+    2000 / k steps). Applied only with `--unsafe-fixes`; by default the file keeps the shim.
 
 Example
     optimizer.step()

@@ -20,7 +20,7 @@ Soundness
     arguments with non-default values and optimizers with no torch counterpart fall back.
 
 Fix safety
-    The update math is the same: FusedAdam's decoupled decay is AdamW's, its
+    Safe where it applies: the update math is the same. FusedAdam's decoupled decay is AdamW's, its
     L2 mode is Adam's, FusedSGD and FusedAdagrad match torch step for step. Every argument is
     carried over by name; `weight_decay` is always passed to AdamW, whose default (1e-2)
     differs from FusedAdam's (0). Arguments that only ever meant "as torch does it" are

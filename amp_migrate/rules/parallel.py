@@ -18,7 +18,7 @@ Soundness
     (tests/shim/test_parallel.py compares them over two gloo ranks).
 
 Fix safety
-    DDP: both average gradients over ranks with an allreduce after backward, and both
+    Safe where it applies. DDP: both average gradients over ranks with an allreduce after backward, and both
     broadcast rank 0's parameters when wrapping. `device_ids` is left out on purpose: Apex
     never moved inputs, and torch DDP without `device_ids` does not either (and works for CPU
     modules). Apex never synchronised buffers; torch does at wrap time and before every

@@ -44,7 +44,10 @@ Soundness
 Fix safety
     Safe when the loss is computed in the function that calls `scale_loss`, or in each of its
     callers as above (the plan falls
-    back otherwise). `delay_overflow_check` has no native equivalent and falls back.
+    back otherwise). `delay_overflow_check` has no native equivalent and falls back. Unsafe
+    (entry U1, AMP215/AMP216) where several blocks exit before one optimizer step: each block
+    still becomes `scaler.scale(loss).backward()`, whose gradients are Apex's, but the scale
+    they are multiplied by is updated once per step, where Apex updated it at every exit.
 
 Example
     out = model(x)

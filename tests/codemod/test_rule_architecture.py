@@ -303,3 +303,44 @@ def test_no_function_in_the_package_is_over_sixty_lines_and_the_allow_list_is_cu
     assert [entry for entry in long if entry[:2] not in OVERSIZED] == []
     still = {entry[:2] for entry in long}
     assert OVERSIZED <= still, f"split already; drop from OVERSIZED: {sorted(OVERSIZED - still)}"
+
+
+# -- fix-safety tiers ----------------------------------------------------------------------------
+#: How a rule's "Fix safety" paragraph opens: its tier first, as ruff's rule docs say theirs.
+TIER_OPENINGS = ("Safe", "Unsafe", "No fix")
+PLANNER_MODULES = sorted({planner.__module__ for planner in rules.PLANNERS})
+
+
+def _fix_safety(module_name: str) -> str:
+    doc = importlib.import_module(module_name).__doc__ or ""
+    found = re.search(r"^Fix safety\n(.*?)(?=^\S|\Z)", doc, re.M | re.S)
+    assert found, f"{module_name}'s docstring has no Fix safety section"
+    return " ".join(found.group(1).split())
+
+
+@pytest.mark.parametrize("module_name", RULE_MODULES + PLANNER_MODULES, ids=lambda m: m.rsplit(".", 1)[-1])
+def test_every_rule_states_its_fix_safety_tier_first_and_names_only_real_entries(module_name):
+    from amp_migrate.differences import DIFFERENCES
+
+    text = _fix_safety(module_name)
+    assert text.startswith(TIER_OPENINGS), f"{module_name}: Fix safety opens {text[:40]!r}"
+    named = set(re.findall(r"\bU\d+\b", text))
+    assert named <= set(DIFFERENCES), f"{module_name} names {sorted(named - set(DIFFERENCES))}"
+
+
+def test_every_documented_difference_names_the_rule_and_the_codes_that_emit_it():
+    from amp_migrate.differences import DIFFERENCES
+
+    classes = {c.__name__: c for c in [*rules.ALL_RULES, *rules.PLANNERS]}
+    page = (PACKAGE.parent / "docs" / "differences.md").read_text(encoding="utf-8")
+    for entry in DIFFERENCES.values():
+        assert entry.rule in classes, f"{entry.id} names {entry.rule}, no rule or planner"
+        emitted = {code.code for code in classes[entry.rule].EMITS}
+        assert entry.codes and set(entry.codes) <= emitted, (entry.id, entry.codes, entry.rule)
+        for code in entry.codes:
+            assert CODES[code].unsafe == entry.id, f"{code} does not name {entry.id}"
+        assert entry.id in _fix_safety(classes[entry.rule].__module__), f"{entry.rule}'s Fix safety lacks {entry.id}"
+        row = next(line for line in page.splitlines() if line.startswith(f"| {entry.id} |"))
+        assert f"`{entry.rule}`" in row and all(code in row for code in entry.codes), row
+    unsafe_codes = {code.code for code in CODES.values() if code.unsafe}
+    assert unsafe_codes == {c for e in DIFFERENCES.values() for c in e.codes}

@@ -26,6 +26,9 @@ class Difference:
     #: The recorded quantities (runs/compare.py) a verify run may find different; a difference
     #: in any other (skips, losses, parameters) stays a divergence.
     quantities: tuple[str, ...]
+    #: Where set, the quantities may differ only from the first step whose legacy record has
+    #: this event (the recorder notes it); before it the runs must agree.
+    from_event: str = ""
 
 
 DIFFERENCES: dict[str, Difference] = {}
@@ -66,6 +69,39 @@ SCALE_UPDATED_PER_STEP = document(
             "diverged at that step."
         ),
         quantities=("scales",),
+    )
+)
+
+
+CLIPPED_ONCE_PER_STEP = document(
+    Difference(
+        id="U2",
+        title="`amp.master_params` is clipped once per optimizer step, not after every micro-batch",
+        rule="MasterParamsUnscale",
+        codes=("AMP302",),
+        what=(
+            "Apex unscaled the gradients at every `scale_loss` exit, and the loop clipped "
+            "`amp.master_params(opt)` after every micro-batch of an accumulation window: the partially "
+            "accumulated gradients, each partial sum scaled down to the threshold where its norm exceeded "
+            "it, the later micro-batches added at full size. The native rewrite moves the clipping under "
+            "the step's condition, after `scaler.unscale_(opt)`, right before `scaler.step(opt)`: the "
+            "window's whole accumulated gradient is clipped once."
+        ),
+        when=(
+            "In a window where the norm of a partial sum exceeded the threshold before the window's last "
+            "micro-batch. Never with accumulation 1 (the step runs every iteration), nor in windows whose "
+            "partial sums all stayed under the threshold: clipping then multiplies by exactly 1, and the "
+            "last micro-batch's clipping is the native one. With `delay_unscale=True` before the last "
+            "micro-batch, Apex clipped still-scaled partial sums, which almost always exceed it."
+        ),
+        size=(
+            "From the first such window on, the gradients the step uses differ (the clipped partial sums "
+            "against one clipping of the whole sum), so the parameters, the later losses and gradient "
+            "norms differ; their size depends on how far the partial norms exceeded the threshold. "
+            "Skipped steps and loss scales are not changed by it."
+        ),
+        quantities=("losses", "grad_norm", "param_sum", "param_abs_sum"),
+        from_event="partial_clip",
     )
 )
 

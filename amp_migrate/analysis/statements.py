@@ -50,3 +50,53 @@ def is_elif(node: cst.CSTNode, parent: Callable[[cst.CSTNode], Optional[cst.CSTN
     is no statement of a block; nothing can stand before or after it alone, and its body runs
     only where the tests above it failed too."""
     return isinstance(node, cst.If) and isinstance(parent(node), cst.If)
+
+
+def _base_name(target: cst.CSTNode) -> set[str]:
+    """The variables an assignment target binds or mutates: `a`, `a, b`, and the `x` of
+    `x.attr = ...` and `x[i] = ...`."""
+    while isinstance(target, (cst.Attribute, cst.Subscript)):
+        target = target.value
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return set().union(*(_base_name(e.value) for e in target.elements))
+    if isinstance(target, cst.StarredElement):
+        return _base_name(target.value)
+    return set()
+
+
+def changed_names(tree: cst.CSTNode) -> set[str]:
+    """Every variable that running `tree` may bind, rebind or mutate by assignment (nested
+    functions and classes included, for safety): the targets of assignments, augmented and
+    annotated assignments, `for`, `with ... as`, `:=`, `del`, imports, and `def`/`class` names."""
+    found: set[str] = set()
+    for node in [tree, *_descendants(tree)]:
+        if isinstance(node, cst.AssignTarget):
+            found |= _base_name(node.target)
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.NamedExpr)):
+            found |= _base_name(node.target)
+        elif isinstance(node, (cst.For, cst.CompFor)):
+            found |= _base_name(node.target)
+        elif isinstance(node, cst.AsName):
+            found |= _base_name(node.name)
+        elif isinstance(node, cst.Del):
+            found |= _base_name(node.target)
+        elif isinstance(node, cst.ImportAlias):
+            found.add(
+                cst.ensure_type(node.asname.name, cst.Name).value
+                if node.asname
+                else node.evaluated_name.split(".")[0]
+            )
+        elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            found.add(node.name.value)
+    return found
+
+
+def _descendants(tree: cst.CSTNode) -> list[cst.CSTNode]:
+    out, stack = [], list(tree.children)
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(node.children)
+    return out

@@ -288,6 +288,12 @@ class Rule(FileReader, Codemod, cst.CSTTransformer):
             self._original = self.state.index.original_ids
         return tree.visit(self)
 
+    def enter_also(self, *statements: cst.CSTNode) -> None:
+        """Visit these statements of the tree being read, though they spell none of the rule's
+        words: a rule that moves a statement acts where it moves it to. Called before the
+        traversal reaches them (from `visit_Module`)."""
+        self._skip = frozenset(self._skip) - {id(s) for s in statements}
+
     def get_metadata(self, key, node, default=_UNDEFINED):
         if (
             key is QualifiedNameProvider

@@ -26,7 +26,14 @@ Fix safety
     window while clipping runs on every micro-batch; under `if torch.isfinite(norm):`; after an
     early exit; in another function) falls back to the shim: `unscale_` would run twice
     before a step (GradScaler raises), and on an overflow Apex's skip stayed armed into the next
-    iteration's step, which no native form reproduces.
+    iteration's step, which no native form reproduces. Unsafe (docs/differences.md entry U2,
+    AMP302) for the accumulation loop that clips after every micro-batch and steps under
+    `if cond:` in the same block: the clipping moves under the condition, after
+    `scaler.unscale_(opt)` and right before the step, as the loop's authors later wrote it;
+    Apex had clipped each partial sum, so the updates differ from the first window whose
+    partial sum exceeded the threshold. Only where nothing between touches gradients, amp or
+    what the clipping reads, and its result is read only after the step; applied only with
+    `--unsafe-fixes`.
 
 Example
     clip_grad_norm_(amp.master_params(optimizer), 1.0)
@@ -47,8 +54,9 @@ import libcst.matchers as m
 
 from ..analysis.binding import find
 from ..analysis.control_flow import STEP, exits_early
+from ..analysis.statements import changed_names
 from ..diagnostics import Severity, define
-from ..plan.types import MASTER_PARAMS
+from ..plan.types import MASTER_PARAMS, pure
 from .base import TrainingRule
 from .facts import Fact
 
@@ -104,6 +112,44 @@ UNPROVEN = define(
 )
 
 
+CLIPPED_PER_STEP = define(
+    "AMP302",
+    "clipping-moved-to-step",
+    Severity.WARNING,
+    "`amp.master_params(opt)` is clipped after every micro-batch while `opt.step()` runs under a "
+    "condition; the native rewrite clips once per step, right before it.",
+    "Apex unscaled the gradients at every `scale_loss` exit, so clipping "
+    "`amp.master_params(opt)` after each micro-batch of an accumulation window clipped the "
+    "partially accumulated gradients. GradScaler's gradients stay scaled until "
+    "`scaler.unscale_(opt)`, which may run once per step, so the native rewrite moves the "
+    "clipping under the step's condition, after `scaler.unscale_(opt)` and right before "
+    "`scaler.step(opt)`: the window's accumulated gradients are clipped once, the fix Hugging "
+    "Face made to this loop. The training is the same wherever no partial sum of a window "
+    "exceeded the clipping threshold before its last micro-batch (always, with accumulation "
+    "1); from the first window where one did, the updates differ. An unsafe fix "
+    "(docs/differences.md, entry U2): without `--unsafe-fixes` the file keeps the shim.",
+    before="with amp.scale_loss(loss, opt) as s:\n    s.backward()\n"
+    "clip_grad_norm_(amp.master_params(opt), 1.0)\nif (i + 1) % accum == 0:\n    opt.step()",
+    after="scaler.scale(loss).backward()\nif (i + 1) % accum == 0:\n    scaler.unscale_(opt)\n"
+    '    clip_grad_norm_((p for group in opt.param_groups for p in group["params"]), 1.0)\n'
+    "    scaler.step(opt)\n    scaler.update()",
+    unsafe="U2",
+    refusal="Apex clipped the partial gradients of every micro-batch, the native loop clips once per step",
+    fallback_title="clipping every micro-batch of an accumulation window (an unsafe fix)",
+    shape=(
+        "The pre-2020 Hugging Face example loop: `clip_grad_norm_(amp.master_params(optimizer), max_norm)` "
+        "right after `scale_loss` on every micro-batch, and `optimizer.step()` under "
+        "`if (step + 1) % accumulation_steps == 0:`."
+    ),
+    by_hand=(
+        "Run with `--unsafe-fixes` to take the rewrite and its documented difference (entry U2), or move "
+        "the clipping under the step's condition yourself (the same training when accumulation is 1)."
+    ),
+)
+#: What a statement between the clipping and the step must not do: touch gradients or amp.
+_GRADIENT_WORDS = ("grad", "backward", "step", "scale_loss", "master_params", "unscale", "clip")
+
+
 def params_of(optimizer: cst.BaseExpression) -> cst.GeneratorExp:
     return cst.ensure_type(
         cst.parse_expression(
@@ -115,7 +161,7 @@ def params_of(optimizer: cst.BaseExpression) -> cst.GeneratorExp:
 
 class MasterParamsUnscale(TrainingRule):
     HANDLES = (MASTER_PARAMS,)
-    EMITS = (UNPROVEN,)
+    EMITS = (UNPROVEN, CLIPPED_PER_STEP)
     READS = frozenset({Fact.APEX_ANALYSED, Fact.MODULE_VALUE_REWRITTEN, Fact.TRAINING})
     WRITES = frozenset(
         {Fact.AMP_PLAN_CARRIED, Fact.APEX_CALLS_REWRITTEN, Fact.FALLBACK_REASONS, Fact.SCALER_CALLS_WRITTEN}
@@ -132,6 +178,8 @@ class MasterParamsUnscale(TrainingRule):
         super().__init__(context, state)
         self.calls: set[int] = set()
         self.unscale_before: dict[int, list[str]] = {}  # statement -> optimizers to unscale
+        self.moves: dict[int, tuple[int, str]] = {}  # clipping statement -> (the step's statement, optimizer)
+        self.moved: dict[int, tuple[str, list]] = {}  # the step's statement -> (optimizer, clipping moved)
 
     def _steps(self, statement: cst.CSTNode, optimizer: str) -> list[cst.Call]:
         return [
@@ -216,6 +264,7 @@ class MasterParamsUnscale(TrainingRule):
         if self.plan is None:
             return
         reads: dict[tuple[int, str], list[tuple[cst.Call, cst.CSTNode]]] = {}
+        moving: list[tuple[cst.Call, cst.CSTNode, tuple[cst.If, cst.CSTNode], str]] = []
         for call in self.findall(node, m.Call()):
             if not isinstance(call, cst.Call) or self.apex_name(call.func) != MASTER_PARAMS:  # all are calls
                 continue
@@ -230,9 +279,28 @@ class MasterParamsUnscale(TrainingRule):
             )
             step, why = self._step_after(statement, optimizer)
             if step is None:
-                self.report(call, UNPROVEN, f"`amp.master_params({optimizer})` is read where {why}")
+                move = self._clipping_to_move(call, statement, optimizer)
+                if move is None:
+                    self.report(call, UNPROVEN, f"`amp.master_params({optimizer})` is read where {why}")
+                    continue
+                moving.append((call, statement, move, optimizer))
                 continue
             reads.setdefault((id(step), optimizer), []).append((call, statement))
+        for call, moved, (later, target), optimizer in moving:
+            others = sum(1 for _, o in reads if o == optimizer) + sum(1 for *_, o in moving if o == optimizer)
+            if others > 1:
+                self.report(
+                    call,
+                    UNPROVEN,
+                    f"`amp.master_params({optimizer})` is read where its step runs only under a "
+                    "condition, beside another read of it (one clipping moves before such a step, "
+                    "not two)",
+                )
+                continue
+            self.calls.add(id(call))
+            self.moves[id(moved)] = (id(target), optimizer)
+            self.enter_also(later, target)
+            self.report(call, CLIPPED_PER_STEP)
         for (_, optimizer), found in reads.items():
             at = self._unscale_point([statement for _, statement in found])
             if at is None or exits_early(at):
@@ -249,12 +317,90 @@ class MasterParamsUnscale(TrainingRule):
             if optimizer not in wanted:
                 wanted.append(optimizer)
 
+    def _clipping_to_move(
+        self, call: cst.Call, statement: cst.CSTNode, optimizer: str
+    ) -> Optional[tuple[cst.If, cst.CSTNode]]:
+        """The `if cond: ... optimizer.step()` and its statement before which clipping `call` can
+        run instead (U2): `statement` clips it as one call (its value read, if at all, only
+        after the step), in the block that holds the `if` (no `else`, a pure test); nothing in
+        between, or before the step in the `if`, touches gradients, amp or what the clipping
+        reads, or leaves early; None where it cannot move."""
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            return None
+        small = statement.body[0]
+        if not isinstance(small, (cst.Expr, cst.Assign)) or not isinstance(small.value, cst.Call):
+            return None
+        if not small.value.args or small.value.args[0].value is not call:
+            return None
+        targets = changed_names(small)
+        if isinstance(small, cst.Assign) and not all(isinstance(t.target, cst.Name) for t in small.targets):
+            return None
+        block = self.parent(statement)
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+            return None
+        body = list(block.body)
+        reads = {n.value for n in self.findall(statement, m.Name()) if isinstance(n, cst.Name)}
+
+        def untouched(between: cst.CSTNode) -> bool:
+            code = self.code_of(between)
+            return (
+                not exits_early(between)
+                and not any(word in code for word in _GRADIENT_WORDS)
+                and not changed_names(between) & (reads | targets)
+                and not targets
+                & {n.value for n in self.findall(between, m.Name()) if isinstance(n, cst.Name)}
+            )
+
+        later = next((s for s in body[body.index(statement) + 1 :] if self._steps(s, optimizer)), None)
+        if (
+            not isinstance(later, cst.If)
+            or later.orelse is not None
+            or not isinstance(later.body, cst.IndentedBlock)
+            or not pure(later.test, ("len",))
+            or not all(untouched(s) for s in body[body.index(statement) + 1 : body.index(later)])
+        ):
+            return None
+        inner = list(later.body.body)
+        target = next((s for s in inner if self._steps(s, optimizer)), None)
+        if target is None or not self._steps_on_every_path(target, optimizer):
+            return None
+        if not all(untouched(s) for s in inner[: inner.index(target)]):
+            return None
+        if targets and not self._read_only_within(targets, statement, later.body):
+            return None
+        return later, target
+
+    def _read_only_within(self, names: set[str], statement: cst.CSTNode, block: cst.CSTNode) -> bool:
+        """Every other mention of `names` in the scope of `statement` lies in `block`."""
+        scope = next(
+            (p for p in self.ancestors(statement) if isinstance(p, (cst.FunctionDef, cst.Module))),
+            self.current_module(),
+        )
+        inside = {id(n) for n in [*self.findall(block, m.Name()), *self.findall(statement, m.Name())]}
+        return all(
+            id(name) in inside
+            for name in self.findall(scope, m.Name())
+            if isinstance(name, cst.Name) and name.value in names
+        )
+
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if id(original_node) in self.calls:
             return params_of(updated_node.args[0].value)
         return updated_node
 
     def _with_unscale(self, original_node, updated_node):
+        if id(original_node) in self.moves:
+            target, optimizer = self.moves[id(original_node)]
+            self.moved.setdefault(target, (optimizer, []))[1].append(updated_node)
+            return cst.RemoveFromParent()
+        if id(original_node) in self.moved:
+            optimizer, clipping = self.moved.pop(id(original_node))
+            scaler = self.plan.scaler_for_optimizer(optimizer)
+            unscale = cst.SimpleStatementLine(
+                [cst.Expr(cst.parse_expression(f"{scaler}.unscale_({optimizer})"))],
+                leading_lines=updated_node.leading_lines,
+            )
+            return cst.FlattenSentinel([unscale, *clipping, updated_node.with_changes(leading_lines=())])
         optimizers = self.unscale_before.get(id(original_node))
         if not optimizers:
             return updated_node

@@ -22,6 +22,8 @@ QUANTITIES = ("losses", "scales", "grad_norm", "param_sum", "param_abs_sum")
 IDENTICAL = "identical"
 WITHIN_TOLERANCE = "within tolerance"
 AS_DOCUMENTED = "differs as documented"
+#: The events of a legacy run's step records (runs/recorder.py) an entry can be measured from.
+EVENTS = {"partial_clip": "the legacy run's clipping first acted before the last micro-batch of a window"}
 DIVERGED = "diverged"
 STEP_COUNTS = "different number of steps"
 NO_STEPS = "no steps"
@@ -252,14 +254,25 @@ class _Steps:
     #: Quantity -> the steps where it differed beyond the tolerance, as a documented difference
     #: of the migration's unsafe fixes allows (docs/differences.md).
     waived: dict[str, list[int]] = field(default_factory=dict)
+    #: Entry id -> the step from which an entry measured from an event of the legacy run applies.
+    since: dict[str, int] = field(default_factory=dict)
 
 
 def _compare_steps(
-    shim: Sequence[Record], native: Sequence[Record], rtol: float, allowed: frozenset = frozenset()
+    shim: Sequence[Record], native: Sequence[Record], rtol: float, documented: Sequence[Difference] = ()
 ) -> _Steps:
     steps = _Steps()
+    allowed = frozenset(q for entry in documented if not entry.from_event for q in entry.quantities)
     for index, (a, b) in enumerate(zip(shim, native)):
         step = index + 1
+        for entry in documented:  # an entry that shows from an event of the legacy run on
+            if (
+                entry.from_event
+                and entry.from_event in (a.get("events") or ())
+                and entry.id not in steps.since
+            ):
+                steps.since[entry.id] = step
+                allowed |= frozenset(entry.quantities)
         if overflow_applied(a, b):
             steps.documented = Divergence(step, "skipped", False, True)
             return steps
@@ -324,8 +337,7 @@ def compare_runs(
     failed run is reported as failed, with the divergence its steps show before it failed, if
     any."""
     tolerance = rtol if rtol is not None else PRECISION_RTOL if shim.precision else 0.0
-    allowed = frozenset(q for entry in documented for q in entry.quantities)
-    steps = _compare_steps(shim.records, native.records, tolerance, allowed)
+    steps = _compare_steps(shim.records, native.records, tolerance, documented)
     notes = _notes(steps, shim)
     failure = _failure(shim, native)
     if failure is not None:
@@ -394,7 +406,12 @@ def _waived_message(steps: _Steps, documented: Sequence[Difference], count: int,
             f"{quantity} differ at {len(at)} of {count} steps (from step {at[0]}), largest relative "
             f"difference {steps.largest[quantity]:.3g} (docs/differences.md entry {entries})"
         )
-    titles = "; ".join(f"{e.id}: {e.title}" for e in documented if set(e.quantities) & set(steps.waived))
+    titles = "; ".join(
+        f"{e.id}: {e.title}"
+        + (f", from step {steps.since[e.id]}, where {EVENTS[e.from_event]}" if e.from_event else "")
+        for e in documented
+        if set(e.quantities) & set(steps.waived)
+    )
     rest = "equal bit for bit" if steps.identical else f"within tolerance (rtol {tolerance:g})"
     return f"differs as documented ({titles}): {'; '.join(parts)}; every other quantity is {rest}"
 

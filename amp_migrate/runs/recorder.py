@@ -284,6 +284,7 @@ class StepLog:
         self._norms: dict[int, float] = {}  # id(optimizer) -> grad norm as its step began
         self.calls: list[list[list]] = []  # per record: [what, file, line] of its amp calls
         self._pending_calls: list[list] = []
+        self._clips: list[bool] = []  # whether each gradient clipping since the last record acted
 
     def note(self, what: str, site: Optional[tuple[str, int]], settling: bool = False) -> None:
         """A call made from the program's files: it belongs to the next record, unless it is
@@ -311,6 +312,9 @@ class StepLog:
         elif tensor.numel() == 1:
             self._losses.append(float(tensor.detach()))
 
+    def on_clip(self, acted: bool) -> None:
+        self._clips.append(acted)
+
     def on_step_start(self, optimizer) -> None:
         """The grads as the update sees them (unscaled; the shim's O2 drops them after)."""
         self._norms[id(optimizer)] = _grad_norm(optimizer)
@@ -332,6 +336,9 @@ class StepLog:
             "param_abs_sum": _number(absolute),
         }
         self._losses = []
+        if any(self._clips[:-1]):  # a clipping that acted before the one that precedes the step
+            entry["events"] = ["partial_clip"]
+        self._clips = []
         self.records.append(entry)
         _report_progress(len(self.records))
         self.calls.append(self._pending_calls)
@@ -503,6 +510,7 @@ class Recorder:
         register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: self.log.on_step_start(optimizer))
         register_optimizer_step_post_hook(self._post_step)
         self._install_backward(torch)
+        self._install_clipping(torch)
         self._install_forward_sites(torch)
         if self.native_hooks:
             self._install_native(torch)
@@ -533,6 +541,29 @@ class Recorder:
         else:
             self.note("optimizer.step")
             self.log.record(optimizer, skipped)
+
+    def _install_clipping(self, torch) -> None:
+        """Whether each `clip_grad_norm_` acted (its norm above the threshold): a step record
+        whose steps saw one act before the last clipping gets the event "partial_clip", which
+        docs/differences.md entry U2 is measured from (a loop that clipped every micro-batch
+        of an accumulation window)."""
+        from torch.nn.utils import clip_grad
+
+        recorder = self
+        original = clip_grad.clip_grad_norm_
+
+        @functools.wraps(original)
+        def clip_grad_norm_(parameters, max_norm, *args, **kwargs):
+            total = original(parameters, max_norm, *args, **kwargs)
+            try:
+                acted = float(max_norm) / (float(total) + 1e-6) < 1.0
+            except (TypeError, ValueError, RuntimeError):
+                acted = True  # a norm that is no number: say it may have acted
+            recorder.log.on_clip(acted)
+            return total
+
+        clip_grad.clip_grad_norm_ = clip_grad_norm_
+        torch.nn.utils.clip_grad_norm_ = clip_grad_norm_
 
     def _install_backward(self, torch) -> None:
         """Each backward's loss; `torch.autograd.backward` called directly too. Only the

@@ -339,7 +339,9 @@ def test_every_documented_difference_names_the_rule_and_the_codes_that_emit_it()
         assert entry.codes and set(entry.codes) <= emitted, (entry.id, entry.codes, entry.rule)
         for code in entry.codes:
             assert CODES[code].unsafe == entry.id, f"{code} does not name {entry.id}"
-        assert entry.id in _fix_safety(classes[entry.rule].__module__), f"{entry.rule}'s Fix safety lacks {entry.id}"
+        assert entry.id in _fix_safety(classes[entry.rule].__module__), (
+            f"{entry.rule}'s Fix safety lacks {entry.id}"
+        )
         row = next(line for line in page.splitlines() if line.startswith(f"| {entry.id} |"))
         assert f"`{entry.rule}`" in row and all(code in row for code in entry.codes), row
     unsafe_codes = {code.code for code in CODES.values() if code.unsafe}

@@ -148,9 +148,22 @@ CASES = [
         "accumulation-clip-every-micro-batch",
         "accumulation_clip_every_micro_batch.py",
         ("--corrupt-step", "7"),
-        covers="clipping `amp.master_params` on every micro-batch of a `delay_unscale` window "
-        "(justified fallback: a second `unscale_` before the step)",
-        native_xfail="AMP301",
+        covers="clipping `amp.master_params` on every micro-batch of a `delay_unscale` window: "
+        "Apex clipped the still-scaled partial sums (by default the shim; `--unsafe-fixes` "
+        "clips once before the step, U2, which differs from the first window on)",
+        native_xfail="AMP302",
+    ),
+    Case(
+        "clip-every-micro-batch-no-delay",
+        "clip_every_micro_batch_no_delay.py",
+        ("--corrupt-step", "8", "--spike-step", "31"),
+        covers="the pre-2020 Hugging Face loop: clipping `amp.master_params` after every "
+        "micro-batch without `delay_unscale`, the step every 3rd (`--unsafe-fixes`: U1, and U2 "
+        "moves the clipping before the step); an overflow on a window's last micro-batch; the "
+        "partial sum of window 11 over the threshold, from where U2's difference shows",
+        expect="documented",
+        unsafe="U1 U2",
+        min_skipped=1,
     ),
     Case(
         "clip-then-step-if-finite",

@@ -78,8 +78,9 @@ class Case:
     phases: tuple = ()
     # Expected fallback of the native migration (a known codemod limit): the diagnostic code.
     native_xfail: str = ""
-    # The native migration is `--unsafe-fixes`'s and applies exactly this docs/differences.md
-    # entry's fixes (the default tier keeps the program on the shim); "": a safe migration.
+    # The native migration is `--unsafe-fixes`'s and applies exactly these docs/differences.md
+    # entries' fixes (ids separated by spaces; the default tier keeps the program on the
+    # shim); "": a safe migration.
     unsafe: str = ""
     # What the run must show besides equality (e.g. the storm must skip steps).
     min_skipped: int = 0
@@ -92,6 +93,13 @@ class Case:
     @property
     def path(self) -> Path:
         return PROGRAMS / self.program
+
+    @property
+    def entries(self) -> tuple:
+        """The docs/differences.md entries of the unsafe fixes its migration applies."""
+        from amp_migrate.differences import DIFFERENCES
+
+        return tuple(DIFFERENCES[e] for e in self.unsafe.split())
 
     @property
     def is_project(self) -> bool:
@@ -168,7 +176,7 @@ def _check_unsafe(case: Case, diagnostics) -> None:
     from amp_migrate.diagnostics import CODES
 
     entries = {CODES[d.code].unsafe for d in diagnostics if d.unsafe}
-    expected = {case.unsafe} if case.unsafe else set()
+    expected = set(case.unsafe.split())
     assert entries == expected, (
         f"{case.id}: the native migration applies unsafe fixes of {entries or 'no entry'}"
     )

@@ -13,7 +13,6 @@ import pytest
 from equivalence_cases import CASES, case_param
 from equivalence_harness import migrate
 
-from amp_migrate.differences import DIFFERENCES
 from amp_migrate.runs.compare import AS_DOCUMENTED, DIVERGED, IDENTICAL, WITHIN_TOLERANCE, Run, judge
 
 EXPECTED = {
@@ -30,7 +29,7 @@ def verdict_of(runner, case):
     return judge(
         Run("shim", 0, shim["step_records"], precision=tuple(shim["precision"])),
         Run("native", 0, native["step_records"]),
-        documented=(DIFFERENCES[case.unsafe],) if case.unsafe else (),
+        documented=case.entries,
     )
 
 
@@ -55,13 +54,23 @@ def test_an_unsafe_programs_difference_is_documented_only_with_its_entry_and_a_b
     quantity differs; a native run broken elsewhere (a step's weights) diverges with it."""
     migrate(case, "native")
     verdict = verdict_of(equivalence_runner, case)
-    assert f"entry {case.unsafe}" in verdict.message, verdict.message
+    shown = [e for e in case.entries if f"entry {e.id}" in verdict.message]
+    assert shown, verdict.message
     shim, native = equivalence_runner.get(case, "shim"), equivalence_runner.get(case, "native")
     legacy = Run("shim", 0, shim["step_records"])
     without = judge(legacy, Run("native", 0, native["step_records"]))
-    assert without.kind == DIVERGED and without.divergence.quantity == "scales", without.message
+    assert without.kind == DIVERGED and without.divergence.quantity in shown[0].quantities, without.message
+    # Broken where no entry lets it differ: the last step's weights, or with an entry measured
+    # from an event of the legacy run, a step before that event.
+    events = [
+        i
+        for i, r in enumerate(shim["step_records"])
+        if set(r.get("events") or ()) & {e.from_event for e in shown}
+    ]
+    at = events[0] - 1 if events else -1
+    assert at != -1 or not events, "the event came at the first step: nothing before it to break"
     broken = [dict(r) for r in native["step_records"]]
-    last = broken[-1]
-    last["param_sum"] = float(last["param_sum"]) * 1.001 + 1e-3
-    verdict = judge(legacy, Run("native", 0, broken), documented=(DIFFERENCES[case.unsafe],))
+    broken[at]["param_sum"] = float(broken[at]["param_sum"]) * 1.001 + 1e-3
+    verdict = judge(legacy, Run("native", 0, broken), documented=case.entries)
     assert verdict.kind == DIVERGED and verdict.divergence.quantity == "param_sum", verdict.message
+    assert verdict.divergence.step == (at % len(broken)) + 1, verdict.message

@@ -338,3 +338,37 @@ def test_an_entry_covers_only_its_quantities_a_skip_or_a_weight_apart_still_dive
 def test_with_the_entry_and_nothing_apart_the_runs_are_identical():
     verdict = judge(*runs(steps(4), steps(4)), documented=(SCALE_UPDATED_PER_STEP,))
     assert verdict.kind == IDENTICAL
+
+
+# -- an entry measured from an event of the legacy run (U2: a clipping that acted mid-window) ----
+
+from amp_migrate.differences import CLIPPED_ONCE_PER_STEP  # noqa: E402
+
+
+def _partial_clip_at(step: int, n: int = 5) -> list:
+    legacy = steps(n)
+    legacy[step - 1]["events"] = ["partial_clip"]
+    return legacy
+
+
+def test_weights_apart_from_the_legacy_runs_partial_clipping_on_differ_as_documented_from_there():
+    native = steps(5, **{"3": {"param_sum": 9.0}, "5": {"param_sum": 7.0, "grad_norm": 0.5}})
+    verdict = judge(*runs(_partial_clip_at(3), native), documented=(CLIPPED_ONCE_PER_STEP,))
+    assert verdict.kind == AS_DOCUMENTED, verdict.message
+    assert "entry U2" in verdict.message and "from step 3, where the legacy run's clipping" in verdict.message
+    assert "param_sum differ at 2 of 5 steps (from step 3)" in verdict.message
+
+
+def test_weights_apart_before_the_event_still_diverge_and_an_entry_never_covers_a_skip():
+    native = steps(5, **{"2": {"param_sum": 9.0}})
+    verdict = judge(*runs(_partial_clip_at(3), native), documented=(CLIPPED_ONCE_PER_STEP,))
+    assert verdict.kind == DIVERGED and verdict.divergence.step == 2, verdict.message
+    skipped = steps(5, **{"4": {"skipped": True}})
+    verdict = judge(*runs(_partial_clip_at(3), skipped), documented=(CLIPPED_ONCE_PER_STEP,))
+    assert verdict.kind == DIVERGED and verdict.divergence.quantity == "skipped", verdict.message
+
+
+def test_without_the_event_the_entry_measured_from_it_waives_nothing():
+    native = steps(5, **{"4": {"param_sum": 9.0}})
+    verdict = judge(*runs(steps(5), native), documented=(CLIPPED_ONCE_PER_STEP,))
+    assert verdict.kind == DIVERGED and verdict.divergence.step == 4, verdict.message

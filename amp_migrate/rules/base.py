@@ -546,7 +546,8 @@ class ApexClassRule(Rule):
     def leave_node(self, original_node, updated_node):
         replacement = self.replacements.get(id(original_node))
         if replacement is not None:
-            self.use_torch()
+            if replacement.split(".")[0] == "torch":
+                self.use_torch()
             return dotted(replacement)
         return super().leave_node(original_node, updated_node)
 

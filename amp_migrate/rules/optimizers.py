@@ -4,7 +4,10 @@ What it does
     Rewrites `FusedAdam(...)` to `torch.optim.AdamW(...)` (or `torch.optim.Adam(...)` when
     `adam_w_mode=False`), `FusedSGD(...)` to `torch.optim.SGD(...)` and `FusedAdagrad(...)` to
     `torch.optim.Adagrad(...)`, with `fused=True` when the target device is `cuda` or `cpu`
-    (torch has fused kernels for these four optimizers on both).
+    (torch has fused kernels for these four optimizers on both). `FusedLAMB` and
+    `FusedNovoGrad`, which torch has no class for, become `amp_shim.optimizers.FusedLAMB` and
+    `amp_shim.optimizers.FusedNovoGrad` (AMP505): the file's mixed precision is native, only
+    the optimizer class comes from the shim.
 
 Why
     Apex's fused optimizers need Apex's compiled extensions. torch's fused optimizers run the
@@ -17,7 +20,9 @@ Soundness
     compares them bit for bit). Every argument is carried over by name and defaults that
     differ are written out; torch's fused kernels take GradScaler's `found_inf`, so a step the
     scaler skips leaves parameters and state untouched, as Apex's patched step did. Apex-only
-    arguments with non-default values and optimizers with no torch counterpart fall back.
+    arguments with non-default values fall back, and so does `FusedMixedPrecisionLamb`. The
+    shim's LAMB and NovoGrad are the same objects in the legacy run and in the native one, where
+    `scaler.step` unscales their gradients and skips an overflowing step before they run.
 
 Fix safety
     Safe where it applies: the update math is the same. FusedAdam's decoupled decay is AdamW's, its
@@ -31,9 +36,14 @@ Fix safety
     state dict saved by FusedAdam or FusedAdagrad (they keep `step` in the param group), and
     `zero_grad()` sets gradients to None where Apex's `set_grad_none=False` zeroed them.
 
-    Anything whose torch form is not provably the same leaves the call untouched and sends the
-    file to the shim: FusedLAMB, FusedNovoGrad and FusedMixedPrecisionLamb (no torch
-    equivalent), Apex-only arguments with a non-default value, values that decide the class
+    FusedLAMB and FusedNovoGrad have no torch class: the native code takes the very class the
+    legacy program ran through the shim, `amp_shim.optimizers.FusedLAMB` (an Apex-formula
+    `torch.optim.Optimizer` that knows nothing of amp), calls and bare references alike
+    (AMP505); `torch.amp` drives it like any optimizer, so the training is the legacy one (the
+    equivalence programs `fused-lamb` and `fused-novograd`, an overflow forced, are bit for bit
+    the shim's). Anything whose torch form is not provably the same leaves the call untouched
+    and sends the file to the shim: FusedMixedPrecisionLamb (it reads the scaler's overflow
+    itself), Apex-only arguments with a non-default value, values that decide the class
     but are not literals (`adam_w_mode=flag`), `*args`/`**kwargs`, unknown keywords, and the
     class used without being called (`opt_cls = FusedAdam`, `isinstance(o, FusedSGD)`): the
     torch class needs `fused=True` and different defaults to behave the same, which a bare
@@ -51,8 +61,9 @@ from __future__ import annotations
 from typing import Optional
 
 import libcst as cst
+from libcst.codemod.visitors import AddImportsVisitor
 
-from ..analysis.call_args import Bound, bind, new_keyword, rebuild_call
+from ..analysis.call_args import Bound, bind, dotted, new_keyword, rebuild_call
 from ..diagnostics import Severity, define
 from .base import ApexClassRule
 from .facts import Fact
@@ -92,17 +103,37 @@ NO_TORCH_OPTIMIZER = define(
     "optimizer-without-torch-equivalent",
     Severity.WARNING,
     "This Apex optimizer has no torch.optim equivalent; the file uses the shim.",
-    "torch.optim has no LAMB, NovoGrad or mixed-precision LAMB. The shim provides them with "
-    "Apex's arguments and numerics, so `--target auto` rewrites the file's imports to it. "
-    "To go native, choose a torch optimizer (and retune) by hand.",
-    before="from apex.optimizers import FusedLAMB\nopt = FusedLAMB(model.parameters(), lr=1e-3)",
-    after="from amp_shim.optimizers import FusedLAMB\nopt = FusedLAMB(model.parameters(), lr=1e-3)",
+    "torch.optim has no mixed-precision LAMB, and `FusedMixedPrecisionLamb` reads the loss "
+    "scaler's overflow flag itself, so native `torch.amp` cannot drive it as Apex's amp did. The "
+    "shim provides it with Apex's arguments and numerics, so `--target auto` rewrites the file's "
+    "imports to it. (`FusedLAMB` and `FusedNovoGrad` are kept from the shim in native code, "
+    "AMP505.) To go native, choose a torch optimizer (and retune) by hand.",
+    before="from apex.optimizers import FusedMixedPrecisionLamb\nopt = FusedMixedPrecisionLamb(params, lr=1e-3)",
+    after="from amp_shim.optimizers import FusedMixedPrecisionLamb\nopt = FusedMixedPrecisionLamb(params, lr=1e-3)",
     falls_back=True,
     refusal="no torch.optim equivalent",
     fallback_title="Apex optimizers",
-    shape="`FusedLAMB` (also `FusedNovoGrad`, `FusedMixedPrecisionLamb`).",
-    fallback_why="torch.optim has no LAMB; any torch optimizer trains differently.",
+    shape="`FusedMixedPrecisionLamb`.",
+    fallback_why="torch.optim has no mixed-precision LAMB, and this one reads the loss scaler's overflow "
+    "itself; any torch optimizer trains differently.",
     by_hand="Keep the shim's LAMB, or choose and retune a torch optimizer.",
+)
+KEPT_FROM_SHIM = define(
+    "AMP505",
+    "optimizer-kept-from-shim",
+    Severity.INFO,
+    "This Apex optimizer has no torch.optim class; the native code takes it from "
+    "`amp_shim.optimizers`, and only it: the file's mixed precision is native.",
+    "torch.optim has no LAMB or NovoGrad. `amp_shim.optimizers.FusedLAMB` and `FusedNovoGrad` "
+    "are Apex's formulas and arguments as torch tensor ops, a plain `torch.optim.Optimizer` that "
+    "knows nothing of amp; the native rewrite keeps the class from there, and `torch.amp` drives "
+    "it like any optimizer: `scaler.step(opt)` unscales its gradients and skips its step on an "
+    "overflow, as Apex's amp did. The training is the legacy program's through the shim, whose "
+    "amp ran the same class. The file needs amp-migrate's `amp_shim` package installed for this "
+    "class alone; `FusedMixedPrecisionLamb`, which reads the scaler's overflow itself, keeps the "
+    "shim (AMP502).",
+    before="from apex.optimizers import FusedLAMB\nopt = FusedLAMB(model.parameters(), lr=1e-3)",
+    after="import amp_shim.optimizers\nopt = amp_shim.optimizers.FusedLAMB(model.parameters(), lr=1e-3)",
 )
 OPTIMIZER_ARGUMENT = define(
     "AMP503",
@@ -176,7 +207,9 @@ def _names(cls: str) -> set[str]:
 ADAM = _names("FusedAdam")
 SGD = _names("FusedSGD")
 ADAGRAD = _names("FusedAdagrad")
-WITHOUT_EQUIVALENT = _names("FusedLAMB") | _names("FusedNovoGrad") | _names("FusedMixedPrecisionLamb")
+#: Kept as the shim's class in native code (AMP505); the other stays on the shim (AMP502).
+FROM_SHIM = _names("FusedLAMB") | _names("FusedNovoGrad")
+WITHOUT_EQUIVALENT = FROM_SHIM | _names("FusedMixedPrecisionLamb")
 
 ADAM_SIGNATURE = (
     "params",
@@ -222,6 +255,7 @@ class FusedOptimizersToTorch(ApexClassRule):
         CHECKPOINT_FORMAT,
         ZERO_GRAD_SETS_NONE,
         NO_TORCH_OPTIMIZER,
+        KEPT_FROM_SHIM,
         OPTIMIZER_ARGUMENT,
         OPTIMIZER_REFERENCE,
     )
@@ -238,8 +272,19 @@ class FusedOptimizersToTorch(ApexClassRule):
         self.report(original, OPTIMIZER_ARGUMENT, f"`{self._short(name)}(...)` kept: {why}")
         return updated
 
+    def _from_shim(self, node: cst.CSTNode, name: str) -> cst.BaseExpression:
+        """`amp_shim.optimizers.<Class>`, the class the legacy program ran through the shim."""
+        short = self._short(name)
+        self.report(
+            node, KEPT_FROM_SHIM, f"`{short}` has no torch.optim class: `amp_shim.optimizers.{short}` is kept"
+        )
+        AddImportsVisitor.add_needed_import(self.context, "amp_shim.optimizers")
+        return dotted(f"amp_shim.optimizers.{short}")
+
     def rewrite_call(self, original: cst.Call, updated: cst.Call, name: str) -> cst.BaseExpression:
         short = self._short(name)
+        if name in FROM_SHIM:
+            return updated.with_changes(func=self._from_shim(original, name))
         if name in WITHOUT_EQUIVALENT:
             self.report(original, NO_TORCH_OPTIMIZER, f"`{short}` has no torch.optim equivalent")
             return updated
@@ -319,6 +364,10 @@ class FusedOptimizersToTorch(ApexClassRule):
 
     def bare_reference(self, node: cst.CSTNode, name: str) -> None:
         short = self._short(name)
+        if name in FROM_SHIM:  # the very class, so every use of the reference means what it did
+            self._from_shim(node, name)
+            self.replacements[id(node)] = f"amp_shim.optimizers.{short}"
+            return
         if name in WITHOUT_EQUIVALENT:
             self.report(node, NO_TORCH_OPTIMIZER, f"`{short}` has no torch.optim equivalent")
             return

@@ -114,6 +114,24 @@ CASES = [
         min_skipped=1,
     ),
     Case(
+        "fused-lamb",
+        "lamb_and_novograd.py",
+        ("--optimizer", "lamb", "--corrupt-step", "7"),
+        covers="`apex.optimizers.FusedLAMB` with param groups and `max_grad_norm`: natively the "
+        "class from `amp_shim.optimizers` under GradScaler (AMP505); one overflow",
+        native_mode="migrated",
+        min_skipped=1,
+    ),
+    Case(
+        "fused-novograd",
+        "lamb_and_novograd.py",
+        ("--optimizer", "novograd", "--corrupt-step", "7"),
+        covers="`apex.optimizers.FusedNovoGrad`: natively the class from `amp_shim.optimizers` "
+        "under GradScaler (AMP505); one overflow",
+        native_mode="migrated",
+        min_skipped=1,
+    ),
+    Case(
         "overflow-storm",
         "overflow_storm.py",
         covers="repeated fp16 overflows: skipped steps and scale backoff",

@@ -82,6 +82,9 @@ class Case:
     # entries' fixes (ids separated by spaces; the default tier keeps the program on the
     # shim); "": a safe migration.
     unsafe: str = ""
+    # The recorder's mode for the native run: "migrated" where the native code keeps a class
+    # from `amp_shim` (AMP505), so the run may import `amp_shim` but never `apex`.
+    native_mode: str = "native"
     # What the run must show besides equality (e.g. the storm must skip steps).
     min_skipped: int = 0
     # A project program (a directory): the script that runs it.
@@ -207,7 +210,7 @@ def _migrate(case: Case, target: str) -> str:
 
 def _run_once(case: Case, mode: str, workdir: Path, source: Path, args, tag: str, fresh=False) -> dict:
     result = workdir / f"{tag}.json"
-    argv = [RECORDER, "--mode", "native" if mode == "native" else "shim", result, source, *args]
+    argv = [RECORDER, "--mode", case.native_mode if mode == "native" else "shim", result, source, *args]
     env = _env(case.env if mode != "native" else ())
     rc, stdout, stderr = launch(argv, shim=mode == "shim", env=env, cwd=workdir, fresh=fresh)
     if rc != 0 or not result.exists():

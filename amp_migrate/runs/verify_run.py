@@ -148,6 +148,13 @@ class Migration:
     same_as_tree: bool = False  # compared, and the two codes are the same
     #: The unsafe fixes applied (codes), whose docs/differences.md entries the verdict accepts.
     unsafe_codes: tuple[str, ...] = ()
+    #: Native files that keep a class torch has none of from `amp_shim` (AMP505: FusedLAMB).
+    shim_classes: tuple[str, ...] = ()
+
+    @property
+    def imports_shim(self) -> bool:
+        """Whether the migrated copy imports `amp_shim` where it runs (the recorder's migrated mode)."""
+        return bool(self.shim_files or self.shim_classes)
 
     @property
     def documented(self) -> tuple[Difference, ...]:
@@ -303,6 +310,9 @@ def _python_files(root: Path) -> dict[str, str]:
     return texts
 
 
+_SHIM_IMPORT = re.compile(r"^[ \t]*(?:import|from)[ \t]+amp_shim\b", re.M)
+
+
 def migrate_copy(root: Path, settings: Settings) -> Migration:
     """Migrate the copy's Python files in place as `amp-migrate .` would migrate the tree."""
     texts = _python_files(root)
@@ -330,6 +340,11 @@ def migrate_copy(root: Path, settings: Settings) -> Migration:
         file.unlink()  # a symlink in the copy is replaced, never written through
         file.write_text(results[path].code, encoding="utf-8")
     shim = tuple(path for path in changed if results[path].target_used == "shim")
+    classes = tuple(
+        path
+        for path in changed
+        if results[path].target_used == "native" and _SHIM_IMPORT.search(results[path].code)
+    )
     beyond = None
     tree = settings.tree
     if tree is not None and tree.differs:
@@ -342,8 +357,8 @@ def migrate_copy(root: Path, settings: Settings) -> Migration:
             unsafe_fixes=settings.unsafe_fixes,
         )
         beyond = tuple(beyond_arguments(results, theirs, tree))
-        return Migration(tuple(changed), shim, beyond, same_code(results, theirs), unsafe)
-    return Migration(tuple(changed), shim, beyond, unsafe_codes=unsafe)
+        return Migration(tuple(changed), shim, beyond, same_code(results, theirs), unsafe, classes)
+    return Migration(tuple(changed), shim, beyond, unsafe_codes=unsafe, shim_classes=classes)
 
 
 def run_environment(unbuffered: bool = False) -> dict[str, str]:
@@ -650,7 +665,7 @@ def verify(parsed: Command, root: Path, settings: Settings, watch: Optional[Watc
         no_lines.write_text("{}")
         # A copy that keeps files on the shim imports amp_shim itself where it runs them: the
         # recorder's migrated mode records each run by what it used (GradScaler, the shim), no alias.
-        copy_mode = "migrated" if migration.shim_files else "native"
+        copy_mode = "migrated" if migration.imports_shim else "native"
         both = _Both(
             parsed, root, copy, work, folder, settings, watch, copy_mode, lines, no_lines, legacy, migrated
         )

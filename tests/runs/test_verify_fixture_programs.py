@@ -29,6 +29,8 @@ SAMPLE = [
         "(AMP111)",
     ),
     ("trainer_package", ("--corrupt-step", "3"), 8, "identical", "8 steps equal bit for bit"),
+    # native amp around the shim's FusedLAMB (AMP505): the migrated run may import amp_shim
+    ("lamb_and_novograd.py", ("--corrupt-step", "3"), 8, "identical", "8 steps equal bit for bit"),
 ]
 
 

@@ -54,7 +54,7 @@ import libcst.matchers as m
 
 from ..analysis.binding import find
 from ..analysis.control_flow import STEP, exits_early
-from ..analysis.statements import changed_names
+from ..analysis.statements import changed_names, is_elif
 from ..diagnostics import Severity, define
 from ..plan.types import MASTER_PARAMS, pure
 from .base import TrainingRule
@@ -147,7 +147,22 @@ CLIPPED_PER_STEP = define(
     ),
 )
 #: What a statement between the clipping and the step must not do: touch gradients or amp.
-_GRADIENT_WORDS = ("grad", "backward", "step", "scale_loss", "master_params", "unscale", "clip")
+_GRADIENT_WORDS = ("grad", "backward", "scale_loss", "master_params", "unscale", "clip")
+
+
+def _one_clipping(statement: cst.CSTNode, call: cst.Call) -> Optional[cst.BaseSmallStatement]:
+    """The statement's one small statement where it is a call whose first argument is `call`
+    (`clip_grad_norm_(amp.master_params(opt), ...)`, or its value bound to plain names)."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if not isinstance(small, (cst.Expr, cst.Assign)) or not isinstance(small.value, cst.Call):
+        return None
+    if not small.value.args or small.value.args[0].value is not call:
+        return None
+    if isinstance(small, cst.Assign) and not all(isinstance(t.target, cst.Name) for t in small.targets):
+        return None
+    return small
 
 
 def params_of(optimizer: cst.BaseExpression) -> cst.GeneratorExp:
@@ -178,8 +193,9 @@ class MasterParamsUnscale(TrainingRule):
         super().__init__(context, state)
         self.calls: set[int] = set()
         self.unscale_before: dict[int, list[str]] = {}  # statement -> optimizers to unscale
-        self.moves: dict[int, tuple[int, str]] = {}  # clipping statement -> (the step's statement, optimizer)
-        self.moved: dict[int, tuple[str, list]] = {}  # the step's statement -> (optimizer, clipping moved)
+        #: clipping statement -> (the step's statement, optimizer, the test of the arm it stood in)
+        self.moves: dict[int, tuple[int, str, Optional[cst.BaseExpression]]] = {}
+        self.moved: dict[int, tuple[str, list, Optional[cst.BaseExpression]]] = {}  # step's statement -> ...
 
     def _steps(self, statement: cst.CSTNode, optimizer: str) -> list[cst.Call]:
         return [
@@ -264,7 +280,9 @@ class MasterParamsUnscale(TrainingRule):
         if self.plan is None:
             return
         reads: dict[tuple[int, str], list[tuple[cst.Call, cst.CSTNode]]] = {}
-        moving: list[tuple[cst.Call, cst.CSTNode, tuple[cst.If, cst.CSTNode], str]] = []
+        moving: list[
+            tuple[cst.Call, cst.CSTNode, tuple[cst.If, cst.CSTNode, Optional[cst.BaseExpression]], str]
+        ] = []
         for call in self.findall(node, m.Call()):
             if not isinstance(call, cst.Call) or self.apex_name(call.func) != MASTER_PARAMS:  # all are calls
                 continue
@@ -286,7 +304,7 @@ class MasterParamsUnscale(TrainingRule):
                 moving.append((call, statement, move, optimizer))
                 continue
             reads.setdefault((id(step), optimizer), []).append((call, statement))
-        for call, moved, (later, target), optimizer in moving:
+        for call, moved, (later, target, guard), optimizer in moving:
             others = sum(1 for _, o in reads if o == optimizer) + sum(1 for *_, o in moving if o == optimizer)
             if others > 1:
                 self.report(
@@ -298,7 +316,7 @@ class MasterParamsUnscale(TrainingRule):
                 )
                 continue
             self.calls.add(id(call))
-            self.moves[id(moved)] = (id(target), optimizer)
+            self.moves[id(moved)] = (id(target), optimizer, guard)
             self.enter_also(later, target)
             self.report(call, CLIPPED_PER_STEP)
         for (_, optimizer), found in reads.items():
@@ -319,56 +337,72 @@ class MasterParamsUnscale(TrainingRule):
 
     def _clipping_to_move(
         self, call: cst.Call, statement: cst.CSTNode, optimizer: str
-    ) -> Optional[tuple[cst.If, cst.CSTNode]]:
-        """The `if cond: ... optimizer.step()` and its statement before which clipping `call` can
-        run instead (U2): `statement` clips it as one call (its value read, if at all, only
-        after the step), in the block that holds the `if` (no `else`, a pure test); nothing in
-        between, or before the step in the `if`, touches gradients, amp or what the clipping
-        reads, or leaves early; None where it cannot move."""
-        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-            return None
-        small = statement.body[0]
-        if not isinstance(small, (cst.Expr, cst.Assign)) or not isinstance(small.value, cst.Call):
-            return None
-        if not small.value.args or small.value.args[0].value is not call:
+    ) -> Optional[tuple[cst.If, cst.CSTNode, Optional[cst.BaseExpression]]]:
+        """Where clipping `call` can run instead (U2): the `if cond: ... optimizer.step()`, its
+        statement to put the clipping before, and the test of the `if fp16:` arm the clipping
+        stood in (None: none). `statement` clips it as one call (its value read, if at all,
+        only in the step's `if`), in the block that holds that `if` (no `else`, a pure test) or
+        in the first arm of an `if` (a pure test) in that block; nothing after it, or before
+        the step in the `if`, touches gradients, amp or what the clipping reads, or leaves
+        early; None where it cannot move."""
+        small = _one_clipping(statement, call)
+        block = self.parent(statement)
+        if small is None or not isinstance(block, (cst.IndentedBlock, cst.Module)):
             return None
         targets = changed_names(small)
-        if isinstance(small, cst.Assign) and not all(isinstance(t.target, cst.Name) for t in small.targets):
-            return None
-        block = self.parent(statement)
-        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
-            return None
-        body = list(block.body)
-        reads = {n.value for n in self.findall(statement, m.Name()) if isinstance(n, cst.Name)}
-
-        def untouched(between: cst.CSTNode) -> bool:
-            code = self.code_of(between)
-            return (
-                not exits_early(between)
-                and not any(word in code for word in _GRADIENT_WORDS)
-                and not changed_names(between) & (reads | targets)
-                and not targets
-                & {n.value for n in self.findall(between, m.Name()) if isinstance(n, cst.Name)}
-            )
-
-        later = next((s for s in body[body.index(statement) + 1 :] if self._steps(s, optimizer)), None)
+        reads = self._names_in(statement)
+        body: list[cst.CSTNode] = list(block.body)
+        after = body[body.index(statement) + 1 :]
+        guard: Optional[cst.BaseExpression] = None
+        arm = self.parent(block) if isinstance(block, cst.IndentedBlock) else None
+        if (
+            isinstance(arm, cst.If)
+            and arm.body is block
+            and not is_elif(arm, self.parent)
+            and pure(arm.test, ("len",))
+            and not any(self._steps(s, optimizer) for s in after)
+        ):
+            guard = arm.test  # the `if fp16:` arm: the clipping moves under the same test
+            reads |= self._names_in(arm.test)
+            outer = self.parent(arm)
+            if not self._untouched(after, reads, targets) or not isinstance(
+                outer, (cst.IndentedBlock, cst.Module)
+            ):
+                return None
+            body = list(outer.body)
+            after = body[body.index(arm) + 1 :]
+        later = next((s for s in after if self._steps(s, optimizer)), None)
         if (
             not isinstance(later, cst.If)
             or later.orelse is not None
             or not isinstance(later.body, cst.IndentedBlock)
             or not pure(later.test, ("len",))
-            or not all(untouched(s) for s in body[body.index(statement) + 1 : body.index(later)])
+            or not self._untouched(after[: after.index(later)], reads, targets)
         ):
             return None
         inner = list(later.body.body)
         target = next((s for s in inner if self._steps(s, optimizer)), None)
         if target is None or not self._steps_on_every_path(target, optimizer):
             return None
-        if not all(untouched(s) for s in inner[: inner.index(target)]):
+        if not self._untouched(inner[: inner.index(target)], reads, targets):
             return None
         if targets and not self._read_only_within(targets, statement, later.body):
             return None
-        return later, target
+        return later, target, guard
+
+    def _names_in(self, node: cst.CSTNode) -> set[str]:
+        return {n.value for n in self.findall(node, m.Name()) if isinstance(n, cst.Name)}
+
+    def _untouched(self, statements: list, reads: set[str], targets: set[str]) -> bool:
+        """None of `statements` touches gradients or amp, leaves early, changes what the
+        clipping reads or assigns, or reads what it assigns."""
+        return all(
+            not exits_early(s)
+            and not any(word in self.code_of(s) for word in _GRADIENT_WORDS)
+            and not changed_names(s) & (reads | targets)
+            and not targets & self._names_in(s)
+            for s in statements
+        )
 
     def _read_only_within(self, names: set[str], statement: cst.CSTNode, block: cst.CSTNode) -> bool:
         """Every other mention of `names` in the scope of `statement` lies in `block`."""
@@ -390,17 +424,20 @@ class MasterParamsUnscale(TrainingRule):
 
     def _with_unscale(self, original_node, updated_node):
         if id(original_node) in self.moves:
-            target, optimizer = self.moves[id(original_node)]
-            self.moved.setdefault(target, (optimizer, []))[1].append(updated_node)
+            target, optimizer, guard = self.moves[id(original_node)]
+            self.moved.setdefault(target, (optimizer, [], guard))[1].append(updated_node)
             return cst.RemoveFromParent()
         if id(original_node) in self.moved:
-            optimizer, clipping = self.moved.pop(id(original_node))
+            optimizer, clipping, guard = self.moved.pop(id(original_node))
             scaler = self.plan.scaler_for_optimizer(optimizer)
             unscale = cst.SimpleStatementLine(
-                [cst.Expr(cst.parse_expression(f"{scaler}.unscale_({optimizer})"))],
-                leading_lines=updated_node.leading_lines,
+                [cst.Expr(cst.parse_expression(f"{scaler}.unscale_({optimizer})"))]
             )
-            return cst.FlattenSentinel([unscale, *clipping, updated_node.with_changes(leading_lines=())])
+            lines: list[cst.BaseStatement] = [unscale, *clipping]
+            if guard is not None:
+                lines = [cst.If(test=guard, body=cst.IndentedBlock(lines))]
+            lines[0] = lines[0].with_changes(leading_lines=updated_node.leading_lines)
+            return cst.FlattenSentinel([*lines, updated_node.with_changes(leading_lines=())])
         optimizers = self.unscale_before.get(id(original_node))
         if not optimizers:
             return updated_node

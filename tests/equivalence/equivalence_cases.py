@@ -184,6 +184,27 @@ CASES = [
         min_skipped=1,
     ),
     Case(
+        "clip-every-micro-batch-fp16-branch",
+        "clip_every_micro_batch_fp16_branch.py",
+        ("--fp16", "--corrupt-step", "8", "--spike-step", "31"),
+        covers="the run_glue.py form: the clipping of `amp.master_params` in the `if args.fp16:` "
+        "arm, the fp32 arm's own clipping, the scheduler stepped before the optimizer "
+        "(`--unsafe-fixes`: U1, and U2 moves the clipping under `if args.fp16:` before the step)",
+        expect="documented",
+        unsafe="U1 U2",
+        min_skipped=1,
+    ),
+    Case(
+        "clip-every-micro-batch-fp16-branch-off",
+        "clip_every_micro_batch_fp16_branch.py",
+        ("--spike-step", "31"),
+        covers="the same loop without `--fp16`: Apex never set up, the fp32 arm clips every "
+        "micro-batch in both runs; the scaler disabled",
+        unsafe="U1 U2",
+        scales="native_disabled",
+        apex_unused=True,
+    ),
+    Case(
         "clip-then-step-if-finite",
         "clip_then_step_if_finite.py",
         ("--corrupt-step", "7"),

@@ -100,3 +100,19 @@ def _descendants(tree: cst.CSTNode) -> list[cst.CSTNode]:
         out.append(node)
         stack.extend(node.children)
     return out
+
+
+def if_without_else_around(
+    block: Optional[cst.CSTNode], parent: Callable[[cst.CSTNode], Optional[cst.CSTNode]]
+) -> Optional[cst.If]:
+    """The `if cond:` with no `elif`/`else` whose body is `block`, where that `if` is itself a
+    statement of a block (not an `elif`); None otherwise."""
+    owner = parent(block) if isinstance(block, cst.IndentedBlock) else None
+    if (
+        isinstance(owner, cst.If)
+        and owner.body is block
+        and owner.orelse is None
+        and not is_elif(owner, parent)
+    ):
+        return owner
+    return None

@@ -52,7 +52,7 @@ from libcst.metadata import ScopeProvider
 from ..analysis.autocast_region import housekeeping_only, loss_block, region_start
 from ..analysis.control_flow import exits_early, runs_backward
 from ..analysis.fp16_names import star_only_names
-from ..analysis.statements import is_elif
+from ..analysis.statements import if_without_else_around, is_elif
 from ..diagnostics import Severity, define
 from ..file_state import FileState
 from .fp16_flow import (
@@ -297,17 +297,8 @@ class PlanFp16Optimizer(Fp16Model):
 
     def _guard_of(self, line: cst.CSTNode) -> Optional[cst.If]:
         """`if cond:` (no `else`, a side-effect-free test) directly around `line`."""
-        block = self.parent(line)
-        owner = self.parent(block) if isinstance(block, cst.IndentedBlock) else None
-        if (
-            isinstance(owner, cst.If)
-            and owner.body is block
-            and owner.orelse is None
-            and not is_elif(owner, self.parent)
-            and pure(owner.test)
-        ):
-            return owner
-        return None
+        owner = if_without_else_around(self.parent(line), self.parent)
+        return owner if owner is not None and pure(owner.test) else None
 
     # -- what the wrapper is used for -------------------------------------------------------------
     def _accesses(self, flow: Flow) -> list[cst.Name]:

@@ -53,7 +53,7 @@ from libcst.metadata import ScopeProvider
 
 from ..analysis.binding import find, not_reads
 from ..analysis.fp16_names import PACKAGE, STAR, public, star_module
-from ..analysis.statements import is_elif
+from ..analysis.statements import if_without_else_around
 from ..diagnostics import Code, Severity, define
 from ..plan.types import pure
 from .base import Rule, add_requested_imports
@@ -422,14 +422,9 @@ class Fp16UtilsToTorch(Rule):
                 )
             self._drop.add(id(owner))
             return None
-        if (
-            isinstance(owner, cst.If)
-            and owner.body is block
-            and owner.orelse is None
-            and not is_elif(owner, self.parent)
-            and pure(owner.test)
-        ):
-            self._drop.add(id(owner))
+        bare = if_without_else_around(block, self.parent)
+        if bare is not None and pure(bare.test):
+            self._drop.add(id(bare))
             return None
         return "that is neither a `try` nor an `if` without `else`"
 

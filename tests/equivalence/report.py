@@ -68,7 +68,7 @@ def _row(runner, case):
         if not problems and case.scales == "per_loss":
             native_cell += " (one GradScaler = smallest per-loss scale)"
         if not problems and case.scales == "native_disabled":
-            native_cell += " (GradScaler disabled in bf16)"
+            native_cell += " (GradScaler disabled)"
     elif case.expect == "static-overflow":
         problems = compare_static_overflow(shim, native)
         at = skipped(native)[0][0] if skipped(native) else "?"
@@ -79,7 +79,7 @@ def _row(runner, case):
             else "DIFFERS: " + problems[0]
         )
     elif case.expect == "documented" and any(e.from_event for e in case.entries):
-        events = {e.from_event for e in case.entries}
+        events = {e.from_event for e in case.entries if e.from_event}
         records = shim["step_records"], native["step_records"]
         first = next((i for i, r in enumerate(records[0]) if events & set(r.get("events") or ())), None)
         same = first is not None and records[1][:first] == records[0][:first]

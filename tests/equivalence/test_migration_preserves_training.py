@@ -78,7 +78,7 @@ def test_migrated_unsafe_program_differs_only_in_what_its_entry_documents(equiva
     migrate(case, "native")
     shim, native = equivalence_runner.get(case, "shim"), equivalence_runner.get(case, "native")
     if any(entry.from_event for entry in case.entries):  # U2: equal up to the legacy run's event
-        events = {entry.from_event for entry in case.entries}
+        events = {entry.from_event for entry in case.entries if entry.from_event}
         first = next(i for i, r in enumerate(shim["step_records"]) if events & set(r.get("events") or ()))
         assert first > 0 and native["step_records"][:first] == shim["step_records"][:first]
         assert native["step_records"][first] != shim["step_records"][first], "the difference did not show"
